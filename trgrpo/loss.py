@@ -1,0 +1,238 @@
+"""The TR-GRPO objective as pure tensor code (paper Section 2.3 and 3: Eq. 4, 5, 6, 9, 10).
+
+Shapes: ``B`` completions, ``T`` completion tokens. Every function here is differentiable in
+``logps`` (the current policy's per-token log-probabilities) and in nothing else; weights,
+old and reference log-probabilities are treated as constants.
+
+The two open readings of the objective (DESIGN.md) are options of :func:`tr_grpo_loss`:
+  * ``placement="ratio"``     min(w r A, clip(w r, 1-eps_l, 1+eps_h) A)      (Eq. 9 as printed)
+    ``placement="surrogate"`` w * min(r A, clip(r, 1-eps_l, 1+eps_h) A)
+  * ``kl_weighting="eq10"``   w rho - log(w rho) - 1,  rho = pi_ref / pi      (Eq. 10)
+    ``kl_weighting="outside"`` w * (rho - log rho - 1)                        (the gradient of Eq. 12)
+    ``kl_weighting="plain"``  rho - log rho - 1                               (Eq. 6)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+PLACEMENTS = ("ratio", "surrogate")
+KL_WEIGHTINGS = ("eq10", "outside", "plain")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+    """Eq. 4: A_i = (r_i - mean_group(r)) / std_group(r), for rewards laid out group after group.
+
+    ``std`` is the unbiased sample std (as TRL's ``GRPOTrainer`` computes it) and ``eps`` keeps a
+    group whose rewards are all equal at A = 0. ``scale=False`` keeps only the mean-centering.
+    """
+    if not torch.is_tensor(rewards) or rewards.dim() != 1:
+        raise ValueError("rewards must be a 1-D tensor (one reward per completion)")
+    if int(group_size) < 1 or rewards.numel() % int(group_size) != 0:
+        raise ValueError(
+            f"group_size must be >= 1 and divide the number of rewards ({rewards.numel()}), got {group_size}"
+        )
+    r = rewards.view(-1, int(group_size))
+    adv = r - r.mean(dim=1, keepdim=True)
+    if scale:
+        std = r.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(adv)
+        adv = adv / (std + eps)
+    return adv.reshape(-1)
+
+
+def validate_loss_options(
+    *,
+    placement: str = "ratio",
+    kl_weighting: str = "eq10",
+    beta: float = 0.0,
+    eps_low: float = 0.2,
+    eps_high: float = 0.24,
+    prefix: str = "",
+) -> None:
+    """Raise ``ValueError`` naming the field for any bad loss option."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"{prefix}placement must be one of {PLACEMENTS}, got {placement!r}")
+    if kl_weighting not in KL_WEIGHTINGS:
+        raise ValueError(f"kl_weighting must be one of {KL_WEIGHTINGS}, got {kl_weighting!r}")
+    for name, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)):
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    if eps_low >= 1:
+        raise ValueError(f"eps_low must be < 1 (the lower clip 1 - eps_low must stay positive), got {eps_low}")
+
+
+def kl_term(
+    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor, kl_weighting: str = "eq10"
+) -> torch.Tensor:
+    """Per-token KL estimate: Eq. 6 (``plain``), Eq. 10 (``eq10``) or w times Eq. 6 (``outside``)."""
+    log_rho = ref_logps - logps  # log(pi_ref / pi)
+    k3 = torch.exp(log_rho) - log_rho - 1  # Eq. 6
+    if kl_weighting == "plain":
+        return k3
+    if kl_weighting == "outside":
+        return weights * k3
+    # Eq. 10: w rho - log(w rho) - 1, with log(w rho) = log w + log rho
+    return weights * torch.exp(log_rho) - (torch.log(weights) + log_rho) - 1
+
+
+def policy_term(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    placement: str = "ratio",
+) -> torch.Tensor:
+    """The clipped surrogate of Eq. 9 (``ratio``) or w times the clipped surrogate of Eq. 5 (``surrogate``)."""
+    if placement == "ratio":
+        wr = weights * ratio
+        return torch.min(wr * advantages, wr.clamp(1 - eps_low, 1 + eps_high) * advantages)
+    return weights * torch.min(ratio * advantages, ratio.clamp(1 - eps_low, 1 + eps_high) * advantages)
+
+
+def zero_gradient_mask(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    placement: str = "ratio",
+) -> torch.Tensor:
+    """Tokens whose policy gradient is zero: the clipped branch is active (I_trust = 0, Eq. 7 / Eq. 12)."""
+    x = weights * ratio if placement == "ratio" else ratio
+    return ((advantages > 0) & (x > 1 + eps_high)) | ((advantages < 0) & (x < 1 - eps_low))
+
+
+@dataclass
+class LossOutput:
+    """Result of :func:`tr_grpo_loss`."""
+
+    loss: torch.Tensor  # scalar: -(Eq. 9 objective) summed over valid tokens / their count (Eq. 5)
+    per_token: torch.Tensor  # (B, T) per-token loss, zero where mask is 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _as_2d(name: str, x: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    if not torch.is_tensor(x):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.shape != shape:
+        raise ValueError(f"{name} must have shape {tuple(shape)} like logps, got {tuple(x.shape)}")
+    return x
+
+
+def tr_grpo_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    ref_logps: torch.Tensor | None = None,
+    beta: float = 0.0,
+    eps_low: float = 0.2,
+    eps_high: float = 0.24,
+    placement: str = "ratio",
+    kl_weighting: str = "eq10",
+    upper: float | None = None,
+    normalizer: float | torch.Tensor | None = None,
+    policy_scale: torch.Tensor | None = None,
+) -> LossOutput:
+    """Minus the TR-GRPO objective (Eq. 9 with the KL of Eq. 10), token-level normalised (Eq. 5).
+
+    Args:
+        logps: (B, T) log pi_theta(o_t), differentiable.
+        old_logps: (B, T) log pi_old(o_t) of the sampling policy; ``None`` means on-policy (r = 1).
+        advantages: (B,) per completion (Eq. 4), broadcast over tokens, or (B, T).
+        mask: (B, T) 1 for completion tokens that count (0 for padding and masked tool output).
+        weights: (B, T) token weights w (Eq. 11 or an ablation), treated as constants.
+        ref_logps: (B, T) log pi_ref(o_t); required when ``beta > 0``.
+        upper: the weight cap U, only used for the metric ``weight_at_upper``.
+        normalizer: divide the summed loss by this instead of the number of valid tokens
+            (the trainer passes the token count of the whole global batch, as TRL's "dapo" does).
+        policy_scale: optional (B, T) or (B, 1) factor on the policy term only (TRL's off-policy mask
+            and vLLM importance-sampling correction); the KL term is not scaled.
+    """
+    validate_loss_options(placement=placement, kl_weighting=kl_weighting, beta=beta, eps_low=eps_low, eps_high=eps_high)
+    if not torch.is_tensor(logps) or logps.dim() != 2:
+        raise ValueError(f"logps must be a 2-D tensor (B, T), got {getattr(logps, 'shape', type(logps))}")
+    shape = logps.shape
+    mask = _as_2d("mask", mask, shape).to(logps.dtype)
+    weights = _as_2d("weights", weights, shape).detach().to(logps.dtype)
+    if old_logps is None:
+        old_logps = logps.detach()
+    old_logps = _as_2d("old_logps", old_logps, shape).detach()
+    if not torch.is_tensor(advantages):
+        raise TypeError("advantages must be a torch.Tensor")
+    if advantages.dim() == 1:
+        if advantages.shape[0] != shape[0]:
+            raise ValueError(f"advantages of shape (B,) must have B={shape[0]} entries, got {advantages.shape[0]}")
+        advantages = advantages.unsqueeze(1)
+    elif advantages.shape != shape:
+        raise ValueError(f"advantages must have shape ({shape[0]},) or {tuple(shape)}, got {tuple(advantages.shape)}")
+    advantages = advantages.detach().to(logps.dtype)
+    if beta > 0 and ref_logps is None:
+        raise ValueError("ref_logps is required when beta > 0 (the KL term of Eq. 10 needs pi_ref)")
+    n_valid = mask.sum()
+    if float(n_valid) <= 0:
+        raise ValueError("mask selects no token (all zeros): the loss of Eq. 5 would divide by zero")
+    valid = mask > 0
+    if bool((weights[valid] <= 0).any()):
+        raise ValueError("weights must be > 0 on valid tokens (Eq. 10 takes log w)")
+
+    ratio = torch.exp(logps - old_logps)  # r_{i,t}(theta)
+    objective = policy_term(ratio, advantages, weights, eps_low, eps_high, placement)
+    if policy_scale is not None:
+        objective = objective * policy_scale.detach()
+    kl = None
+    if beta > 0:
+        kl = kl_term(logps, _as_2d("ref_logps", ref_logps, shape).detach(), weights, kl_weighting)
+        objective = objective - beta * kl
+    per_token = -objective * mask
+    denom = n_valid if normalizer is None else normalizer
+    loss = per_token.sum() / denom
+
+    with torch.no_grad():
+        metrics = loss_metrics(
+            ratio, advantages.expand(shape), weights, valid, eps_low, eps_high, placement, kl=kl, upper=upper
+        )
+    return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
+
+
+def loss_metrics(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    valid: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    placement: str,
+    *,
+    kl: torch.Tensor | None = None,
+    upper: float | None = None,
+) -> dict[str, float]:
+    """Weight statistics and the share of tokens that get no policy gradient, split by sign of A."""
+    w = weights[valid].float()
+    adv = advantages[valid]
+    zero = zero_gradient_mask(ratio, advantages, weights, eps_low, eps_high, placement)[valid]
+    pos, neg = adv > 0, adv < 0
+
+    def frac(sel: torch.Tensor, of: torch.Tensor) -> float:
+        n = int(of.sum())
+        return float((sel & of).sum()) / n if n else 0.0
+
+    m = {
+        "weight_mean": float(w.mean()),
+        "weight_min": float(w.min()),
+        "weight_max": float(w.max()),
+        "weight_std": float(w.std()) if w.numel() > 1 else 0.0,
+        "zero_grad_frac": float(zero.float().mean()),
+        "zero_grad_frac_pos_adv": frac(zero, pos),
+        "zero_grad_frac_neg_adv": frac(zero, neg),
+        "kl_mean": float(kl[valid].float().mean()) if kl is not None else 0.0,
+    }
+    if upper is not None:
+        m["weight_at_upper"] = float((w >= upper - 1e-6).float().mean())
+    return m

@@ -1,0 +1,64 @@
+"""CLI: ``python -m trgrpo.train --config experiments/<name>.yaml [--set key=value ...]``.
+
+The YAML holds one run spec (the fields of :class:`trgrpo.experiment.RunSpec`) or ``base`` plus a
+``grid`` of overrides, e.g.::
+
+    base: {task: kk, model: Qwen/Qwen2.5-3B-Instruct, steps: 200, group: kk_qwen3b}
+    grid:
+      - {scheme: equal, seed: 0}
+      - {scheme: tr, seed: 0}
+
+Works in-process and under ``accelerate launch --config_file configs/zero2.yaml -m trgrpo.train ...``.
+Runs whose results file already exists are skipped unless ``--force``; a run with a checkpoint resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from .experiment import RESULTS_DIR, RunSpec, run
+
+
+def parse_value(text: str):
+    return yaml.safe_load(text)
+
+
+def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]:
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping (a run spec, or base + grid)")
+    base = dict(data.get("base", {k: v for k, v in data.items() if k != "grid"}))
+    grid = data.get("grid") or [{}]
+    return [RunSpec.from_dict({**base, **g, **(overrides or {})}) for g in grid]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Train and evaluate TR-GRPO runs from a YAML spec")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override spec fields")
+    ap.add_argument("--force", action="store_true", help="re-run even when a results file exists")
+    ap.add_argument("--results", default=str(RESULTS_DIR))
+    args = ap.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        if "=" not in item:
+            ap.error(f"--set expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        overrides[k] = parse_value(v)
+    specs = load_specs(args.config, overrides)
+    for k, spec in enumerate(specs, 1):
+        target = Path(args.results) / spec.group / f"{spec.name}.json"
+        if target.exists() and not args.force:
+            print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
+            continue
+        print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
+        run(spec, results_dir=args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

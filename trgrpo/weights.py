@@ -1,0 +1,195 @@
+"""Token weights of TR-GRPO (paper Section 3, Eq. 11) and the ablation schemes of Table 4.
+
+    w_{i,t} = clip( alpha * [ sigmoid( sg[pi(o_{i,t})] scaled by tau ) - mu ], L, U )       (Eq. 11)
+
+How tau enters is the first of the paper's open readings (DESIGN.md):
+  * ``tau_mode="scale"``  -> sigmoid(tau * p)   (default; fits Table 7 and App. B.2 "scaling parameter")
+  * ``tau_mode="divide"`` -> sigmoid(p / tau)   (as printed; with tau = 9 every weight is exactly 1)
+
+Ablations (Section 4.3, Table 4): ``"equal"`` (w = 1, plain GRPO), ``"random"`` (uniform on
+[0.5, 1.5]), ``"reverse"`` (2 - w).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+SCHEMES = ("tr", "equal", "random", "reverse")
+TAU_MODES = ("scale", "divide")
+RANDOM_RANGE = (0.5, 1.5)  # Table 4: "sampled uniformly from [0.5, 1.5]"
+
+
+@dataclass(frozen=True)
+class WeightParams:
+    """The hyperparameters of Eq. 11 (paper defaults, App. B.2), validated on construction."""
+
+    scheme: str = "tr"
+    alpha: float = 2.0
+    mu: float = 0.25
+    tau: float = 9.0
+    lower: float = 1.0
+    upper: float = 1.4
+    tau_mode: str = "scale"
+
+    def __post_init__(self) -> None:
+        validate_weight_params(
+            scheme=self.scheme,
+            alpha=self.alpha,
+            mu=self.mu,
+            tau=self.tau,
+            lower=self.lower,
+            upper=self.upper,
+            tau_mode=self.tau_mode,
+        )
+
+
+def _finite(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def validate_weight_params(
+    *,
+    scheme: str = "tr",
+    alpha: float = 2.0,
+    mu: float = 0.25,
+    tau: float = 9.0,
+    lower: float = 1.0,
+    upper: float = 1.4,
+    tau_mode: str = "scale",
+    prefix: str = "",
+) -> None:
+    """Raise ``ValueError`` naming the field and its allowed range for any bad hyperparameter.
+
+    ``prefix`` is prepended to field names (the trainer config uses ``weight_``).
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"{prefix}scheme must be one of {SCHEMES}, got {scheme!r}")
+    if tau_mode not in TAU_MODES:
+        raise ValueError(f"{prefix}tau_mode must be one of {TAU_MODES}, got {tau_mode!r}")
+    alpha = _finite(f"{prefix}alpha", alpha)
+    mu = _finite(f"{prefix}mu", mu)
+    tau = _finite(f"{prefix}tau", tau)
+    lower = _finite(f"{prefix}lower", lower)
+    upper = _finite(f"{prefix}upper", upper)
+    if tau <= 0:
+        raise ValueError(f"{prefix}tau must be > 0 (it scales or divides the probability), got {tau}")
+    if alpha <= 0:
+        raise ValueError(f"{prefix}alpha must be > 0 so that w increases with p, got {alpha}")
+    # sigmoid(.) of a probability lies in [0.5, 1): alpha*(sigmoid - mu) > 0 for every p iff mu < 0.5.
+    if not mu < 0.5:
+        raise ValueError(
+            f"{prefix}mu must be < 0.5 so that alpha*(sigmoid(.) - mu) stays positive "
+            f"(the sigmoid of a probability is at least 0.5), got {mu}"
+        )
+    if lower <= 0:
+        raise ValueError(
+            f"{prefix}lower must be > 0 (Eq. 10 takes log w, so every weight must be positive), got {lower}"
+        )
+    if lower > upper:
+        raise ValueError(f"{prefix}lower must be <= {prefix}upper, got lower={lower} > upper={upper}")
+    if scheme == "reverse" and upper >= 2:
+        raise ValueError(f"{prefix}upper must be < 2 for scheme='reverse' (2 - w must stay positive), got {upper}")
+
+
+def _check_probs(probs: torch.Tensor) -> None:
+    if not torch.is_tensor(probs):
+        raise TypeError(f"probs must be a torch.Tensor, got {type(probs).__name__}")
+    if not probs.is_floating_point():
+        raise TypeError(f"probs must be a floating-point tensor, got dtype {probs.dtype}")
+    if probs.numel() == 0:
+        return
+    bad = ~((probs >= 0) & (probs <= 1))  # also catches NaN
+    if bool(bad.any()):
+        first = probs[bad].flatten()[0].item()
+        raise ValueError(
+            f"probs must lie in [0, 1] (token probabilities); found {int(bad.sum())} value(s) outside, e.g. {first}"
+        )
+
+
+def tr_weight(
+    probs: torch.Tensor,
+    *,
+    alpha: float = 2.0,
+    mu: float = 0.25,
+    tau: float = 9.0,
+    lower: float = 1.0,
+    upper: float = 1.4,
+    tau_mode: str = "scale",
+) -> torch.Tensor:
+    """Eq. 11 on already-validated inputs: clip(alpha * (sigmoid(tau-scaled p) - mu), L, U)."""
+    p = probs.detach()  # sg[.] in Eq. 11
+    z = p * tau if tau_mode == "scale" else p / tau
+    return (alpha * (torch.sigmoid(z) - mu)).clamp(lower, upper)
+
+
+def token_weights(
+    probs: torch.Tensor,
+    scheme: str = "tr",
+    *,
+    alpha: float = 2.0,
+    mu: float = 0.25,
+    tau: float = 9.0,
+    lower: float = 1.0,
+    upper: float = 1.4,
+    tau_mode: str = "scale",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Per-token weights w for token probabilities ``probs`` (any shape), detached.
+
+    ``scheme="random"`` draws from ``generator`` only (never the global RNG, so sampling of
+    rollouts is not perturbed); it is required for that scheme.
+    """
+    validate_weight_params(scheme=scheme, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
+    _check_probs(probs)
+    if scheme == "equal":
+        return torch.ones_like(probs).detach()
+    if scheme == "random":
+        if generator is None:
+            raise ValueError(
+                "scheme='random' needs generator=torch.Generator(): weights are drawn from it so the "
+                "global RNG (used for sampling rollouts) is not perturbed"
+            )
+        lo, hi = RANDOM_RANGE
+        u = torch.rand(probs.shape, generator=generator, device=generator.device, dtype=torch.float32)
+        return (lo + (hi - lo) * u).to(device=probs.device, dtype=probs.dtype)
+    w = tr_weight(probs, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
+    if scheme == "reverse":
+        return 2.0 - w  # Table 4: "assigns it 2 - w"
+    return w
+
+
+def weight_range(
+    *,
+    alpha: float = 2.0,
+    mu: float = 0.25,
+    tau: float = 9.0,
+    lower: float = 1.0,
+    upper: float = 1.4,
+    tau_mode: str = "scale",
+    scheme: str = "tr",
+) -> tuple[float, float]:
+    """The (min, max) of w over p in [0, 1] (w is monotone in p, so the endpoints decide)."""
+    p = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    w = token_weights(
+        p,
+        scheme,
+        alpha=alpha,
+        mu=mu,
+        tau=tau,
+        lower=lower,
+        upper=upper,
+        tau_mode=tau_mode,
+        generator=torch.Generator().manual_seed(0),
+    )
+    if scheme == "random":
+        return RANDOM_RANGE
+    return float(w.min()), float(w.max())
