@@ -45,8 +45,17 @@ def test_environment_yml_names_every_runtime_package_with_the_same_pin():
 
 def test_design_packages_named_in_environment_yml():
     env = _env_specs()
-    for name in ("jupyterlab", "torch", "transformers", "trl", "matplotlib", "wordcloud", "ipywidgets", "nbval",
-                 "papermill"):
+    for name in (
+        "jupyterlab",
+        "torch",
+        "transformers",
+        "trl",
+        "matplotlib",
+        "wordcloud",
+        "ipywidgets",
+        "nbval",
+        "papermill",
+    ):
         assert name in env
 
 

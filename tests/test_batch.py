@@ -1,0 +1,48 @@
+"""trgrpo.batch: notebooks run with papermill into runs/<name>/, a failure does not stop the batch."""
+
+import json
+
+import nbformat
+import pytest
+
+from trgrpo.batch import load_plan, main
+
+
+def _nb(path, code):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("SMOKE = False\nX = 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(code)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.notebook
+def test_batch_runs_notebooks_goes_on_past_failure_and_summarises(tmp_path, capsys):
+    ok = _nb(tmp_path / "a_ok.ipynb", "assert SMOKE is True and X == 2\nprint('fine')")
+    bad = _nb(tmp_path / "b_bad.ipynb", "raise ValueError('broken on purpose')")
+    ok2 = _nb(tmp_path / "c_ok.ipynb", "import os\nassert os.environ['TRGRPO_SMOKE'] == '1'")
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(
+        f"name: demo\nsmoke: true\nnotebooks:\n  - notebook: {ok}\n    parameters: {{X: 2}}\n"
+        f"  - notebook: {bad}\n  - notebook: {ok2}\n"
+    )
+    rc = main([str(cfg), "--runs", str(tmp_path / "runs")])
+    assert rc == 1  # one notebook failed
+    rows = json.loads((tmp_path / "runs" / "demo" / "summary.json").read_text())
+    assert [r["ok"] for r in rows] == [True, False, True]
+    assert "broken on purpose" in rows[1]["error"]
+    assert (tmp_path / "runs" / "demo" / "a_ok.ipynb").exists()
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "a_ok.ipynb" in out
+
+
+def test_plan_errors_name_the_field(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("notebooks:\n  - parameters: {}\n")
+    with pytest.raises(ValueError, match="notebook"):
+        load_plan(cfg)
+    cfg.write_text("notebooks:\n  - notebook: nowhere.ipynb\n")
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_plan(cfg)

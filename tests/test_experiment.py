@@ -1,0 +1,133 @@
+"""trgrpo.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2 checkpoints)."""
+
+import json
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+
+from trgrpo.experiment import RunSpec, Task, load_results, register_task, run
+
+PROMPTS = [f"Count to {i}:" for i in range(16)]
+
+
+def _build(spec, tokenizer):
+    return Dataset.from_dict({"prompt": PROMPTS}), ["Count to 3: 1 2 3"]
+
+
+def _reward(completions, completion_ids, **kwargs):
+    return [float(sum(ids) % 5) for ids in completion_ids]
+
+
+def _evaluate(model, tokenizer, records, spec):
+    """Mean log-likelihood of a fixed text: a deterministic fingerprint of the final weights."""
+    ids = tokenizer(records[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=ids)
+    return {"accuracy": float(-out.loss)}
+
+
+register_task("unit-test", Task(_build, lambda spec: [_reward], _evaluate))
+
+
+class Crash(TrainerCallback):
+    """Simulates a killed job right after ``at`` optimizer steps."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == self.at:
+            raise RuntimeError("simulated crash")
+
+
+def spec(tiny_model_dir, name, **kw):
+    base = dict(
+        task="unit-test",
+        model=tiny_model_dir,
+        scheme="random",
+        seed=3,
+        steps=4,
+        prompts_per_step=2,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=5e-3,
+        beta=0.04,
+        n_train=16,
+        n_eval=1,
+        save_steps=2,
+        group="unit",
+        name=name,
+    )
+    base.update(kw)
+    return RunSpec(**base)
+
+
+def comparable(record):
+    keys = ("step", "reward", "loss", "grad_norm", "tr/weight_mean")
+    return [h[k] for h in record["history"] for k in keys]
+
+
+def test_killed_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path):
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    full = run(spec(tiny_model_dir, "full"), results_dir=res, checkpoint_dir=ck, verbose=False)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(spec(tiny_model_dir, "killed"), results_dir=res, checkpoint_dir=ck, callbacks=[Crash(3)], verbose=False)
+    assert (ck / "unit" / "killed" / "checkpoint-2").exists()
+    resumed = run(spec(tiny_model_dir, "killed"), results_dir=res, checkpoint_dir=ck, verbose=False)
+    assert resumed["resumed_from"].endswith("checkpoint-2")
+    assert comparable(resumed) == pytest.approx(comparable(full), rel=1e-6)
+    assert resumed["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"], rel=1e-6)
+
+
+def test_record_schema_and_same_seed_same_result(tiny_model_dir, tmp_path):
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    a = run(spec(tiny_model_dir, "a", steps=2, scheme="tr"), results_dir=res, checkpoint_dir=ck, verbose=False)
+    b = run(
+        spec(tiny_model_dir, "b", steps=2, scheme="tr"),
+        results_dir=res,
+        checkpoint_dir=ck,
+        verbose=False,
+        keep_checkpoints=False,
+    )
+    assert comparable(a) == comparable(b)
+    on_disk = json.loads((res / "unit" / "a.json").read_text())
+    for key in (
+        "scheme",
+        "seed",
+        "model",
+        "steps",
+        "history",
+        "final",
+        "wall_time_s",
+        "machine",
+        "versions",
+        "spec",
+        "peak_memory",
+        "git_commit",
+    ):
+        assert key in on_disk
+    assert len(on_disk["history"]) == 2 and {"reward", "grad_norm"} <= set(on_disk["history"][0])
+    assert [r["name"] for r in load_results("unit", res)] == ["a", "b"]
+    assert not (ck / "unit" / "b").exists()
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(steps=0), "steps"),
+        (dict(num_generations=1), "num_generations"),
+        (dict(task="chess"), "task"),
+        (dict(tau=-1.0), "tau"),
+        (dict(placement="x"), "placement"),
+    ],
+)
+def test_bad_spec_names_the_field(kw, field):
+    with pytest.raises(ValueError, match=field):
+        RunSpec(**kw)
+
+
+def test_unknown_field_in_dict():
+    with pytest.raises(ValueError, match="unknown run-spec field"):
+        RunSpec.from_dict({"task": "kk", "colour": "blue"})
