@@ -46,3 +46,18 @@ def test_plan_errors_name_the_field(tmp_path):
     cfg.write_text("notebooks:\n  - notebook: nowhere.ipynb\n")
     with pytest.raises(FileNotFoundError, match="nowhere"):
         load_plan(cfg)
+
+
+def test_shipped_experiment_files_parse():
+    from pathlib import Path
+
+    from trgrpo.train import load_specs
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    for path in root.glob("*.yaml"):
+        if path.name.startswith("train_"):
+            specs = load_specs(path)
+            assert specs and all(s.task for s in specs)
+        else:
+            name, plan = load_plan(path)
+            assert plan, path

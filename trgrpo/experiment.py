@@ -150,16 +150,6 @@ def register_task(name: str, task: Task) -> None:
     TASKS[name] = task
 
 
-def _render_prefill(dataset, tokenizer):
-    """TRL always adds a generation prompt to chat prompts; to pre-fill ``<think>`` we render to text."""
-
-    def render(row):
-        row["prompt"] = tokenizer.apply_chat_template(row["prompt"], tokenize=False, continue_final_message=True)
-        return row
-
-    return dataset.map(render)
-
-
 def _kk_build(spec: RunSpec, tokenizer):
     from .tasks import kk
 
@@ -170,9 +160,9 @@ def _kk_build(spec: RunSpec, tokenizer):
     _, test = kk.kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
     train_keys = {r["quiz"] for r in train}
     test = [r for r in test if r["quiz"] not in train_keys]
-    ds = kk.kk_dataset(train, prefill_think=bool(opts.get("prefill_think", False)))
-    if opts.get("prefill_think"):
-        ds = _render_prefill(ds, tokenizer)
+    prefill = bool(opts.get("prefill_think", False))
+    # TRL always adds a generation prompt to chat prompts: a pre-filled <think> needs text prompts.
+    ds = kk.kk_dataset(train, prefill_think=prefill, tokenizer=tokenizer if prefill else None)
     return ds, test
 
 
@@ -197,22 +187,31 @@ def _kk_eval(model, tokenizer, records, spec: RunSpec) -> dict:
     return res
 
 
+SAMPLED_MATH_SETS = ("amc", "aime24")  # Section 4.1: avg@16 (and pass@16 for AIME) instead of greedy
+
+
+def _load_math_source(source: str, n: int, seed: int) -> list[dict]:
+    from .tasks import math as tm
+
+    if source == "generated":
+        return tm.generate_math(n, seed=seed)
+    if source in tm.MATH_HUB:
+        return tm.load_math_hub(source)[:n]
+    return tm.load_math_file(source)[:n]
+
+
 def _math_build(spec: RunSpec, tokenizer):
+    """Train on generated arithmetic offline, or a file / hub set (``train``: deepscaler, orz, a path)."""
     from .tasks import math as tm
 
     opts = spec.task_options
-    if opts.get("train_file"):
-        train = tm.load_math_file(opts["train_file"])[: spec.n_train]
-    else:
-        train = tm.generate_math(spec.n_train, seed=spec.seed + 1000)
-    test = (
-        tm.load_math_file(opts["eval_file"])[: spec.n_eval]
-        if opts.get("eval_file")
-        else tm.generate_math(spec.n_eval, seed=99_999)
-    )
+    train = _load_math_source(opts.get("train", "generated"), spec.n_train, spec.seed + 1000)
     seen = {r["problem"] for r in train}
-    test = [r for r in test if r["problem"] not in seen]
-    return tm.math_dataset(train), test
+    evals = {}
+    for name in opts.get("eval_sets", ["generated"]):
+        records = _load_math_source(name, spec.n_eval, 99_999)
+        evals[Path(name).stem] = [r for r in records if r["problem"] not in seen]
+    return tm.math_dataset(train), evals
 
 
 def _math_rewards(spec: RunSpec):
@@ -221,17 +220,36 @@ def _math_rewards(spec: RunSpec):
     return [tm.make_math_reward_func()]
 
 
-def _math_eval(model, tokenizer, records, spec: RunSpec) -> dict:
+def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
+    """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
     from .tasks import math as tm
 
-    res = tm.evaluate_math(
-        model,
-        tokenizer,
-        records,
-        batch_size=spec.task_options.get("eval_batch_size", 8),
-        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
-    )
-    return res
+    opts = spec.task_options
+    max_new = spec.max_eval_tokens or spec.max_completion_length
+    out: dict[str, Any] = {"by_set": {}}
+    for name, records in evals.items():
+        if not records:
+            continue
+        if name in SAMPLED_MATH_SETS:
+            k = int(opts.get("sampled_k", 16))
+            res = tm.evaluate_math_sampled(
+                model,
+                tokenizer,
+                records,
+                k=k,
+                max_new_tokens=max_new,
+                seed=spec.seed,
+                batch_size=opts.get("eval_batch_size", 2),
+            )
+            out["by_set"][name] = {key: v for key, v in res.items() if key.startswith(("avg@", "pass@"))}
+        else:
+            res = tm.evaluate_math(
+                model, tokenizer, records, batch_size=opts.get("eval_batch_size", 8), max_new_tokens=max_new
+            )
+            out["by_set"][name] = {"accuracy": res["accuracy"]}
+    scores = [next(iter(v.values())) for v in out["by_set"].values()]
+    out["accuracy"] = sum(scores) / len(scores) if scores else None
+    return out
 
 
 register_task("kk", Task(_kk_build, _kk_rewards, _kk_eval))
@@ -302,10 +320,22 @@ def write_result(group: str, name: str, record: dict, results_dir: Path | str | 
     return path
 
 
-def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
-    """Every result record under ``results/<group>/`` (recursively), sorted by file name."""
+def load_results(
+    group: str, results_dir: Path | str | None = None, *, require: tuple[str, ...] = ("scheme", "history")
+) -> list[dict]:
+    """Every run record under ``results/<group>/`` (recursively, sorted by path).
+
+    Files without the ``require`` keys (auxiliary analyses stored beside the runs) are skipped.
+    """
     base = Path(results_dir or RESULTS_DIR) / group
-    return [json.loads(p.read_text()) for p in sorted(base.rglob("*.json"))] if base.exists() else []
+    if not base.exists():
+        return []
+    out = []
+    for p in sorted(base.rglob("*.json")):
+        rec = json.loads(p.read_text())
+        if isinstance(rec, dict) and all(k in rec for k in require):
+            out.append(rec)
+    return out
 
 
 def _jsonable(x):
@@ -460,8 +490,9 @@ def run(
         "git_commit": git_commit(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = write_result(spec.group, spec.name, record, results_dir)
-    if verbose:
+    main_process = trainer.accelerator.is_main_process
+    path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
+    if verbose and main_process:
         acc = final.get("accuracy")
         print(
             f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
