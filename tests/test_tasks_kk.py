@@ -1,0 +1,543 @@
+"""Knights & Knaves task: Table 5 reward rule by rule, data, loaders, prompt, evaluation (App. B.1.1, Table 1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trgrpo.tasks import kk
+
+NAMES = ["Emma", "Liam", "Olivia"]
+SOLUTION = [True, False, False]
+GOLD_ANSWER = "(1) Emma is a knight\n(2) Liam is a knave\n(3) Olivia is a knave"
+
+
+def completion(answer: str = GOLD_ANSWER, think: str = "Emma tells the truth, so ...") -> str:
+    return f"<think>{think}</think>\n<answer>{answer}</answer>"
+
+
+def reward(text, **kw):
+    return kk.kk_reward(text, NAMES, SOLUTION, **kw)
+
+
+def parts(text, **kw):
+    return kk.kk_reward_parts(text, NAMES, SOLUTION, **kw)
+
+
+# --------------------------------------------------------------------------------------------------
+# Table 5, one rule per test
+# --------------------------------------------------------------------------------------------------
+
+
+def test_reward_values_are_table5_sums():
+    assert kk.KK_REWARD_VALUES == {3.0, -0.5, -1.0, -3.0}
+    assert kk.KK_MIN_REWARD == -3.0
+
+
+def test_gold_answer_scores_the_maximum():
+    assert parts(completion()) == (1.0, 2.0)
+    assert reward(completion()) == 3.0
+
+
+def test_gold_solution_text_of_a_record_scores_the_maximum():
+    record = kk.make_record("quiz", NAMES, SOLUTION)
+    assert record["solution_text"] == GOLD_ANSWER
+    assert reward(completion(record["solution_text"])) == 3.0
+
+
+def test_answer_lines_in_any_order_and_any_case_are_correct():
+    shuffled = "(1) Olivia is a knave\n(2) EMMA IS A KNIGHT\n(3) liam is a knave"
+    assert reward(completion(shuffled)) == 3.0
+
+
+def test_answer_on_one_line_is_correct():
+    assert reward(completion("Emma is a knight, Liam is a knave, and Olivia is a knave.")) == 3.0
+
+
+@pytest.mark.parametrize("tag", kk.TAGS)
+def test_missing_tag_fails_format(tag):
+    text = completion().replace(tag, "", 1)
+    assert parts(text) == (-1.0, -2.0)
+    assert reward(text) == -3.0
+
+
+@pytest.mark.parametrize("tag", kk.TAGS)
+def test_duplicated_tag_fails_format(tag):
+    text = completion() + "\n" + tag
+    assert parts(text) == (-1.0, -2.0)
+
+
+def test_tag_mentioned_inside_thinking_counts_as_duplicate():
+    text = completion(think="I will write <answer> later")
+    assert reward(text) == -3.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"<answer>{GOLD_ANSWER}</answer><think>x</think>",  # answer before think
+        f"</think>x<think><answer>{GOLD_ANSWER}</answer>",  # think closed before opened
+        f"<think>x</think></answer>{GOLD_ANSWER}<answer>",  # answer closed before opened
+        f"<think>x<answer>{GOLD_ANSWER}</answer></think>",  # answer inside think
+    ],
+)
+def test_wrong_tag_order_fails_format(text):
+    assert parts(text) == (-1.0, -2.0)
+
+
+def test_wrong_identity_scores_minus_1_5():
+    wrong = GOLD_ANSWER.replace("Liam is a knave", "Liam is a knight")
+    assert parts(completion(wrong)) == (1.0, -1.5)
+    assert reward(completion(wrong)) == -0.5
+
+
+def test_all_identities_flipped_scores_minus_1_5():
+    flipped = "(1) Emma is a knave\n(2) Liam is a knight\n(3) Olivia is a knight"
+    assert parts(completion(flipped)) == (1.0, -1.5)
+
+
+def test_missing_name_is_unparseable():
+    missing = "(1) Emma is a knight\n(2) Liam is a knave"
+    assert parts(completion(missing)) == (1.0, -2.0)
+    assert reward(completion(missing)) == -1.0
+
+
+def test_extra_knight_mention_is_unparseable():
+    extra = GOLD_ANSWER + "\nso there is exactly one knight"
+    assert parts(completion(extra)) == (1.0, -2.0)
+
+
+def test_name_without_is_a_role_is_unparseable():
+    # three role mentions (the count matches) but Olivia is never "Olivia is a knight/knave"
+    bad = "(1) Emma is a knight\n(2) Liam is a knave\n(3) Olivia: knave"
+    assert parts(completion(bad)) == (1.0, -2.0)
+
+
+def test_name_must_stand_alone_as_a_word():
+    # Logic-RL's \bName\b: "xEmma" and "Emmanuel" are not Emma
+    for other in ("xEmma", "Emmanuel", "Emma_"):
+        text = GOLD_ANSWER.replace("Emma", other)
+        assert parts(completion(text)) == (1.0, -2.0), other
+    assert parts(completion(GOLD_ANSWER.replace("(1) Emma", "(1)Emma"))) == (1.0, 2.0)
+
+
+def test_first_statement_of_a_name_counts():
+    # a name stated twice: the first "Name is a ..." is the answer (but the count of roles must still match)
+    text = "Emma is a knave, Emma is a knight, Liam is a knave"
+    assert kk.parse_kk_answer(text, ["Emma", "Liam"]) is None  # three roles for two people
+    assert kk.parse_kk_answer("Emma is a knave and Liam is a knight", ["Emma", "Liam"]) == {
+        "Emma": False,
+        "Liam": True,
+    }
+
+
+def test_wrong_name_is_unparseable():
+    bad = GOLD_ANSWER.replace("Olivia", "Oliver")
+    assert parts(completion(bad)) == (1.0, -2.0)
+
+
+def test_empty_answer_is_unparseable():
+    assert parts(completion("   ")) == (1.0, -2.0)
+
+
+def test_prefilled_think_completion_without_opening_tag_is_well_formed():
+    text = completion()[len("<think>") :]
+    assert parts(text, prefilled_think=True) == (1.0, 2.0)
+    # the same text without the pre-fill misses <think>
+    assert parts(text) == (-1.0, -2.0)
+
+
+def test_prefilled_think_completion_that_reopens_think_fails_format():
+    assert parts(completion(), prefilled_think=True) == (-1.0, -2.0)
+
+
+@pytest.mark.parametrize("tag", kk.TAGS[1:])
+def test_prefilled_think_missing_or_duplicated_tag_fails_format(tag):
+    text = completion()[len("<think>") :]
+    assert parts(text.replace(tag, "", 1), prefilled_think=True) == (-1.0, -2.0)
+    assert parts(text + tag, prefilled_think=True) == (-1.0, -2.0)
+
+
+def test_prefilled_think_wrong_order_fails_format():
+    text = f"x<answer>{GOLD_ANSWER}</answer></think>"
+    assert parts(text, prefilled_think=True) == (-1.0, -2.0)
+
+
+def test_prefilled_think_wrong_answer_scores_minus_1_5():
+    text = completion(GOLD_ANSWER.replace("Emma is a knight", "Emma is a knave"))[len("<think>") :]
+    assert parts(text, prefilled_think=True) == (1.0, -1.5)
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"<think>", ["<think>"], {"content": "x"}])
+def test_non_string_completion_scores_the_minimum(bad):
+    assert parts(bad) == (-1.0, -2.0)
+    assert reward(bad) == -3.0
+
+
+def test_gold_may_be_knight_knave_strings_or_numpy_bools():
+    np = pytest.importorskip("numpy")
+    assert kk.kk_reward(completion(), np.array(NAMES), np.array(SOLUTION)) == 3.0
+    assert kk.kk_reward(completion(), NAMES, ["knight", "knave", "knave"]) == 3.0
+
+
+@pytest.mark.parametrize(
+    "names, solution",
+    [(["Emma"], [True, False]), ([], []), (["Emma", "Emma"], [True, True]), (["Emma"], ["maybe"]), ("Emma", [True])],
+)
+def test_malformed_gold_raises_clear_error(names, solution):
+    with pytest.raises((ValueError, TypeError)):
+        kk.kk_reward(completion(), names, solution)
+
+
+# --------------------------------------------------------------------------------------------------
+# TRL adapter
+# --------------------------------------------------------------------------------------------------
+
+
+def test_trl_reward_funcs_score_both_completion_kinds():
+    fmt_fn, ans_fn = kk.make_kk_reward_funcs()
+    assert (fmt_fn.__name__, ans_fn.__name__) == ("kk_format_reward", "kk_answer_reward")
+    texts = [completion(), completion(GOLD_ANSWER.replace("knave", "knight", 1)), "no tags", None]
+    kwargs = dict(names=[NAMES] * 4, solution=[SOLUTION] * 4, trainer_state=None, log_extra=None, log_metric=None)
+    for comps in (texts, [[{"role": "assistant", "content": t}] for t in texts]):
+        f = fmt_fn(prompts=[[]] * 4, completions=comps, completion_ids=None, **kwargs)
+        a = ans_fn(prompts=[[]] * 4, completions=comps, completion_ids=None, **kwargs)
+        assert f == [1.0, 1.0, -1.0, -1.0]
+        assert a == [2.0, -1.5, -2.0, -2.0]
+        assert [x + y for x, y in zip(f, a)] == [reward(t) for t in texts]
+
+
+def test_trl_reward_funcs_prefilled():
+    fmt_fn, ans_fn = kk.make_kk_reward_funcs(prefilled_think=True)
+    text = completion()[len("<think>") :]
+    kwargs = dict(names=[NAMES], solution=[SOLUTION])
+    assert fmt_fn(None, [text], **kwargs) == [1.0] and ans_fn(None, [text], **kwargs) == [2.0]
+
+
+def test_trl_reward_funcs_need_the_dataset_columns():
+    fmt_fn, _ = kk.make_kk_reward_funcs()
+    with pytest.raises(KeyError, match="names"):
+        fmt_fn(None, [completion()])
+    with pytest.raises(ValueError, match="same length"):
+        fmt_fn(None, [completion()], names=[NAMES, NAMES], solution=[SOLUTION, SOLUTION])
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: generator and splits
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return kk.generate_kk(10, seed=0)
+
+
+def test_generated_records_have_the_normalised_fields(generated):
+    assert [r["n_people"] for r in generated] == [3, 4, 5, 6, 7] * 2
+    for r in generated:
+        assert set(r) == {"quiz", "names", "solution", "n_people", "solution_text"}
+        assert len(r["names"]) == len(r["solution"]) == r["n_people"]
+        assert all(isinstance(x, bool) for x in r["solution"]) and all(isinstance(n, str) for n in r["names"])
+        assert r["quiz"].startswith("A very special island is inhabited only by knights and knaves.")
+        assert r["quiz"].endswith("So who is a knight and who is a knave?")
+        assert "Format your answer" not in r["quiz"]
+        assert all(name in r["quiz"] for name in r["names"])
+        assert r["solution_text"] == kk.solution_text(r["names"], r["solution"])
+        # the gold answer scores the maximum
+        assert kk.kk_reward(completion(r["solution_text"]), r["names"], r["solution"]) == 3.0
+
+
+def test_generated_puzzles_have_the_stated_unique_solution(generated):
+    """Re-derive each solution by brute force from reasoning-gym's statements (same random stream)."""
+    import random
+
+    from reasoning_gym.logic.knights_knaves import KKProblemSampler, KnightsKnavesDataset
+
+    counters: dict[int, int] = {}
+    for r in generated[:5]:
+        k = r["n_people"]
+        rng = random.Random(f"trgrpo-kk/gen/0/{k}/{counters.get(k, 0)}")
+        counters[k] = counters.get(k, 0) + 1
+        sampler = KKProblemSampler(rand_seed=rng.randint(0, 2**32), n_people=k)
+        statements = sampler.sample_valid_problems(1)[0]["statements"]
+        assert KnightsKnavesDataset.find_solution(statements) == [tuple(r["solution"])]
+
+
+def test_generation_is_deterministic_by_seed(generated):
+    assert kk.generate_kk(10, seed=0) == generated
+    other = kk.generate_kk(10, seed=1)
+    assert [r["quiz"] for r in other] != [r["quiz"] for r in generated]
+
+
+def test_generation_single_size_and_distinct():
+    recs = kk.generate_kk(12, n_people=2, seed=3)
+    assert {r["n_people"] for r in recs} == {2}
+    assert len({r["quiz"] for r in recs}) == 12
+
+
+@pytest.mark.parametrize("bad", [1, 8, (), (3, 9), "3", True])
+def test_generation_rejects_bad_sizes(bad):
+    with pytest.raises(ValueError):
+        kk.generate_kk(2, n_people=bad)
+
+
+def test_splits_are_disjoint_and_deterministic():
+    train, test = kk.kk_splits(15, 10, n_people=(2, 3), seed=0)
+    assert len(train) == 15 and len(test) == 10
+    assert not {r["quiz"] for r in train} & {r["quiz"] for r in test}
+    assert len({r["quiz"] for r in train}) == 15
+    train2, test2 = kk.kk_splits(15, 10, n_people=(2, 3), seed=0)
+    assert train2 == train and test2 == test
+    # the test split does not move with the size of the train split
+    _, test3 = kk.kk_splits(3, 10, n_people=(2, 3), seed=0)
+    assert test3 == test
+
+
+def test_exclude_skips_given_quizzes(generated):
+    first = kk.generate_kk(2, n_people=3, seed=0)
+    again = kk.generate_kk(2, n_people=3, seed=0, exclude=[first[0]["quiz"]])
+    assert first[0]["quiz"] not in {r["quiz"] for r in again}
+
+
+# --------------------------------------------------------------------------------------------------
+# Loaders (Logic-RL / K-and-K schema)
+# --------------------------------------------------------------------------------------------------
+
+KK_ROWS = [
+    {
+        "quiz": "A very special island ... Zoey said that Oliver is a knight. So who is a knight and who is a knave?",
+        "names": ["Zoey", "Oliver"],
+        "knight_knave": {"knight": "knight", "knave": "knave"},
+        "solution": [True, True],
+        "solution_text": "Zoey is a knight, and Oliver is a knight.",
+        "solution_text_format": "(1) Zoey is a knight\n(2) Oliver is a knight",
+        "cot_head": "Let's think step by step.",
+        "statements": "(('telling-truth', 1), ('telling-truth', 0))",
+        "index": 0,
+    },
+    {
+        "quiz": "A very special island ... three people: Ava, Jack and Mia ...",
+        "names": ["Ava", "Jack", "Mia"],
+        "solution": [False, True, False],
+        "solution_text_format": "(1) Ava is a knave\n(2) Jack is a knight\n(3) Mia is a knave",
+        "index": 1,
+    },
+]
+
+
+def _expected(row):
+    return kk.make_record(row["quiz"], row["names"], row["solution"])
+
+
+def test_load_parquet_in_logic_rl_schema(tmp_path):
+    pd = pytest.importorskip("pandas")
+    path = tmp_path / "test.parquet"
+    pd.DataFrame(KK_ROWS).to_parquet(path)
+    records = kk.load_kk_file(path)
+    assert records == [_expected(r) for r in KK_ROWS]
+    assert all(isinstance(x, bool) for r in records for x in r["solution"])
+    assert kk.load_kk_file(path, n_people=3) == [_expected(KK_ROWS[1])]
+    assert kk.load_kk_file(path, n_people=[2, 8]) == [_expected(KK_ROWS[0])]
+
+
+def test_load_jsonl_in_logic_rl_schema(tmp_path):
+    path = tmp_path / "3ppl.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in KK_ROWS) + "\n")
+    assert kk.load_kk_file(path) == [_expected(r) for r in KK_ROWS]
+
+
+def test_load_without_names_uses_solution_text_format(tmp_path):
+    path = tmp_path / "kk.jsonl"
+    rows = [{"quiz": r["quiz"], "solution_text_format": r["solution_text_format"]} for r in KK_ROWS]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert kk.load_kk_file(path) == [_expected(r) for r in KK_ROWS]
+
+
+def test_load_logic_rl_verl_parquet(tmp_path):
+    pd = pytest.importorskip("pandas")
+    row = KK_ROWS[1]
+    rendered = (
+        "<|im_start|>system\nYou are a helpful assistant. ...<|im_end|>\n<|im_start|>user\n"
+        f"{row['quiz']}\n<|im_end|>\n<|im_start|>assistant\n<think>"
+    )
+    verl = {
+        "data_source": "kk_logic",
+        "prompt": [{"role": "user", "content": rendered}],
+        "ability": "logic",
+        "reward_model": {"style": "rule", "ground_truth": {"solution_text_format": row["solution_text_format"]}},
+        "extra_info": {"split": "test", "index": 0},
+    }
+    path = tmp_path / "verl.parquet"
+    pd.DataFrame([verl]).to_parquet(path)
+    assert kk.load_kk_file(path) == [_expected(row)]
+
+
+def test_loader_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        kk.load_kk_file(tmp_path / "missing.parquet")
+    bad_ext = tmp_path / "kk.csv"
+    bad_ext.write_text("quiz\n")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        kk.load_kk_file(bad_ext)
+    no_gold = tmp_path / "no_gold.jsonl"
+    no_gold.write_text(json.dumps({"quiz": "q"}))
+    with pytest.raises(ValueError, match="row 0"):
+        kk.load_kk_file(no_gold)
+    not_a_dict = tmp_path / "list.json"
+    not_a_dict.write_text(json.dumps([["quiz", "names"]]))
+    with pytest.raises(ValueError, match="row 0: a K&K row is a dict"):
+        kk.load_kk_file(not_a_dict)
+    disagree = tmp_path / "disagree.jsonl"
+    disagree.write_text(json.dumps({**KK_ROWS[0], "solution": [True, False]}))
+    with pytest.raises(ValueError, match="disagrees"):
+        kk.load_kk_file(disagree)
+
+
+def test_hub_loader_offline_error_is_clear(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'K-and-K/knights-and-knaves' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(RuntimeError, match="no network.*load_kk_file"):
+        kk.load_kk_hub(3)
+
+
+def test_hub_loader_reads_the_k_and_k_splits(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake(repo, config, split):
+        calls.append((repo, config, split))
+        return [KK_ROWS[0]] if split == "2ppl" else [KK_ROWS[1]]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    assert kk.load_kk_hub((2, 3), split="test") == [_expected(r) for r in KK_ROWS]
+    assert calls == [(kk.HUB_REPO, "test", "2ppl"), (kk.HUB_REPO, "test", "3ppl")]
+    with pytest.raises(ValueError):
+        kk.load_kk_hub(3, split="validation")
+
+
+# --------------------------------------------------------------------------------------------------
+# Prompt and dataset
+# --------------------------------------------------------------------------------------------------
+
+
+def test_prompt_is_logic_rl_instruct_messages(generated):
+    msgs = kk.kk_prompt(generated[0])
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    system = msgs[0]["content"]
+    for needle in ("<think> </think>", "<answer> </answer>", "(1) Zoey is a knight\n(2) Oliver is a knight"):
+        assert needle in system
+    assert msgs[1]["content"] == generated[0]["quiz"]
+    pre = kk.kk_prompt(generated[0], prefill_think=True)
+    assert pre[:2] == msgs and pre[2] == {"role": "assistant", "content": "<think>"}
+
+
+def test_dataset_columns_for_trl(generated):
+    ds = kk.kk_dataset(generated[:4], prefill_think=True)
+    assert set(ds.column_names) == {"prompt", "names", "solution", "n_people"}
+    assert ds[0]["names"] == generated[0]["names"] and ds[0]["solution"] == generated[0]["solution"]
+    assert ds[0]["prompt"][-1] == {"role": "assistant", "content": "<think>"}
+    # TRL's is_conversational: a list of {"role", "content"} dicts
+    assert all(set(m) == {"role", "content"} for m in ds[0]["prompt"])
+    assert ds["n_people"] == [3, 4, 5, 6]
+
+
+def test_dataset_rendered_with_a_tokenizer_continues_the_prefill(generated, tiny_lm):
+    _, tok = tiny_lm
+    ds = kk.kk_dataset(generated[:2], prefill_think=True, tokenizer=tok)
+    assert isinstance(ds[0]["prompt"], str) and ds[0]["prompt"].endswith("<|im_start|>assistant\n<think>")
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation (Table 1 layout)
+# --------------------------------------------------------------------------------------------------
+
+
+def build_tiny_lm(seed: int = 0):
+    """A tiny random Qwen2 and a byte-level BPE tokenizer trained offline on a few strings."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    torch.set_num_threads(1)
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<|pad|>", "<|eos|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(
+        ["<think> knights and knaves </think> <answer> (1) Emma is a knight </answer>"] * 4, trainer
+    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<|pad|>", eos_token="<|eos|>")
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(cfg), tok
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    return build_tiny_lm()
+
+
+def test_accuracy_of_gold_answers_is_one(monkeypatch, generated):
+    def fake_generate(model, tokenizer, prompts, *, batch_size, max_new_tokens):
+        assert len(prompts) == len(generated) and batch_size == 3
+        by_quiz = {r["quiz"]: r for r in generated}
+        return [completion(by_quiz[p[1]["content"]]["solution_text"]) for p in prompts]
+
+    monkeypatch.setattr(kk, "greedy_generate", fake_generate)
+    res = kk.evaluate_kk(None, None, generated, batch_size=3)
+    assert res["by_n_people"] == {3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}
+    assert res["avg"] == 1.0 and res["overall"] == 1.0 and res["format_rate"] == 1.0 and res["n"] == 10
+
+
+def test_accuracy_layout_by_number_of_people():
+    recs = [kk.make_record("q3a", NAMES, SOLUTION), kk.make_record("q3b", NAMES, SOLUTION)]
+    recs += [kk.make_record(f"q2{i}", ["Ava", "Jack"], [False, True]) for i in range(4)]
+    good3, good2 = completion(), completion("(1) Ava is a knave\n(2) Jack is a knight")
+    comps = [good3, "no tags", good2, completion("(1) Ava is a knight\n(2) Jack is a knight"), "x", "y"]
+    res = kk.kk_accuracy(comps, recs)
+    assert res["by_n_people"] == {2: 0.25, 3: 0.5}
+    assert list(res["by_n_people"]) == [2, 3]
+    assert res["avg"] == pytest.approx(0.375)  # Table 1's Avg.: the mean over sizes
+    assert res["overall"] == pytest.approx(2 / 6)
+    assert res["format_rate"] == pytest.approx(3 / 6)
+    assert res["n_by_n_people"] == {2: 4, 3: 2}
+    with pytest.raises(ValueError):
+        kk.kk_accuracy(comps[:2], recs)
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
+    model, tok = tiny_lm
+    res = kk.evaluate_kk(
+        model, tok, generated[:5], batch_size=2, max_new_tokens=4, prefill_think=prefill, return_completions=True
+    )
+    assert set(res["by_n_people"]) == {3, 4, 5, 6, 7}
+    assert all(0.0 <= v <= 1.0 for v in res["by_n_people"].values())
+    assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5
+    assert len(res["completions"]) == 5 and all(isinstance(c, str) for c in res["completions"])

@@ -1,0 +1,21 @@
+"""Task families of the paper's experiments (Section 4.1, App. B.1): data, prompt, reward, evaluation.
+
+* :mod:`trgrpo.tasks.kk` - Knights & Knaves logic puzzles (App. B.1.1, Table 5 reward, Table 1 evaluation).
+* :mod:`trgrpo.tasks.math` - math with a binary boxed-answer reward (App. B.1.2, Table 2 evaluation).
+* :mod:`trgrpo.tasks.common` - batched generation, the pass@k estimator, file readers.
+
+Submodules load on first attribute access (``trgrpo.tasks.kk``), so importing the package is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["common", "kk", "math"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

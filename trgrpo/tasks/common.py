@@ -1,0 +1,246 @@
+"""Helpers shared by the task families: batched generation, the pass@k estimator, file readers, hub errors.
+
+Evaluation in the paper (Section 4.1, App. B.1) uses greedy decoding (K&K, MATH-500, Minerva,
+OlympiadBench) or k = 16 samples per question, reported as avg@16 and pass@16 (AMC, AIME).
+:func:`generate_completions` covers both; :func:`pass_at_k` is the unbiased estimator
+1 - C(n - c, k) / C(n, k) of Chen et al. (2021).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+Prompt = str | list[dict[str, str]]
+
+
+# --------------------------------------------------------------------------------------------------
+# pass@k (Section 4.1: AIME pass@16) and avg@k
+# --------------------------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: 1 - C(n-c, k) / C(n, k).
+
+    The probability that at least one of ``k`` samples drawn without replacement from the ``n`` is
+    correct. Exact integer binomials (no overflow for large ``n``).
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"pass_at_k: {name} must be an int, got {type(value).__name__}")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k needs n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_pass_at_k(correct: Sequence[Sequence[bool]], k: int) -> float:
+    """pass@k averaged over problems; ``correct[i]`` holds the n >= k sampled verdicts of problem i."""
+    if len(correct) == 0:
+        raise ValueError("mean_pass_at_k needs at least one problem")
+    return sum(pass_at_k(len(row), sum(bool(x) for x in row), k) for row in correct) / len(correct)
+
+
+def mean_avg_at_k(correct: Sequence[Sequence[bool]]) -> float:
+    """avg@k: the mean accuracy over the k samples of each problem, averaged over problems."""
+    if len(correct) == 0 or any(len(row) == 0 for row in correct):
+        raise ValueError("mean_avg_at_k needs at least one problem and one sample per problem")
+    return sum(sum(bool(x) for x in row) / len(row) for row in correct) / len(correct)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batched generation (greedy or sampled), left padding, chat templates
+# --------------------------------------------------------------------------------------------------
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> tuple[str, bool]:
+    """Render one prompt to text; returns (text, templated).
+
+    A string is used as is (the math prompt of App. B.1.2 has no chat template). A list of messages
+    goes through ``tokenizer.apply_chat_template``: with a generation prompt when it ends with a user
+    turn, with ``continue_final_message=True`` when it ends with an assistant turn (the pre-filled
+    ``<think>`` of the Logic-RL prompt).
+    """
+    if isinstance(prompt, str):
+        return prompt, False
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) for m in prompt):
+        raise TypeError("a prompt is a string or a non-empty list of {'role': ..., 'content': ...} messages")
+    prefill = prompt[-1].get("role") == "assistant"
+    text = tokenizer.apply_chat_template(
+        prompt,
+        tokenize=False,
+        add_generation_prompt=not prefill,
+        continue_final_message=prefill,
+    )
+    return text, True
+
+
+def generate_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    *,
+    batch_size: int = 8,
+    max_new_tokens: int = 512,
+    num_return_sequences: int = 1,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **generate_kwargs: Any,
+) -> list[list[str]]:
+    """Generate ``num_return_sequences`` completions per prompt in left-padded batches.
+
+    Greedy by default (``do_sample=False``). Returns one list of decoded completion strings per prompt
+    (special tokens skipped; the prompt, including a pre-filled assistant prefix, is not part of it).
+    ``progress(done, total)`` is called after each batch.
+    """
+    import torch
+
+    if batch_size < 1 or max_new_tokens < 1 or num_return_sequences < 1:
+        raise ValueError("batch_size, max_new_tokens and num_return_sequences must be >= 1")
+    if not do_sample and num_return_sequences > 1:
+        raise ValueError("greedy decoding gives one completion per prompt: set do_sample=True for several")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError("the tokenizer has neither a pad token nor an eos token to pad with")
+    encoded: list[list[int]] = []
+    for prompt in prompts:
+        text, templated = render_prompt(tokenizer, prompt)
+        # a chat template already writes the special tokens it wants (BOS, ...)
+        encoded.append(list(tokenizer(text, add_special_tokens=not templated)["input_ids"]))
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[list[str]] = []
+    try:
+        for start in range(0, len(encoded), batch_size):
+            chunk = encoded[start : start + batch_size]
+            width = max(len(ids) for ids in chunk)
+            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, ids in enumerate(chunk):  # left padding: the last prompt token sits at the same column
+                if ids:
+                    input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                    attention[row, width - len(ids) :] = 1
+            kwargs: dict[str, Any] = dict(
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                num_return_sequences=num_return_sequences,
+                pad_token_id=pad_id,
+            )
+            if do_sample:
+                kwargs.update(temperature=temperature, top_p=top_p)
+            else:  # silence "temperature is set but do_sample=False" from the model's generation config
+                kwargs.update(temperature=None, top_p=None, top_k=None)
+            kwargs.update(generate_kwargs)
+            with torch.no_grad():
+                generated = model.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
+                )
+            texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
+            for row in range(len(chunk)):
+                out.append(texts[row * num_return_sequences : (row + 1) * num_return_sequences])
+            if progress is not None:
+                progress(min(start + batch_size, len(encoded)), len(encoded))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def greedy_generate(
+    model: Any, tokenizer: Any, prompts: Sequence[Prompt], *, batch_size: int = 8, max_new_tokens: int = 512
+) -> list[str]:
+    """One greedy completion per prompt (the evaluation mode of Table 1 and of MATH-500/Minerva/Olympiad)."""
+    rows = generate_completions(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    return [row[0] for row in rows]
+
+
+# --------------------------------------------------------------------------------------------------
+# Local files and the hub
+# --------------------------------------------------------------------------------------------------
+
+
+def read_table(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file as plain dicts (clear errors otherwise)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"no such file: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        import pandas as pd
+
+        return pd.read_parquet(p).to_dict(orient="records")
+    if suffix == ".jsonl":
+        rows = []
+        with p.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
+        return rows
+    if suffix == ".json":
+        with p.open(encoding="utf-8") as fh:
+            data = json.load(fh)
+        if isinstance(data, dict):  # {"data": [...]} or a single record
+            data = next((v for v in data.values() if isinstance(v, list)), [data])
+        return list(data)
+    raise ValueError(f"{p}: unsupported file type {suffix!r} (use .parquet, .jsonl or .json)")
+
+
+def as_list(value: Any) -> list[Any]:
+    """A list from a list, tuple or numpy array (parquet hands arrays back); clear error otherwise."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        out = value.tolist()
+        if isinstance(out, list):
+            return out
+    raise TypeError(f"expected a list, got {type(value).__name__}")
+
+
+def load_from_hub(repo: str, *args: Any, **kwargs: Any) -> Any:
+    """``datasets.load_dataset(repo, ...)`` with a clear error when the hub cannot be reached."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(repo, *args, **kwargs)
+    except Exception as e:  # offline: ConnectionError, OfflineModeIsEnabled, DatasetNotFoundError, ...
+        raise RuntimeError(
+            f"could not load the dataset {repo!r} from the Hugging Face hub ({type(e).__name__}: {e}). "
+            "This machine may have no network (or HF_DATASETS_OFFLINE=1 is set). Download it where the hub "
+            "is reachable and read the file with the local loader (load_kk_file / load_math_file), or use "
+            "the offline generators (generate_kk / generate_math)."
+        ) from e
+
+
+def completion_text(completion: Any) -> Any:
+    """The text of a TRL completion: a string, or the content of the last message of a message list.
+
+    Anything else is returned unchanged (the rewards score it as their minimum)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, (list, tuple)) and completion and isinstance(completion[-1], dict):
+        return completion[-1].get("content")
+    return completion
+
+
+def first_present(row: dict[str, Any], keys: Iterable[str]) -> Any:
+    """The value of the first key of ``keys`` present (and not None) in ``row``, else None."""
+    for key in keys:
+        if key in row and row[key] is not None:
+            return row[key]
+    return None
