@@ -1,0 +1,113 @@
+"""Statistics helpers of trgrpo.analysis against values worked out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from trgrpo import analysis as an
+
+
+def test_mean_std_by_hand():
+    assert an.mean_std([1, 2, 3, 4]) == pytest.approx((2.5, math.sqrt(5 / 3), 4))
+    assert an.mean_std([7.0]) == (7.0, 0.0, 1)
+    m, s, n = an.mean_std([])
+    assert math.isnan(m) and math.isnan(s) and n == 0
+    assert an.mean_std([1.0, float("nan"), 3.0, None]) == pytest.approx((2.0, math.sqrt(2), 2))
+    assert an.fmt_mean_std([1, 2, 3, 4], 2) == "2.50 ± 1.29"
+    assert an.fmt_mean_std([1, 2, 3, 4], 1, n=True) == "2.5 ± 1.3 (n=4)"
+
+
+def test_paired_comparison_by_hand():
+    # differences 1, 2, 3: mean 2, std 1, se 1/sqrt(3), t = 2 sqrt(3) = 3.4641, df 2 -> two-sided p = 0.0742
+    out = an.paired_comparison([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    assert out["n"] == 3 and out["mean_diff"] == pytest.approx(2.0) and out["std_diff"] == pytest.approx(1.0)
+    assert out["t_stat"] == pytest.approx(2 * math.sqrt(3))
+    assert out["p_value"] == pytest.approx(0.07418, abs=1e-4)
+    # t interval: 2 +- t_{0.975,2} (4.3027) / sqrt(3)
+    lo, hi = out["t_ci"]
+    assert lo == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-4) and hi == pytest.approx(
+        2 + 4.302653 / math.sqrt(3), abs=1e-4
+    )
+    blo, bhi = out["boot_ci"]
+    assert 1.0 <= blo <= 2.0 <= bhi <= 3.0
+    assert (out["wins"], out["losses"]) == (3, 0)
+    assert an.fmt_paired(out, 1).startswith("+2.0 [")
+    with pytest.raises(ValueError, match="same length"):
+        an.paired_comparison([1, 2], [1])
+
+
+def test_paired_comparison_degenerate():
+    out = an.paired_comparison([1.0, 1.0], [1.0, 1.0])
+    assert out["mean_diff"] == 0 and out["p_value"] == 1.0 and out["boot_ci"] == (0.0, 0.0)
+    out = an.paired_comparison([2.0, 3.0], [1.0, 2.0])  # a constant shift: no spread, no t-test
+    assert out["mean_diff"] == 1.0 and math.isnan(out["p_value"]) and "p=n/a" in an.fmt_paired(out)
+
+
+def test_bootstrap_ci():
+    assert an.bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
+    lo, hi = an.bootstrap_ci(np.arange(100.0), seed=1)
+    assert 40 < lo < 49.5 < hi < 60  # around the mean 49.5, width ~ 2 * 1.96 * 29 / 10
+    assert an.bootstrap_ci([1.0, 2.0], stat=np.median, n_boot=200) == pytest.approx((1.0, 2.0))
+    with pytest.raises(ValueError, match="level"):
+        an.bootstrap_ci([1.0], level=1.5)
+
+
+def _rec(seed, grad, weight, acc=None, scheme="equal"):
+    hist = [
+        {"step": i + 1, "grad_norm": g, "tr/weight_mean": w, "reward": 0.5}
+        for i, (g, w) in enumerate(zip(grad, weight))
+    ]
+    return {"seed": seed, "scheme": scheme, "history": hist, "final": {"accuracy": acc}}
+
+
+def test_series_stack_band_and_per_mean_weight():
+    a = _rec(0, [2.0, 4.0, 6.0], [1.0, 2.0, 2.0])
+    b = _rec(1, [1.0, 1.0], [1.0, 1.0])
+    s, v = an.grad_norm_per_mean_weight(a)
+    assert s.tolist() == [1, 2, 3] and v.tolist() == [2.0, 2.0, 3.0]
+    steps, m = an.stack([a, b], "grad_norm")
+    assert steps.tolist() == [1, 2, 3]
+    assert m[0].tolist() == [2, 4, 6] and m[1, :2].tolist() == [1, 1] and math.isnan(m[1, 2])
+    med, lo, hi = an.band(m, 0.0, 1.0)
+    assert med.tolist() == [1.5, 2.5, 6.0] and lo.tolist() == [1, 1, 6] and hi.tolist() == [2, 4, 6]
+    steps, m = an.stack([a], an.grad_norm_per_mean_weight)
+    assert m[0].tolist() == [2.0, 2.0, 3.0]
+
+
+def test_trajectory_stats_and_rolling():
+    x = [1.0, 1.2, 0.9, 1.1, 1.0, 0.8, 1.1, 5.0]  # median 1.05, MAD 0.1 -> spike threshold 1.05 + 3 * 0.148
+    st = an.trajectory_stats(x)
+    assert st["spikes"] == 1 and st["mean"] == pytest.approx(sum(x) / 8)
+    assert st["mean_abs_change"] == pytest.approx(np.abs(np.diff(x)).mean())
+    assert st["cv"] == pytest.approx(np.std(x, ddof=1) / np.mean(x))
+    assert an.rolling_mean([1, 2, 3, 4], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+
+
+def test_weighted_norm_spread_and_binned():
+    out = an.weighted_norm_spread([1.0, 2.0, 3.0], [2.0, 1.0, 1.0])  # products 2, 2, 3
+    assert out["mean"] == pytest.approx(7 / 3) and out["mean_weight"] == pytest.approx(4 / 3)
+    assert out["std"] == pytest.approx(np.std([2, 2, 3], ddof=1))
+    assert out["std_per_mean_weight"] == pytest.approx(np.std([2, 2, 3], ddof=1) / (4 / 3))
+    b = an.binned([0.05, 0.06, 0.95], [1.0, 3.0, 5.0], bins=2)
+    assert b["centers"] == [0.25, 0.75] and b["mean"] == [2.0, 5.0] and b["count"] == [2, 1]
+
+
+def test_comparison_table_pairs_by_seed():
+    groups = an.group_by(
+        [
+            _rec(0, [1], [1], 0.5),
+            _rec(1, [1], [1], 0.6),
+            _rec(2, [1], [1], 0.7),
+            _rec(0, [1], [1], 0.6, "tr"),
+            _rec(1, [1], [1], 0.8, "tr"),
+        ],
+        key=lambda r: r["scheme"],
+    )
+    rows = an.comparison_table(groups, {"acc": an.final_metric}, compare="acc", digits=2, order=["equal", "tr"])
+    assert rows[0] == {"run": "equal", "n": 3, "acc": "0.60 ± 0.10"}
+    assert rows[1]["n"] == 2 and rows[1]["acc"] == "0.70 ± 0.14"
+    assert rows[1]["Δ acc vs equal [95% CI]"].startswith("+0.15 [")  # seeds 0, 1 only: (0.1 + 0.2) / 2
+    t, c, seeds = an.paired_by_seed(groups["tr"], groups["equal"], an.final_metric)
+    assert seeds == [0, 1] and t == [0.6, 0.8] and c == [0.5, 0.6]
+    assert an.history_mean(groups["tr"][0], "reward") == 0.5

@@ -1,0 +1,270 @@
+"""Statistics over run records: mean +- std across seeds, paired tests and bootstrap intervals against GRPO,
+step trajectories, gradient-norm summaries (Figure 3, Table 4 and Table 7 analogs). A flat module of functions.
+
+A run record is the dict :func:`trgrpo.experiment.run` writes: ``history`` holds one dict per optimizer
+step (``reward``, ``grad_norm``, ``tr/weight_mean``, ...), ``final`` the held-out evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """(mean, sample std with ddof=1 -- 0 for a single value, n); NaNs are dropped."""
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0:
+        return math.nan, math.nan, 0
+    return float(x.mean()), float(x.std(ddof=1)) if n > 1 else 0.0, n
+
+
+def fmt_mean_std(values: Iterable[float], digits: int = 2, n: bool = False) -> str:
+    """``"0.81 ± 0.03"`` (with ``" (n=5)"`` when ``n``)."""
+    m, s, k = mean_std(values)
+    if k == 0:
+        return "–"
+    out = f"{m:.{digits}f} ± {s:.{digits}f}"
+    return out + f" (n={k})" if n else out
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    stat: Callable[[np.ndarray], float] = np.mean,
+    n_boot: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``stat`` (resampling ``values`` with replacement)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))
+    boots = np.apply_along_axis(stat, 1, x[idx]) if stat is not np.mean else x[idx].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
+
+
+def paired_comparison(
+    treatment: Sequence[float],
+    control: Sequence[float],
+    *,
+    level: float = 0.95,
+    n_boot: int = 10_000,
+    seed: int = 0,
+) -> dict:
+    """Treatment minus control, paired by position (same seed, same warm start): mean difference, its std,
+    a t interval and the paired t-test p-value, a percentile-bootstrap interval, and the sign count."""
+    from scipy import stats
+
+    a = np.asarray(treatment, dtype=float)
+    b = np.asarray(control, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples must have the same length, got {a.size} and {b.size}")
+    d = a - b
+    n = int(d.size)
+    out = {"n": n, "mean_diff": float(d.mean()) if n else math.nan, "std_diff": float(d.std(ddof=1)) if n > 1 else 0.0}
+    if n > 1 and out["std_diff"] > 0:
+        se = out["std_diff"] / math.sqrt(n)
+        q = stats.t.ppf(0.5 + level / 2, n - 1)
+        out["t_ci"] = (out["mean_diff"] - q * se, out["mean_diff"] + q * se)
+        out["t_stat"] = out["mean_diff"] / se
+        out["p_value"] = float(2 * stats.t.sf(abs(out["t_stat"]), n - 1))
+    else:
+        out["t_ci"] = (out["mean_diff"], out["mean_diff"])
+        out["t_stat"] = math.nan
+        # no spread in the differences: identical runs (p = 1) or a constant shift the t-test cannot judge
+        out["p_value"] = 1.0 if n >= 2 and out["mean_diff"] == 0 else math.nan
+    out["boot_ci"] = bootstrap_ci(d, n_boot=n_boot, level=level, seed=seed)
+    out["wins"] = int((d > 0).sum())
+    out["losses"] = int((d < 0).sum())
+    return out
+
+
+def fmt_paired(cmp: dict, digits: int = 3) -> str:
+    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_comparison`."""
+    lo, hi = cmp["boot_ci"]
+    p = cmp["p_value"]
+    ptxt = "p=n/a" if p is None or not math.isfinite(p) else f"p={p:.2g}"
+    return f"{cmp['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({cmp['wins']}/{cmp['n']} up)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Trajectories
+
+
+def series(record: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of ``key`` over a record's history (steps where it is missing are left out)."""
+    rows = [(h["step"], h[key]) for h in record.get("history", []) if h.get(key) is not None and "step" in h]
+    if not rows:
+        return np.zeros(0), np.zeros(0)
+    s, v = zip(*rows)
+    return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+
+
+def grad_norm_per_mean_weight(record: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, grad_norm / tr/weight_mean): the gradient norm with the weight's overall scale divided out, so
+    schemes compare on how the weight redistributes the gradient over tokens, not on its mean (Eq. 13)."""
+    s, g = series(record, "grad_norm")
+    s2, w = series(record, "tr/weight_mean")
+    if s.size == 0 or s2.size == 0:
+        return s, g
+    wmap = dict(zip(s2.tolist(), w.tolist()))
+    return s, np.asarray([gi / wmap.get(si, math.nan) for si, gi in zip(s.tolist(), g.tolist())])
+
+
+def stack(records: Sequence[dict], key: str | Callable[[dict], tuple[np.ndarray, np.ndarray]]) -> tuple:
+    """(steps, matrix runs x steps) of a history key (or a function of a record returning (steps, values)),
+    aligned on the union of steps with NaN where a run lacks a step."""
+    get = key if callable(key) else (lambda r: series(r, key))
+    pairs = [get(r) for r in records]
+    steps = np.asarray(sorted({float(s) for st, _ in pairs for s in st}))
+    pos = {s: i for i, s in enumerate(steps.tolist())}
+    m = np.full((len(records), steps.size), np.nan)
+    for i, (st, v) in enumerate(pairs):
+        for s, x in zip(st.tolist(), v.tolist()):
+            m[i, pos[float(s)]] = x
+    return steps, m
+
+
+def band(matrix: np.ndarray, lo: float = 0.25, hi: float = 0.75) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Median and the (lo, hi) quantiles across runs (rows), per step, ignoring NaN."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(matrix, 0), np.nanquantile(matrix, lo, 0), np.nanquantile(matrix, hi, 0)
+
+
+def rolling_mean(x: Sequence[float], window: int) -> np.ndarray:
+    """Trailing moving average (the first values average what is there)."""
+    x = np.asarray(x, dtype=float)
+    if window <= 1 or x.size == 0:
+        return x
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    out = np.empty_like(x)
+    for i in range(x.size):
+        j = max(0, i + 1 - window)
+        out[i] = (c[i + 1] - c[j]) / (i + 1 - j)
+    return out
+
+
+def trajectory_stats(values: Sequence[float], *, spike_k: float = 3.0) -> dict:
+    """Mean, std and coefficient of variation over steps, mean absolute step-to-step change, and spikes:
+    steps above median + ``spike_k`` x MAD (the "fewer spikes" of Figure 3)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"mean": math.nan, "std": math.nan, "cv": math.nan, "mean_abs_change": math.nan, "spikes": 0}
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med))) * 1.4826
+    return {
+        "mean": float(x.mean()),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "cv": float(x.std(ddof=1) / x.mean()) if x.size > 1 and x.mean() != 0 else math.nan,
+        "mean_abs_change": float(np.abs(np.diff(x)).mean()) if x.size > 1 else 0.0,
+        "spikes": int((x > med + spike_k * mad).sum()) if mad > 0 else 0,
+    }
+
+
+def weighted_norm_spread(grad_norms: Sequence[float], weights: Sequence[float]) -> dict:
+    """Spread of per-token ||g_t|| = w_t ||grad log pi(o_t)|| (Eq. 13 with |gamma| = 1): mean, std and coefficient
+    of variation, raw and with the mean weight divided out (Theorem 3.2: w (1 - p) varies less)."""
+    g = np.asarray(grad_norms, dtype=float) * np.asarray(weights, dtype=float)
+    wm = float(np.mean(weights))
+    return {
+        "mean": float(g.mean()),
+        "std": float(g.std(ddof=1)) if g.size > 1 else 0.0,
+        "cv": float(g.std(ddof=1) / g.mean()) if g.size > 1 and g.mean() != 0 else math.nan,
+        "mean_weight": wm,
+        "std_per_mean_weight": float(g.std(ddof=1) / wm) if g.size > 1 else 0.0,
+    }
+
+
+def binned(x: Sequence[float], y: Sequence[float], bins: int | Sequence[float] = 10) -> dict:
+    """Mean, std and count of ``y`` in bins of ``x`` (equal-width on [0, 1] by default)."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    edges = np.linspace(0, 1, bins + 1) if isinstance(bins, int) else np.asarray(bins, dtype=float)
+    idx = np.clip(np.digitize(x, edges[1:-1]), 0, edges.size - 2)
+    out = {"centers": [], "mean": [], "std": [], "count": []}
+    for k in range(edges.size - 1):
+        sel = y[idx == k]
+        if sel.size == 0:
+            continue
+        out["centers"].append(float((edges[k] + edges[k + 1]) / 2))
+        out["mean"].append(float(sel.mean()))
+        out["std"].append(float(sel.std()) if sel.size > 1 else 0.0)
+        out["count"].append(int(sel.size))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables
+
+
+def group_by(records: Iterable[dict], key: Callable[[dict], str]) -> dict[str, list[dict]]:
+    """Records grouped by ``key(record)``, each group sorted by seed."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        out[key(r)].append(r)
+    return {k: sorted(v, key=lambda r: r.get("seed", 0)) for k, v in out.items()}
+
+
+def final_metric(record: dict, key: str = "accuracy") -> float:
+    """``record["final"][key]`` (NaN when missing)."""
+    v = (record.get("final") or {}).get(key)
+    return math.nan if v is None else float(v)
+
+
+def history_mean(record: dict, key: str, *, last: int | None = None) -> float:
+    """Mean of a history key over all steps (or the ``last`` steps)."""
+    _, v = series(record, key)
+    if last:
+        v = v[-last:]
+    return float(np.nanmean(v)) if v.size else math.nan
+
+
+def paired_by_seed(treatment: Sequence[dict], control: Sequence[dict], value: Callable[[dict], float]) -> tuple:
+    """Values of the runs whose seed appears in both lists, aligned by seed: (treatment, control, seeds)."""
+    c = {r["seed"]: value(r) for r in control}
+    seeds = sorted(s for s in {r["seed"] for r in treatment} if s in c)
+    t = {r["seed"]: value(r) for r in treatment}
+    return [t[s] for s in seeds], [c[s] for s in seeds], seeds
+
+
+def comparison_table(
+    groups: dict[str, list[dict]],
+    metrics: dict[str, Callable[[dict], float]],
+    *,
+    baseline: str = "equal",
+    compare: str | None = None,
+    digits: int = 3,
+    order: Sequence[str] | None = None,
+) -> list[dict]:
+    """Rows ``{"run": label, "n": n, metric: "m ± s", ...}`` plus, for ``compare`` (a metric name), the paired
+    difference against ``baseline`` (same seeds) with its bootstrap interval and t-test p-value."""
+    rows = []
+    labels = list(order) if order else list(groups)
+    for label in labels:
+        runs = groups.get(label, [])
+        if not runs:
+            continue
+        row = {"run": label, "n": len(runs)}
+        for name, fn in metrics.items():
+            row[name] = fmt_mean_std([fn(r) for r in runs], digits)
+        if compare is not None and label != baseline and baseline in groups:
+            t, c, _ = paired_by_seed(runs, groups[baseline], metrics[compare])
+            if len(t) >= 2:
+                row[f"Δ {compare} vs {baseline} [95% CI]"] = fmt_paired(paired_comparison(t, c), digits)
+        rows.append(row)
+    return rows
