@@ -457,6 +457,11 @@ def run(
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+    if not verbose:  # transformers prints every step's log dict otherwise
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
     initial = None
     if spec.eval_before and spec.n_eval > 0:
         initial = _evaluate(trainer, tokenizer, task, eval_records, spec)

@@ -179,7 +179,7 @@ def tr_grpo_loss(
     if float(n_valid) <= 0:
         raise ValueError("mask selects no token (all zeros): the loss of Eq. 5 would divide by zero")
     valid = mask > 0
-    if bool((weights[valid] <= 0).any()):
+    if bool(((weights <= 0) & valid).any()):  # no boolean indexing (nonzero + gather)
         raise ValueError("weights must be > 0 on valid tokens (Eq. 10 takes log w)")
 
     ratio = torch.exp(logps - old_logps)  # r_{i,t}(theta)
@@ -213,26 +213,43 @@ def loss_metrics(
     kl: torch.Tensor | None = None,
     upper: float | None = None,
 ) -> dict[str, float]:
-    """Weight statistics and the share of tokens that get no policy gradient, split by sign of A."""
-    w = weights[valid].float()
-    adv = advantages[valid]
-    zero = zero_gradient_mask(ratio, advantages, weights, eps_low, eps_high, placement)[valid]
-    pos, neg = adv > 0, adv < 0
+    """Weight statistics and the share of tokens that get no policy gradient, split by sign of A.
 
-    def frac(sel: torch.Tensor, of: torch.Tensor) -> float:
-        n = int(of.sum())
-        return float((sel & of).sum()) / n if n else 0.0
-
+    Masked reductions (no boolean indexing) gathered into one tensor: one host sync on a GPU.
+    """
+    w = weights.float()
+    n = valid.sum()
+    zero = zero_gradient_mask(ratio, advantages, weights, eps_low, eps_high, placement) & valid
+    pos, neg = (advantages > 0) & valid, (advantages < 0) & valid
+    mean = torch.where(valid, w, 0.0).sum() / n
+    var = torch.where(valid, (w - mean).square(), 0.0).sum() / (n - 1).clamp(min=1)
+    stats = [
+        mean,
+        torch.where(valid, w, float("inf")).amin(),
+        torch.where(valid, w, float("-inf")).amax(),
+        var.sqrt(),
+        zero.sum() / n,
+        (zero & pos).sum(),
+        pos.sum(),
+        (zero & neg).sum(),
+        neg.sum(),
+        torch.where(valid, kl.float(), 0.0).sum() / n if kl is not None else torch.zeros((), device=w.device),
+        (valid & (w >= upper - 1e-6)).sum() / n if upper is not None else torch.zeros((), device=w.device),
+        n,
+    ]
+    (mean, wmin, wmax, std, zero_frac, zp, np_, zn, nn, kl_mean, at_upper, count) = (
+        torch.stack([s.to(torch.float64) for s in stats]).tolist()
+    )
     m = {
-        "weight_mean": float(w.mean()),
-        "weight_min": float(w.min()),
-        "weight_max": float(w.max()),
-        "weight_std": float(w.std()) if w.numel() > 1 else 0.0,
-        "zero_grad_frac": float(zero.float().mean()),
-        "zero_grad_frac_pos_adv": frac(zero, pos),
-        "zero_grad_frac_neg_adv": frac(zero, neg),
-        "kl_mean": float(kl[valid].float().mean()) if kl is not None else 0.0,
+        "weight_mean": mean,
+        "weight_min": wmin,
+        "weight_max": wmax,
+        "weight_std": std if count > 1 else 0.0,
+        "zero_grad_frac": zero_frac,
+        "zero_grad_frac_pos_adv": zp / np_ if np_ else 0.0,
+        "zero_grad_frac_neg_adv": zn / nn if nn else 0.0,
+        "kl_mean": kl_mean,
     }
     if upper is not None:
-        m["weight_at_upper"] = float((w >= upper - 1e-6).float().mean())
+        m["weight_at_upper"] = at_upper
     return m

@@ -107,8 +107,9 @@ def _check_probs(probs: torch.Tensor) -> None:
         raise TypeError(f"probs must be a floating-point tensor, got dtype {probs.dtype}")
     if probs.numel() == 0:
         return
-    bad = ~((probs >= 0) & (probs <= 1))  # also catches NaN
-    if bool(bad.any()):
+    lo, hi = torch.aminmax(probs.detach())  # one pass, one host sync; NaN propagates and fails the test
+    if not bool((lo >= 0) & (hi <= 1)):
+        bad = ~((probs >= 0) & (probs <= 1))  # also catches NaN
         first = probs[bad].flatten()[0].item()
         raise ValueError(
             f"probs must lie in [0, 1] (token probabilities); found {int(bad.sum())} value(s) outside, e.g. {first}"
@@ -127,8 +128,8 @@ def tr_weight(
 ) -> torch.Tensor:
     """Eq. 11 on already-validated inputs: clip(alpha * (sigmoid(tau-scaled p) - mu), L, U)."""
     p = probs.detach()  # sg[.] in Eq. 11
-    z = p * tau if tau_mode == "scale" else p / tau
-    return (alpha * (torch.sigmoid(z) - mu)).clamp(lower, upper)
+    z = p * tau if tau_mode == "scale" else p / tau  # a new tensor: the in-place ops below stay local
+    return z.sigmoid_().sub_(mu).mul_(alpha).clamp_(lower, upper)
 
 
 def token_weights(
