@@ -167,3 +167,11 @@ def test_summaries():
     assert bench.summarize([3.0, 1.0, 2.0])["median"] == 2.0
     r = bench.paired_ratios([2.0, 3.0], [1.0, 3.0])
     assert (r["min"], r["max"], r["n"]) == (1.0, 2.0, 2)
+
+
+def test_readme_cost_table_is_generated_from_the_committed_json():
+    from trgrpo.bench import README, README_END, README_START, RESULTS_DIR, readme_table
+
+    text = README.read_text()
+    block = text.split(README_START, 1)[1].split(README_END, 1)[0]
+    assert block.strip() == readme_table(RESULTS_DIR).strip(), "run: python -m trgrpo.bench --table"
