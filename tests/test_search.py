@@ -1,0 +1,264 @@
+"""Agentic search (Section 4.1, App. B.1.3, Eq. 14): corpus, retriever, reward, tool errors, tool masking."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from trgrpo.tasks import search as S
+from trgrpo.tasks.search_data import load_qa, make_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return make_corpus(0)
+
+
+@pytest.fixture(scope="module")
+def tool(corpus):
+    return S.make_search_tool(S.make_retriever("bm25", corpus.passages), top_k=2)
+
+
+def test_corpus_is_deterministic_by_seed():
+    a, b, c = make_corpus(3), make_corpus(3), make_corpus(4)
+    assert a.fingerprint() == b.fingerprint() and a.passages == b.passages and a.questions == b.questions
+    assert a.fingerprint() != c.fingerprint()
+    types = {q["type"] for q in a.questions["test"]}
+    assert types == {"one-hop", "two-hop", "comparison"}
+    for q in a.questions["test"] + a.questions["train"]:  # the answer is written in the gold passages
+        gold_text = " ".join(a.passage(pid)["title"] + " " + a.passage(pid)["text"] for pid in q["gold_ids"])
+        assert q["answers"][0] in gold_text
+    # test questions are about people and organisations no train question names
+    train_text = " ".join(q["question"] for q in a.questions["train"])
+    for q in a.questions["test"]:
+        if q["type"] == "one-hop":
+            assert a.passage(q["gold_ids"][0])["title"] not in train_text
+
+
+def test_bm25_finds_the_gold_passage_of_one_hop_questions(corpus):
+    retriever = S.make_retriever("bm25", corpus.passages)
+    one_hop = [q for q in corpus.questions["test"] if q["type"] == "one-hop"]
+    r1 = S.recall_at_k(retriever, one_hop, k=1)
+    print(f"BM25 recall@1 on {len(one_hop)} generated one-hop questions (question text as query): {r1:.3f}")
+    assert r1 >= 0.9
+    assert S.recall_at_k(retriever, one_hop, k=1, query="scripted") >= 0.9
+
+
+def test_reward_follows_eq14():
+    gold = [["Kelmouth"]] * 3
+    exact = "<answer>Kelmouth</answer>"
+    normalised = "<answer> The  kelmouth! </answer>"  # case, article, punctuation, whitespace
+    wrong = "<answer>Roves</answer>"
+    assert S.search_reward([exact, normalised, wrong], answers=gold) == [1.0, 1.0, -1.0]
+    # the last answer counts; no answer is wrong
+    assert S.search_reward(["<answer>Roves</answer> <answer>Kelmouth</answer>", "Kelmouth"], [["Kelmouth"]] * 2) == [
+        1.0,
+        -1.0,
+    ]
+    # tool conversations: only the model's own turns count, not a retrieved passage
+    convo = [
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "search"}}]},
+        {"role": "tool", "name": "search", "content": "<answer>Kelmouth</answer>"},
+        {"role": "assistant", "content": "<answer>Kelmouth</answer>"},
+    ]
+    assert S.search_reward([convo, convo[:2]], answers=gold[:2]) == [1.0, -1.0]
+    # never raises, whatever arrives
+    weird = [None, 17, {"content": None}, [None, "x"], "<answer>", "\x00<answer>\ud800</answer>", b"<answer>x</answer>"]
+    assert S.search_reward(weird, answers=[None, 3, ["a"], [], "x", ["\ud800"], ["x"]]) == [-1.0] * 5 + [1.0, -1.0]
+    assert S.search_reward(["<answer>1817</answer>"], answers=[[1817]]) == [1.0]
+    assert S.normalize_answer("The Kobrafeir Guild.") == "kobrafeir guild"
+
+
+def test_malformed_tool_calls_get_a_clear_error_message(tool, tiny_model_dir):
+    assert tool(q="x").startswith("Error: search takes one argument, 'query'")
+    assert tool(query="  ").startswith("Error: search needs a non-empty 'query' string")
+    assert "Doc 1 (Title:" in tool(query="anything at all about a city")
+    from transformers import AutoTokenizer
+
+    tok = S.prepare_tokenizer(AutoTokenizer.from_pretrained(tiny_model_dir))
+    prefix = tok.apply_chat_template(S.search_messages("Who?"), tools=[tool], add_generation_prompt=True)
+    bad = tok('<tool_call>\n{"name": "search", "arguments": {"query": "Roves"\n</tool_call><|im_end|>')["input_ids"]
+    parsed = tok.parse_response(bad, prefix=prefix, tools=[tool])
+    fn = parsed["tool_calls"][0]["function"]
+    assert fn["name"] == "search" and S.MALFORMED_KEY in fn["arguments"]
+    assert tool(**fn["arguments"]).startswith("Error: could not parse the tool call")
+    good = tok(S.tool_call_text("Roves") + "<|im_end|>")["input_ids"]
+    assert tok.parse_response(good, prefix=prefix, tools=[tool])["tool_calls"][0]["function"]["arguments"] == {
+        "query": "Roves"
+    }
+
+
+def _scripted_generate(trainer, tok, answers_by_question):
+    """Replace the model's sampling by scripted turns: a good call, a malformed call, or a direct answer."""
+    calls = {"n": 0}
+
+    def fake(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        out = []
+        for i, ids in enumerate(prompt_ids):
+            text = tok.decode(ids)
+            question = text.rsplit("Question: ", 1)[1].split("<|im_end|>")[0]
+            answer = answers_by_question[question]
+            if "<tool_response>" in text:
+                reply = f"<answer>{answer}</answer>"
+            elif i % 3 == 0:
+                reply = S.tool_call_text(question)
+            elif i % 3 == 1:
+                reply = '<tool_call>\n{"name": "search", "arguments": {"query": \n</tool_call>'
+            else:
+                reply = "<answer>no idea</answer>"
+            out.append(tok(reply + tok.eos_token, add_special_tokens=False)["input_ids"])
+        calls["n"] += 1
+        return out, None
+
+    trainer._generate_single_turn = fake
+    return calls
+
+
+def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, monkeypatch):
+    import trgrpo.trainer as trainer_module
+
+    records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
+    trainer = S.make_search_trainer(
+        tiny_model_dir,
+        records,
+        tool,
+        output_dir=tmp_path,
+        steps=1,
+        prompts_per_step=2,
+        num_generations=3,
+        max_completion_length=300,
+        max_tool_calls=2,
+        learning_rate=1e-3,
+        template="compact",
+    )
+    tok = trainer.processing_class
+    _scripted_generate(trainer, tok, {q["question"]: q["answers"][0] for q in records})
+
+    seen = {}
+    original_loss = trainer_module.tr_grpo_loss
+
+    def spy(per_token_logps, old, advantages, mask, weights, **kw):
+        out = original_loss(per_token_logps, old, advantages, mask, weights, **kw)
+        # Changing the log-probs of masked (tool) tokens changes nothing: they are out of the loss.
+        shifted = per_token_logps + (1 - mask) * 3.0
+        again = original_loss(shifted, old, advantages, mask, weights, **kw)
+        seen.update(mask=mask.detach().clone(), loss=out.loss.detach(), loss_shifted=again.loss.detach())
+        return out
+
+    monkeypatch.setattr(trainer_module, "tr_grpo_loss", spy)
+    original_gen = trainer._generate_and_score_completions
+
+    def keep_inputs(inputs):
+        batch = original_gen(inputs)
+        seen["batch"] = batch
+        return batch
+
+    trainer._generate_and_score_completions = keep_inputs
+    trainer.train()
+
+    batch, mask = seen["batch"], seen["mask"]
+    assert "tool_mask" in batch
+    expected = (batch["completion_mask"] * batch["tool_mask"]).to(mask.dtype)
+    # TRL shuffles the generation batch before the loss: compare the rows as a multiset.
+    assert sorted(map(tuple, mask.tolist())) == sorted(map(tuple, expected.tolist()))
+    assert (mask == 0).logical_and(batch["completion_mask"] == 1).any(), "no tool token reached the loss mask"
+    assert torch.equal(seen["loss"], seen["loss_shifted"])
+    assert not math.isclose(float(seen["loss"]), 0.0)
+    malformed = 0
+    for ids, cm, tm in zip(batch["completion_ids"], batch["completion_mask"], batch["tool_mask"]):
+        tool_text = tok.decode([t for t, c, m in zip(ids.tolist(), cm.tolist(), tm.tolist()) if c and not m])
+        model_text = tok.decode([t for t, c, m in zip(ids.tolist(), cm.tolist(), tm.tolist()) if c and m])
+        assert "<tool_response>" not in model_text and "Doc 1" not in model_text
+        if tool_text:
+            assert "<tool_response>" in tool_text
+            malformed += "Error: could not parse the tool call" in tool_text
+    assert malformed >= 1  # the malformed calls got an error message and their rollouts went on
+    rewards = [h for h in trainer.state.log_history if "reward" in h][0]
+    assert -1.0 < rewards["reward"] < 1.0
+
+    # The warm start lays out a trajectory exactly as TRL's tool loop does (tool suffix tokens).
+    turns = S.scripted_turns(records[0], tool)
+    ids, own = S.encode_trajectory(tok, S.search_messages(records[0]["question"]), turns, [tool])
+    suffix = trainer._get_tool_suffix_ids([turns[1]])
+    text_ids = tok.apply_chat_template(
+        S.search_messages(records[0]["question"]), tools=[tool], add_generation_prompt=True, return_dict=False
+    )
+    call = tok(S.tool_call_text(records[0]["queries"][0]) + tok.eos_token, add_special_tokens=False)["input_ids"]
+    assert ids[: len(text_ids) + len(call) + len(suffix)] == list(text_ids) + call + list(suffix)
+    assert own[: len(text_ids)] == [0] * len(text_ids) and own[len(text_ids) : len(text_ids) + len(call)] == [1] * len(
+        call
+    )
+
+
+def test_word_tokenizer_round_trips_and_renders_tool_calls(corpus, tool):
+    texts = S.corpus_texts(corpus, tool)[:200]
+    tok = S.build_word_tokenizer(texts)
+    for t in texts[:50]:
+        assert tok.decode(tok(t, add_special_tokens=False)["input_ids"]) == t
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    assert supports_tool_calling(tok) and is_chat_template_prefix_preserving(tok)
+
+
+def test_dense_retriever_with_a_stand_in_encoder(corpus, tmp_path):
+    pytest.importorskip("faiss")
+    import numpy as np
+
+    def bag_of_words(texts):  # a deterministic stand-in for MiniLM (fast, offline)
+        out = np.zeros((len(texts), 512), dtype="float32")
+        for i, t in enumerate(texts):
+            for w in S.normalize_answer(t).split():
+                out[i, sum(map(ord, w)) * 2654435761 % 512] += 1.0
+        return out
+
+    dense = S.DenseRetriever(corpus.passages, encoder=bag_of_words, encoder_name="bow", cache_dir=tmp_path)
+    assert dense.embeddings_path.exists()
+    one_hop = [q for q in corpus.questions["test"] if q["type"] == "one-hop"]
+    assert S.recall_at_k(dense, one_hop, k=3, query="scripted") >= 0.8
+    encoded = []
+    counting = lambda texts: encoded.extend(texts) or bag_of_words(texts)  # noqa: E731
+    again = S.DenseRetriever(corpus.passages, encoder=counting, encoder_name="bow", cache_dir=tmp_path)
+    assert encoded == []  # passage embeddings came from the disk cache
+    assert again.search(one_hop[0]["queries"][0], 1)[0]["id"] == one_hop[0]["gold_ids"][0]
+
+
+def test_qa_loaders_read_search_r1_and_flashrag_files(tmp_path, monkeypatch):
+    import pandas as pd
+
+    rows = [{"id": "1", "question": "who wrote x?", "golden_answers": ["Ann", "Anne"], "metadata": {}}]
+    (tmp_path / "nq").mkdir()
+    (tmp_path / "nq" / "test.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    recs = load_qa("nq", path=tmp_path)
+    assert recs[0]["answers"] == ["Ann", "Anne"] and recs[0]["type"] == "nq"
+    merged = pd.DataFrame(
+        [
+            {"question": "q1", "data_source": "hotpotqa", "reward_model": {"ground_truth": {"target": ["a"]}}},
+            {"question": "q2", "data_source": "bamboogle", "reward_model": {"ground_truth": {"target": ["b"]}}},
+        ]
+    )
+    merged.to_parquet(tmp_path / "test.parquet")
+    assert [r["answers"] for r in load_qa("bamboogle", path=tmp_path / "test.parquet")] == [["b"]]
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="offline|OFFLINE"):
+        load_qa("popqa")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_qa("squad", path=tmp_path)
+
+
+def test_table3_layout():
+    synthetic = S.table3([{"method": "GRPO", "em_by_type": {"one-hop": 0.5, "two-hop": 0.25, "comparison": 0.0}}])
+    assert list(synthetic.columns.get_level_values(1)) == ["one-hop", "two-hop", "comparison", "Avg."]
+    assert synthetic.iloc[0, -1] == 25.0
+    real = S.table3([{"method": "TR-GRPO", "em_by_type": {"nq": 0.418, "bamboogle": 0.08}}])
+    assert list(real.columns.get_level_values(1)) == [
+        "NQ",
+        "TriviaQA",
+        "PopQA",
+        "HQA",
+        "2Wiki",
+        "Musique",
+        "Bamboogle",
+        "Avg.",
+    ]
+    assert real.iloc[0, -1] == pytest.approx(24.9)

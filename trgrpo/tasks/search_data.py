@@ -1,0 +1,477 @@
+"""Data for the agentic search task (paper Section 4.1 "agentic", App. B.1.3, Table 3).
+
+Two sources:
+
+* :func:`make_corpus` - an offline, seeded encyclopedia of *fictional* people, cities, countries and
+  organisations written as short Wikipedia-like passages, with questions whose answers no model can know
+  without searching: one-hop questions (the analog of Table 3's General QA: NQ, TriviaQA, PopQA), two-hop
+  bridge questions and comparison questions (the analog of Multi-hop QA: HotpotQA, 2Wiki, MuSiQue,
+  Bamboogle). Every question carries its answers, its gold passages and the search queries of a scripted
+  solution (used by the warm start). The same seed gives the same corpus, byte for byte.
+* :func:`load_qa` - the seven real QA sets of Table 3 in the Search-R1 / FlashRAG format, from a local
+  parquet/jsonl file or from the hub where one is reachable (a clear error offline).
+
+A question record is a plain dict: ``id``, ``question``, ``answers`` (list), ``type`` (``one-hop``,
+``two-hop``, ``comparison``, or the dataset's own), ``dataset``, ``gold_ids`` (passage ids),
+``queries`` (scripted search queries, one per hop).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
+# Table 3's columns: the generated types stand in for its two groups.
+GENERAL_QA = ("nq", "triviaqa", "popqa")
+MULTI_HOP_QA = ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+TABLE3_DATASETS = GENERAL_QA + MULTI_HOP_QA
+TABLE3_LABELS = {
+    "nq": "NQ",
+    "triviaqa": "TriviaQA",
+    "popqa": "PopQA",
+    "hotpotqa": "HQA",
+    "2wikimultihopqa": "2Wiki",
+    "musique": "Musique",
+    "bamboogle": "Bamboogle",
+}
+# Search-R1 (Jin et al., 2025) evaluates on the FlashRAG copies of the seven sets: test split where one
+# exists, dev otherwise (its scripts/data_process/qa_search_test_merge.py).
+FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
+FLASHRAG_SPLIT = {
+    "nq": "test",
+    "triviaqa": "test",
+    "popqa": "test",
+    "hotpotqa": "dev",
+    "2wikimultihopqa": "dev",
+    "musique": "dev",
+    "bamboogle": "test",
+}
+SEARCHR1_TRAIN_REPO = "PeterJinGo/nq_hotpotqa_train"  # Search-R1's training mix (NQ + HotpotQA)
+DATASET_ALIASES = {"hqa": "hotpotqa", "2wiki": "2wikimultihopqa", "tqa": "triviaqa"}
+
+# ---------------------------------------------------------------------------------------------------------------
+# The generated encyclopedia
+
+_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st", "th"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
+_CODAS = ["", "", "n", "r", "l", "s", "th", "nd", "rk", "m"]
+OCCUPATIONS = [
+    "painter",
+    "astronomer",
+    "engineer",
+    "poet",
+    "botanist",
+    "architect",
+    "composer",
+    "cartographer",
+    "physician",
+    "sculptor",
+    "historian",
+    "chemist",
+]
+ORG_KINDS = ["Society", "Institute", "Academy", "Company", "Guild", "Observatory", "Library", "Foundation"]
+ORG_DESCRIPTIONS = {
+    "Society": "learned society",
+    "Institute": "research institute",
+    "Academy": "academy",
+    "Company": "trading company",
+    "Guild": "craft guild",
+    "Observatory": "observatory",
+    "Library": "public library",
+    "Foundation": "charitable foundation",
+}
+
+
+@dataclass
+class Corpus:
+    """Passages (``id``, ``title``, ``text``) and question splits of the generated encyclopedia."""
+
+    seed: int
+    passages: list[dict[str, str]]
+    questions: dict[str, list[dict[str, Any]]]
+    entities: dict[str, list[dict[str, Any]]] = field(repr=False, default_factory=dict)
+
+    def passage(self, pid: str) -> dict[str, str]:
+        return self._by_id[pid]
+
+    def __post_init__(self) -> None:
+        self._by_id = {p["id"]: p for p in self.passages}
+
+    def fingerprint(self) -> str:
+        """A hash of passages and questions (equal for equal seeds and sizes)."""
+        blob = json.dumps([self.passages, self.questions], sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
+def _word(rng: random.Random, syllables: tuple[int, int]) -> str:
+    n = rng.randint(*syllables)
+    parts = [rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(n)]
+    return ("".join(parts) + rng.choice(_CODAS)).capitalize()
+
+
+def _unique_words(rng: random.Random, n: int, syllables: tuple[int, int], taken: set[str]) -> list[str]:
+    out: list[str] = []
+    while len(out) < n:
+        w = _word(rng, syllables)
+        if w.lower() not in taken and len(w) >= 4:
+            taken.add(w.lower())
+            out.append(w)
+    return out
+
+
+def make_corpus(
+    seed: int = 0,
+    *,
+    n_people: int = 80,
+    n_cities: int = 30,
+    n_countries: int = 6,
+    n_orgs: int = 30,
+    test_fraction: float = 0.3,
+) -> Corpus:
+    """A seeded encyclopedia of fictional entities and its questions (the offline analog of Table 3's data).
+
+    People and organisations are split into train and test entities (``test_fraction``), so test
+    questions ask about people and organisations that no training question mentions; cities and
+    countries are shared (they are the bridges of two-hop questions). Deterministic by ``seed``.
+    """
+    if min(n_people, n_cities, n_countries, n_orgs) < 2:
+        raise ValueError("make_corpus needs at least 2 people, cities, countries and organisations")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    rng = random.Random(f"trgrpo-search-corpus-{seed}")
+    taken: set[str] = set()
+    countries = _unique_words(rng, n_countries, (2, 3), taken)
+    rivers = _unique_words(rng, n_cities, (2, 2), taken)
+    city_names = _unique_words(rng, n_cities, (2, 3), taken)
+    # Family names recur (siblings, namesakes), so a name alone is not always a unique key.
+    first_names = _unique_words(rng, max(8, n_people // 2), (2, 2), taken)
+    family_names = _unique_words(rng, max(8, n_people // 2), (2, 3), taken)
+    org_stems = _unique_words(rng, n_orgs, (2, 3), taken)
+
+    cities = []
+    for i, name in enumerate(city_names):
+        cities.append(
+            {
+                "id": f"city-{i}",
+                "name": name,
+                "country": countries[i % n_countries] if i < n_countries else rng.choice(countries),
+                "founded": rng.randint(800, 1700),
+                "river": rivers[i],
+            }
+        )
+    people, full_names = [], set()
+    while len(people) < n_people:
+        name = f"{rng.choice(first_names)} {rng.choice(family_names)}"
+        if name in full_names:
+            continue
+        full_names.add(name)
+        i = len(people)
+        people.append(
+            {
+                "id": f"person-{i}",
+                "name": name,
+                "born": rng.randint(1700, 1950),
+                "city": rng.choice(cities)["name"],
+                "occupation": rng.choice(OCCUPATIONS),
+                "pronoun": rng.choice(["He", "She"]),
+            }
+        )
+    orgs = []
+    n_test_people = min(n_people - 1, max(1, int(round(test_fraction * n_people))))
+    n_test_orgs = min(n_orgs - 1, max(1, int(round(test_fraction * n_orgs))))
+    # Founders of test organisations are test people, so no fact of a test question sits in a train question.
+    test_founders = rng.sample(people[:n_test_people], k=min(n_test_orgs, n_test_people))
+    train_founders = rng.sample(people[n_test_people:], k=min(n_orgs - n_test_orgs, n_people - n_test_people))
+    for i, stem in enumerate(org_stems):
+        kind = ORG_KINDS[i % len(ORG_KINDS)]
+        pool = test_founders if i < n_test_orgs else train_founders
+        founder = pool[(i if i < n_test_orgs else i - n_test_orgs) % len(pool)]
+        orgs.append(
+            {
+                "id": f"org-{i}",
+                "name": f"{stem} {kind}",
+                "kind": kind,
+                "founded": founder["born"] + rng.randint(20, 60),
+                "founder": founder["name"],
+                "city": rng.choice(cities)["name"],
+            }
+        )
+    founded_by = {}
+    for o in orgs:
+        founded_by.setdefault(o["founder"], o)
+
+    passages = []
+    for c in cities:
+        passages.append(
+            {
+                "id": c["id"],
+                "title": c["name"],
+                "text": f"{c['name']} is a city in {c['country']}. It was founded in {c['founded']} on the banks "
+                f"of the {c['river']} river.",
+            }
+        )
+    for p in people:
+        text = f"{p['name']} (born {p['born']}) is {_a(p['occupation'])} from {p['city']}."
+        if p["name"] in founded_by:
+            text += f" {p['pronoun']} founded the {founded_by[p['name']]['name']}."
+        passages.append({"id": p["id"], "title": p["name"], "text": text})
+    for o in orgs:
+        passages.append(
+            {
+                "id": o["id"],
+                "title": o["name"],
+                "text": f"The {o['name']} is {_a(ORG_DESCRIPTIONS[o['kind']])} founded in {o['founded']} by "
+                f"{o['founder']}. Its headquarters are in {o['city']}.",
+            }
+        )
+    for k, country in enumerate(countries):
+        passages.append(
+            {
+                "id": f"country-{k}",
+                "title": country,
+                "text": f"{country} is a country whose cities include "
+                + ", ".join(c["name"] for c in cities if c["country"] == country)
+                + ".",
+            }
+        )
+
+    by_name = {c["name"]: c for c in cities}
+    person_by_name = {p["name"]: p for p in people}
+    splits = {
+        "train": (people[n_test_people:], orgs[n_test_orgs:]),
+        "test": (people[:n_test_people], orgs[:n_test_orgs]),
+    }
+    questions: dict[str, list[dict[str, Any]]] = {}
+    for split, (ppl, ogs) in splits.items():
+        qrng = random.Random(f"trgrpo-search-questions-{seed}-{split}")
+        qs: list[dict[str, Any]] = []
+
+        def add(qtype, question, answer, gold, queries, qs=qs, split=split) -> None:
+            qs.append(
+                {
+                    "id": f"{split}-{len(qs)}",
+                    "question": question,
+                    "answers": [str(answer)],
+                    "type": qtype,
+                    "dataset": "synthetic",
+                    "gold_ids": gold,
+                    "queries": queries,
+                }
+            )
+
+        for p in ppl:
+            city = by_name[p["city"]]
+            # one-hop (General-QA analog): the answer is in the person's own passage
+            add("one-hop", f"In which city was {p['name']} born?", p["city"], [p["id"]], [p["name"]])
+            add("one-hop", f"In what year was {p['name']} born?", p["born"], [p["id"]], [p["name"]])
+            add("one-hop", f"What is the occupation of {p['name']}?", p["occupation"], [p["id"]], [p["name"]])
+            # two-hop bridge (Multi-hop analog): person -> city -> country
+            add(
+                "two-hop",
+                f"In which country was {p['name']} born?",
+                city["country"],
+                [p["id"], city["id"]],
+                [p["name"], city["name"]],
+            )
+        for o in ogs:
+            founder = person_by_name[o["founder"]]
+            add("one-hop", f"Who founded the {o['name']}?", o["founder"], [o["id"]], [o["name"]])
+            add("one-hop", f"In what year was the {o['name']} founded?", o["founded"], [o["id"]], [o["name"]])
+            # two-hop bridge: organisation -> founder -> occupation / birthplace
+            add(
+                "two-hop",
+                f"What is the occupation of the founder of the {o['name']}?",
+                founder["occupation"],
+                [o["id"], founder["id"]],
+                [o["name"], founder["name"]],
+            )
+            add(
+                "two-hop",
+                f"In which city was the founder of the {o['name']} born?",
+                founder["city"],
+                [o["id"], founder["id"]],
+                [o["name"], founder["name"]],
+            )
+        # comparison (Multi-hop analog): two passages, one judgement
+        pairs = [(a, b) for a in ppl for b in ppl if a["id"] < b["id"] and a["born"] != b["born"]]
+        for a, b in qrng.sample(pairs, k=min(len(pairs), len(ppl))):
+            first, second = (a, b) if qrng.random() < 0.5 else (b, a)
+            earlier = a if a["born"] < b["born"] else b
+            add(
+                "comparison",
+                f"Who was born first, {first['name']} or {second['name']}?",
+                earlier["name"],
+                [first["id"], second["id"]],
+                [first["name"], second["name"]],
+            )
+        org_pairs = [(a, b) for a in ogs for b in ogs if a["id"] < b["id"] and a["founded"] != b["founded"]]
+        for a, b in qrng.sample(org_pairs, k=min(len(org_pairs), len(ogs))):
+            first, second = (a, b) if qrng.random() < 0.5 else (b, a)
+            earlier = a if a["founded"] < b["founded"] else b
+            add(
+                "comparison",
+                f"Which was founded first, the {first['name']} or the {second['name']}?",
+                earlier["name"],
+                [first["id"], second["id"]],
+                [first["name"], second["name"]],
+            )
+        qrng.shuffle(qs)
+        questions[split] = qs
+    entities = {"people": people, "cities": cities, "orgs": orgs, "countries": [{"name": c} for c in countries]}
+    return Corpus(seed=seed, passages=passages, questions=questions, entities=entities)
+
+
+def sample_questions(
+    questions: list[dict[str, Any]], n: int, *, seed: int = 0, balanced: bool = True
+) -> list[dict[str, Any]]:
+    """``n`` questions, balanced over the question types (deterministic by ``seed``); unbalanced with
+    ``n >= len(questions)``: all of them, in their order."""
+    if n <= 0:
+        return []
+    rng = random.Random(f"trgrpo-search-sample-{seed}")
+    if not balanced:
+        return list(questions) if n >= len(questions) else rng.sample(questions, k=n)
+    types = sorted({q["type"] for q in questions}, key=lambda t: (QUESTION_TYPES + (t,)).index(t))
+    pools = {t: [q for q in questions if q["type"] == t] for t in types}
+    for pool in pools.values():
+        rng.shuffle(pool)
+    out: list[dict[str, Any]] = []
+    i = 0
+    while len(out) < min(n, len(questions)):
+        for t in types:
+            if i < len(pools[t]) and len(out) < n:
+                out.append(pools[t][i])
+        i += 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The seven real QA sets of Table 3 (Search-R1 / FlashRAG format)
+
+
+def _answers_of(row: dict[str, Any]) -> list[str]:
+    """Gold answers from the field names used by Search-R1, FlashRAG and the original datasets."""
+    from .common import as_list
+
+    for key in ("golden_answers", "answers", "answer", "target"):
+        if key in row and row[key] is not None:
+            value = row[key]
+            break
+    else:
+        rm = row.get("reward_model")
+        value = None
+        if isinstance(rm, dict):  # Search-R1 parquet: reward_model.ground_truth.target
+            gt = rm.get("ground_truth")
+            value = gt.get("target") if isinstance(gt, dict) else gt
+        if value is None:
+            raise KeyError(
+                f"no answer field in row with keys {sorted(row)}: expected golden_answers, answers, answer or "
+                "reward_model.ground_truth.target"
+            )
+    if isinstance(value, (str, int, float)):
+        return [str(value)]
+    return [str(v) for v in as_list(value)]
+
+
+def normalise_dataset_name(name: str) -> str:
+    key = str(name).strip().lower()
+    return DATASET_ALIASES.get(key, key)
+
+
+def qa_records(rows: list[dict[str, Any]], dataset: str) -> list[dict[str, Any]]:
+    """Search-R1/FlashRAG rows -> question records (``question``, ``answers``, ``type`` = the dataset)."""
+    out = []
+    for i, row in enumerate(rows):
+        q = row.get("question")
+        if not isinstance(q, str) or not q.strip():
+            raise KeyError(f"row {i} of {dataset} has no 'question' text (keys: {sorted(row)})")
+        ds = normalise_dataset_name(row.get("data_source") or dataset)
+        out.append(
+            {
+                "id": str(row.get("id", f"{dataset}-{i}")),
+                "question": q.strip(),
+                "answers": _answers_of(row),
+                "type": ds,
+                "dataset": ds,
+                "gold_ids": [],
+                "queries": [],
+            }
+        )
+    return out
+
+
+def load_qa(dataset: str, *, path: str | os.PathLike | None = None, split: str | None = None, n: int | None = None):
+    """One of Table 3's QA sets as question records.
+
+    ``path``: a local ``.parquet``/``.jsonl``/``.json`` file (Search-R1's ``test.parquet``, a FlashRAG
+    ``.jsonl``); a folder is searched for ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet``.
+    Without a path the FlashRAG copy is read from the hub (``RUC-NLPIR/FlashRAG_datasets``), which needs a
+    network: offline this raises a ``RuntimeError`` that says so.
+    """
+    from .common import read_table
+
+    name = normalise_dataset_name(dataset)
+    if name not in TABLE3_DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
+    split = split or FLASHRAG_SPLIT[name]
+    if path is not None:
+        p = Path(path).expanduser()
+        if p.is_dir():
+            candidates = [
+                p / name / f"{split}.jsonl",
+                p / name / f"{split}.parquet",
+                p / f"{name}_{split}.jsonl",
+                p / f"{name}_{split}.parquet",
+                p / f"{name}.jsonl",
+                p / f"{name}.parquet",
+            ]
+            found = next((c for c in candidates if c.exists()), None)
+            if found is None:
+                raise FileNotFoundError(f"none of {[str(c) for c in candidates]} exists")
+            p = found
+        rows = read_table(p)
+        if rows and "data_source" in rows[0]:  # a merged Search-R1 file: keep this dataset's rows
+            rows = [r for r in rows if normalise_dataset_name(r["data_source"]) == name]
+    else:
+        rows = _hub_rows(FLASHRAG_REPO, name, split)
+    recs = qa_records(rows, name)
+    return recs[:n] if n is not None else recs
+
+
+def load_searchr1_train(path: str | os.PathLike | None = None, n: int | None = None) -> list[dict[str, Any]]:
+    """Search-R1's training questions (NQ + HotpotQA): a local parquet/jsonl or the hub repo
+    ``PeterJinGo/nq_hotpotqa_train`` (needs a network)."""
+    from .common import read_table
+
+    rows = read_table(path) if path is not None else _hub_rows(SEARCHR1_TRAIN_REPO, None, "train")
+    recs = qa_records(rows, "nq")
+    return recs[:n] if n is not None else recs
+
+
+def _hub_rows(repo: str, name: str | None, split: str) -> list[dict[str, Any]]:
+    offline = any(
+        os.environ.get(v, "0") not in ("", "0", "false", "False") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+    hint = (
+        f"Download {repo} (config {name!r}, split {split!r}) where the hub is reachable and pass the file with "
+        "path=..., or use the offline corpus (make_corpus)."
+    )
+    if offline:
+        raise RuntimeError(f"cannot load {repo} from the hub: HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set. {hint}")
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(repo, name, split=split) if name else datasets.load_dataset(repo, split=split)
+    except Exception as e:  # no network, missing repo, ...
+        raise RuntimeError(f"could not load {repo} from the hub ({type(e).__name__}: {e}). {hint}") from e
+    return [dict(r) for r in ds]
