@@ -1,0 +1,411 @@
+"""Theorem 3.1 / 3.2 numerics (trgrpo.theory), notebook 02's tables (trgrpo.readings) and the figures (trgrpo.plots)."""
+
+import math
+
+import pytest
+import torch
+
+from trgrpo import plots, readings, theory
+from trgrpo.theory import TokenBatch
+
+SQRT2 = math.sqrt(2)
+
+
+# ---------------------------------------------------------------- Theorem 3.1: identity and bounds
+
+
+@pytest.mark.parametrize("vocab", [2, 7, 1000])
+@pytest.mark.parametrize("temperature", [0.05, 1.0, 5.0])
+def test_identity_matches_autograd(vocab, temperature):
+    g = torch.Generator().manual_seed(vocab)
+    h = (torch.randn(6, vocab, generator=g, dtype=torch.float64) / temperature).requires_grad_(True)
+    k = torch.randint(0, vocab, (6,), generator=g)
+    logp = torch.log_softmax(h, dim=-1).gather(-1, k.unsqueeze(-1)).sum()
+    (auto,) = torch.autograd.grad(logp, h)  # row i only depends on its own log pi: the sum separates
+    assert torch.allclose(theory.log_softmax_grad(h.detach(), k), auto, atol=1e-12)
+
+
+def test_one_hot_minus_p_norm_is_the_vector_norm():
+    p = theory.random_distributions(20, 50, 0.5, generator=torch.Generator().manual_seed(0))
+    k = theory.pick_tokens(p, "uniform", generator=torch.Generator().manual_seed(1))
+    direct = (torch.nn.functional.one_hot(k, 50).double() - p).norm(dim=-1)
+    assert torch.allclose(theory.one_hot_minus_p_norm(p, k), direct, atol=1e-14)
+    b = theory.theorem31_bounds(p, k)
+    assert torch.allclose(b["norm"], direct, atol=1e-14)
+    assert torch.allclose(b["lower"], 1 - b["p_k"], atol=1e-14)
+
+
+def test_bounds_hold_on_random_distributions():
+    s = theory.theorem31_samples(n=30, vocab_sizes=(2, 10, 1000, 49152), temperatures=(0.02, 0.3, 1.0, 3.0), seed=3)
+    assert (s["norm"] >= s["lower"] * (1 - 1e-12)).all() and (s["norm"] <= s["upper"] * (1 + 1e-12)).all()
+    rows = theory.bounds_summary(s)
+    assert len(rows) == 16 and all(r["violations"] == 0 for r in rows)
+    assert all(1 - 1e-12 <= r["ratio_min"] <= r["ratio_max"] <= SQRT2 + 1e-12 for r in rows)
+    by = {(r["vocab_size"], r["temperature"]): r for r in rows}
+    # V = 2: the rest of the mass sits on one token, so the upper bound is attained
+    assert by[(2, 1.0)]["ratio_min"] == pytest.approx(SQRT2, abs=1e-12)
+    # a flat distribution over many tokens attains the lower bound
+    assert by[(49152, 3.0)]["ratio_max"] < 1.001
+    # peaked distributions reach p_k near 1 and near 0
+    assert by[(1000, 0.02)]["p_k_max"] > 0.999 and by[(1000, 0.02)]["p_k_min"] < 1e-6
+
+
+def test_bounds_exact_when_pk_rounds_to_one():
+    p = torch.tensor([[1.0, 1e-30, 0.0]], dtype=torch.float64)
+    b = theory.theorem31_bounds(p, torch.tensor([0]))
+    assert b["lower"].item() == pytest.approx(1e-30) and b["norm"].item() == pytest.approx(SQRT2 * 1e-30)
+
+
+def test_random_distribution_inputs():
+    with pytest.raises(ValueError):
+        theory.random_distributions(3, 1)
+    with pytest.raises(ValueError, match="how"):
+        theory.pick_tokens(torch.ones(2, 3) / 3, "nope")
+    p = theory.random_distributions(4, 9, 0.1, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(p.sum(-1), torch.ones(4, dtype=torch.float64))
+    assert torch.equal(theory.pick_tokens(p, "argmax"), p.argmax(-1))
+
+
+# ---------------------------------------------------------------- per-token gradient norms of a real LM
+
+
+def _hand_batch(vocab: int) -> TokenBatch:
+    """Two rows, the second left-padded by 3, completions from column 8; row 0 masked after its 5th token."""
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, vocab, (2, 14), generator=g)
+    attn = torch.ones(2, 14, dtype=torch.long)
+    attn[1, :3] = 0
+    ids[1, :3] = 2  # pad
+    comp = torch.zeros(2, 14, dtype=torch.long)
+    comp[:, 8:] = 1
+    comp[0, 13:] = 0
+    attn[0, 13:] = 0
+    return TokenBatch(input_ids=ids, attention_mask=attn, completion_mask=comp, prompt_length=8)
+
+
+def _brute_force(model_dir, batch: TokenBatch, last_k: int, temperature: float):
+    """One full forward + backward per token on an untied copy of the model, every group by autograd."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
+    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())  # untie
+    for p in model.parameters():
+        p.requires_grad_(False)
+    layers = model.model.layers
+    groups = {
+        "blocks": [p for layer in layers[len(layers) - last_k :] for p in layer.parameters()],
+        "final_norm": list(model.model.norm.parameters()),
+        "head": [model.lm_head.weight],
+    }
+    for ps in groups.values():
+        for p in ps:
+            p.requires_grad_(True)
+    probs, norms = [], {k: [] for k in groups}
+    for b in range(batch.input_ids.shape[0]):
+        keep = batch.attention_mask[b].bool()
+        ids = batch.input_ids[b, keep].unsqueeze(0)
+        comp = batch.completion_mask[b, keep]
+        for t in torch.nonzero(comp).squeeze(-1).tolist():
+            logits = model(input_ids=ids).logits[0, t - 1] / temperature
+            logp = torch.log_softmax(logits, -1)[ids[0, t]]
+            flat = [p for ps in groups.values() for p in ps]
+            grads = dict(zip(map(id, flat), torch.autograd.grad(logp, flat, allow_unused=True)))
+            for name, ps in groups.items():
+                sq = [float((grads[id(p)] ** 2).sum()) for p in ps if grads[id(p)] is not None]
+                norms[name].append(math.sqrt(sum(sq)))
+            probs.append(float(logp.detach().exp()))
+    return torch.tensor(probs, dtype=torch.float64), {k: torch.tensor(v, dtype=torch.float64) for k, v in norms.items()}
+
+
+@pytest.mark.parametrize("last_k,temperature", [(0, 1.0), (1, 0.7), (2, 1.0)])
+def test_per_token_grad_norms_match_brute_force(tiny_model_dir, last_k, temperature):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float64)
+    assert model.config.tie_word_embeddings
+    flags = [p.requires_grad for p in model.parameters()]
+    batch = _hand_batch(model.config.vocab_size)
+    res = {
+        m: theory.per_token_grad_norms(
+            model, batch, last_k_blocks=last_k, temperature=temperature, method=m, chunk_size=4
+        )  # fmt: skip
+        for m in ("loop", "batched")
+    }
+    assert [p.requires_grad for p in model.parameters()] == flags  # restored
+    probs, ref = _brute_force(tiny_model_dir, batch, last_k, temperature)
+    assert batch.n_tokens == 11 and res["loop"].probs.shape == (11,)
+    for r in res.values():
+        assert torch.allclose(r.probs.double(), probs, rtol=1e-9)
+        for name in ("blocks", "final_norm", "head"):
+            assert torch.allclose(r.group_norms[name], ref[name], rtol=1e-7, atol=1e-12), name
+        total = torch.sqrt(sum(v**2 for v in ref.values()))
+        assert torch.allclose(r.grad_norm, total, rtol=1e-7)
+        # the head's closed form: ||1_k - p|| ||a_L|| / T
+        assert torch.allclose(r.group_norms["head"], r.one_hot_minus_p * r.hidden_norm / temperature, rtol=1e-9)
+    assert torch.equal(res["loop"].sequence, torch.tensor([0] * 5 + [1] * 6))
+    assert res["loop"].position.tolist() == [8, 9, 10, 11, 12] + [8, 9, 10, 11, 12, 13]
+    assert res["loop"].subset["tied_head"] is True and res["loop"].subset["last_k_blocks"] == last_k
+    if last_k == 0:
+        assert (res["loop"].group_norms["blocks"] == 0).all()
+
+
+def test_per_token_grad_norms_bad_inputs(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    batch = _hand_batch(model.config.vocab_size)
+    with pytest.raises(ValueError, match="last_k_blocks"):
+        theory.per_token_grad_norms(model, batch, last_k_blocks=3)
+    with pytest.raises(ValueError, match="method"):
+        theory.per_token_grad_norms(model, batch, method="vmap")
+    empty = TokenBatch(batch.input_ids, batch.attention_mask, torch.zeros_like(batch.completion_mask), 8)
+    with pytest.raises(ValueError, match="no completion"):
+        theory.per_token_grad_norms(model, empty)
+
+
+class _FakeGenerator:
+    """Stands in for a model: `generate` appends fixed completions (with an EOS) to the prompt."""
+
+    def __init__(self, completions):
+        self.completions = torch.tensor(completions)
+
+    def generate(self, input_ids, attention_mask, **kw):
+        return torch.cat([input_ids, self.completions[: input_ids.shape[0]]], dim=1)
+
+
+def test_sample_completions_masks_after_first_eos(tiny_model_dir):
+    from trgrpo.models import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer(tiny_model_dir)
+    eos = tok.eos_token_id
+    fake = _FakeGenerator([[10, 11, eos, eos, eos], [12, 13, 14, 15, 16]])
+    msgs = [[{"role": "user", "content": "Who is a knight?"}], [{"role": "user", "content": "Hi"}]]
+    b = theory.sample_completions(fake, tok, msgs, max_new_tokens=5)
+    s = b.prompt_length
+    assert b.completion_mask[:, :s].sum() == 0
+    assert b.completion_mask[0, s:].tolist() == [1, 1, 1, 0, 0]  # up to and including the first EOS
+    assert b.completion_mask[1, s:].tolist() == [1, 1, 1, 1, 1]
+    assert b.attention_mask[0, s:].tolist() == [1, 1, 1, 0, 0]
+    assert b.attention_mask[1, :s].sum() < s  # the shorter prompt is left-padded
+    assert b.n_tokens == 8
+
+
+def test_sample_completions_real_tiny_model(tiny_model_dir):
+    from trgrpo.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    msgs = [[{"role": "user", "content": "Who is a knight?"}], [{"role": "user", "content": "Hi"}]]
+    b1 = theory.sample_completions(model, tok, msgs, max_new_tokens=6, seed=3)
+    b2 = theory.sample_completions(model, tok, msgs, max_new_tokens=6, seed=3)
+    assert torch.equal(b1.input_ids, b2.input_ids)  # seeded
+    assert b1.input_ids.shape[1] == b1.prompt_length + 6 and 2 <= b1.n_tokens <= 12
+    r = theory.per_token_grad_norms(model, b1, last_k_blocks=1)
+    assert r.grad_norm.shape == (b1.n_tokens,) and (r.grad_norm > 0).all()
+    assert set(r.numpy()) >= {"probs", "grad_norm", "norm_blocks", "norm_head", "norm_final_norm"}
+
+
+# ---------------------------------------------------------------- statistics and Theorem 3.2 spread
+
+
+def test_spread_stats_hand_values():
+    s = theory.spread_stats([1.0, 2.0, 3.0, 4.0])
+    assert s["n"] == 4 and s["mean"] == 2.5 and s["median"] == 2.5 and s["max"] == 4.0
+    assert s["std"] == pytest.approx(math.sqrt(1.25)) and s["cv"] == pytest.approx(math.sqrt(1.25) / 2.5)
+    assert s["max_over_median"] == pytest.approx(1.6)
+    with pytest.raises(ValueError):
+        theory.spread_stats([])
+
+
+def test_theorem32_spread_hand_values():
+    # p = 0 -> w = 1 (TR), 1 (Reverse); p = 0.5 -> w = 1.4 (TR), 0.6 (Reverse) under tau_mode="scale"
+    rows = theory.theorem32_spread([2.0, 1.0], [0.0, 0.5])
+    by = {(r["tau_mode"], r["scheme"]): r for r in rows}
+    assert len(rows) == 6
+    assert by[("scale", "equal")]["mean"] == pytest.approx(1.5) and by[("scale", "equal")]["cv"] == pytest.approx(1 / 3)
+    assert by[("scale", "tr")]["mean"] == pytest.approx(1.7) and by[("scale", "tr")]["cv"] == pytest.approx(0.3 / 1.7)
+    assert by[("scale", "reverse")]["mean"] == pytest.approx(1.3)
+    assert by[("scale", "reverse")]["cv"] == pytest.approx(0.7 / 1.3)
+    assert by[("scale", "tr")]["w_max"] == pytest.approx(1.4) and by[("scale", "reverse")]["w_min"] == pytest.approx(
+        0.6
+    )
+    # printed Eq. 11 (divide): w = 1 for every token, so all three schemes equal plain GRPO
+    for scheme in ("equal", "tr", "reverse"):
+        assert by[("divide", scheme)]["cv"] == pytest.approx(1 / 3) and by[("divide", scheme)]["w_mean"] == 1.0
+    with pytest.raises(ValueError, match="shape"):
+        theory.theorem32_spread([1.0], [0.1, 0.2])
+
+
+def test_binned_means_spearman_fit():
+    x = [0.05, 0.15, 0.16, 0.95, 0.55]
+    y = [1.0, 2.0, 4.0, 7.0, 5.0]
+    b = theory.binned_means(x, y, bins=10)
+    assert b["count"].tolist() == [1, 2, 1, 1]
+    assert b["mean"].tolist() == pytest.approx([1.0, 3.0, 5.0, 7.0])
+    assert b["left"].tolist() == pytest.approx([0.0, 0.1, 0.5, 0.9])
+    assert b["sem"][1] == pytest.approx(math.sqrt(2) / math.sqrt(2))
+    assert theory.binned_means(x, y, bins=[0.0, 0.5, 1.0], min_count=3)["count"].tolist() == [3]
+    rho, pval = theory.spearman([1, 2, 3, 4], [10, 9, 3, 1])
+    assert rho == pytest.approx(-1.0)
+    c, r2 = theory.fit_proportional([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
+    assert c == pytest.approx(2.0) and r2 == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- notebook 02's tables (trgrpo.readings)
+
+
+def _sig(x):
+    return 1 / (1 + math.exp(-x))
+
+
+def test_tau_table_matches_hand_values():
+    rows = readings.tau_table()
+    assert [r["tau"] for r in rows] == [0.5, 2.0, 7.0, 9.0, 10.0, 20.0]
+    got = {r["tau"]: (r["scale_w_min"], r["scale_w_max"], r["divide_w_min"], r["divide_w_max"]) for r in rows}
+    w2 = 2 * (_sig(2.0) - 0.25)  # sigmoid(tau * 1) at tau = 2, or sigmoid(1 / tau) at tau = 0.5
+    expected = {
+        0.5: (1.0, 1.0, 1.0, w2),
+        2.0: (1.0, w2, 1.0, 1.0),
+        7.0: (1.0, 1.4, 1.0, 1.0),
+        9.0: (1.0, 1.4, 1.0, 1.0),
+        10.0: (1.0, 1.4, 1.0, 1.0),
+        20.0: (1.0, 1.4, 1.0, 1.0),
+    }
+    for tau, exp in expected.items():
+        assert got[tau] == pytest.approx(exp, abs=1e-12), tau
+    assert w2 == pytest.approx(1.2616, abs=1e-4)
+    by = {r["tau"]: r for r in rows}
+    # w leaves L = 1 where 2 (sigmoid(tau p) - 0.25) = 1, i.e. p = ln 3 / tau; reaches U = 1.4 at p = ln 19 / tau
+    assert by[9.0]["scale_p_above_L"] == pytest.approx(math.log(3) / 9, abs=2e-5)
+    assert by[9.0]["scale_p_at_U"] == pytest.approx(math.log(19) / 9, abs=2e-5)
+    assert by[0.5]["scale_p_above_L"] is None and by[2.0]["scale_p_at_U"] is None
+    assert by[0.5]["divide_p_above_L"] == pytest.approx(0.5 * math.log(3), abs=2e-5)
+    assert [r["paper_avg"] for r in rows] == [0.39, 0.40, 0.46, 0.63, 0.62, 0.55]
+    assert readings.tau_table([3.0])[0]["paper_avg"] is None
+
+
+def test_lu_table():
+    rows = readings.lu_table()
+    assert [(r["lower"], r["upper"]) for r in rows] == [(1.0, 1.2), (1.0, 1.4), (0.8, 1.5), (0.5, 1.5)]
+    wmax = 2 * (_sig(9.0) - 0.25)  # 1.4998: U = 1.5 is never reached
+    got = [x for r in rows for x in (r["scale_w_min"], r["scale_w_max"])]
+    assert got == pytest.approx([1.0, 1.2, 1.0, 1.4, 0.8, wmax, 0.5, wmax], abs=1e-12)
+    div_max = 2 * (_sig(1 / 9) - 0.25)  # 0.5555
+    got = [x for r in rows for x in (r["divide_w_min"], r["divide_w_max"])]
+    assert got == pytest.approx([1.0, 1.0, 1.0, 1.0, 0.8, 0.8, 0.5, div_max], abs=1e-12)
+    assert [r["paper_avg"] for r in rows] == [0.62, 0.63, 0.62, 0.60]
+
+
+def test_zero_gradient_readings():
+    rows = {r["p"]: r for r in readings.zero_gradient_table((0.05, 0.2, 0.3, 0.9))}
+    for p in (0.3, 0.9):  # w > 1 + eps_h = 1.24: A > 0 tokens lose their policy gradient under "ratio"
+        assert rows[p]["ratio_pos"] and not rows[p]["ratio_neg"]
+    for p in (0.05, 0.2):
+        assert not rows[p]["ratio_pos"] and not rows[p]["ratio_neg"]
+    assert not any(r["surrogate_pos"] or r["surrogate_neg"] for r in rows.values())  # r = 1 is inside the clip
+    th = readings.zero_gradient_thresholds()
+    # w(p) > 1.24  <=>  sigmoid(9 p) > 1.24 / 2 + 0.25 = 0.87  <=>  p > ln(0.87 / 0.13) / 9
+    assert th["ratio"]["pos_from_p"] == pytest.approx(math.log(0.87 / 0.13) / 9, abs=2e-5)
+    assert th["ratio"]["neg_up_to_p"] is None and th["surrogate"] == {"pos_from_p": None, "neg_up_to_p": None}
+    # with L = 0.5, A < 0 tokens with w < 1 - eps_l = 0.8 lose theirs: sigmoid(9 p) < 0.65
+    th2 = readings.zero_gradient_thresholds(lower=0.5, upper=1.5)
+    assert th2["ratio"]["neg_up_to_p"] == pytest.approx(math.log(0.65 / 0.35) / 9, abs=2e-5)
+    assert readings.zero_gradient_thresholds(tau_mode="divide")["ratio"]["pos_from_p"] is None  # w = 1
+    frac = readings.zero_gradient_fraction([0.05, 0.3, 0.5, 0.9])
+    assert frac == {"ratio_pos": 0.75, "ratio_neg": 0.0, "surrogate_pos": 0.0, "surrogate_neg": 0.0}
+
+
+def test_kl_offset_table():
+    rows = readings.kl_offset_table((0.05, 0.2, 0.9))
+    for r in rows:
+        w = r["w"]
+        assert r["eq10_value"] == pytest.approx(w - math.log(w) - 1, abs=1e-12)
+        assert r["eq10_dlogpi"] == pytest.approx(1 - w, abs=1e-12)
+        assert r["outside_value"] == 0 and abs(r["outside_dlogpi"]) < 1e-15
+        assert r["plain_value"] == 0 and abs(r["plain_dlogpi"]) < 1e-15
+        assert r["eq10_target_p"] == pytest.approx(w * r["p"])
+    assert rows[0]["eq10_value"] == 0  # w = 1 at p = 0.05
+    assert rows[2]["eq10_value"] == pytest.approx(0.4 - math.log(1.4), abs=1e-12)
+
+
+def test_format_table():
+    text = readings.format_table([{"a": 1.0, "b": None, "c": True}, {"a": -0.00001, "b": "x", "c": False}])
+    lines = text.splitlines()
+    assert lines[0].split() == ["a", "b", "c"] and lines[2].split() == ["1.000", "-", "yes"]
+    assert lines[3].split() == ["0.000", "x", "no"]
+
+
+# ---------------------------------------------------------------- figures
+
+
+def test_plots_return_figures_and_save_small_pngs(tmp_path):
+    from matplotlib.figure import Figure
+
+    p = torch.rand(300, generator=torch.Generator().manual_seed(0))
+    g = 3 * (1 - p) + 0.1
+    figs = {
+        "bounds": plots.plot_theorem31_bounds(theory.theorem31_samples(n=10, vocab_sizes=(2, 50))),
+        "scatter": plots.plot_grad_norm_vs_prob(p, g),
+        "spread": plots.plot_theorem32_spread(g, p),
+        "w": plots.plot_weight_function([{}, {"tau": 2.0}]),
+        "tau": plots.plot_tau_sweep(tau_mode="divide"),
+        "lu": plots.plot_lu_ranges(),
+        "schemes": plots.plot_schemes(),
+        "eq13": plots.plot_eq13_factor(),
+        "zero": plots.plot_zero_gradient(lower=0.5, upper=1.5),
+        "zero_s": plots.plot_zero_gradient(placement="surrogate"),
+        "kl": plots.plot_kl_offset(),
+        "explorer": plots.plot_weight_explorer(tau=2.0, placement="surrogate"),
+    }
+    for name, fig in figs.items():
+        assert isinstance(fig, Figure), name
+        path = plots.save(fig, f"t_{name}", tmp_path)
+        assert path == tmp_path / f"t_{name}.png" and 1000 < path.stat().st_size < 200_000
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert plots.plot_schemes(ax=ax) is fig  # draws into a given axes
+
+
+def test_figures_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRGRPO_FIGURES", str(tmp_path / "f"))
+    assert plots.figures_dir() == tmp_path / "f"
+    monkeypatch.delenv("TRGRPO_FIGURES")
+    assert plots.figures_dir().name == "figures"
+
+
+def test_weight_explorer_widget_redraws():
+    pytest.importorskip("ipywidgets")
+    calls = []
+    real = plots.plot_weight_explorer
+    try:
+        plots.plot_weight_explorer = lambda **kw: calls.append(kw) or real(**kw)
+        box = plots.weight_explorer()
+        n0 = len(calls)
+        box.controls["tau"].value = 2.0
+        box.controls["tau_mode"].value = "divide"
+        box.controls["placement"].value = "surrogate"
+        box.controls["upper"].value = 0.6  # L > U: message, no figure
+    finally:
+        plots.plot_weight_explorer = real
+    assert n0 >= 1 and len(calls) == n0 + 3
+    assert calls[-1]["tau_mode"] == "divide" and calls[-1]["placement"] == "surrogate"
+    assert set(box.controls) == {"alpha", "mu", "tau", "lower", "upper", "tau_mode", "placement"}
+
+
+def test_head_terms_chunking_is_exact():
+    head = torch.nn.Linear(8, 50, bias=True).double()
+    a = torch.randn(7, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    tok = torch.randint(0, 50, (7,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():  # as per_token_grad_norms calls it
+        one = theory._head_terms(a, tok, head, 0.7, 100)
+        many = theory._head_terms(a, tok, head, 0.7, 2)
+    for x, y in zip(one, many):
+        assert torch.allclose(x, y, atol=1e-14)
+    # with a bias the head's gradient also has the bias part: ||1_k - p||^2 (||a||^2 + 1) / T^2
+    logp, ohmp, hnorm, head_sq, cot = one
+    assert torch.allclose(head_sq, ohmp**2 * (hnorm**2 + 1) / 0.7**2)
+    w = head.weight.detach().clone().requires_grad_(True)
+    b = head.bias.detach().clone().requires_grad_(True)
+    lp = torch.log_softmax(torch.nn.functional.linear(a[3], w, b) / 0.7, -1)[tok[3]]
+    gw, gb = torch.autograd.grad(lp, (w, b))
+    assert float(gw.pow(2).sum() + gb.pow(2).sum()) == pytest.approx(float(head_sq[3]), rel=1e-10)
+    assert logp[3].item() == pytest.approx(lp.item(), rel=1e-12)
