@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import platform
 import resource
@@ -996,27 +995,11 @@ def run_notebook_bench(
 # Results: JSON files and the Markdown table
 
 
-def write_json(record: dict, path: Path) -> Path:
-    """Write a result record atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_jsonable(record), indent=1))
-    tmp.replace(path)
-    return path
+def write_json(record: dict[str, Any], path: Path | str) -> Path:
+    """Write a result record atomically (:func:`trgrpo.experiment.write_json`)."""
+    from .experiment import write_json as _write
 
-
-def _jsonable(x: Any) -> Any:
-    """Plain JSON values: tuples to lists, tensors/numpy scalars to numbers, non-finite floats to null."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
-    return x
+    return _write(path, record)
 
 
 def load_results(results_dir: Path | str = RESULTS_DIR) -> dict[str, dict]:

@@ -312,10 +312,15 @@ def peak_memory_mb() -> dict:
 
 def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
     """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook)."""
-    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
+    return write_json(Path(results_dir or RESULTS_DIR) / group / f"{name}.json", record)
+
+
+def write_json(path: Path | str, record: dict) -> Path:
+    """Write ``record`` as JSON atomically (a temporary file, then a rename): an interrupted write loses nothing."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_jsonable(record), indent=1, sort_keys=False))
+    tmp.write_text(json.dumps(jsonable(record), indent=1, sort_keys=False))
     tmp.replace(path)
     return path
 
@@ -338,15 +343,16 @@ def load_results(
     return out
 
 
-def _jsonable(x):
+def jsonable(x):
+    """Plain JSON values: tuples to lists, tensors/numpy scalars to numbers, non-finite floats to null."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
+        return jsonable(x.item())
     return x
 
 
