@@ -192,20 +192,14 @@ def paired_ratios(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
 
 
 def machine_meta() -> dict[str, Any]:
-    """Machine, package versions, git commit, threads and load: what every result file carries."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Machine, package versions, git commit, threads and load: what every result file carries.
 
-    import torch
+    The common part comes from :mod:`trgrpo.experiment` (as in every run record); the benchmark adds the CPU
+    model, memory, load average and thread settings, which decide how far its timings can be trusted.
+    """
+    from .experiment import git_commit, machine_info, package_versions
 
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cuda": torch.cuda.is_available(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_count"] = torch.cuda.device_count()
+    info: dict[str, Any] = machine_info()
     try:
         with open("/proc/cpuinfo") as f:
             models = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
@@ -222,28 +216,11 @@ def machine_meta() -> dict[str, Any]:
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:  # pragma: no cover
         pass
-    info["torch_threads"] = torch.get_num_threads()
     info["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS")
-    versions = {}
-    for pkg in ("trgrpo", "torch", "transformers", "trl", "accelerate", "datasets", "papermill"):
-        try:
-            versions[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
-    if "trgrpo" not in versions:  # run from the source tree, not installed
-        from . import __version__
-
-        versions["trgrpo"] = __version__
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
     return {
         "machine": info,
-        "versions": versions,
-        "git_commit": commit or None,
+        "versions": package_versions(),
+        "git_commit": git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

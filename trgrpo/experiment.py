@@ -281,11 +281,15 @@ def package_versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("trgrpo", "torch", "transformers", "trl", "accelerate", "datasets", "vllm"):
+    for pkg in ("trgrpo", "torch", "transformers", "trl", "accelerate", "datasets", "papermill", "vllm"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             pass
+    if "trgrpo" not in out:  # run from the source tree, not installed
+        from . import __version__
+
+        out["trgrpo"] = __version__
     return out
 
 

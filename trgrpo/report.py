@@ -11,6 +11,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
+from .analysis import mean_std
+from .fullscale import short_model_name
+
 KK_SIZES = (3, 4, 5, 6, 7)
 NO_RUN = "no run"
 
@@ -54,12 +57,6 @@ def group_by_variant(records: Iterable[dict]) -> dict[tuple[str, str], list[dict
     return dict(out)
 
 
-def _mean_sd(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
 def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
@@ -73,7 +70,7 @@ def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
             ]
             vals = [v for v in vals if v is not None]
             row[str(k)] = round(statistics.fmean(vals), 3) if vals else NO_RUN
-        avg, sd = _mean_sd([r[key]["avg"] for r in runs if r.get(key) and "avg" in r[key]])
+        avg, sd, _ = mean_std([r[key]["avg"] for r in runs if r.get(key) and "avg" in r[key]])
         row["Avg."] = round(avg, 3) if avg == avg else NO_RUN
         row["sd"] = round(sd, 3) if sd == sd else NO_RUN
         rows.append(row)
@@ -202,10 +199,6 @@ MATH_COLUMNS = {
 MATH_DATASETS = {"DSR": "deepscaler", "ORZ": "orz"}
 
 
-def short_name(model: str | None) -> str:
-    return str(model).rstrip("/").split("/")[-1] if model else ""
-
-
 def _default_weight(spec: dict) -> bool:
     return (spec.get("tau", 9.0), spec.get("lower", 1.0), spec.get("upper", 1.4)) == (9.0, 1.0, 1.4)
 
@@ -217,7 +210,11 @@ def _match(records: list[dict], paper_row: dict, table: int) -> list[dict]:
     for r in records:
         spec = r.get("spec", {})
         if table == 7:
-            if r["scheme"] != "tr" or short_name(r.get("model")) != "Qwen2.5-3B-Instruct" or r.get("task") != "kk":
+            if (
+                r["scheme"] != "tr"
+                or short_model_name(r.get("model")) != "Qwen2.5-3B-Instruct"
+                or r.get("task") != "kk"
+            ):
                 continue
             v = paper_row["value"]
             if (
@@ -233,7 +230,7 @@ def _match(records: list[dict], paper_row: dict, table: int) -> list[dict]:
             ):
                 out.append(r)
             continue
-        if short_name(r.get("model")) != model:
+        if short_model_name(r.get("model")) != model:
             continue
         method = paper_row.get("method")
         if method == "base":

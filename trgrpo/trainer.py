@@ -197,10 +197,6 @@ class TRGRPOTrainer(GRPOTrainer):
         """TRL's own metrics (kl, entropy, clip ratios) plus the weight diagnostics under ``tr/``."""
         store = self._metrics[mode]
 
-        def reduce_mean(value: float) -> float:
-            t = torch.tensor([value], device=self.accelerator.device, dtype=torch.float32)
-            return self.accelerator.gather(t).mean().item()
-
         def global_masked_mean(x: torch.Tensor) -> float:
             totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
             return (totals[0] / totals[1].clamp(min=1.0)).item()
@@ -218,5 +214,8 @@ class TRGRPOTrainer(GRPOTrainer):
         store["clip_ratio/low_mean"].append(global_masked_mean(low))
         store["clip_ratio/high_mean"].append(global_masked_mean(high))
         store["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
-        for key, value in metrics.items():
-            store[f"tr/{key}"].append(reduce_mean(value))
+        # one gather and one host sync for all weight diagnostics: (processes, metrics) -> mean over processes
+        keys = list(metrics)
+        local = torch.tensor([[metrics[k] for k in keys]], device=self.accelerator.device, dtype=torch.float32)
+        for key, value in zip(keys, self.accelerator.gather(local).mean(dim=0).tolist()):
+            store[f"tr/{key}"].append(value)
