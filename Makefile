@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slow lint setup model notebooks strip clean bench lab student
+.PHONY: run test test-slow lint setup model notebooks strip clean bench lab student browser
 
 setup: $(STAMP)
 
@@ -35,7 +35,7 @@ model: $(STAMP)
 lint: $(STAMP)
 	$(VPY) -m ruff check trgrpo tests benchmarks
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(VPY) -m ruff check trgrpo tests benchmarks
 	$(VPY) -m pytest -q -x --durations=15
 
@@ -51,8 +51,21 @@ strip: $(STAMP)
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(VPY) -m trgrpo.bench
 
+# JupyterLab of the .venv, with the .venv's kernel first on the kernel path (a user-wide "python3" kernel
+# cannot shadow it). `make lab LAB_DIR=student` opens the student copy.
+# JupyterLab refuses to run as root without --allow-root (these machines run everything as root).
+LAB_DIR ?= notebooks
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks
+	JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_DIR)
+
+# Debian's Chromium for tests/test_lab_browser.py (Playwright's own browser download does not work here).
+browser:
+	command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
+# The student copy: notebooks without long explanations, workbooks without solutions (docs/syllabus.md).
+student: $(STAMP)
+	$(VPY) -m trgrpo.course student --out student
 
 clean:
 	rm -rf $(VENV) runs student

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from trgrpo import course
+
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb")) + sorted((NB_DIR / "solutions").glob("*.ipynb"))
@@ -56,11 +58,16 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_no_def_or_class_in_notebook_cells(path):
-    """All logic lives in trgrpo/: notebook code cells define no functions or classes."""
+    """All logic lives in trgrpo/: notebook code cells define no functions or classes. The one exception: the
+    solution cells of an exercise of kind ``implement`` (the exercise asks the student to write code)."""
     nb = _read(path)
     bad = []
+    kind = None
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
+        if "exercise" in course.tags(cell):
+            m = course.HEADING_RE.search(cell.source)
+            kind = m.group(3) if m else kind
+        if cell.cell_type != "code" or (kind == "implement" and "solution" in course.tags(cell)):
             continue
         try:
             tree = ast.parse(_python_source(cell.source))

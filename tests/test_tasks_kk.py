@@ -132,6 +132,53 @@ def test_first_statement_of_a_name_counts():
     }
 
 
+# A disguised second role (regression). Before the guard, each answer below scored the full 3.0 although it names
+# both roles for Emma: the disguised "knave" is not counted (the count stays 3 for 3 people) and the first plain
+# "Emma is a knight" is read as her answer. Now it is unparseable: format +1, answer -2.
+DISGUISED_KNAVE = {
+    "fullwidth": "\uff4b\uff4e\uff41\uff56\uff45",  # ｋｎａｖｅ
+    "math bold": "\U0001d424\U0001d427\U0001d41a\U0001d42f\U0001d41e",  # 𝐤𝐧𝐚𝐯𝐞
+    "cyrillic a and e": "kn\u0430v\u0435",  # knаvе
+    "greek nu": "kna\u03bde",
+    "zero-width space": "kn\u200bave",
+    "soft hyphen": "kna\u00adve",
+    "circled": "\u24da\u24dd\u24d0\u24e5\u24d4",  # ⓚⓝⓐⓥⓔ
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DISGUISED_KNAVE))
+def test_disguised_second_role_is_unparseable(kind):
+    hedge = f"Emma is a {DISGUISED_KNAVE[kind]}. {GOLD_ANSWER}"
+    assert kk.disguised_letters(hedge)
+    assert kk.parse_kk_answer(hedge, NAMES) is None
+    assert parts(completion(hedge)) == (1.0, -2.0)
+    assert reward(completion(hedge)) == -1.0  # was 3.0
+    assert parts(completion(GOLD_ANSWER)) == (1.0, 2.0)  # the plain answer still scores the maximum
+
+
+def test_kelvin_sign_reads_as_k_like_logic_rl():
+    # Logic-RL lower()s the answer, and "\u212a".lower() == "k": a Kelvin-sign "knight" is a mention there too.
+    kelvin = GOLD_ANSWER.replace("Emma is a knight", "Emma is a \u212anight")
+    assert parts(completion(kelvin)) == (1.0, 2.0)
+    hedge = "Emma is a \u212anave. " + GOLD_ANSWER  # 4 mentions for 3 people, as in Logic-RL
+    assert parts(completion(hedge)) == (1.0, -2.0)
+
+
+@pytest.mark.parametrize(
+    "extra", ["\u2014 all checked \u2714", " (caf\u00e9, na\u00efve: \U0001f4a5)", "\u00a0", " \u0130"]
+)
+def test_ordinary_non_ascii_text_in_the_answer_is_fine(extra):
+    assert not kk.disguised_letters(GOLD_ANSWER + extra)
+    assert parts(completion(GOLD_ANSWER + extra)) == (1.0, 2.0)
+
+
+def test_a_hedge_in_words_is_not_seen():
+    """Known limit of the paper's pattern reward, kept as it is: a hedge in plain words adds no knight/knave
+    mention, so "..., or vice versa" is graded on the assignment it states first."""
+    hedge = "Emma is a knight, Liam is a knave and Olivia is a knave, or vice versa"
+    assert parts(completion(hedge)) == (1.0, 2.0)
+
+
 def test_wrong_name_is_unparseable():
     bad = GOLD_ANSWER.replace("Olivia", "Oliver")
     assert parts(completion(bad)) == (1.0, -2.0)

@@ -391,6 +391,16 @@ def test_weight_explorer_widget_redraws():
     assert set(box.controls) == {"alpha", "mu", "tau", "lower", "upper", "tau_mode", "placement"}
 
 
+def test_weight_explorer_tau_slider_holds_the_given_tau_exactly():
+    """A log slider snapped tau = 9 to 8.91 in the browser; the slider's values hold Table 7's taus and the default."""
+    pytest.importorskip("ipywidgets")
+    box = plots.weight_explorer()
+    assert box.controls["tau"].value == 9.0
+    values = [v for _, v in box.controls["tau"].options]
+    assert {0.5, 2.0, 7.0, 9.0, 10.0, 20.0} <= set(values) and values == sorted(values)
+    assert plots.weight_explorer(tau=4.2).controls["tau"].value == 4.2
+
+
 def test_head_terms_chunking_is_exact():
     head = torch.nn.Linear(8, 50, bias=True).double()
     a = torch.randn(7, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -119,3 +119,174 @@ def test_probabilities_outside_unit_interval(bad):
 def test_integer_probs_rejected():
     with pytest.raises(TypeError, match="floating"):
         token_weights(torch.tensor([0, 1]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# register_scheme: user-defined schemes (e.g. a Lopti-style linear weight w = 0.3 p + 0.7)
+
+
+def lopti(p):
+    return 0.3 * p + 0.7
+
+
+@pytest.fixture
+def registry():
+    """Leaves the process-wide registry as it found it."""
+    from trgrpo import weights
+
+    before = dict(weights._REGISTRY)
+    yield weights
+    weights._REGISTRY.clear()
+    weights._REGISTRY.update(before)
+
+
+def test_registry_round_trip(registry):
+    registry.register_scheme("lopti", lopti)
+    assert registry.registered_schemes() == ("lopti",)
+    assert registry.available_schemes() == (*registry.SCHEMES, "lopti")
+    p = torch.rand(4, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    w = token_weights(p, "lopti")
+    assert w.shape == p.shape and w.dtype == p.dtype
+    assert torch.equal(w, 0.3 * p + 0.7)
+    assert weight_range(scheme="lopti") == pytest.approx((0.7, 1.0))
+    assert WeightParams(scheme="lopti").scheme == "lopti"
+    registry.register_scheme("lopti", lopti)  # the same function again: a no-op
+    registry.unregister_scheme("lopti")
+    assert registry.registered_schemes() == ()
+    with pytest.raises(ValueError, match="scheme"):
+        token_weights(p, "lopti")
+
+
+def test_registered_weights_are_detached_and_leave_probs_alone(registry):
+    registry.register_scheme("inplace", lambda p: p.mul_(0.5).add_(0.5))
+    p = torch.rand(10, requires_grad=True)
+    p0 = p.detach().clone()
+    w = token_weights(p, "inplace")
+    assert not w.requires_grad
+    assert torch.equal(p.detach(), p0)  # fn got a copy
+    assert torch.allclose(w, 0.5 * p0 + 0.5)
+    # float64 output for float32 probs comes back in the probs' dtype
+    registry.register_scheme("f64", lambda p: (0.3 * p + 0.7).double())
+    assert token_weights(torch.rand(3), "f64").dtype == torch.float32
+    assert token_weights(torch.empty(0, 5), "f64").shape == (0, 5)
+
+
+@pytest.mark.parametrize("name", ["", "1lopti", "lo-pti", "lo pti", "lopti/../x", "a" * 65, None, 3])
+def test_register_rejects_bad_names(registry, name):
+    with pytest.raises(ValueError, match="scheme name"):
+        registry.register_scheme(name, lopti)
+
+
+@pytest.mark.parametrize("name", ["tr", "equal", "random", "reverse"])
+def test_builtin_schemes_cannot_be_overwritten(registry, name):
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="built-in"):
+            registry.register_scheme(name, lopti, overwrite=overwrite)
+    with pytest.raises(ValueError, match="built-in"):
+        registry.unregister_scheme(name)
+
+
+def test_register_twice_needs_overwrite(registry):
+    registry.register_scheme("lin", lopti)
+    with pytest.raises(ValueError, match="overwrite=True"):
+        registry.register_scheme("lin", lambda p: 0.5 * p + 0.5)
+    registry.register_scheme("lin", lambda p: 0.5 * p + 0.5, overwrite=True)
+    assert token_weights(torch.tensor([1.0]), "lin").item() == 1.0
+    with pytest.raises(TypeError, match="callable"):
+        registry.register_scheme("notfn", 0.3)
+    with pytest.raises(ValueError, match="no registered scheme 'nope'"):
+        registry.unregister_scheme("nope")
+
+
+def test_unknown_scheme_error_lists_builtin_and_registered_names(registry):
+    registry.register_scheme("lopti", lopti)
+    with pytest.raises(ValueError, match=r"weight_scheme must be .*'reverse'.*\('lopti',\).*register_scheme"):
+        registry.validate_weight_params(scheme="inverse", prefix="weight_")
+    for bad in (None, ["tr"], 1):
+        with pytest.raises(ValueError, match="scheme"):
+            token_weights(torch.rand(3), bad)
+
+
+@pytest.mark.parametrize(
+    "fn,match",
+    [
+        (lambda p: p[..., :1] + 1, "shape"),
+        (lambda p: torch.ones(p.numel()), "shape"),
+        (lambda p: (p + 1).tolist(), "torch.Tensor"),
+        (lambda p: p * float("nan") + 1, "finite weights > 0"),
+        (lambda p: p + float("inf"), "finite weights > 0"),
+        (lambda p: torch.zeros_like(p), "finite weights > 0"),
+        (lambda p: p - 2, "finite weights > 0"),
+        (lambda p: p > 0.5, "real weights"),
+    ],
+)
+def test_bad_outputs_raise_naming_the_scheme(registry, fn, match):
+    registry.register_scheme("bad", fn)
+    with pytest.raises(ValueError, match=match) as info:
+        token_weights(torch.rand(2, 3), "bad")
+    assert "'bad'" in str(info.value)
+
+
+def test_config_runspec_and_toy_accept_a_registered_scheme(registry, tmp_path):
+    from trgrpo import TRGRPOConfig, toy
+    from trgrpo.experiment import RunSpec
+
+    with pytest.raises(ValueError, match="weight_scheme"):
+        TRGRPOConfig(output_dir=str(tmp_path), weight_scheme="lopti", report_to="none", use_cpu=True)
+    registry.register_scheme("lopti", lopti)
+    cfg = TRGRPOConfig(output_dir=str(tmp_path), weight_scheme="lopti", report_to="none", use_cpu=True)
+    assert cfg.weight_scheme == "lopti"
+    assert RunSpec(task="addition", model="m", scheme="lopti").scheme == "lopti"
+    spec = toy.toy_spec("lopti", 3, placement="surrogate")
+    assert spec["scheme"] == "lopti" and spec["name"] == "addition-micro-lopti-surrogate-seed3"
+    assert toy.run_label({"scheme": "lopti", "spec": spec}) == "lopti-surrogate"
+    assert toy.toy_spec("lopti", 3, placement="ratio")["name"] != spec["name"]  # two placements, two result files
+
+
+def test_trainer_trains_with_a_registered_scheme(registry, tiny_model_dir, tmp_path):
+    """One TRGRPOTrainer step: the logged weights are those of 0.3 p + 0.7."""
+    from datasets import Dataset
+
+    from trgrpo import TRGRPOConfig, TRGRPOTrainer
+
+    registry.register_scheme("lopti", lopti)
+    cfg = TRGRPOConfig(
+        output_dir=str(tmp_path),
+        weight_scheme="lopti",
+        weight_placement="surrogate",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=1,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    ds = Dataset.from_dict({"prompt": ["Count to 3:", "Count to 4:"]})
+
+    def reward(completions, completion_ids, **kwargs):
+        return [float(sum(ids) % 5) for ids in completion_ids]
+
+    trainer = TRGRPOTrainer(model=tiny_model_dir, reward_funcs=reward, args=cfg, train_dataset=ds)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 1
+    assert 0.7 <= logs[0]["tr/weight_min"] <= logs[0]["tr/weight_mean"] <= logs[0]["tr/weight_max"] <= 1.0
+
+
+def test_registered_scheme_runs_through_the_toy_grid(registry, tmp_path):
+    """toy.run_grid runs in this process, so a scheme registered here trains there (tiny model, 1 step)."""
+    from trgrpo import toy
+
+    registry.register_scheme("lopti", lopti)
+    tiny = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
+    warm = dict(threshold=0.0, max_steps=2, check_every=2, cache=tmp_path / "ws", model_overrides=tiny)
+    spec = toy.toy_spec("lopti", 0, steps=1, prompts_per_step=2, num_generations=4, n_eval=8)
+    summary = toy.run_grid([spec], results_dir=tmp_path / "res", warm_kwargs=warm, progress=False, threads=1)
+    assert summary["n_run"] == 1
+    (rec,) = toy.load_runs(tmp_path / "res")
+    assert rec["scheme"] == "lopti" and toy.run_label(rec) == "lopti-surrogate" and len(rec["history"]) == 1
+    h = rec["history"][0]
+    assert 0.7 <= h["tr/weight_min"] <= h["tr/weight_mean"] <= h["tr/weight_max"] <= 1.0

@@ -344,6 +344,9 @@ def plot_weight_explorer(
     return fig
 
 
+EXPLORER_TAUS = (0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 9.0, 10.0, 12.0, 15.0, 20.0, 30.0)  # Table 7 and between
+
+
 def weight_explorer(**defaults):
     """Sliders for alpha, mu, tau, L, U and dropdowns for tau_mode and placement that redraw
     :func:`plot_weight_explorer` live (ipywidgets). Returns the widget; display it in a notebook."""
@@ -355,8 +358,10 @@ def weight_explorer(**defaults):
     controls = {
         "alpha": widgets.FloatSlider(value=d["alpha"], min=0.5, max=4.0, step=0.1, description="alpha", style=style),
         "mu": widgets.FloatSlider(value=d["mu"], min=-0.5, max=0.45, step=0.05, description="mu", style=style),
-        "tau": widgets.FloatLogSlider(
-            value=d["tau"], base=10, min=-1, max=1.5, step=0.05, description="tau", style=style
+        # A fixed list that holds Table 7's taus and the given one: a log slider snapped tau = 9 to 10^0.95 = 8.91.
+        "tau": widgets.SelectionSlider(
+            options=[(f"{t:g}", t) for t in sorted({*EXPLORER_TAUS, float(d["tau"])})], value=float(d["tau"]),
+            description="tau", style=style,
         ),  # fmt: skip
         "lower": widgets.FloatSlider(value=d["lower"], min=0.1, max=1.5, step=0.05, description="L", style=style),
         "upper": widgets.FloatSlider(value=d["upper"], min=0.5, max=1.95, step=0.05, description="U", style=style),

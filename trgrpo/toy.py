@@ -480,6 +480,9 @@ def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: flo
 # Specs and the grid
 
 
+UNWEIGHTED = ("equal", "random")  # schemes whose weights do not depend on p: placement and tau change nothing
+
+
 def toy_spec(
     scheme: str = "equal",
     seed: int = 0,
@@ -492,8 +495,8 @@ def toy_spec(
 ) -> dict:
     """A run-spec dict of the toy grid (model filled in by :func:`run_toy` from the warm start of ``seed``)."""
     label = scheme
-    if scheme in ("tr", "reverse"):
-        label += f"-{placement}" + ("" if tau == 9.0 else f"-tau{tau:g}")
+    if scheme not in UNWEIGHTED:  # tr, reverse and registered schemes: the placement changes the run
+        label += f"-{placement}" + ("" if tau == 9.0 or scheme not in ("tr", "reverse") else f"-tau{tau:g}")
     if reward != "correct":
         label += f"-{reward}reward"
     spec = dict(
@@ -721,10 +724,10 @@ def run_label(record: dict) -> str:
     spec = record.get("spec", {})
     scheme = record["scheme"]
     label = scheme
-    if scheme in ("tr", "reverse"):
+    if scheme not in UNWEIGHTED:
         label += f"-{spec.get('placement', record.get('placement'))}"
         tau = float(spec.get("tau", 9.0))
-        if tau != 9.0:
+        if tau != 9.0 and scheme in ("tr", "reverse"):  # tau is a parameter of Eq. 11 only
             label += f"-tau{tau:g}"
     reward = spec.get("task_options", {}).get("reward", "correct")
     if reward != "correct":

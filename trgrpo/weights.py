@@ -8,18 +8,83 @@ How tau enters is the first of the paper's open readings (DESIGN.md):
 
 Ablations (Section 4.3, Table 4): ``"equal"`` (w = 1, plain GRPO), ``"random"`` (uniform on
 [0.5, 1.5]), ``"reverse"`` (2 - w).
+
+Extension point: :func:`register_scheme` adds a named scheme ``w = fn(p)`` (e.g. a Lopti-style linear weight
+``0.3 p + 0.7``) that every consumer accepts by name, as it accepts the built-ins: :func:`token_weights`,
+:func:`validate_weight_params`, :class:`WeightParams`, :class:`trgrpo.TRGRPOConfig` (``weight_scheme``),
+:class:`trgrpo.experiment.RunSpec` and the toy grid (:func:`trgrpo.toy.toy_spec`, which runs in this process).
+The registry lives in this process only: register the scheme before building a config, in every process that
+trains. Built-in names cannot be overwritten.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-SCHEMES = ("tr", "equal", "random", "reverse")
+SCHEMES = ("tr", "equal", "random", "reverse")  # the built-in schemes (paper Eq. 11 and Table 4)
 TAU_MODES = ("scale", "divide")
 RANDOM_RANGE = (0.5, 1.5)  # Table 4: "sampled uniformly from [0.5, 1.5]"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Registry of user-defined schemes
+
+SchemeFn = Callable[[torch.Tensor], torch.Tensor]
+_REGISTRY: dict[str, SchemeFn] = {}
+# A scheme name ends up in run names and result file names (trgrpo.toy.toy_spec): keep it a plain identifier.
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+
+
+def register_scheme(name: str, fn: SchemeFn, *, overwrite: bool = False) -> None:
+    """Register a token-weight scheme ``w = fn(p)`` under ``name``, usable wherever a scheme name is accepted.
+
+    ``fn`` gets the detached token probabilities (a copy: changing it in place changes nothing else) and must
+    return a tensor of the same shape, finite and > 0 (Eq. 10 takes log w); :func:`token_weights` checks this on
+    every call and raises ``ValueError`` naming the scheme otherwise. The Eq. 11 hyperparameters (alpha, mu, tau,
+    L, U, tau_mode) are still validated but not passed to ``fn``. ``name``: a letter then up to 63 letters,
+    digits or ``_`` (it becomes part of run and file names); built-in names (:data:`SCHEMES`) cannot be
+    overwritten, a registered one only with ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"a scheme name must be a str of a letter then up to 63 letters, digits or '_' (it becomes part of run "
+            f"and file names), got {name!r}"
+        )
+    if name in SCHEMES:
+        raise ValueError(f"{name!r} is a built-in scheme {SCHEMES} and cannot be overwritten; pick another name")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable (probs -> weights), got {type(fn).__name__}")
+    if name in _REGISTRY and not overwrite and _REGISTRY[name] is not fn:
+        raise ValueError(f"scheme {name!r} is already registered; pass overwrite=True to replace it")
+    _REGISTRY[name] = fn
+
+
+def unregister_scheme(name: str) -> None:
+    """Remove a scheme added with :func:`register_scheme` (``ValueError`` for built-in or unknown names)."""
+    if name in SCHEMES:
+        raise ValueError(f"{name!r} is a built-in scheme and cannot be unregistered")
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"no registered scheme {name!r}; registered: {registered_schemes()}")
+    del _REGISTRY[name]
+
+
+def registered_schemes() -> tuple[str, ...]:
+    """The names added with :func:`register_scheme`, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def available_schemes() -> tuple[str, ...]:
+    """Built-in schemes, then the registered ones: every name :func:`token_weights` accepts now."""
+    return SCHEMES + registered_schemes()
+
+
+def is_registered_scheme(name: str) -> bool:
+    return isinstance(name, str) and name in _REGISTRY
 
 
 @dataclass(frozen=True)
@@ -71,8 +136,11 @@ def validate_weight_params(
 
     ``prefix`` is prepended to field names (the trainer config uses ``weight_``).
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"{prefix}scheme must be one of {SCHEMES}, got {scheme!r}")
+    if not isinstance(scheme, str) or (scheme not in SCHEMES and scheme not in _REGISTRY):
+        raise ValueError(
+            f"{prefix}scheme must be a built-in scheme {SCHEMES} or a registered one {registered_schemes()} "
+            f"(add one with trgrpo.weights.register_scheme), got {scheme!r}"
+        )
     if tau_mode not in TAU_MODES:
         raise ValueError(f"{prefix}tau_mode must be one of {TAU_MODES}, got {tau_mode!r}")
     alpha = _finite(f"{prefix}alpha", alpha)
@@ -147,10 +215,14 @@ def token_weights(
     """Per-token weights w for token probabilities ``probs`` (any shape), detached.
 
     ``scheme="random"`` draws from ``generator`` only (never the global RNG, so sampling of
-    rollouts is not perturbed); it is required for that scheme.
+    rollouts is not perturbed); it is required for that scheme. A scheme added with :func:`register_scheme`
+    gets a detached copy of ``probs``; its output is checked (same shape, finite, > 0) and returned detached,
+    in ``probs``'s dtype and device.
     """
     validate_weight_params(scheme=scheme, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
     _check_probs(probs)
+    if scheme in _REGISTRY:
+        return _registered_weights(scheme, probs)
     if scheme == "equal":
         return torch.ones_like(probs).detach()
     if scheme == "random":
@@ -168,6 +240,27 @@ def token_weights(
     return w
 
 
+def _registered_weights(scheme: str, probs: torch.Tensor) -> torch.Tensor:
+    w = _REGISTRY[scheme](probs.detach().clone())
+    where = f"weight scheme {scheme!r} (registered with trgrpo.weights.register_scheme)"
+    if not torch.is_tensor(w):
+        raise ValueError(f"{where} must return a torch.Tensor, got {type(w).__name__}")
+    if tuple(w.shape) != tuple(probs.shape):
+        raise ValueError(f"{where} returned shape {tuple(w.shape)} for probs of shape {tuple(probs.shape)}")
+    if w.is_complex() or w.dtype == torch.bool:
+        raise ValueError(f"{where} must return real weights, got dtype {w.dtype}")
+    w = w.detach().to(device=probs.device, dtype=probs.dtype)
+    if w.numel():
+        lo = w.min()
+        if not bool(torch.isfinite(w).all() & (lo > 0)):
+            bad = ~(torch.isfinite(w) & (w > 0))
+            raise ValueError(
+                f"{where} must return finite weights > 0 (Eq. 10 takes log w); {int(bad.sum())} of {w.numel()} "
+                f"are not, e.g. {w[bad].flatten()[0].item()}"
+            )
+    return w
+
+
 def weight_range(
     *,
     alpha: float = 2.0,
@@ -178,8 +271,11 @@ def weight_range(
     tau_mode: str = "scale",
     scheme: str = "tr",
 ) -> tuple[float, float]:
-    """The (min, max) of w over p in [0, 1] (w is monotone in p, so the endpoints decide)."""
+    """The (min, max) of w over p in [0, 1] (w is monotone in p, so the endpoints decide; a registered scheme
+    need not be, so it is evaluated on a grid of 1001 points)."""
     p = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    if is_registered_scheme(scheme):
+        p = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64)
     w = token_weights(
         p,
         scheme,

@@ -12,7 +12,10 @@
   once and in this order, else -1. Answer: +2 all identities right, -1.5 parsed but wrong, -2 unparseable
   or format failed. Totals lie in {3, -0.5, -1, -3} (:func:`kk_reward`, :func:`kk_reward_parts`).
   The parser is Logic-RL's: the number of "knight"/"knave" mentions must equal the number of people, and
-  every name must appear as "Name is a knight|knave".
+  every name must appear as "Name is a knight|knave". One guard is added: an answer with characters that imitate
+  the letters of "knight"/"knave" ("ｋｎａｖｅ", "𝐤𝐧𝐚𝐯𝐞", Cyrillic "кnаvе") or hide inside a word (zero-width
+  space, soft hyphen) is unparseable; without it "Zoey is a ｋｎａｖｅ. Zoey is a knight." scored the full 3
+  while naming both roles: the count never saw the disguised mention (:func:`disguised_letters`).
 * Evaluation. Greedy accuracy by number of people and their mean, the layout of Table 1 (:func:`evaluate_kk`).
 """
 
@@ -22,6 +25,7 @@ import functools
 import os
 import random
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -478,14 +482,76 @@ def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] 
     return parsed
 
 
+# Characters that read as a letter of "knight"/"knave" but are not that ASCII letter: compatibility forms (NFKC
+# folds them: fullwidth, mathematical alphanumerics, circled, super-/subscript, the Kelvin sign; found by scanning
+# the code points once) and look-alikes from other scripts that NFKC leaves alone; plus invisible characters
+# (soft hyphen, zero-width and bidi marks, BOM) that can sit inside a word unseen.
+_HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
+_INVISIBLE = [0xAD, 0x34F, 0x61C, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0x200B, 0x2010)]
+_INVISIBLE += [*range(0x202A, 0x202F), *range(0x2060, 0x2065), 0xFEFF]
+
+
+@functools.lru_cache(maxsize=1)
+def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(BMP, astral) character classes of the disguising characters (one-off scan of code points, ~20 ms).
+
+    Two patterns: a BMP-only class compiles to a bitmap (C-speed scan); the astral ones (mathematical
+    alphanumerics, enclosed letters) go in two coarse ranges, which also take in those blocks' digits."""
+    letters = set("knightave")
+    bmp = {ord(c) for c in _HOMOGLYPHS} | set(_INVISIBLE)
+    astral: list[int] = []
+    for cp in range(0x80, 0x20000):
+        if unicodedata.normalize("NFKC", chr(cp)).lower() not in letters:
+            continue
+        if cp < 0x10000:
+            bmp.add(cp)
+        else:
+            astral.append(cp)
+    ranges: list[list[int]] = []
+    for cp in astral:  # a few coarse ranges (gaps up to 64 closed): a long class list would scan ~100x slower
+        if ranges and cp <= ranges[-1][1] + 64:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    bmp_class = "".join(re.escape(chr(cp)) for cp in sorted(bmp))
+    astral_class = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+    return re.compile(f"[{bmp_class}]"), re.compile(f"[{astral_class}]")
+
+
+def disguised_letters(answer_text: str) -> bool:
+    """True if the text holds a character that reads as a letter of "knight"/"knave" without being it
+    ("ｋ", "𝐤", Cyrillic "к"/"а"/"е", Greek "ν", ...) or an invisible one (zero-width space, soft hyphen, bidi
+    marks) -- the means to write a knight/knave mention that Logic-RL's count does not see. Linear time."""
+    if answer_text.isascii():
+        return False
+    bmp, astral = _disguise_re()
+    return bmp.search(answer_text) is not None or astral.search(answer_text) is not None
+
+
+def _kelvin_as_k(text: str) -> str:
+    # Logic-RL lower()s the text: the Kelvin sign (U+212A) is the one non-ASCII character whose lower case is an
+    # ASCII letter ("k"; "İ" gives "i" + a combining dot, which never completes a word). Do the same.
+    return text.replace("\u212a", "k") if "\u212a" in text else text
+
+
+def _parse_answer(answer: str, names: Sequence[str]) -> dict[str, bool] | None:
+    answer = _kelvin_as_k(answer)
+    parsed = _parse_answer_bytes(_utf8(answer), names)
+    if parsed is not None and disguised_letters(answer):
+        return None  # a role the count may miss, e.g. "Zoey is a ｋｎａｖｅ. Zoey is a knight."
+    return parsed
+
+
 def parse_kk_answer(answer_text: str, names: Sequence[str]) -> dict[str, bool] | None:
     """Logic-RL's answer parser: None unless there are exactly len(names) knight/knave mentions and every name
     appears as "Name is a knight|knave"; else {name: is_knight}.
 
-    Case-insensitive for ASCII letters, like Logic-RL's ``lower()`` and ``re.IGNORECASE`` on ordinary text (it
-    differs only for non-ASCII letters that case-fold to ASCII ones, such as the Kelvin sign). Linear time.
+    Case-insensitive like Logic-RL's ``lower()`` and ``re.IGNORECASE`` (the Kelvin sign reads as "k", as under
+    ``str.lower()``). Added guard: None as well when the answer holds a look-alike or invisible character
+    (:func:`disguised_letters`): with those an answer could state a second role that the count does not see.
+    Linear time.
     """
-    return _parse_answer_bytes(_utf8(answer_text), names)
+    return _parse_answer(answer_text, names)
 
 
 def _reward_parts(
@@ -496,7 +562,7 @@ def _reward_parts(
     answer = completion[completion.find("<answer>") + len("<answer>") : completion.find("</answer>")]
     if not answer.strip():
         return FORMAT_OK, ANSWER_UNPARSEABLE
-    parsed = _parse_answer_bytes(_utf8(answer), names)
+    parsed = _parse_answer(answer, names)
     if parsed is None:
         return FORMAT_OK, ANSWER_UNPARSEABLE
     correct = all(parsed[n] == s for n, s in zip(names, solution))

@@ -1119,10 +1119,9 @@ class SearchSpec:
     config: dict = field(default_factory=dict)  # extra TRGRPOConfig fields (weight_placement, beta, use_vllm, ...)
 
     def __post_init__(self) -> None:
-        from ..weights import SCHEMES
+        from ..weights import validate_weight_params
 
-        if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        validate_weight_params(scheme=self.scheme)  # built-in or registered (weights.register_scheme)
         for name in ("steps", "prompts_per_step", "num_generations", "max_completion_length", "max_tool_calls"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:

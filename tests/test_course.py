@@ -1,0 +1,232 @@
+"""The course material (issue 9): exercises at the end of notebooks 01-04 and 07, a solutions notebook for each
+(executed in smoke mode by tests/test_notebooks.py), the student copy of ``make student``, and the syllabus."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from trgrpo import course
+
+nbformat = pytest.importorskip("nbformat")
+
+ROOT = Path(__file__).resolve().parents[1]
+WITH_EXERCISES = ("01_", "02_", "03_", "04_", "07_")
+MAINS = [p for p in course.main_notebooks() if p.name.startswith(WITH_EXERCISES)]
+
+
+def _nb(cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = cells
+    return nb
+
+
+def _md(src, *tags):
+    return nbformat.v4.new_markdown_cell(src, metadata={"tags": list(tags)})
+
+
+def _code(src, *tags):
+    return nbformat.v4.new_code_cell(src, metadata={"tags": list(tags)})
+
+
+# ---------------------------------------------------------------- the tools, on small synthetic notebooks
+
+
+def test_expected_names():
+    assert course.expected_names("# expects: a, b_2\nassert a") == ["a", "b_2"]
+    assert course.expected_names("assert a") == []
+    assert course.expected_names("") == []
+
+
+def test_workbook_replaces_each_solution_run_by_one_stub_and_keeps_checks():
+    nb = _nb(
+        [
+            _md("# Solutions · 09 — x"),
+            _code("print('version')"),
+            _md("### Exercise 9.1 · predict · one\nDo it.", "exercise"),
+            _code("a = 1", "solution"),
+            _md("Because.", "solution"),
+            _code("# expects: a\nassert a == 1", "check"),
+            _md("### Exercise 9.2 · implement · two", "exercise"),
+            _code("def f(): return 2\nb = f()", "solution"),
+            _code("# expects: b\nassert b == 2", "check"),
+        ]
+    )
+    wb = course.exercise_workbook(nb)
+    sources = [c.source for c in wb.cells]
+    assert not any("solution" in course.tags(c) for c in wb.cells)
+    stubs = [c for c in wb.cells if "stub" in course.tags(c)]
+    assert len(stubs) == 2
+    assert "expects: a." in stubs[0].source and 'NotImplementedError("Exercise 9.1' in stubs[0].source
+    assert "expects: b." in stubs[1].source and "Exercise 9.2" in stubs[1].source
+    assert sources.count("# expects: a\nassert a == 1") == 1 and sources.count("# expects: b\nassert b == 2") == 1
+    assert wb.cells[0].source.startswith("# Exercises · 09")
+    assert len(nb.cells) == 9, "the input notebook is left as it was"
+
+
+def test_workbook_refuses_a_solution_without_check_or_exercise():
+    with pytest.raises(ValueError, match="not followed by a check"):
+        course.exercise_workbook(_nb([_md("### Exercise 9.1 · predict · one", "exercise"), _code("a = 1", "solution")]))
+    with pytest.raises(ValueError, match="before any exercise"):
+        course.exercise_workbook(_nb([_code("a = 1", "solution"), _code("# expects: a", "check")]))
+
+
+def test_student_notebook_drops_explanations_and_solutions_only():
+    nb = _nb([_md("intro"), _md("long", "explanation"), _code("x = 1"), _code("y = 2", "solution"), _md("end")])
+    st = course.student_notebook(nb)
+    assert [c.source for c in st.cells] == ["intro", "x = 1", "end"]
+
+
+def test_write_student_copy_refuses_to_overwrite_the_notebooks(tmp_path):
+    with pytest.raises(ValueError, match="folder of its own"):
+        course.write_student_copy(course.NOTEBOOKS)
+
+
+# ---------------------------------------------------------------- the committed exercises and solutions
+
+
+def test_notebooks_with_exercises_exist():
+    assert [p.name[:3] for p in MAINS] == list(WITH_EXERCISES)
+
+
+@pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
+def test_exercises_numbered_and_graded(path):
+    ex = course.exercises(course.read(path))
+    n = str(int(path.name[:2]))
+    assert 3 <= len(ex) <= 5, f"{path.name}: {len(ex)} exercises (want 3-5 with headings '### Exercise {n}.k · ...')"
+    assert [e["id"] for e in ex] == [f"{n}.{k}" for k in range(1, len(ex) + 1)]
+    kinds = [course.KINDS.index(e["kind"]) for e in ex]
+    assert kinds[0] == min(kinds), f"{path.name}: start with the easiest kind"
+    assert max(kinds) >= 2, f"{path.name}: at least one exercise should ask to derive or implement"
+    nb = course.read(path)
+    first_ex = next(i for i, c in enumerate(nb.cells) if "exercise" in course.tags(c))
+    assert all(c.cell_type == "markdown" for c in nb.cells[first_ex:]), f"{path.name}: exercises are markdown only"
+    assert all(c.cell_type == "markdown" for c in nb.cells if "explanation" in course.tags(c))
+
+
+@pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
+def test_solutions_match_statements_and_are_checked(path):
+    sol_path = course.solutions_path(path)
+    assert sol_path.exists(), f"missing {sol_path.relative_to(ROOT)}"
+    main_ex = course.exercises(course.read(path))
+    sol = course.read(sol_path)
+    sol_ex = course.exercises(sol)
+    assert [e["source"] for e in sol_ex] == [e["source"] for e in main_ex], (
+        f"{sol_path.name}: the exercise statements must be byte-identical to those of {path.name}"
+    )
+    # after each statement: at least one solution cell, then exactly one check cell declaring what it expects
+    cells = sol.cells
+    starts = [i for i, c in enumerate(cells) if "exercise" in course.tags(c) and course.HEADING_RE.search(c.source)]
+    for k, i in enumerate(starts):
+        block = cells[i + 1 : starts[k + 1] if k + 1 < len(starts) else len(cells)]
+        kinds = [("solution" if "solution" in course.tags(c) else "check" if "check" in course.tags(c) else "-")
+                 for c in block]
+        ex_id = main_ex[k]["id"]
+        assert kinds and kinds[0] == "solution", f"{sol_path.name} Exercise {ex_id}: the solution follows the statement"
+        assert kinds.count("check") == 1, f"{sol_path.name} Exercise {ex_id}: exactly one check cell"
+        check = block[kinds.index("check")]
+        assert check.cell_type == "code" and course.expected_names(check.source), (
+            f"{sol_path.name} Exercise {ex_id}: the check cell's first line is '# expects: name, ...'"
+        )
+        assert "assert" in check.source, f"{sol_path.name} Exercise {ex_id}: the check asserts"
+        solution_code = "\n".join(c.source for c in block[: kinds.index("check")] if c.cell_type == "code")
+        for name in course.expected_names(check.source):
+            assert re.search(rf"\b{re.escape(name)}\b", solution_code), (
+                f"{sol_path.name} Exercise {ex_id}: the solution never defines {name!r}"
+            )
+    course.exercise_workbook(sol)  # builds without error
+
+
+# ---------------------------------------------------------------- the student copy
+
+
+@pytest.fixture(scope="module")
+def student_copy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("course") / "student"
+    written = course.write_student_copy(out)
+    return out, written
+
+
+def test_student_copy_layout(student_copy):
+    out, written = student_copy
+    mains = sorted(p.name for p in out.glob("[0-9][0-9]_*.ipynb"))
+    assert mains == [p.name for p in course.main_notebooks()]
+    workbooks = sorted(p.name for p in (out / "exercises").glob("*.ipynb"))
+    assert workbooks == [p.name.replace("_solutions", "_exercises") for p in course.solution_notebooks()]
+    assert (out / "README.md").exists()
+    for path in written:
+        nb = course.read(path)
+        assert not any({"solution", "explanation"} & set(course.tags(c)) for c in nb.cells), path.name
+
+
+def test_student_copy_keeps_every_code_cell(student_copy):
+    """Only markdown is removed from the main notebooks, so they execute exactly as the originals (tested in
+    tests/test_notebooks.py); their exercise statements are all there."""
+    out, _ = student_copy
+    for orig in course.main_notebooks():
+        nb, st = course.read(orig), course.read(out / orig.name)
+        assert [c.source for c in st.cells if c.cell_type == "code"] == [
+            c.source for c in nb.cells if c.cell_type == "code"
+        ], orig.name
+        assert course.exercises(st) == course.exercises(nb)
+
+
+def _execute(path: Path, out: Path, monkeypatch):
+    pm = pytest.importorskip("papermill")
+    monkeypatch.setenv("TRGRPO_SMOKE", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return pm.execute_notebook(
+        str(path), str(out), parameters={"SMOKE": True}, cwd=str(path.parent), kernel_name="python3",
+        progress_bar=False, execution_timeout=120,  # every cell here takes seconds; a stuck reply costs 2 min, not 10
+    )
+
+
+@pytest.mark.notebook
+def test_student_copy_of_02_executes(student_copy, tmp_path, monkeypatch):
+    out, _ = student_copy
+    _execute(out / "02_token_weight_function.ipynb", tmp_path / "02.ipynb", monkeypatch)
+    done = course.read(tmp_path / "02.ipynb")
+    assert not [o for c in done.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+
+WORKBOOKS = [p.name.replace("_solutions", "_exercises") for p in course.solution_notebooks()]
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("name", WORKBOOKS)
+def test_workbook_executes_up_to_its_first_exercise(student_copy, name, tmp_path, monkeypatch):
+    """Every cell above the first stub runs; the first stub is where execution stops, with its own message."""
+    pm = pytest.importorskip("papermill")
+    out, _ = student_copy
+    with pytest.raises(pm.PapermillExecutionError) as info:
+        _execute(out / "exercises" / name, tmp_path / name, monkeypatch)
+    first_id = course.exercises(course.read(out / "exercises" / name))[0]["id"]
+    assert info.value.ename == "NotImplementedError", info.value
+    assert f"Exercise {first_id}" in info.value.evalue
+    done = course.read(tmp_path / name)
+    code = [c for c in done.cells if c.cell_type == "code"]
+    first_stub = next(i for i, c in enumerate(code) if "stub" in course.tags(c))
+    assert all(c.execution_count is not None for c in code[:first_stub]), "a cell above the first exercise did not run"
+    errors = [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)]
+    assert errors == [first_stub]
+
+
+# ---------------------------------------------------------------- the syllabus
+
+
+def test_syllabus_generated_blocks_are_current():
+    """The time table comes from results/course/notebook_times.json, the exercise list from the notebooks:
+    `python -m trgrpo.course times --table` rewrites both."""
+    import json
+
+    assert course.SYLLABUS.exists()
+    record = json.loads(course.TIMES_PATH.read_text()) if course.TIMES_PATH.exists() else None
+    assert record is not None, "no measured times: run `python -m trgrpo.course times`"
+    assert course.SYLLABUS.read_text() == course.syllabus_text(record), "run `python -m trgrpo.course times --table`"
+    timed = {Path(r["notebook"]).name for r in record["rows"]}
+    wanted = {p.name for p in course.main_notebooks()} | {p.name for p in course.solution_notebooks()}
+    assert wanted <= timed, f"not timed: {sorted(wanted - timed)}"
+    assert all(r["ok"] for r in record["rows"]), [r["notebook"] for r in record["rows"] if not r["ok"]]
