@@ -347,6 +347,7 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         paths = [p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()]
         if args.only:
             paths = [p for p in paths if p.name.startswith(tuple(args.only))]
+        dirty = _dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
         rows = time_notebooks(paths)
         prev = json.loads(TIMES_PATH.read_text())["rows"] if TIMES_PATH.exists() and args.only else []
         keep = {r["notebook"]: r for r in prev}
@@ -355,7 +356,7 @@ def _cli(argv: Sequence[str] | None = None) -> int:
             "measured_at": time.strftime("%Y-%m-%d", time.gmtime()),
             "machine": machine_info(),
             "git_commit": git_commit(),
-            "dirty": _dirty(),
+            "dirty": dirty,
             "rows": sorted(keep.values(), key=lambda r: r["notebook"]),
         }
         write_json(TIMES_PATH, record)
