@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course
+from trgrpo import batch, course
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -177,6 +177,8 @@ def test_student_copy_keeps_every_code_cell(student_copy):
 def _execute(path: Path, out: Path, monkeypatch):
     pm = pytest.importorskip("papermill")
     monkeypatch.setenv("TRGRPO_SMOKE", "1")
+    for k, v in {**batch.HEADLESS_ENV, **batch.OFFLINE_ENV}.items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return pm.execute_notebook(
         str(path), str(out), parameters={"SMOKE": True}, cwd=str(path.parent), kernel_name="python3",

@@ -75,6 +75,8 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path):
     with pytest.raises(RuntimeError, match="simulated crash"):
         run(spec(tiny_model_dir, "killed"), results_dir=res, checkpoint_dir=ck, callbacks=[Crash(3)], verbose=False)
     assert (ck / "unit" / "killed" / "checkpoint-2").exists()
+    # only the last checkpoint is kept (save_total_limit=1): resuming needs no more
+    assert sorted(p.name for p in (ck / "unit" / "full").glob("checkpoint-*")) == ["checkpoint-4"]
     resumed = run(spec(tiny_model_dir, "killed"), results_dir=res, checkpoint_dir=ck, verbose=False)
     assert resumed["resumed_from"].endswith("checkpoint-2")
     assert comparable(resumed) == pytest.approx(comparable(full), rel=1e-6)
@@ -131,3 +133,16 @@ def test_bad_spec_names_the_field(kw, field):
 def test_unknown_field_in_dict():
     with pytest.raises(ValueError, match="unknown run-spec field"):
         RunSpec.from_dict({"task": "kk", "colour": "blue"})
+
+
+def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, monkeypatch):
+    """Smoke runs of notebooks 05/06 pass keep_checkpoints=False: a finished run leaves its result, no checkpoint."""
+    from trgrpo import experiment, fullscale
+
+    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    specs = [spec(tiny_model_dir, "dropped", steps=2), spec(tiny_model_dir, "kept", steps=2)]
+    fullscale.launch(specs[:1], gpus=0, results_dir=tmp_path / "res", keep_checkpoints=False)
+    fullscale.launch(specs[1:], gpus=0, results_dir=tmp_path / "res")
+    assert (tmp_path / "res" / "unit" / "dropped.json").exists()
+    assert not (tmp_path / "ckpt" / "unit" / "dropped").exists()
+    assert (tmp_path / "ckpt" / "unit" / "kept" / "checkpoint-2").exists()

@@ -127,6 +127,7 @@ def _start_lab(work: Path, tmp: Path, port: int, token: str) -> tuple[subprocess
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
         "JUPYTER_PATH": str(Path(sys.prefix) / "share" / "jupyter"),  # as `make lab`: the .venv's kernel first
         "IPYTHONDIR": str(tmp / "ipython"),
+        "TRGRPO_HEADLESS": "0",  # a real frontend: notebook 02 builds its live explorer
         "TRGRPO_SMOKE": "1",  # figure and result names get the git-ignored _smoke suffix ...
         "TRGRPO_FIGURES": str(tmp / "figures"),  # ... and figures land in the tmp dir, not in the checkout
         "TOKENIZERS_PARALLELISM": "false",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course
+from trgrpo import batch, course
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
@@ -115,9 +115,8 @@ def test_notebook_executes_in_smoke_mode(path, tmp_path, monkeypatch):
     timeout = next((t for k, t in TIMEOUTS.items() if path.name.startswith(k)), DEFAULT_TIMEOUT)
     monkeypatch.setenv("TRGRPO_SMOKE", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
-        monkeypatch.setenv(k, "1")
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    for k, v in {**batch.HEADLESS_ENV, **batch.OFFLINE_ENV}.items():  # offline, and no live widgets (as `make run`)
+        monkeypatch.setenv(k, v)
     out = tmp_path / path.name
     t0 = time.time()
     pm.execute_notebook(

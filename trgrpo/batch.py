@@ -14,6 +14,7 @@ prints a summary table. The YAML layout::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,38 +24,54 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# A headless run has no frontend for live widgets: notebooks skip them (nbclient can block on widget messages,
+# jupyter/nbclient#312). The hub stays as the caller has it (GPU servers download models; `make` sets it offline).
+HEADLESS_ENV = {"TRGRPO_HEADLESS": "1", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@contextlib.contextmanager
+def environment(**values: str):
+    """Set environment variables (the kernel inherits them) and restore the previous values afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_notebook(
     nb: Path, out_dir: Path, *, smoke: bool, parameters: dict | None = None, timeout: int | None = None
 ) -> dict:
-    """Execute one notebook with papermill; return a summary row (never raises for a failing notebook)."""
+    """Execute one notebook with papermill, headless (:data:`HEADLESS_ENV`, ``TRGRPO_SMOKE`` as ``smoke``); return
+    a summary row (never raises for a failing notebook)."""
     import papermill as pm
 
     out_dir.mkdir(parents=True, exist_ok=True)
     out_nb = out_dir / nb.name
     params = {"SMOKE": bool(smoke), **(parameters or {})}
-    env_smoke = os.environ.get("TRGRPO_SMOKE")
-    os.environ["TRGRPO_SMOKE"] = "1" if smoke else "0"
     t0 = time.time()
     row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": ""}
     try:
-        pm.execute_notebook(
-            str(nb),
-            str(out_nb),
-            parameters=params,
-            cwd=str(nb.parent),
-            kernel_name="python3",
-            progress_bar=False,
-            log_output=False,
-            execution_timeout=timeout,
-        )
+        with environment(**HEADLESS_ENV, TRGRPO_SMOKE="1" if smoke else "0"):
+            pm.execute_notebook(
+                str(nb),
+                str(out_nb),
+                parameters=params,
+                cwd=str(nb.parent),
+                kernel_name="python3",
+                progress_bar=False,
+                log_output=False,
+                execution_timeout=timeout,
+            )
         row["ok"] = True
     except Exception as exc:  # noqa: BLE001 - a failing notebook must not stop the batch
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
-    finally:
-        if env_smoke is None:
-            os.environ.pop("TRGRPO_SMOKE", None)
-        else:
-            os.environ["TRGRPO_SMOKE"] = env_smoke
     row["seconds"] = round(time.time() - t0, 1)
     row["output"] = str(out_nb)
     return row

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import re
 import shutil
 import sys
@@ -194,60 +193,36 @@ def write_student_copy(
 # ---------------------------------------------------------------- laptop times for the syllabus
 
 
-def _env(smoke: bool) -> dict:
-    env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env["TRGRPO_SMOKE"] = "1" if smoke else "0"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 def time_notebooks(
     paths: Iterable[Path | str],
     smoke_for: Iterable[str] = ("05_", "06_", "07_"),
     out_dir: Path | str | None = None,
     timeout: int = 3600,
 ) -> list[dict]:
-    """Execute each notebook once with papermill (smoke mode for names starting with ``smoke_for``, as ``make run``
-    does) and return one row per notebook: name, mode, wall seconds, ok. Executed copies go to ``out_dir``."""
+    """Execute each notebook once, headless (:func:`trgrpo.batch.run_notebook`; smoke mode for main notebooks whose
+    names start with ``smoke_for``, as ``make run`` does) and return one row per notebook: name, mode, wall
+    seconds, ok. Executed copies go to ``out_dir``."""
     import tempfile
 
-    import papermill as pm
+    from .batch import OFFLINE_ENV, environment, run_notebook
 
     out_dir = Path(out_dir or tempfile.mkdtemp(prefix="trgrpo-times-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for path in map(Path, paths):
         smoke = path.name.startswith(tuple(smoke_for)) and "_solutions" not in path.name  # solutions: their default
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(_env(smoke))
-        t0, ok, error = time.time(), True, None
-        try:
-            pm.execute_notebook(
-                str(path),
-                str(out_dir / path.name),
-                parameters={"SMOKE": smoke},
-                cwd=str(path.parent),
-                kernel_name="python3",
-                progress_bar=False,
-                execution_timeout=timeout,
-            )
-        except Exception as exc:  # noqa: BLE001 - a failing notebook is recorded, the others still run
-            ok, error = False, f"{type(exc).__name__}: {str(exc)[:300]}"
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        with environment(**OFFLINE_ENV):  # a laptop's course runs on the embedded model
+            done = run_notebook(path, out_dir, smoke=smoke, timeout=timeout)
         rows.append(
             {
                 "notebook": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
                 "mode": "smoke" if smoke else "laptop default",
-                "wall_s": round(time.time() - t0, 1),
-                "ok": ok,
-                "error": error,
+                "wall_s": done["seconds"],
+                "ok": done["ok"],
+                "error": done["error"] or None,
             }
         )
-        print(f"{path.name}: {rows[-1]['wall_s']:.0f} s ({rows[-1]['mode']}){'' if ok else ' FAILED ' + error}")
+        status = "" if done["ok"] else f" FAILED {done['error']}"
+        print(f"{path.name}: {done['seconds']:.0f} s ({rows[-1]['mode']}){status}")
     return rows
 
 

@@ -397,6 +397,7 @@ def make_config(spec: RunSpec, output_dir: Path, **overrides):
         logging_steps=1,
         save_strategy="steps",
         save_steps=spec.save_steps,
+        save_total_limit=1,  # resuming needs only the last checkpoint (model + optimizer: 1.6 GB for SmolLM2)
         save_only_model=False,
         report_to="none",
         use_cpu=not cuda,

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override spec fields")
     ap.add_argument("--force", action="store_true", help="re-run even when a results file exists")
     ap.add_argument("--results", default=str(RESULTS_DIR))
+    ap.add_argument("--no-keep-checkpoints", action="store_true", help="delete a run's checkpoints once it is done")
     args = ap.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
             continue
         print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
-        run(spec, results_dir=args.results)
+        run(spec, results_dir=args.results, keep_checkpoints=not args.no_keep_checkpoints)
     return 0
 
 
