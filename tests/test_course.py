@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from trgrpo import batch, course
+from trgrpo import course
+
+from .nbexec import execute_smoke
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -175,15 +176,7 @@ def test_student_copy_keeps_every_code_cell(student_copy):
 
 
 def _execute(path: Path, out: Path, monkeypatch):
-    pm = pytest.importorskip("papermill")
-    monkeypatch.setenv("TRGRPO_SMOKE", "1")
-    for k, v in {**batch.HEADLESS_ENV, **batch.OFFLINE_ENV}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return pm.execute_notebook(
-        str(path), str(out), parameters={"SMOKE": True}, cwd=str(path.parent), kernel_name="python3",
-        progress_bar=False, execution_timeout=120,  # every cell here takes seconds; a stuck reply costs 2 min, not 10
-    )
+    return execute_smoke(path, out, monkeypatch, timeout=120)  # every cell takes seconds; a stuck reply costs 2 min
 
 
 @pytest.mark.notebook

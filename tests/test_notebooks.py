@@ -9,7 +9,6 @@ regenerates them).
 from __future__ import annotations
 
 import ast
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import batch, course
+from trgrpo import course
+
+from .nbexec import execute_smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
@@ -64,9 +65,8 @@ def test_no_def_or_class_in_notebook_cells(path):
     bad = []
     kind = None
     for i, cell in enumerate(nb.cells):
-        if "exercise" in course.tags(cell):
-            m = course.HEADING_RE.search(cell.source)
-            kind = m.group(3) if m else kind
+        heading = course.exercise_heading(cell)
+        kind = heading["kind"] if heading else kind
         if cell.cell_type != "code" or (kind == "implement" and "solution" in course.tags(cell)):
             continue
         try:
@@ -111,23 +111,10 @@ def test_committed_stripped(path):
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_executes_in_smoke_mode(path, tmp_path, monkeypatch):
-    pm = pytest.importorskip("papermill")
     timeout = next((t for k, t in TIMEOUTS.items() if path.name.startswith(k)), DEFAULT_TIMEOUT)
-    monkeypatch.setenv("TRGRPO_SMOKE", "1")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    for k, v in {**batch.HEADLESS_ENV, **batch.OFFLINE_ENV}.items():  # offline, and no live widgets (as `make run`)
-        monkeypatch.setenv(k, v)
     out = tmp_path / path.name
     t0 = time.time()
-    pm.execute_notebook(
-        str(path),
-        str(out),
-        parameters={"SMOKE": True},
-        cwd=str(path.parent),
-        kernel_name="python3",
-        progress_bar=False,
-        execution_timeout=timeout,
-    )
+    execute_smoke(path, out, monkeypatch, timeout)
     seconds = time.time() - t0
     assert seconds < timeout, f"{path.name} took {seconds:.0f} s in smoke mode (limit {timeout} s)"
     executed = _read(out)

@@ -74,23 +74,18 @@ def solution_notebooks(solutions_dir: Path | str = SOLUTIONS) -> list[Path]:
     return sorted(Path(solutions_dir).glob("[0-9][0-9]_*_solutions.ipynb"))
 
 
+def exercise_heading(cell: Any) -> dict | None:
+    """For an exercise statement (a cell tagged ``exercise`` with a ``### Exercise N.k · kind · title`` line):
+    its id ``"N.k"``, kind and title; else None."""
+    if EXERCISE not in tags(cell) or cell.cell_type != "markdown":
+        return None
+    m = HEADING_RE.search(cell.source)
+    return {"id": f"{m.group(1)}.{m.group(2)}", "kind": m.group(3), "title": m.group(4)} if m else None
+
+
 def exercises(nb: Any) -> list[dict]:
-    """The exercise statements of a notebook, in order: number, kind, title, and the cell's source."""
-    out = []
-    for cell in nb.cells:
-        if EXERCISE not in tags(cell) or cell.cell_type != "markdown":
-            continue
-        m = HEADING_RE.search(cell.source)
-        if m:
-            out.append(
-                {
-                    "id": f"{m.group(1)}.{m.group(2)}",
-                    "kind": m.group(3),
-                    "title": m.group(4),
-                    "source": cell.source,
-                }
-            )
-    return out
+    """The exercise statements of a notebook, in order: id, kind, title, and the cell's source."""
+    return [{**h, "source": c.source} for c in nb.cells if (h := exercise_heading(c))]
 
 
 def expected_names(check_source: str) -> list[str]:
@@ -128,9 +123,8 @@ def exercise_workbook(nb: Any) -> Any:
     src = out.cells
     while i < len(src):
         cell = src[i]
-        if EXERCISE in tags(cell):
-            m = HEADING_RE.search(cell.source)
-            current = f"{m.group(1)}.{m.group(2)}" if m else current
+        heading = exercise_heading(cell)
+        current = heading["id"] if heading else current
         if SOLUTION not in tags(cell):
             cells.append(cell)
             i += 1
@@ -291,18 +285,6 @@ def update_syllabus(record: dict | None, path: Path | str = SYLLABUS) -> bool:
     return new != old
 
 
-def _dirty() -> bool | None:
-    """True if the checkout has changes beyond its commit (the times then belong to a tree no commit names)."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return bool(out.stdout.strip()) if out.returncode == 0 else None
-
-
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -317,12 +299,12 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {len(written)} notebooks into {args.out}")
         return 0
     if not args.table:
-        from .experiment import git_commit, machine_info, write_json
+        from .experiment import git_commit, git_dirty, machine_info, write_json
 
         paths = [p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()]
         if args.only:
             paths = [p for p in paths if p.name.startswith(tuple(args.only))]
-        dirty = _dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
+        dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
         rows = time_notebooks(paths)
         prev = json.loads(TIMES_PATH.read_text())["rows"] if TIMES_PATH.exists() and args.only else []
         keep = {r["notebook"]: r for r in prev}

@@ -293,16 +293,22 @@ def package_versions() -> dict:
     return out
 
 
-def git_commit() -> str | None:
+def _git(*args: str) -> subprocess.CompletedProcess | None:
     try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-            or None
-        )
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def git_commit() -> str | None:
+    out = _git("rev-parse", "HEAD")
+    return (out.stdout.strip() or None) if out is not None else None
+
+
+def git_dirty() -> bool | None:
+    """True if tracked files differ from the commit (numbers then belong to a tree no commit names); None if unknown."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
 
 
 def peak_memory_mb() -> dict:

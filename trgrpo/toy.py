@@ -493,12 +493,10 @@ def toy_spec(
     reward: str = "correct",
     **overrides: Any,
 ) -> dict:
-    """A run-spec dict of the toy grid (model filled in by :func:`run_toy` from the warm start of ``seed``)."""
-    label = scheme
-    if scheme not in UNWEIGHTED:  # tr, reverse and registered schemes: the placement changes the run
-        label += f"-{placement}" + ("" if tau == 9.0 or scheme not in ("tr", "reverse") else f"-tau{tau:g}")
-    if reward != "correct":
-        label += f"-{reward}reward"
+    """A run-spec dict of the toy grid (model filled in by :func:`run_toy` from the warm start of ``seed``); its
+    name carries the :func:`run_label` of these settings."""
+    settings = {"placement": placement, "tau": tau, "task_options": {"reward": reward}}
+    label = run_label({"scheme": scheme, "spec": settings})
     spec = dict(
         task=task,
         scheme=scheme,
