@@ -7,7 +7,10 @@ The notebooks carry cell tags (``cell.metadata.tags``) that this module reads:
 * ``solution``    a cell of a solution (code or markdown), only in solutions notebooks;
 * ``check``       the code cell after each solution that verifies it; its first line is ``# expects: a, b``,
                   the names the student has to define;
-* ``explanation`` a long explanation in a main notebook (markdown only) that a student copy leaves out.
+* ``explanation`` a long explanation in a main notebook (markdown only) that a student copy leaves out;
+* ``derivation``  a main-notebook code cell that writes an equation out as a function (the only cells allowed a
+                  ``def``), followed by a cell that checks it against the library; the student copy keeps each
+                  function's signature and first comment line and replaces its body by ``NotImplementedError``.
 
 ``python -m trgrpo.course student --out student`` (``make student``) writes the student copy:
 ``<out>/NN_*.ipynb`` (every main notebook without its ``explanation`` cells) and
@@ -39,6 +42,7 @@ SYLLABUS = ROOT / "docs" / "syllabus.md"
 TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
 
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
+DERIVATION = "derivation"
 KINDS = ("predict", "explore", "derive", "implement")  # graded from "change a parameter" to "write a variant"
 HEADING_RE = re.compile(rf"^###\s+Exercise\s+(\d+)\.(\d+)\s*·\s*({'|'.join(KINDS)})\s*·\s*(.+?)\s*$", re.M)
 EXPECTS_RE = re.compile(r"^#\s*expects:\s*(.+?)\s*$")
@@ -96,10 +100,32 @@ def expected_names(check_source: str) -> list[str]:
 
 
 def student_notebook(nb: Any) -> Any:
-    """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells."""
+    """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells, and each
+    ``derivation`` cell turned into an exercise (:func:`derivation_stub`; the check after it stays)."""
     out = copy.deepcopy(nb)
     out.cells = [c for c in out.cells if not ({EXPLANATION, SOLUTION} & set(tags(c)))]
+    for c in out.cells:
+        if DERIVATION in tags(c) and c.cell_type == "code":
+            c.source = derivation_stub(c.source)
     return out
+
+
+def derivation_stub(source: str) -> str:
+    """A ``derivation`` cell for students: its leading comment lines, then each top-level function's signature
+    with a body that raises ``NotImplementedError`` (so the check cell below fails until the student writes it)."""
+    import ast
+
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if not funcs:
+        raise ValueError("a derivation cell must define at least one top-level function (what the student writes)")
+    out = [ln for ln in lines[: funcs[0].lineno - 1 - len(funcs[0].decorator_list)] if ln.startswith("#")]
+    for f in funcs:
+        header = lines[f.lineno - 1 - len(f.decorator_list) : f.body[0].lineno - 1]
+        todo = f"write {f.name} (the equation above), then run the check below"
+        out += [*header, f"    raise NotImplementedError({todo!r})"]
+    return "\n".join(out)
 
 
 def stub_cell(exercise_id: str, names: Sequence[str]) -> Any:
