@@ -33,10 +33,10 @@ model: $(STAMP)
 	$(VPY) -m trgrpo.models
 
 lint: $(STAMP)
-	$(VPY) -m ruff check trgrpo tests benchmarks
+	$(VPY) -m ruff check trgrpo tests
 
 test: $(STAMP) browser
-	$(VPY) -m ruff check trgrpo tests benchmarks
+	$(VPY) -m ruff check trgrpo tests
 	$(VPY) -m pytest -q -x --durations=15
 
 test-slow: $(STAMP)

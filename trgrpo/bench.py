@@ -1214,10 +1214,12 @@ def table_markdown(results_dir: Path | str = RESULTS_DIR, results: dict[str, dic
     patch = res.get("loss_patch")
     if patch:
         out += [
-            "### Proposed speed-up of trgrpo/loss.py and weights.py (benchmarks/loss_speedup.patch)",
+            "### A speed-up of trgrpo/loss.py and weights.py, measured before it was applied to the library",
             "",
             "Library vs a patched copy, same process, blocks alternating; ms per forward + backward (process CPU), "
-            "median [min–max]. Loss, gradient and metrics of the copy equal the library's (max |diff| column).",
+            "median [min–max]. Loss, gradient and metrics of the copy equal the library's (max |diff| column). "
+            "The patch is stored in the record (results/bench/loss_patch.json, field `patch`); the library has "
+            "carried it since.",
             "",
             "| B x T | dtype | GRPO (TRL ops) | library: equal | library: tr_ratio | patched: equal "
             "| patched: tr_ratio "

@@ -77,19 +77,6 @@ def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
     return rows
 
 
-def accuracy_table(records: Iterable[dict], metrics: Iterable[str]) -> list[dict]:
-    """Generic layout (Tables 2, 3): mean over seeds of ``final[metric]`` for each variant."""
-    metrics = list(metrics)
-    rows = []
-    for (model, name), runs in group_by_variant(records).items():
-        row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
-        for m in metrics:
-            vals = [r["final"][m] for r in runs if r.get("final") and r["final"].get(m) is not None]
-            row[m] = round(statistics.fmean(vals), 4) if vals else NO_RUN
-        rows.append(row)
-    return rows
-
-
 def cost_table(records: Iterable[dict]) -> list[dict]:
     """Table 8 layout from training runs: seconds per step and peak memory, GRPO vs TR-GRPO, per model."""
     by_model: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))

@@ -1,8 +1,7 @@
 """``make run``: the CPU-scale reproduction, every notebook executed headless by papermill into ``runs/``.
 
 Notebooks 01-04 and 08 run at their CPU defaults, 05-07 (written for GPUs) in smoke mode. A notebook
-that fails does not stop the others; a summary table is printed at the end. With no notebook yet,
-a short TR-GRPO training on the embedded model runs instead.
+that fails does not stop the others; a summary table is printed at the end.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         nbs = [p for p in nbs if any(p.name.startswith(k) for k in args.only)]
     if not nbs:
-        from .demo import main as demo
-
-        return demo()
+        print(f"no notebook matches {args.only or 'notebooks/[0-9][0-9]_*.ipynb'}", file=sys.stderr)
+        return 1
     from .batch import run_notebooks
 
     plan = [(nb, args.smoke or nb.name.startswith(GPU_NOTEBOOKS), {}) for nb in nbs]
