@@ -20,6 +20,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # jupyter/nbclient#312). The hub stays as the caller has it (GPU servers download models; `make` sets it offline).
 HEADLESS_ENV = {"TRGRPO_HEADLESS": "1", "TOKENIZERS_PARALLELISM": "false"}
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def kernel_config() -> Config:
+    """The kernel talks to papermill over local IPC sockets, not TCP: nothing listens on a port, and ipykernel does
+    not warn "Kernel is running over TCP without encryption" once per notebook. TCP stays on Windows (no IPC)."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport": "tcp" if os.name == "nt" else "ipc"}})
 
 
 @contextlib.contextmanager
@@ -68,6 +80,7 @@ def run_notebook(
                 progress_bar=False,
                 log_output=False,
                 execution_timeout=timeout,
+                config=kernel_config(),
             )
         row["ok"] = True
     except Exception as exc:  # noqa: BLE001 - a failing notebook must not stop the batch
