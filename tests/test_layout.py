@@ -1,0 +1,113 @@
+"""The layout: tasks never import the trainer; split modules stay readable in one sitting; old import paths and
+command lines keep working after a module moved."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "trgrpo"
+TASK_MODULES = sorted((PKG / "tasks").glob("*.py"))
+# Modules that came out of a split (bench.py, tasks/search.py): each readable in one sitting.
+SPLIT_MODULES = [
+    *sorted((PKG / "tooling").glob("*.py")),
+    *sorted((PKG / "tasks").glob("search_*.py")),
+    PKG / "search_run.py",
+    PKG / "bench.py",
+    PKG / "tasks" / "search.py",
+]
+
+
+def _package(path: Path) -> str:
+    return ".".join(("trgrpo", *path.relative_to(PKG).parts[:-1]))
+
+
+def _imported_modules(source: str, package: str) -> set[str]:
+    """Every module an import statement names (function-level imports included), made absolute for ``package``."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - (node.level - 1)]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in node.names}
+    return out
+
+
+def _imports_trainer(source: str, package: str) -> set[str]:
+    """Imports of trgrpo's trainer or TRL's trainers (TRL's chat-template helpers are fine for a task)."""
+    trainers = ("trgrpo.trainer", "trl.trainer", "trl.GRPOTrainer", "trl.GRPOConfig")
+    return {m for m in _imported_modules(source, package) if m.startswith(trainers)}
+
+
+@pytest.mark.parametrize("path", TASK_MODULES, ids=[p.name for p in TASK_MODULES])
+def test_no_task_module_imports_the_trainer(path):
+    bad = _imports_trainer(path.read_text(), _package(path))
+    assert not bad, f"{path.name} imports {sorted(bad)}: build trainers in a run module (e.g. trgrpo/search_run.py)"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f():\n    from ..trainer import TRGRPOTrainer\n",
+        "from trgrpo import trainer\n",
+        "from trl import GRPOTrainer\n",
+    ],
+)
+def test_the_import_check_sees_relative_nested_and_absolute_imports(source):
+    assert _imports_trainer(source, "trgrpo.tasks")
+    assert not _imports_trainer("from ..weights import token_weights\n", "trgrpo.tasks")
+
+
+def test_importing_every_task_module_loads_no_trainer():
+    names = [f"trgrpo.tasks.{p.stem}" for p in TASK_MODULES if p.stem != "__init__"]
+    code = (
+        "import importlib, sys\n"
+        f"for n in {names!r}: importlib.import_module(n)\n"
+        "from trgrpo.tasks.search import run_search, SearchSpec, make_search_trainer\n"
+        "print(sorted(m for m in sys.modules if m in ('trgrpo.trainer', 'trl')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
+
+
+@pytest.mark.parametrize("path", SPLIT_MODULES, ids=[str(p.relative_to(PKG)) for p in SPLIT_MODULES])
+def test_split_modules_are_short(path):
+    n = len(path.read_text().splitlines())
+    assert n <= 500, f"{path.relative_to(ROOT)} has {n} lines (split it by concern)"
+
+
+def test_old_search_path_keeps_every_public_name():
+    from trgrpo import search_run
+    from trgrpo.tasks import search as S
+
+    missing = [n for n in S.__all__ if not hasattr(S, n)]
+    assert not missing, missing
+    assert S.run_search is search_run.run_search and S.SearchSpec is search_run.SearchSpec
+    with pytest.raises(AttributeError):
+        _ = S.no_such_name
+
+
+def test_old_bench_path_keeps_every_public_name():
+    from trgrpo import bench
+    from trgrpo.tooling import bench_common, bench_loss, bench_notebooks, bench_step, bench_table
+
+    for mod in (bench_common, bench_loss, bench_notebooks, bench_step, bench_table):
+        public = [
+            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
+        ]
+        missing = [n for n in public if getattr(bench, n, None) is not getattr(mod, n)]
+        assert not missing, f"trgrpo.bench lacks {missing} of {mod.__name__}"
+    assert bench.ROOT == ROOT and bench.RESULTS_DIR == ROOT / "results" / "bench"
