@@ -147,7 +147,10 @@ def test_every_accepted_gold_form_counts():
 
 def test_loaders_keep_every_gold_form(tmp_path):
     path = tmp_path / "minerva.jsonl"
-    rows = [{"problem": "Circumference of a unit circle?", "answer": ["2\\pi", "6.28"]}, {"problem": "q", "answer": "1"}]
+    rows = [
+        {"problem": "Circumference of a unit circle?", "answer": ["2\\pi", "6.28"]},
+        {"problem": "q", "answer": "1"},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     recs = mt.load_math_file(path)
     assert recs[0] == {"problem": rows[0]["problem"], "answer": "2\\pi", "answers": ["2\\pi", "6.28"]}
