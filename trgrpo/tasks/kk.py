@@ -267,21 +267,34 @@ def kk_splits(
 # Loaders: the paper's splits (Logic-RL / K-and-K schema)
 # --------------------------------------------------------------------------------------------------
 
-_SOLUTION_LINE = re.compile(r"\b([A-Za-z][\w'-]*)\b.*?\b(knight|knave)\b", re.IGNORECASE)
 _USER_TURN = (
     re.compile(r"<\|im_start\|>user\n(.*?)\n?<\|im_end\|>", re.DOTALL),  # Logic-RL qwen-instruct template
     re.compile(r"\nUser:(.*?)\nAssistant:", re.DOTALL),  # Logic-RL base template
 )
 
 
+_SOLUTION_ITEM = re.compile(r"\((\d+)\)\s*(\S.*?)\s+is\s+a\s+(knight|knave)\.?", re.IGNORECASE)
+
+
 def _parse_solution_text_format(text: str) -> tuple[list[str], list[bool]]:
-    """Names and roles from "(1) Zoey is a knight\\n(2) Oliver is a knave" (Logic-RL's gold parser)."""
+    """Names and roles from "(1) Zoey is a knight\\n(2) Oliver is a knave", the K&K data's form.
+
+    Strict, unlike Logic-RL's loose gold parser (first word of a line, then the first role word: "The knight is Bob"
+    would give the name "The", "Mary Ann is a knave" the name "Mary"): every non-empty line must be
+    "(k) <name> is a knight|knave", numbered 1, 2, ...; anything else raises ValueError quoting the line.
+    """
     names, roles = [], []
     for line in str(text).split("\n"):
-        m = _SOLUTION_LINE.search(line.strip())
-        if m:
-            names.append(m.group(1))
-            roles.append(m.group(2).lower() == "knight")
+        if not line.strip():
+            continue
+        m = _SOLUTION_ITEM.fullmatch(line.strip())
+        if m is None or int(m.group(1)) != len(names) + 1:
+            expected = f"({len(names) + 1}) <name> is a knight|knave"
+            raise ValueError(f"solution_text_format line {line.strip()!r} is not {expected!r}")
+        names.append(m.group(2))
+        roles.append(m.group(3).lower() == "knight")
+    if not names:
+        raise ValueError(f"solution_text_format names nobody: {text!r}")
     return names, roles
 
 
@@ -444,7 +457,12 @@ def format_ok(completion: str, *, prefilled_think: bool = False) -> bool:
 def _name_pattern(name_lower: bytes) -> re.Pattern[bytes]:
     # Logic-RL's pattern \bName\b\s+is\s+a\s+\b(knight|knave)\b, applied to lower-cased text. The leading \b is
     # checked by hand (_role_of): a pattern that starts with a literal lets the regex engine scan for it at C speed.
-    return re.compile(rb"%s\b\s+is\s+a\s+\b(knight|knave)\b" % re.escape(name_lower))
+    return re.compile(rb"%s\b%s+is%s+a%s+\b(knight|knave)\b" % (re.escape(name_lower), _SPACE, _SPACE, _SPACE))
+
+
+# Logic-RL's \s runs on a str: every Unicode white space (str.isspace), e.g. the no-break space of "is\u00a0a". Here the
+# text is UTF-8 bytes, where \s is ASCII only: the other white spaces as their UTF-8 byte sequences.
+_SPACE = rb"(?:\s|[\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80)"
 
 
 _WORD_CHAR = re.compile(rb"\w")
@@ -489,6 +507,11 @@ def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] 
 _HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
 _INVISIBLE = [0xAD, 0x34F, 0x61C, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0x200B, 0x2010)]
 _INVISIBLE += [*range(0x202A, 0x202F), *range(0x2060, 0x2065), 0xFEFF]
+# blank letters (Hangul fillers, the Braille blank): they print as nothing or a space, but are not white space
+_INVISIBLE += [0x2800, 0x3164, 0xFFA0]
+# Combining marks and format characters (variation selectors U+FE0F, tag characters U+E0020...U+E007F, combining
+# accents): they attach to or hide inside a word, "kn\ufe0fave" is read as a knave by a reader, not by the count.
+_HIDING_CATEGORIES = ("Mn", "Me", "Cf")
 
 
 @functools.lru_cache(maxsize=1)
@@ -500,8 +523,10 @@ def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
     letters = set("knightave")
     bmp = {ord(c) for c in _HOMOGLYPHS} | set(_INVISIBLE)
     astral: list[int] = []
-    for cp in range(0x80, 0x20000):
-        if unicodedata.normalize("NFKC", chr(cp)).lower() not in letters:
+    for cp in [*range(0x80, 0x20000), *range(0xE0000, 0xE0200)]:
+        ch = chr(cp)
+        hides = unicodedata.category(ch) in _HIDING_CATEGORIES
+        if not hides and unicodedata.normalize("NFKC", ch).lower() not in letters:
             continue
         if cp < 0x10000:
             bmp.add(cp)
