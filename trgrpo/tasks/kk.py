@@ -341,14 +341,18 @@ def normalize_kk_row(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def load_kk_file(path: str | os.PathLike, *, n_people: int | Iterable[int] | None = None) -> list[dict[str, Any]]:
+def load_kk_file(
+    path: str | os.PathLike, *, n_people: int | Iterable[int] | None = None, allow_empty: bool = False
+) -> list[dict[str, Any]]:
     """Read K&K puzzles in the Logic-RL schema from a local ``.parquet``/``.jsonl``/``.json`` file.
 
     Accepts the raw K&K rows (``quiz``, ``names``, ``solution``, ``solution_text_format``, ...) and Logic-RL's
     verl parquet (``prompt`` + ``reward_model.ground_truth.solution_text_format``). ``n_people`` filters sizes.
+    Errors name the file and the row; no puzzle (an empty file, or none of the sizes asked for) is an error
+    unless ``allow_empty``.
     """
     records = []
-    for i, row in enumerate(read_table(path)):
+    for i, row in enumerate(read_table(path, allow_empty=allow_empty)):
         try:
             records.append(normalize_kk_row(row))
         except (ValueError, TypeError) as e:
@@ -356,6 +360,8 @@ def load_kk_file(path: str | os.PathLike, *, n_people: int | Iterable[int] | Non
     if n_people is not None:
         keep = set(_n_people_tuple(n_people, lo=1, hi=10_000))
         records = [r for r in records if r["n_people"] in keep]
+        if not records and not allow_empty:
+            raise ValueError(f"{path}: no puzzle with n_people in {sorted(keep)[:20]}")
     return records
 
 

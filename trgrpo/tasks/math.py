@@ -203,6 +203,8 @@ def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
 
 
 _WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, and maybe a lock held at the fork
+    os.register_at_fork(after_in_child=_WATCHDOG.__init__)
 
 
 @contextlib.contextmanager
@@ -885,10 +887,12 @@ def normalize_math_row(row: Any) -> dict[str, str]:
     return record
 
 
-def load_math_file(path: str | os.PathLike) -> list[dict[str, str]]:
-    """Read math problems from a local ``.parquet``/``.jsonl``/``.json`` file as [{"problem", "answer"}, ...]."""
+def load_math_file(path: str | os.PathLike, *, allow_empty: bool = False) -> list[dict[str, str]]:
+    """Read math problems from a local ``.parquet``/``.jsonl``/``.json`` file as [{"problem", "answer"}, ...].
+
+    Errors name the file and the row; a file without rows is an error unless ``allow_empty``."""
     records = []
-    for i, row in enumerate(read_table(path)):
+    for i, row in enumerate(read_table(path, allow_empty=allow_empty)):
         try:
             records.append(normalize_math_row(row))
         except (ValueError, TypeError) as e:
