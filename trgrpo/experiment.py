@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import numbers
 import os
 import platform
 import re
@@ -174,13 +175,13 @@ def _check_spec_types(spec: RunSpec) -> None:
         v = getattr(spec, name)
         if v is None and name == "temperature":
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
             raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
     for name in _INT_FIELDS:
         v = getattr(spec, name)
         if v is None and name == "max_eval_tokens":
             continue
-        if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise ValueError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
     if spec.seed < 0:
         raise ValueError(f"seed must be >= 0, got {spec.seed}")
