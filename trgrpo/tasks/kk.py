@@ -467,8 +467,20 @@ def _name_pattern(name_lower: bytes) -> re.Pattern[bytes]:
 
 
 # Logic-RL's \s runs on a str: every Unicode white space (str.isspace), e.g. the no-break space of "is\u00a0a". Here the
-# text is UTF-8 bytes, where \s is ASCII only: the other white spaces as their UTF-8 byte sequences.
-_SPACE = rb"(?:\s|[\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80)"
+# text is UTF-8 bytes, where \s is ASCII only: the other white spaces are turned into ASCII spaces first
+# (_ascii_spaces), and \x1c-\x1f (white space for str.isspace) join the class.
+_SPACE = rb"[\s\x1c-\x1f]"
+_UNICODE_SPACE = re.compile(rb"\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80")
+
+
+_UNICODE_SPACE_LEADS = (b"\xc2", b"\xe1\x9a\x80", b"\xe2\x80", b"\xe2\x81\x9f", b"\xe3\x80\x80")
+
+
+def _ascii_spaces(low: bytes) -> bytes:
+    """Non-ASCII white space (its UTF-8 bytes) as ASCII spaces: one C-level pass, only for non-ASCII text."""
+    if low.isascii() or not any(lead in low for lead in _UNICODE_SPACE_LEADS):  # fast C scans first
+        return low
+    return _UNICODE_SPACE.sub(b" ", low)
 
 
 _WORD_CHAR = re.compile(rb"\w")
@@ -497,6 +509,15 @@ def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] 
     low = answer.lower()  # ASCII letters only
     if low.count(b"knight") + low.count(b"knave") != len(names):
         return None
+    parsed = _roles(low, names)
+    if parsed is None and not low.isascii():  # Unicode white space ("is\u00a0a"), read as Logic-RL's str regex does
+        spaced = _ascii_spaces(low)
+        if spaced is not low:
+            parsed = _roles(spaced, names)
+    return parsed
+
+
+def _roles(low: bytes, names: Sequence[str]) -> dict[str, bool] | None:
     parsed = {}
     for name in names:
         role = _role_of(low, name)
@@ -529,9 +550,9 @@ def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
     letters = set("knightave")
     bmp = {ord(c) for c in _HOMOGLYPHS} | set(_INVISIBLE)
     astral: list[int] = []
-    for cp in [*range(0x80, 0x20000), *range(0xE0000, 0xE0200)]:
+    for cp in range(0x80, 0x20000):
         ch = chr(cp)
-        hides = unicodedata.category(ch) in _HIDING_CATEGORIES
+        hides = cp < 0x10000 and unicodedata.category(ch) in _HIDING_CATEGORIES  # astral ones: one range below
         if not hides and unicodedata.normalize("NFKC", ch).lower() not in letters:
             continue
         if cp < 0x10000:
@@ -544,6 +565,7 @@ def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
             ranges[-1][1] = cp
         else:
             ranges.append([cp, cp])
+    ranges.append([0xE0000, 0xE01EF])  # tag characters and variation selectors 17-256 (format / combining)
     bmp_class = "".join(re.escape(chr(cp)) for cp in sorted(bmp))
     astral_class = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
     return re.compile(f"[{bmp_class}]"), re.compile(f"[{astral_class}]")
