@@ -42,6 +42,16 @@ class Crash(TrainerCallback):
             raise RuntimeError("simulated crash")
 
 
+class StepLog(TrainerCallback):
+    """The optimizer steps a run makes (after a resume: only the remaining ones)."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step_end(self, args, state, control, **kw):
+        self.steps.append(state.global_step)
+
+
 def spec(tiny_model_dir, name, **kw):
     base = dict(
         task="unit-test",
@@ -77,8 +87,13 @@ def test_killed_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path):
     assert (ck / "unit" / "killed" / "checkpoint-2").exists()
     # only the last checkpoint is kept (save_total_limit=1): resuming needs no more
     assert sorted(p.name for p in (ck / "unit" / "full").glob("checkpoint-*")) == ["checkpoint-4"]
-    resumed = run(spec(tiny_model_dir, "killed"), results_dir=res, checkpoint_dir=ck, verbose=False)
+    steps_run = StepLog()
+    resumed = run(
+        spec(tiny_model_dir, "killed"), results_dir=res, checkpoint_dir=ck, callbacks=[steps_run], verbose=False
+    )
     assert resumed["resumed_from"].endswith("checkpoint-2")
+    # only the remaining steps ran: a deterministic rerun from step 0 gives the same metrics, this tells them apart
+    assert steps_run.steps == [3, 4]
     assert comparable(resumed) == pytest.approx(comparable(full), rel=1e-6)
     assert resumed["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"], rel=1e-6)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -99,7 +98,9 @@ def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[di
         print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
         rows.append(row)
     print(summary_table(rows))
-    (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
+    from .experiment import write_json
+
+    write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     return rows
 
 

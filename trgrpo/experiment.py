@@ -11,16 +11,19 @@ it resumes from its last checkpoint and ends with the same metrics as an uninter
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import numbers
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +93,9 @@ class RunSpec:
             beta=self.beta,
             eps_low=self.epsilon,
             eps_high=self.epsilon_high,
+            names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
         )
+        _check_spec_types(self)
         for name in (
             "steps",
             "prompts_per_step",
@@ -123,11 +128,75 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
+        """A spec from a dict (a YAML file): numbers that PyYAML leaves as strings (``1e-6``, ``1e1``: YAML 1.1 wants
+        a dot and a signed exponent) are read as numbers for the numeric fields."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return cls(**{k: _yaml_number(k, v) for k, v in d.items()})
+
+
+_FLOAT_FIELDS = ("tau", "alpha", "mu", "lower", "upper", "learning_rate", "beta", "epsilon", "epsilon_high")
+_FLOAT_FIELDS += ("temperature",)
+_INT_FIELDS = (
+    "seed",
+    "steps",
+    "prompts_per_step",
+    "num_generations",
+    "max_completion_length",
+    "max_eval_tokens",
+    "n_train",
+    "n_eval",
+    "save_steps",
+    "gradient_accumulation_steps",
+)
+_BOOL_FIELDS = ("eval_before", "use_vllm", "bf16", "gradient_checkpointing")
+_STR_FIELDS = ("task", "model", "scheme", "tau_mode", "placement", "kl_weighting", "group")
+_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _yaml_number(name: str, value: Any) -> Any:
+    """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field; anything else unchanged."""
+    if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value.strip()):
+        return value
+    number = float(value)
+    if name in _FLOAT_FIELDS:
+        return number
+    if name in _INT_FIELDS and number.is_integer():
+        return int(number)
+    return value
+
+
+def _check_spec_types(spec: RunSpec) -> None:
+    """Type, finiteness and range of the fields :func:`validate_weight_params` / ``validate_loss_options`` do not
+    cover (ValueError naming the field)."""
+    for name in ("learning_rate", "temperature"):
+        v = getattr(spec, name)
+        if v is None and name == "temperature":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
+    for name in _INT_FIELDS:
+        v = getattr(spec, name)
+        if v is None and name == "max_eval_tokens":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+    if spec.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {spec.seed}")
+    if spec.max_eval_tokens is not None and spec.max_eval_tokens < 1:
+        raise ValueError(f"max_eval_tokens must be >= 1 (or None), got {spec.max_eval_tokens}")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(spec, name), bool):
+            raise ValueError(f"{name} must be true or false, got {getattr(spec, name)!r}")
+    for name in _STR_FIELDS:
+        if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
+            raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
+    if spec.name is not None and (not isinstance(spec.name, str) or not spec.name):
+        raise ValueError(f"name must be a non-empty string (or None), got {spec.name!r}")
+    if not isinstance(spec.task_options, dict):
+        raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -325,14 +394,60 @@ def write_result(group: str, name: str, record: dict, results_dir: Path | str | 
     return write_json(Path(results_dir or RESULTS_DIR) / group / f"{name}.json", record)
 
 
-def write_json(path: Path | str, record: dict) -> Path:
-    """Write ``record`` as JSON atomically (a temporary file, then a rename): an interrupted write loses nothing."""
+def write_json(path: Path | str, record: Any) -> Path:
+    """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
+    share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or
+    the new one, never a part; a killed write leaves at most a stray temporary file."""
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(jsonable(record), indent=1, sort_keys=False))
-    tmp.replace(path)
+    text = json.dumps(jsonable(record), indent=1, sort_keys=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path | str) -> Iterator[None]:
+    """An exclusive lock (``fcntl.flock``) on the sidecar file ``<path>.lock``, for read-modify-write updates."""
+    import fcntl
+
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def update_json(path: Path | str, update: Callable[[Any], Any], default: Any = None) -> Any:
+    """Read ``path`` (``default`` when it does not exist), apply ``update``, write the result atomically, all under
+    :func:`file_lock`: concurrent updaters (two grids appending to ``grid-summary.json``) lose no update."""
+    path = Path(path)
+    with file_lock(path):
+        current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+        new = update(current)
+        write_json(path, new)
+    return new
 
 
 def load_results(

@@ -51,17 +51,24 @@ def validate_loss_options(
     eps_low: float = 0.2,
     eps_high: float = 0.24,
     prefix: str = "",
+    names: dict[str, str] | None = None,
 ) -> None:
-    """Raise ``ValueError`` naming the field for any bad loss option."""
-    if placement not in PLACEMENTS:
+    """Raise ``ValueError`` naming the field for any bad loss option.
+
+    ``names`` renames fields in the messages to what the caller calls them (``{"eps_low": "epsilon"}``)."""
+    names = names or {}
+    if not isinstance(placement, str) or placement not in PLACEMENTS:
         raise ValueError(f"{prefix}placement must be one of {PLACEMENTS}, got {placement!r}")
-    if kl_weighting not in KL_WEIGHTINGS:
+    if not isinstance(kl_weighting, str) or kl_weighting not in KL_WEIGHTINGS:
         raise ValueError(f"kl_weighting must be one of {KL_WEIGHTINGS}, got {kl_weighting!r}")
     for name, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)):
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{names.get(name, name)} must be a finite number >= 0, got {v!r}")
     if eps_low >= 1:
-        raise ValueError(f"eps_low must be < 1 (the lower clip 1 - eps_low must stay positive), got {eps_low}")
+        raise ValueError(
+            f"{names.get('eps_low', 'eps_low')} must be < 1 (the lower clip 1 - eps_low must stay positive), "
+            f"got {eps_low}"
+        )
 
 
 def kl_term(
@@ -176,8 +183,22 @@ def tr_grpo_loss(
     if beta > 0 and ref_logps is None:
         raise ValueError("ref_logps is required when beta > 0 (the KL term of Eq. 10 needs pi_ref)")
     n_valid = mask.sum()
-    if float(n_valid) <= 0:
+    # one host sync for the value checks: NaN/inf weights, a mask that is not 0/1, an empty mask
+    bad_weights, bad_mask, empty = torch.stack(
+        [~torch.isfinite(weights).all(), ((mask != 0) & (mask != 1)).any(), n_valid <= 0]
+    ).tolist()
+    if bad_weights:
+        raise ValueError("weights must be finite (they hold NaN or inf): the loss would be NaN")
+    if bad_mask:
+        raise ValueError("mask must hold only 0 and 1 (it selects tokens; other values would reweight them)")
+    if empty:
         raise ValueError("mask selects no token (all zeros): the loss of Eq. 5 would divide by zero")
+    if normalizer is not None:
+        if torch.is_tensor(normalizer) and normalizer.numel() != 1:
+            raise ValueError(f"normalizer must be a scalar, got shape {tuple(normalizer.shape)}")
+        value = float(normalizer) if torch.is_tensor(normalizer) or isinstance(normalizer, (int, float)) else None
+        if isinstance(normalizer, bool) or value is None or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"normalizer must be a finite number > 0 (it divides the summed loss), got {normalizer!r}")
     valid = mask > 0
     if bool(((weights <= 0) & valid).any()):  # no boolean indexing (nonzero + gather)
         raise ValueError("weights must be > 0 on valid tokens (Eq. 10 takes log w)")

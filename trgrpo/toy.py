@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .experiment import RESULTS_DIR, RunSpec, Task, register_task, write_result
+from .experiment import RESULTS_DIR, RunSpec, Task, register_task, update_json, write_result
 from .models import cache_dir
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
@@ -677,8 +677,10 @@ def run_grid(
         groups = sorted({s.get("group", GROUP) for s in specs})
         for group in groups:
             path = Path(results_dir or RESULTS_DIR) / group / "grid-summary.json"
-            prev = json.loads(path.read_text())["invocations"] if path.exists() else []
-            write_result(group, "grid-summary", {"kind": "grid_summary", "invocations": [*prev, summary]}, results_dir)
+            update_json(  # locked read-modify-write: two grids writing at once lose no line
+                path,
+                lambda prev: {"kind": "grid_summary", "invocations": [*(prev or {}).get("invocations", []), summary]},
+            )
     return summary
 
 

@@ -8,13 +8,14 @@ fed with the token weights of :func:`trgrpo.weights.token_weights` (Eq. 11). Wit
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from .loss import KL_WEIGHTINGS, PLACEMENTS, tr_grpo_loss, validate_loss_options
+from .loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
 from .weights import SCHEMES, TAU_MODES, token_weights, validate_weight_params
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
@@ -70,7 +71,9 @@ class TRGRPOConfig(GRPOConfig):
             eps_low=self.epsilon,
             eps_high=self.epsilon if self.epsilon_high is None else self.epsilon_high,
             prefix="weight_",
+            names={"eps_low": "epsilon", "eps_high": "epsilon" if self.epsilon_high is None else "epsilon_high"},
         )
+        _check_trl_numbers(self)
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             raise ValueError(
                 f"loss_type must be one of {SUPPORTED_LOSS_TYPES} for TR-GRPO (token-level normalisation, Eq. 5), "
@@ -88,6 +91,35 @@ class TRGRPOConfig(GRPOConfig):
             upper=self.weight_upper,
             tau_mode=self.weight_tau_mode,
         )
+
+
+def _check_trl_numbers(cfg: GRPOConfig) -> None:
+    """Type, finiteness and range of the numeric TRL fields a TR-GRPO run sets (ValueError naming the field)."""
+    checks = (
+        ("learning_rate", (float, int), lambda v: v >= 0, ">= 0"),
+        ("temperature", (float, int), lambda v: v > 0, "> 0"),
+        ("top_p", (float, int), lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("num_generations", (int,), lambda v: v >= 2, ">= 2 (Eq. 4 needs a group)"),
+        ("max_completion_length", (int,), lambda v: v >= 1, ">= 1"),
+        ("per_device_train_batch_size", (int,), lambda v: v >= 1, ">= 1"),
+        ("gradient_accumulation_steps", (int,), lambda v: v >= 1, ">= 1"),
+    )
+    for name, types, ok, rule in checks:
+        v = getattr(cfg, name, None)
+        if v is None and name in ("num_generations", "max_completion_length"):
+            continue
+        if isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, float) and not math.isfinite(v)):
+            raise ValueError(f"{name} must be a finite {types[0].__name__}, got {v!r} ({type(v).__name__})")
+        if not ok(v):
+            raise ValueError(f"{name} must be {rule}, got {v!r}")
+
+
+def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
+    """The weight diagnostics of :func:`trgrpo.loss.loss_metrics` as zeros (a micro-batch without a valid token), with
+    the same keys, so that every process gathers the same metrics."""
+    one = torch.ones(1, 1)
+    keys = loss_metrics(one, one, one, one.bool(), 0.2, 0.2, args.weight_placement, kl=one, upper=args.weight_upper)
+    return dict.fromkeys(keys, 0.0)
 
 
 class TRGRPOTrainer(GRPOTrainer):
@@ -174,6 +206,11 @@ class TRGRPOTrainer(GRPOTrainer):
             if mode == "train":
                 normalizer = normalizer * self.current_gradient_accumulation_steps
 
+        if not bool(mask.any()):
+            # Every completion of this micro-batch was truncated and masked (mask_truncated_completions): TRL's own
+            # loss is then 0 (its token count is clamped to >= 1); do the same, keeping the graph, and log zeros.
+            self._log_tr_metrics(mode, _empty_metrics(args), per_token_logps, old, inputs, mask, entropies)
+            return (per_token_logps * mask).sum()
         out = tr_grpo_loss(
             per_token_logps,
             old,

@@ -20,6 +20,7 @@ trains. Built-in names cannot be overwritten.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,13 +112,16 @@ class WeightParams:
         )
 
 
+_FLOAT32_MAX = 3.4028234663852886e38  # the weights are float32 tensors: a larger value becomes inf there
+
+
 def _finite(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+    """``value`` as a float: a real number (not a bool, not a string such as YAML's ``"1e1"``), finite in float32."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
+        raise ValueError(f"{name} must be finite (and within float32, the dtype of the weights), got {value!r}")
     return v
 
 
@@ -141,7 +145,7 @@ def validate_weight_params(
             f"{prefix}scheme must be a built-in scheme {SCHEMES} or a registered one {registered_schemes()} "
             f"(add one with trgrpo.weights.register_scheme), got {scheme!r}"
         )
-    if tau_mode not in TAU_MODES:
+    if not isinstance(tau_mode, str) or tau_mode not in TAU_MODES:
         raise ValueError(f"{prefix}tau_mode must be one of {TAU_MODES}, got {tau_mode!r}")
     alpha = _finite(f"{prefix}alpha", alpha)
     mu = _finite(f"{prefix}mu", mu)

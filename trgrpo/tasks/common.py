@@ -172,33 +172,78 @@ def greedy_generate(
 # --------------------------------------------------------------------------------------------------
 
 
-def read_table(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file as plain dicts (clear errors otherwise)."""
+def read_table(path: str | os.PathLike, *, allow_empty: bool = False) -> list[dict[str, Any]]:
+    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file as plain dicts.
+
+    Every error names the file (and the line for JSONL): a missing file, an unsupported type, gzip-compressed or
+    UTF-16/32 text, bytes that are not UTF-8, invalid JSON, a JSON document that is not a list of rows or an object
+    (``null``, a number), an unreadable parquet file. A UTF-8 byte-order mark is accepted. A file without rows is
+    an error unless ``allow_empty``.
+    """
     p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(f"no such file: {p}")
+    if p.is_dir():
+        raise ValueError(f"{p} is a folder, not a data file")
     suffix = p.suffix.lower()
+    if suffix not in (".parquet", ".jsonl", ".json"):
+        raise ValueError(f"{p}: unsupported file type {suffix!r} (use .parquet, .jsonl or .json)")
     if suffix == ".parquet":
         import pandas as pd
 
-        return pd.read_parquet(p).to_dict(orient="records")
-    if suffix == ".jsonl":
-        rows = []
-        with p.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
-        return rows
-    if suffix == ".json":
-        with p.open(encoding="utf-8") as fh:
-            data = json.load(fh)
-        if isinstance(data, dict):  # {"data": [...]} or a single record
-            data = next((v for v in data.values() if isinstance(v, list)), [data])
-        return list(data)
-    raise ValueError(f"{p}: unsupported file type {suffix!r} (use .parquet, .jsonl or .json)")
+        try:
+            rows = pd.read_parquet(p).to_dict(orient="records")
+        except Exception as e:  # pyarrow's ArrowInvalid, OSError, ...
+            raise ValueError(f"{p}: not a readable parquet file ({type(e).__name__}: {e})") from e
+    else:
+        text = _read_text(p)
+        rows = _jsonl_rows(p, text) if suffix == ".jsonl" else _json_rows(p, text)
+    if not rows and not allow_empty:
+        raise ValueError(f"{p}: the file holds no rows (pass allow_empty=True if that is expected)")
+    return rows
+
+
+def _read_text(p: Path) -> str:
+    """The file's text as UTF-8 (a byte-order mark dropped), with clear errors for other encodings."""
+    raw = p.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raise ValueError(f"{p}: the file is gzip-compressed; decompress it first (gunzip)")
+    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        raise ValueError(f"{p}: the file is UTF-32 encoded; save it as UTF-8")
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ValueError(f"{p}: the file is UTF-16 encoded; save it as UTF-8")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ValueError(
+            f"{p}:{line}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); save the file as UTF-8"
+        ) from None
+
+
+def _jsonl_rows(p: Path, text: str) -> list[Any]:
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
+    return rows
+
+
+def _json_rows(p: Path, text: str) -> list[Any]:
+    if not text.strip():
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from e
+    if isinstance(data, dict):  # {"data": [...]} or a single record
+        data = next((v for v in data.values() if isinstance(v, list)), [data])
+    if not isinstance(data, list):
+        raise ValueError(f"{p}: expected a list of rows or an object, got {type(data).__name__} ({str(data)[:40]})")
+    return data
 
 
 def as_list(value: Any) -> list[Any]:

@@ -267,21 +267,34 @@ def kk_splits(
 # Loaders: the paper's splits (Logic-RL / K-and-K schema)
 # --------------------------------------------------------------------------------------------------
 
-_SOLUTION_LINE = re.compile(r"\b([A-Za-z][\w'-]*)\b.*?\b(knight|knave)\b", re.IGNORECASE)
 _USER_TURN = (
     re.compile(r"<\|im_start\|>user\n(.*?)\n?<\|im_end\|>", re.DOTALL),  # Logic-RL qwen-instruct template
     re.compile(r"\nUser:(.*?)\nAssistant:", re.DOTALL),  # Logic-RL base template
 )
 
 
+_SOLUTION_ITEM = re.compile(r"\((\d+)\)\s*(\S.*?)\s+is\s+a\s+(knight|knave)\.?", re.IGNORECASE)
+
+
 def _parse_solution_text_format(text: str) -> tuple[list[str], list[bool]]:
-    """Names and roles from "(1) Zoey is a knight\\n(2) Oliver is a knave" (Logic-RL's gold parser)."""
+    """Names and roles from "(1) Zoey is a knight\\n(2) Oliver is a knave", the K&K data's form.
+
+    Strict, unlike Logic-RL's loose gold parser (first word of a line, then the first role word: "The knight is Bob"
+    would give the name "The", "Mary Ann is a knave" the name "Mary"): every non-empty line must be
+    "(k) <name> is a knight|knave", numbered 1, 2, ...; anything else raises ValueError quoting the line.
+    """
     names, roles = [], []
     for line in str(text).split("\n"):
-        m = _SOLUTION_LINE.search(line.strip())
-        if m:
-            names.append(m.group(1))
-            roles.append(m.group(2).lower() == "knight")
+        if not line.strip():
+            continue
+        m = _SOLUTION_ITEM.fullmatch(line.strip())
+        if m is None or int(m.group(1)) != len(names) + 1:
+            expected = f"({len(names) + 1}) <name> is a knight|knave"
+            raise ValueError(f"solution_text_format line {line.strip()!r} is not {expected!r}")
+        names.append(m.group(2))
+        roles.append(m.group(3).lower() == "knight")
+    if not names:
+        raise ValueError(f"solution_text_format names nobody: {text!r}")
     return names, roles
 
 
@@ -328,14 +341,18 @@ def normalize_kk_row(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def load_kk_file(path: str | os.PathLike, *, n_people: int | Iterable[int] | None = None) -> list[dict[str, Any]]:
+def load_kk_file(
+    path: str | os.PathLike, *, n_people: int | Iterable[int] | None = None, allow_empty: bool = False
+) -> list[dict[str, Any]]:
     """Read K&K puzzles in the Logic-RL schema from a local ``.parquet``/``.jsonl``/``.json`` file.
 
     Accepts the raw K&K rows (``quiz``, ``names``, ``solution``, ``solution_text_format``, ...) and Logic-RL's
     verl parquet (``prompt`` + ``reward_model.ground_truth.solution_text_format``). ``n_people`` filters sizes.
+    Errors name the file and the row; no puzzle (an empty file, or none of the sizes asked for) is an error
+    unless ``allow_empty``.
     """
     records = []
-    for i, row in enumerate(read_table(path)):
+    for i, row in enumerate(read_table(path, allow_empty=allow_empty)):
         try:
             records.append(normalize_kk_row(row))
         except (ValueError, TypeError) as e:
@@ -343,6 +360,8 @@ def load_kk_file(path: str | os.PathLike, *, n_people: int | Iterable[int] | Non
     if n_people is not None:
         keep = set(_n_people_tuple(n_people, lo=1, hi=10_000))
         records = [r for r in records if r["n_people"] in keep]
+        if not records and not allow_empty:
+            raise ValueError(f"{path}: no puzzle with n_people in {sorted(keep)[:20]}")
     return records
 
 
@@ -444,7 +463,24 @@ def format_ok(completion: str, *, prefilled_think: bool = False) -> bool:
 def _name_pattern(name_lower: bytes) -> re.Pattern[bytes]:
     # Logic-RL's pattern \bName\b\s+is\s+a\s+\b(knight|knave)\b, applied to lower-cased text. The leading \b is
     # checked by hand (_role_of): a pattern that starts with a literal lets the regex engine scan for it at C speed.
-    return re.compile(rb"%s\b\s+is\s+a\s+\b(knight|knave)\b" % re.escape(name_lower))
+    return re.compile(rb"%s\b%s+is%s+a%s+\b(knight|knave)\b" % (re.escape(name_lower), _SPACE, _SPACE, _SPACE))
+
+
+# Logic-RL's \s runs on a str: every Unicode white space (str.isspace), e.g. the no-break space of "is\u00a0a". Here the
+# text is UTF-8 bytes, where \s is ASCII only: the other white spaces are turned into ASCII spaces first
+# (_ascii_spaces), and \x1c-\x1f (white space for str.isspace) join the class.
+_SPACE = rb"[\s\x1c-\x1f]"
+_UNICODE_SPACE = re.compile(rb"\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80")
+
+
+_UNICODE_SPACE_LEADS = (b"\xc2", b"\xe1\x9a\x80", b"\xe2\x80", b"\xe2\x81\x9f", b"\xe3\x80\x80")
+
+
+def _ascii_spaces(low: bytes) -> bytes:
+    """Non-ASCII white space (its UTF-8 bytes) as ASCII spaces: one C-level pass, only for non-ASCII text."""
+    if low.isascii() or not any(lead in low for lead in _UNICODE_SPACE_LEADS):  # fast C scans first
+        return low
+    return _UNICODE_SPACE.sub(b" ", low)
 
 
 _WORD_CHAR = re.compile(rb"\w")
@@ -473,6 +509,15 @@ def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] 
     low = answer.lower()  # ASCII letters only
     if low.count(b"knight") + low.count(b"knave") != len(names):
         return None
+    parsed = _roles(low, names)
+    if parsed is None and not low.isascii():  # Unicode white space ("is\u00a0a"), read as Logic-RL's str regex does
+        spaced = _ascii_spaces(low)
+        if spaced is not low:
+            parsed = _roles(spaced, names)
+    return parsed
+
+
+def _roles(low: bytes, names: Sequence[str]) -> dict[str, bool] | None:
     parsed = {}
     for name in names:
         role = _role_of(low, name)
@@ -489,6 +534,11 @@ def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] 
 _HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
 _INVISIBLE = [0xAD, 0x34F, 0x61C, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0x200B, 0x2010)]
 _INVISIBLE += [*range(0x202A, 0x202F), *range(0x2060, 0x2065), 0xFEFF]
+# blank letters (Hangul fillers, the Braille blank): they print as nothing or a space, but are not white space
+_INVISIBLE += [0x2800, 0x3164, 0xFFA0]
+# Combining marks and format characters (variation selectors U+FE0F, tag characters U+E0020...U+E007F, combining
+# accents): they attach to or hide inside a word, "kn\ufe0fave" is read as a knave by a reader, not by the count.
+_HIDING_CATEGORIES = ("Mn", "Me", "Cf")
 
 
 @functools.lru_cache(maxsize=1)
@@ -501,7 +551,9 @@ def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
     bmp = {ord(c) for c in _HOMOGLYPHS} | set(_INVISIBLE)
     astral: list[int] = []
     for cp in range(0x80, 0x20000):
-        if unicodedata.normalize("NFKC", chr(cp)).lower() not in letters:
+        ch = chr(cp)
+        hides = cp < 0x10000 and unicodedata.category(ch) in _HIDING_CATEGORIES  # astral ones: one range below
+        if not hides and unicodedata.normalize("NFKC", ch).lower() not in letters:
             continue
         if cp < 0x10000:
             bmp.add(cp)
@@ -513,6 +565,7 @@ def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
             ranges[-1][1] = cp
         else:
             ranges.append([cp, cp])
+    ranges.append([0xE0000, 0xE01EF])  # tag characters and variation selectors 17-256 (format / combining)
     bmp_class = "".join(re.escape(chr(cp)) for cp in sorted(bmp))
     astral_class = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
     return re.compile(f"[{bmp_class}]"), re.compile(f"[{astral_class}]")

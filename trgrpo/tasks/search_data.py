@@ -396,11 +396,15 @@ def qa_records(rows: list[dict[str, Any]], dataset: str) -> list[dict[str, Any]]
         if not isinstance(q, str) or not q.strip():
             raise KeyError(f"row {i} of {dataset} has no 'question' text (keys: {sorted(row)})")
         ds = normalise_dataset_name(row.get("data_source") or dataset)
+        try:
+            answers = _answers_of(row)
+        except (KeyError, TypeError) as e:
+            raise KeyError(f"row {i} of {dataset}: {e.args[0] if e.args else e}") from e
         out.append(
             {
                 "id": str(row.get("id", f"{dataset}-{i}")),
                 "question": q.strip(),
-                "answers": _answers_of(row),
+                "answers": answers,
                 "type": ds,
                 "dataset": ds,
                 "gold_ids": [],
@@ -410,13 +414,21 @@ def qa_records(rows: list[dict[str, Any]], dataset: str) -> list[dict[str, Any]]
     return out
 
 
-def load_qa(dataset: str, *, path: str | os.PathLike | None = None, split: str | None = None, n: int | None = None):
+def load_qa(
+    dataset: str,
+    *,
+    path: str | os.PathLike | None = None,
+    split: str | None = None,
+    n: int | None = None,
+    allow_empty: bool = False,
+):
     """One of Table 3's QA sets as question records.
 
     ``path``: a local ``.parquet``/``.jsonl``/``.json`` file (Search-R1's ``test.parquet``, a FlashRAG
     ``.jsonl``); a folder is searched for ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet``.
     Without a path the FlashRAG copy is read from the hub (``RUC-NLPIR/FlashRAG_datasets``), which needs a
-    network: offline this raises a ``RuntimeError`` that says so.
+    network: offline this raises a ``RuntimeError`` that says so. Errors name the file and the row; no question
+    (an empty file, or none of this dataset in a merged file) is an error unless ``allow_empty``.
     """
     from .common import read_table
 
@@ -439,22 +451,40 @@ def load_qa(dataset: str, *, path: str | os.PathLike | None = None, split: str |
             if found is None:
                 raise FileNotFoundError(f"none of {[str(c) for c in candidates]} exists")
             p = found
-        rows = read_table(p)
-        if rows and "data_source" in rows[0]:  # a merged Search-R1 file: keep this dataset's rows
-            rows = [r for r in rows if normalise_dataset_name(r["data_source"]) == name]
+        rows = read_table(p, allow_empty=allow_empty)
+        if rows and isinstance(rows[0], dict) and "data_source" in rows[0]:  # a merged Search-R1 file
+            rows = [r for r in rows if isinstance(r, dict) and normalise_dataset_name(r.get("data_source")) == name]
+            if not rows and not allow_empty:
+                raise ValueError(f"{p}: no row with data_source {name!r}")
+        recs = _qa_records_of_file(rows, name, p)
     else:
-        rows = _hub_rows(FLASHRAG_REPO, name, split)
-    recs = qa_records(rows, name)
+        recs = qa_records(_hub_rows(FLASHRAG_REPO, name, split), name)
     return recs[:n] if n is not None else recs
 
 
-def load_searchr1_train(path: str | os.PathLike | None = None, n: int | None = None) -> list[dict[str, Any]]:
+def _qa_records_of_file(rows: list[Any], dataset: str, path: Path) -> list[dict[str, Any]]:
+    """:func:`qa_records` with errors that name the file (and the row)."""
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: row {i}: a row is an object, got {type(row).__name__}")
+    try:
+        return qa_records(rows, dataset)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e.args[0] if e.args else e}") from e
+
+
+def load_searchr1_train(
+    path: str | os.PathLike | None = None, n: int | None = None, *, allow_empty: bool = False
+) -> list[dict[str, Any]]:
     """Search-R1's training questions (NQ + HotpotQA): a local parquet/jsonl or the hub repo
-    ``PeterJinGo/nq_hotpotqa_train`` (needs a network)."""
+    ``PeterJinGo/nq_hotpotqa_train`` (needs a network). Errors name the file and the row; an empty file is an
+    error unless ``allow_empty``."""
     from .common import read_table
 
-    rows = read_table(path) if path is not None else _hub_rows(SEARCHR1_TRAIN_REPO, None, "train")
-    recs = qa_records(rows, "nq")
+    if path is None:
+        recs = qa_records(_hub_rows(SEARCHR1_TRAIN_REPO, None, "train"), "nq")
+    else:
+        recs = _qa_records_of_file(read_table(path, allow_empty=allow_empty), "nq", Path(path))
     return recs[:n] if n is not None else recs
 
 
