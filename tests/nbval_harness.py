@@ -95,8 +95,12 @@ def _is_nbval_cell(item: pytest.Item) -> bool:
     return isinstance(item, IPyNbCell)
 
 
+def _key(item: pytest.Item) -> str:
+    return str(item.parent.path)  # not the node id: notebooks outside the rootdir all get an empty one
+
+
 class _Run:
-    """Per-notebook state: start time, whether noise was seen, the last collected cell."""
+    """Per-notebook state (by path): start time, whether noise was seen, the name of its last collected cell."""
 
     def __init__(self) -> None:
         self.start: dict[str, float] = {}
@@ -128,16 +132,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:
         if _is_nbval_cell(item):
-            _RUN.last_cell[item.parent.nodeid] = item.nodeid
+            _RUN.last_cell[_key(item)] = item.name
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
-    if not _is_nbval_cell(item) or item.parent.nodeid in _RUN.start:
+    if not _is_nbval_cell(item) or _key(item) in _RUN.start:
         return (yield)
     # the first cell of a notebook: nbval starts the kernel in this setup, with our environment
-    _RUN.start[item.parent.nodeid] = time.monotonic()
-    _RUN.noisy[item.parent.nodeid] = False
+    _RUN.start[_key(item)] = time.monotonic()
+    _RUN.noisy[_key(item)] = False
     with environment(smoke_env()):
         return (yield)
 
@@ -147,14 +151,16 @@ def pytest_runtest_call(item: pytest.Item):
     if not _is_nbval_cell(item):
         return (yield)
     nb = Path(str(item.parent.path)).name
-    key = item.parent.nodeid
+    key = _key(item)
     limit = time_limit(nb)
     left = limit - (time.monotonic() - _RUN.start.get(key, time.monotonic()))
     item.config.option.nbval_cell_timeout = max(left, 1.0)  # nbval reads it when the cell starts
-    result = yield  # a cell error or an output mismatch propagates from here unchanged
-    elapsed = time.monotonic() - _RUN.start.get(key, time.monotonic())
-    if elapsed > limit:
-        pytest.fail(f"{nb} took {elapsed:.0f} s in smoke mode by cell {item.cell_num} (limit {limit} s)")
+    try:
+        result = yield  # a cell error or an output mismatch propagates unchanged, unless the time is up
+    finally:
+        elapsed = time.monotonic() - _RUN.start.get(key, time.monotonic())
+        if elapsed > limit:  # nbval's own message would name the cell's share of the time only
+            pytest.fail(f"{nb} took {elapsed:.0f} s in smoke mode by cell {item.cell_num} (limit {limit} s)")
     found = noise(item.test_outputs)
     if found:
         _RUN.noisy[key] = True
@@ -162,7 +168,23 @@ def pytest_runtest_call(item: pytest.Item):
         if nb in NOISY_NOTEBOOKS:
             pytest.xfail(f"{msg} (listed in NOISY_NOTEBOOKS, tests/nbval_harness.py)")
         pytest.fail(f"{msg}: filter the warning at its source or print to stdout (issue 17: clean output)")
-    if nb in NOISY_NOTEBOOKS and _RUN.last_cell.get(key) == item.nodeid and not _RUN.noisy[key]:
+    if nb in NOISY_NOTEBOOKS and _RUN.last_cell.get(key) == item.name and not _RUN.noisy[key]:
         pytest.fail(f"{nb} ran without FutureWarning or traceback: remove it from NOISY_NOTEBOOKS "
                     "(tests/nbval_harness.py)")
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if _is_nbval_cell(item) and report.failed and isinstance(report.longrepr, str) and "Cell outputs differ" in (
+        report.longrepr
+    ):
+        nb = Path(str(item.parent.path))
+        shown = nb.relative_to(ROOT) if nb.is_relative_to(ROOT) else nb
+        report.longrepr += (
+            f"\nIn the diff above, '+' lines are the output stored in {nb.name}, '-' lines the new one.\n"
+            f"If the change is intended, store the new output: python -m tests.nbexec refresh {shown}\n"
+            "(or `make refresh-checked NB=...`), then review `git diff`.\n"
+        )
+    return report
