@@ -10,7 +10,8 @@ also applies to ``pytest notebooks/02_*.ipynb``) adds:
 * a time limit per notebook (kernel start included, :data:`TIME_LIMITS`): each cell gets what is left of it as
   its timeout, and a notebook that finishes late fails;
 * clean output: a cell whose stdout/stderr holds a ``FutureWarning`` or a Python traceback fails, except in the
-  notebooks of :data:`NOISY_NOTEBOOKS`, where it is an expected failure (xfail) until the notebook is clean;
+  notebooks of :data:`NOISY_NOTEBOOKS`, where it is an expected failure (xfail) until the notebook is clean (a
+  listed notebook that runs clean warns, so that the list is emptied);
 * checked cells with a stored output are compared although nbstripout removed their execution count (nbval
   would otherwise treat them as never run and skip the comparison);
 * every nbval item gets the ``notebooks`` marker (the test tiers, ``tests/conftest.py``).
@@ -39,9 +40,17 @@ DEFAULT_TIME_LIMIT = 900
 # Noise that must not reach a reader: library FutureWarnings and tracebacks printed by caught exceptions.
 NOISE_RE = re.compile(r"FutureWarning|Traceback \(most recent call last\)")
 
-# Notebooks whose smoke run still prints such noise (issue 17: the "teach" work cleans it at the source).
-# Their noisy cells are reported as xfail; a listed notebook that runs clean fails, so the list only shrinks.
-NOISY_NOTEBOOKS: frozenset[str] = frozenset()
+# Notebooks whose smoke run may still print such noise: issue 17 reports transformers FutureWarnings in the runs
+# of 05-07 (their trainers; the toy runs of 03 filter them). The "teach" work cleans them at the source; then this
+# list is emptied. A noisy cell of a listed notebook is reported as xfail (with the noise); a listed notebook that
+# runs clean raises a warning asking to remove it. Every other notebook fails on noise.
+NOISY_NOTEBOOKS: frozenset[str] = frozenset(
+    {"05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb", "07_agentic_search.ipynb"}
+)
+
+
+class StaleAllowListWarning(UserWarning):
+    """A notebook of :data:`NOISY_NOTEBOOKS` ran without noise: remove it from the list."""
 
 
 def smoke_env() -> dict[str, str]:
@@ -167,10 +176,10 @@ def pytest_runtest_call(item: pytest.Item):
         msg = f"{nb} cell {item.cell_num} prints {'; '.join(found)}"
         if nb in NOISY_NOTEBOOKS:
             pytest.xfail(f"{msg} (listed in NOISY_NOTEBOOKS, tests/nbval_harness.py)")
-        pytest.fail(f"{msg}: filter the warning at its source or print to stdout (issue 17: clean output)")
+        pytest.fail(f"{msg}: clean it at its source (fix or filter the warning; say a caught error in one line)")
     if nb in NOISY_NOTEBOOKS and _RUN.last_cell.get(key) == item.name and not _RUN.noisy[key]:
-        pytest.fail(f"{nb} ran without FutureWarning or traceback: remove it from NOISY_NOTEBOOKS "
-                    "(tests/nbval_harness.py)")
+        msg = f"{nb} ran without FutureWarning or traceback: remove it from NOISY_NOTEBOOKS (tests/nbval_harness.py)"
+        item.warn(StaleAllowListWarning(msg))
     return result
 
 

@@ -19,7 +19,7 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbval")
 
 
-def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python -m pytest`` with the project's configuration, from the repository root (the harness is loaded
     explicitly, as notebooks outside the repository do not see its top-level conftest.py)."""
     cmd = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
@@ -74,7 +74,7 @@ def test_nbval_fails_on_notebook_02_when_a_library_default_changes(tmp_path):
 def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
     """One nbval run over five small notebooks: the kernel sees the smoke environment and a checked cell with a
     stripped execution count is compared; a FutureWarning or a printed traceback fails its cell; in a notebook of
-    the allow-list it is an xfail, and a listed notebook that runs clean fails (the list must shrink); a notebook
+    the allow-list it is an xfail, and a listed notebook that runs clean warns (the list must shrink); a notebook
     over its time limit fails with its time."""
     (tmp_path / "harness_setup.py").write_text(  # the allow-list and a time limit of this test
         "import tests.nbval_harness as h\n"
@@ -99,9 +99,9 @@ def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
     path = os.pathsep.join(filter(None, [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")]))
     r = _pytest(["-p", "harness_setup", *paths], env={"PYTHONPATH": path, "TRGRPO_SMOKE": "0", "TRGRPO_HEADLESS": "0"})
     report = r.stdout + r.stderr
-    assert "4 failed, 4 passed, 1 xfailed" in report, report[-3000:]
+    assert "3 failed, 5 passed, 1 xfailed, 1 warning" in report, report[-3000:]
     assert "noisy.ipynb cell 0 prints stderr:" in report and "FutureWarning: an old argument" in report
     assert "noisy.ipynb cell 1 prints stderr: Traceback (most recent call last)" in report
     assert "listed_noisy.ipynb cell 0 prints stderr:" in report and "(listed in NOISY_NOTEBOOKS" in report
-    assert "listed_clean.ipynb ran without FutureWarning or traceback: remove it from NOISY_NOTEBOOKS" in report
+    assert "StaleAllowListWarning: listed_clean.ipynb ran without FutureWarning or traceback: remove it" in report
     assert "slow.ipynb took" in report and "(limit 2 s)" in report
