@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slow lint setup model notebooks strip clean bench lab student browser
+.PHONY: run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench lab student browser
 
 setup: $(STAMP)
 
@@ -35,16 +35,29 @@ model: $(STAMP)
 lint: $(STAMP)
 	$(VPY) -m ruff check trgrpo tests
 
+# pytest's options are in pyproject.toml: tests/ and, with nbval (--nbval-lax), every notebook under notebooks/ in
+# smoke mode, each code cell a test, `# NBVAL_CHECK_OUTPUT` cells compared with their stored output; tiers
+# unit / notebooks / browser run, slow and gpu are left out (README, "Tests").
 test: $(STAMP) browser
 	$(VPY) -m ruff check trgrpo tests
-	$(VPY) -m pytest -q -x --durations=15
+	$(VPY) -m pytest -q -x --durations=15 --nbval-lax
 
 test-slow: $(STAMP)
 	$(VPY) -m pytest -q -m slow
 
+# the notebooks tier alone: nbval over notebooks/ and the notebook checks of tests/
+test-notebooks: $(STAMP)
+	$(VPY) -m pytest -q -m notebooks --nbval-lax
+
+# store new outputs of the checked cells on purpose (then review `git diff`): make refresh-checked NB=notebooks/02_*.ipynb
+refresh-checked: $(STAMP)
+	$(VPY) -m tests.nbexec refresh $(NB)
+
 run: $(STAMP) model
 	$(VPY) -m trgrpo.run_all
 
+# outputs, counts and papermill metadata go; cells with metadata keep_output (the `# NBVAL_CHECK_OUTPUT` cells) keep
+# their outputs, which nbval compares
 strip: $(STAMP)
 	$(VPY) -m nbstripout --extra-keys "metadata.papermill cell.metadata.papermill cell.metadata.execution" notebooks/*.ipynb notebooks/solutions/*.ipynb 2>/dev/null || true
 
