@@ -132,7 +132,9 @@ def test_solutions_match_statements_and_are_checked(path):
         assert check.cell_type == "code" and course.expected_names(check.source), (
             f"{sol_path.name} Exercise {ex_id}: the check cell's first line is '# expects: name, ...'"
         )
-        assert "assert" in check.source, f"{sol_path.name} Exercise {ex_id}: the check asserts"
+        assert "assert" in check.source or "course.expect" in check.source, (
+            f"{sol_path.name} Exercise {ex_id}: the check asserts"
+        )
         solution_code = "\n".join(c.source for c in block[: kinds.index("check")] if c.cell_type == "code")
         for name in course.expected_names(check.source):
             assert re.search(rf"\b{re.escape(name)}\b", solution_code), (
@@ -225,3 +227,73 @@ def test_syllabus_generated_blocks_are_current():
     wanted = {p.name for p in course.main_notebooks()} | {p.name for p in course.solution_notebooks()}
     assert wanted <= timed, f"not timed: {sorted(wanted - timed)}"
     assert all(r["ok"] for r in record["rows"]), [r["notebook"] for r in record["rows"] if not r["ok"]]
+
+
+# ---------------------------------------------------------------- checks that teach (issue 17)
+
+
+def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
+    src = "# expects: x\nwith course.check('9.1', hint='think again', x='x is a count'):\n    assert x == 3\n"
+    import linecache
+
+    linecache.cache["<check 9.1>"] = (len(src), None, src.splitlines(True), "<check 9.1>")
+    code = compile(src, "<check 9.1>", "exec")
+    exec(code, {"course": course, "x": 3})  # right: silent
+    with pytest.raises(course.CheckFailed) as info:
+        exec(code, {"course": course, "x": 4})
+    msg = str(info.value)
+    assert msg.startswith("Exercise 9.1: `x` is not right yet") and "Hint: x is a count" in msg and "think again" in msg
+    assert "3" not in msg, "the message must not show the expected value"
+    with pytest.raises(course.CheckFailed, match="run your solution cell"):
+        exec(code, {"course": course})
+    with pytest.raises(course.CheckFailed, match="raised TypeError"):
+        exec(compile("# expects: x\nwith course.check('9.2'):\n    assert len(x) == 3\n", "<c>", "exec"),
+             {"course": course, "x": 4})
+
+
+def test_expect_close_shows_the_answer_given_not_the_target():
+    course.expect_close("tau", 1.0986, 1.0986, 1e-4)
+    with pytest.raises(course.CheckFailed) as info:
+        course.expect_close("tau", 0.122, 1.0986, 1e-4, hint="a tau, not a p")
+    assert "0.122" in str(info.value) and "1.0986" not in str(info.value) and "a tau, not a p" in str(info.value)
+
+
+def test_fingerprint_is_stable_and_discriminates():
+    assert course.fingerprint([0.5, 1]) == course.fingerprint((0.5000000001, 1.0))
+    assert course.fingerprint({"a": 1}) != course.fingerprint({"a": 2})
+
+
+SOLUTIONS = course.solution_notebooks()
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
+    nb = course.read(path)
+    checks = [c for c in nb.cells if "check" in course.tags(c)]
+    assert checks and all(course.wrong_answer(c) for c in checks), f"{path.name}: a check cell has no wrong_answer"
+    assert all("course.check(" in c.source for c in checks), f"{path.name}: wrap each check in course.check"
+    if path.name.startswith("02_"):  # exercise 2.1 used to print ln 3 and 1/ln 3 in its check
+        src = next(c.source for c in checks if "'2.1'" in c.source)
+        assert "log(3)" not in src and "[0.5]" not in src
+    if path.name.startswith("03_"):  # exercise 3.2 used to echo the library's summary and answer its own question
+        src = next(c.source for c in checks if "'3.2'" in c.source)
+        assert "loses on every seed" not in src and "(label, summary)" not in src and "v < 0" not in src
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeypatch):
+    """Each check cell runs again with its wrong answer (``metadata.wrong_answer``): it must raise CheckFailed with
+    the exercise, what is wrong and a hint, never a bare AssertionError."""
+    record = tmp_path / "wrong.json"
+    probe = tmp_path / path.name
+    nbformat.write(course.wrong_answer_notebook(course.read(path), record), str(probe))
+    execute_smoke(probe, tmp_path / "out.ipynb", monkeypatch, timeout=300)
+    import json
+
+    rows = json.loads(record.read_text())
+    ids = [e["id"] for e in course.exercises(course.read(path))]
+    assert [r["exercise"] for r in rows] == ids
+    for r in rows:
+        assert r["raised"] == "CheckFailed", f"Exercise {r['exercise']}: {r['wrong_answer']!r} raised {r['raised']}"
+        assert r["message"].startswith(f"Exercise {r['exercise']}: ") and "\nHint: " in r["message"], r

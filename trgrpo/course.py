@@ -184,6 +184,162 @@ def write_student_copy(
     return written
 
 
+# ---------------------------------------------------------------- checks that teach
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict on a wrong answer: what is wrong and a hint, never the answer itself."""
+
+
+def expect(ok: Any, what: str, hint: str = "") -> None:
+    """Raise :class:`CheckFailed` with ``what`` (what is wrong) and ``hint`` unless ``ok``."""
+    if not ok:
+        raise CheckFailed(what + (f"\nHint: {hint}" if hint else ""))
+
+
+def expect_close(name: str, got: Any, want: float, tol: float = 1e-9, hint: str = "") -> None:
+    """``got`` within ``tol`` of a value the check recomputed; the message shows ``got``, never ``want``."""
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"`{name}` should be a number, got {type(got).__name__}") from None
+    expect(abs(value - float(want)) <= tol, f"`{name}` = {value:.6g} is not the value the check recomputes", hint)
+
+
+def fingerprint(value: Any, digits: int = 6) -> str:
+    """A short hash of ``value`` (floats rounded to ``digits``; lists, tuples, dicts, str, int, bool, None), so a
+    check can compare an answer it must not print."""
+    import hashlib
+
+    def canon(v: Any) -> Any:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)) or hasattr(v, "item"):
+            return round(float(v), digits)
+        if isinstance(v, dict):
+            return sorted((str(k), canon(x)) for k, x in v.items())
+        if isinstance(v, (list, tuple)):
+            return [canon(x) for x in v]
+        raise TypeError(f"fingerprint cannot hash a {type(v).__name__}")
+
+    return hashlib.sha256(json.dumps(canon(value)).encode()).hexdigest()[:12]
+
+
+def _cell_names(frame: Any) -> list[str]:
+    """The ``# expects:`` names of the cell that runs ``frame`` (IPython keeps each cell's source in linecache)."""
+    import linecache
+
+    lines = linecache.getlines(frame.f_code.co_filename)
+    return expected_names("".join(lines)) if lines else []
+
+
+class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, like a statement)
+    """Wrap a check cell: a failing ``assert`` or an error while checking becomes a :class:`CheckFailed` that names
+    the exercise, the answer(s) the failing line tests and a hint, without echoing the line's expected values.
+
+    ``hint`` is the general hint; ``hints`` maps an expected name to a hint shown when a line that tests that
+    name fails."""
+
+    def __init__(self, exercise: str, hint: str = "", **hints: str) -> None:
+        self.exercise, self.hint, self.hints = exercise, hint, hints
+        self.names: list[str] = []
+        self.filename = ""
+
+    def __enter__(self) -> check:
+        import inspect
+
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is not None:
+            self.names = _cell_names(caller)
+            self.filename = caller.f_code.co_filename
+        return self
+
+    def _failing_line(self, tb: Any) -> str:
+        import linecache
+
+        line = ""
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self.filename:
+                line = linecache.getline(self.filename, tb.tb_lineno)
+            tb = tb.tb_next
+        return line
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if exc_type is None:
+            return False
+        if not issubclass(exc_type, Exception):
+            return False
+        line = self._failing_line(tb)
+        code = line.split("#")[0]
+        named = [n for n in self.names if re.search(rf"\b{re.escape(n)}\b", code)]
+        if isinstance(exc, CheckFailed):
+            what = str(exc)
+        elif isinstance(exc, NameError):
+            what = f"{exc}: run your solution cell above first (it defines {', '.join(self.names) or 'the answer'})"
+        elif isinstance(exc, AssertionError):
+            detail = str(exc).strip()
+            subject = ", ".join(f"`{n}`" for n in named) or ", ".join(f"`{n}`" for n in self.names) or "your answer"
+            what = f"{subject} {'is' if len(named) == 1 else 'are'} not right yet" + (f" ({detail})" if detail else "")
+        else:
+            subject = ", ".join(f"`{n}`" for n in named or self.names) or "your answer"
+            what = (f"checking {subject} raised {exc_type.__name__}: {exc}. Is it of the type and shape the "
+                    "statement asks for?")
+        hints = [self.hints[n] for n in named if n in self.hints and self.hints[n] not in what]
+        if self.hint and self.hint not in what:
+            hints.append(self.hint)
+        msg = f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)
+        raise CheckFailed(msg) from None
+
+
+def wrong_answer(cell: Any) -> str | None:
+    """The wrong answer a check cell is tested with (``cell.metadata.wrong_answer``: code that rebinds names)."""
+    return cell.get("metadata", {}).get("wrong_answer")
+
+
+def wrong_answer_notebook(nb: Any, record: Path | str) -> Any:
+    """A copy of a solutions notebook that, after each check cell, rebinds the expected names to the cell's
+    ``wrong_answer``, runs the check again, records the exception (type and message) into ``record`` (JSON), and
+    restores the right answers: what tests/test_course.py uses to show every check fails with a message."""
+    nbf = _nbformat()
+    out = copy.deepcopy(nb)
+    cells: list[Any] = []
+    current = None
+    for cell in out.cells:
+        cells.append(cell)
+        heading = exercise_heading(cell)
+        current = heading["id"] if heading else current
+        if CHECK not in tags(cell):
+            continue
+        wrong = wrong_answer(cell)
+        names = expected_names(cell.source)
+        probe = (
+            "import linecache as _lc\n"
+            f"_saved = {{_n: globals().get(_n) for _n in {names!r}}}\n"
+            f"_fname = '<check {current}>'\n"
+            f"_src = {cell.source!r}\n"
+            "_lc.cache[_fname] = (len(_src), None, _src.splitlines(True), _fname)\n"
+            "try:\n"
+            f"    exec({(wrong or '')!r}, globals())\n"
+            "    exec(compile(_src, _fname, 'exec'), globals())\n"
+            f"    _res = {{'exercise': {current!r}, 'raised': None, 'message': ''}}\n"
+            "except Exception as _e:\n"
+            f"    _res = {{'exercise': {current!r}, 'raised': type(_e).__name__, 'message': str(_e)}}\n"
+            "finally:\n"
+            "    globals().update(_saved)\n"
+            f"_res['wrong_answer'] = {wrong!r}\n"
+            "_WRONG_RESULTS = globals().get('_WRONG_RESULTS', []) + [_res]\n"
+        )
+        cells.append(nbf.v4.new_code_cell(probe))
+    cells.append(
+        nbf.v4.new_code_cell(
+            f"import json as _json\nopen({str(record)!r}, 'w').write(_json.dumps(globals().get('_WRONG_RESULTS', [])))"
+        )
+    )
+    out.cells = cells
+    return out
+
+
 # ---------------------------------------------------------------- laptop times for the syllabus
 
 
