@@ -297,3 +297,57 @@ def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeyp
     for r in rows:
         assert r["raised"] == "CheckFailed", f"Exercise {r['exercise']}: {r['wrong_answer']!r} raised {r['raised']}"
         assert r["message"].startswith(f"Exercise {r['exercise']}: ") and "\nHint: " in r["message"], r
+
+
+# ---------------------------------------------------------------- the primer, the glossary and the links (issue 17)
+
+LINK_RE = re.compile(r"\]\(([^)#]+)(?:#[^)]*)?\)")
+
+
+def test_primer_derives_eq_1_to_6_each_checked_against_the_library():
+    nb = course.read(course.NOTEBOOKS / "00_grpo_primer.ipynb")
+    cells = nb.cells
+    derivations = [i for i, c in enumerate(cells) if "derivation" in course.tags(c)]
+    assert len(derivations) >= 5, "one derivation cell per step: rewards, advantages, log-probs, ratio/clip, k3"
+    for i in derivations:
+        assert len(cells[i].source.strip().splitlines()) <= 12, f"derivation cell {i} is not 'a few lines'"
+        nxt = cells[i + 1]
+        assert "derivation-check" in course.tags(nxt) and "course.check(" in nxt.source, f"cell {i + 1} checks {i}"
+        assert re.search(r"\b(loss|toy|primer)\.\w+\(", nxt.source), f"cell {i + 1} compares with the library"
+    text = "\n".join(c.source for c in cells)
+    for eq in ("Eq. 1", "Eq. 4", "Eq. 3", "Eq. 5", "Eq. 6", "k3", "clip-higher"):
+        assert eq in text, eq
+
+
+def test_glossary_defines_the_course_terms():
+    text = (ROOT / "docs" / "glossary.md").read_text()
+    for term in ("RLVR", "advantage", "k3", "clip-higher", "ε_h", "Placement", "sg[·]", "K&K", "EM", "avg@k"):
+        assert term in text, term
+
+
+def _links(source: str, base: Path) -> list[Path]:
+    return [(base / m).resolve() for m in LINK_RE.findall(source) if not m.startswith("http")]
+
+
+@pytest.mark.parametrize("path", course.main_notebooks(), ids=[p.stem for p in course.main_notebooks()])
+def test_notebook_links_glossary_previous_and_next(path):
+    mains = course.main_notebooks()
+    nb = course.read(path)
+    mds = [c for c in nb.cells if c.cell_type == "markdown"]
+    first, last = mds[0].source, mds[-1].source
+    k = mains.index(path)
+    for where, src in (("first", first), ("last", last)):
+        assert "../docs/glossary.md" in src, f"{path.name}: the {where} markdown cell links the glossary"
+        assert "Previous:" in src and "Next:" in src, f"{path.name}: the {where} markdown cell has previous / next"
+        if k > 0:
+            assert f"({mains[k - 1].name})" in src, f"{path.name}: previous is {mains[k - 1].name}"
+        if k + 1 < len(mains):
+            assert f"({mains[k + 1].name})" in src, f"{path.name}: next is {mains[k + 1].name}"
+        missing = [p for p in _links(src, path.parent) if not p.exists()]
+        assert not missing, f"{path.name}: broken links {missing}"
+
+
+@pytest.mark.parametrize("path", course.solution_notebooks(), ids=[p.stem for p in course.solution_notebooks()])
+def test_solutions_link_the_glossary(path):
+    src = course.read(path).cells[0].source
+    assert "../../docs/glossary.md" in src and not [p for p in _links(src, path.parent) if not p.exists()]
