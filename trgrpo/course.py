@@ -144,8 +144,8 @@ def exercise_workbook(nb: Any) -> Any:
         out.cells[0].source = (
             f"{title}\n\nYour workbook. After each exercise, replace the cell that raises `NotImplementedError` with "
             "your own code, then run the check cell under it: it stays silent or prints ✓ when your answer is right, "
-            "and fails with a message saying what is wrong, with a hint (never the answer) when it is not. The notebook "
-            "above the first exercise runs as it is. Terms: [glossary](../../docs/glossary.md)."
+            "and fails with a message saying what is wrong, with a hint (never the answer) when it is not. The "
+            "notebook above the first exercise runs as it is. Terms: [glossary](../../docs/glossary.md)."
         )
     return out
 
