@@ -76,9 +76,11 @@ def test_workbook_refuses_a_solution_without_check_or_exercise():
 
 
 def test_student_notebook_drops_explanations_and_solutions_only():
-    nb = _nb([_md("intro"), _md("long", "explanation"), _code("x = 1"), _code("y = 2", "solution"), _md("end")])
+    nb = _nb([_md("intro"), _md("long", "explanation"), _md("longer", "explanation"), _code("x = 1"),
+              _code("y = 2", "solution"), _md("end")])
     st = course.student_notebook(nb)
-    assert [c.source for c in st.cells] == ["intro", "x = 1", "end"]
+    assert [c.source for c in st.cells] == ["intro", course.CONCLUSION_TEXT, "x = 1", "end"]
+    assert course.tags(st.cells[1]) == ["conclusion"], "one 'write your conclusion' cell per run of explanations"
 
 
 def test_write_student_copy_refuses_to_overwrite_the_notebooks(tmp_path):
@@ -163,6 +165,10 @@ def test_student_copy_layout(student_copy):
     for path in written:
         nb = course.read(path)
         assert not any({"solution", "explanation"} & set(course.tags(c)) for c in nb.cells), path.name
+    for orig in course.main_notebooks():  # a conclusion cell wherever explanations were removed
+        n_expl = sum("explanation" in course.tags(c) for c in course.read(orig).cells)
+        n_concl = sum("conclusion" in course.tags(c) for c in course.read(out / orig.name).cells)
+        assert (n_concl > 0) == (n_expl > 0) and n_concl <= n_expl, orig.name
 
 
 def test_student_copy_keeps_every_code_cell(student_copy):
@@ -351,3 +357,23 @@ def test_notebook_links_glossary_previous_and_next(path):
 def test_solutions_link_the_glossary(path):
     src = course.read(path).cells[0].source
     assert "../../docs/glossary.md" in src and not [p for p in _links(src, path.parent) if not p.exists()]
+
+
+@pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
+def test_every_exercise_has_difficulty_and_time_in_both_copies(path):
+    for nb in (course.read(path), course.read(course.solutions_path(path))):
+        metas = [course.exercise_meta(c) for c in nb.cells if course.exercise_heading(c)]
+        assert metas and all(m["difficulty"] in course.DIFFICULTIES and 5 <= m["minutes"] <= 120 for m in metas)
+    main = [course.exercise_meta(c) for c in course.read(path).cells if course.exercise_heading(c)]
+    sol_nb = course.read(course.solutions_path(path))
+    sol = [course.exercise_meta(c) for c in sol_nb.cells if course.exercise_heading(c)]
+    assert main == sol, f"{path.name}: difficulty/time differ between the notebook and its solutions"
+
+
+def test_exercise_meta_names_the_bad_field():
+    cell = nbformat.v4.new_markdown_cell("x", metadata={"course": {"difficulty": "tricky", "minutes": 5}})
+    with pytest.raises(ValueError, match="difficulty"):
+        course.exercise_meta(cell)
+    cell.metadata["course"] = {"difficulty": "easy", "minutes": "ten"}
+    with pytest.raises(ValueError, match="minutes"):
+        course.exercise_meta(cell)

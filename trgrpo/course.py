@@ -39,6 +39,7 @@ SYLLABUS = ROOT / "docs" / "syllabus.md"
 TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
 
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
+CONCLUSION = "conclusion"  # the "write your conclusion" cell a student copy puts where explanations were
 KINDS = ("predict", "explore", "derive", "implement")  # graded from "change a parameter" to "write a variant"
 HEADING_RE = re.compile(rf"^###\s+Exercise\s+(\d+)\.(\d+)\s*·\s*({'|'.join(KINDS)})\s*·\s*(.+?)\s*$", re.M)
 EXPECTS_RE = re.compile(r"^#\s*expects:\s*(.+?)\s*$")
@@ -83,6 +84,21 @@ def exercise_heading(cell: Any) -> dict | None:
     return {"id": f"{m.group(1)}.{m.group(2)}", "kind": m.group(3), "title": m.group(4)} if m else None
 
 
+DIFFICULTIES = ("easy", "medium", "hard")
+
+
+def exercise_meta(cell: Any) -> dict:
+    """An exercise statement's ``metadata.course``: ``difficulty`` (easy / medium / hard) and ``minutes`` (the time a
+    student needs, reading included; CPU time of a run is said in the statement). Raises ``ValueError`` naming the
+    field when it is missing or malformed."""
+    meta = cell.get("metadata", {}).get("course", {})
+    if meta.get("difficulty") not in DIFFICULTIES:
+        raise ValueError(f"metadata.course.difficulty must be one of {DIFFICULTIES}, got {meta.get('difficulty')!r}")
+    if not isinstance(meta.get("minutes"), int) or meta["minutes"] <= 0:
+        raise ValueError(f"metadata.course.minutes must be a positive int, got {meta.get('minutes')!r}")
+    return {"difficulty": meta["difficulty"], "minutes": meta["minutes"]}
+
+
 def exercises(nb: Any) -> list[dict]:
     """The exercise statements of a notebook, in order: id, kind, title, and the cell's source."""
     return [{**h, "source": c.source} for c in nb.cells if (h := exercise_heading(c))]
@@ -95,10 +111,26 @@ def expected_names(check_source: str) -> list[str]:
     return [n.strip() for n in m.group(1).split(",") if n.strip()] if m else []
 
 
+CONCLUSION_TEXT = (
+    "**Your conclusion.** The explanation that stood here is left out of the student copy. Write, in two or three "
+    "sentences, what the cells above show and what they do not; then compare with the full text in `notebooks/`."
+)
+
+
 def student_notebook(nb: Any) -> Any:
-    """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells."""
+    """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells; each run of
+    removed ``explanation`` cells becomes one "write your conclusion" markdown cell (tag ``conclusion``)."""
     out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells if not ({EXPLANATION, SOLUTION} & set(tags(c)))]
+    cells: list[Any] = []
+    for c in out.cells:
+        t = set(tags(c))
+        if EXPLANATION in t:
+            if not (cells and CONCLUSION in tags(cells[-1])):
+                cells.append(_nbformat().v4.new_markdown_cell(CONCLUSION_TEXT, metadata={"tags": [CONCLUSION]}))
+            continue
+        if SOLUTION not in t:
+            cells.append(c)
+    out.cells = cells
     return out
 
 
@@ -410,10 +442,14 @@ def times_table(record: dict) -> str:
 
 def exercises_table(notebooks_dir: Path | str = NOTEBOOKS) -> str:
     """The syllabus' list of exercises (markdown), read from the notebooks' ``exercise`` cells."""
-    lines = ["| exercise | kind | title | notebook |", "|---|---|---|---|"]
+    lines = ["| exercise | kind | difficulty | time | title | notebook |", "|---|---|---|---|---|---|"]
     for path in main_notebooks(notebooks_dir):
-        for ex in exercises(read(path)):
-            lines.append(f"| {ex['id']} | {ex['kind']} | {ex['title']} | {path.stem} |")
+        for cell in read(path).cells:
+            if (ex := exercise_heading(cell)) is None:
+                continue
+            meta = exercise_meta(cell)
+            lines.append(f"| {ex['id']} | {ex['kind']} | {meta['difficulty']} | {meta['minutes']} min | "
+                         f"{ex['title']} | {path.stem} |")
     return "\n".join(lines)
 
 
