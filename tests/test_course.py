@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -377,3 +378,22 @@ def test_exercise_meta_names_the_bad_field():
     cell.metadata["course"] = {"difficulty": "easy", "minutes": "ten"}
     with pytest.raises(ValueError, match="minutes"):
         course.exercise_meta(cell)
+
+
+# ---------------------------------------------------------------- the README's first screen (issue 17)
+
+
+def test_readme_first_screen_starts_the_course():
+    text = (ROOT / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:30])
+    assert "Who it is for" in first and "notebooks/00_grpo_primer.ipynb" in first and "docs/syllabus.md" in first
+    record = json.loads(course.TIMES_PATH.read_text())
+    assert text == course.readme_text(record), "run `python -m trgrpo.course times --table`"
+
+
+def test_readme_library_snippet_runs():
+    text = (ROOT / "README.md").read_text()
+    snippet = text[text.index("## Using the library"):].split("```python\n", 1)[1].split("```", 1)[0]
+    ns: dict = {}
+    exec(compile(snippet, "README.md", "exec"), ns)  # every variable it uses is defined in it
+    assert ns["out"].loss.requires_grad is False and ns["logps"].grad is not None

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
+README = ROOT / "README.md"
 TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
 
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
@@ -45,6 +46,7 @@ HEADING_RE = re.compile(rf"^###\s+Exercise\s+(\d+)\.(\d+)\s*·\s*({'|'.join(KIND
 EXPECTS_RE = re.compile(r"^#\s*expects:\s*(.+?)\s*$")
 TABLE_START, TABLE_END = "<!-- times:start", "<!-- times:end -->"
 EX_START, EX_END = "<!-- exercises:start", "<!-- exercises:end -->"
+README_START, README_END = "<!-- course-times:start", "<!-- course-times:end -->"
 
 
 def tags(cell: Any) -> list[str]:
@@ -440,6 +442,27 @@ def times_table(record: dict) -> str:
     return "\n".join(lines)
 
 
+def readme_times(record: dict) -> str:
+    """The README's first-screen table: each notebook, its first heading, and its measured time (from a
+    ``notebook_times.json`` record; nothing typed by hand)."""
+    by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
+    lines = ["| notebook | what | time on a 2-core CPU |", "|---|---|---|"]
+    for path in main_notebooks():
+        title = read(path).cells[0].source.splitlines()[0].lstrip("# ").split(" — ", 1)[-1].strip()
+        row = by_name.get(path.name)
+        when = "—" if row is None else f"{_minutes(row)} ({row['mode']})"
+        lines.append(f"| [{path.stem[:2]}](notebooks/{path.name}) | {title} | {when} |")
+    lines.append("")
+    lines.append(f"Times measured {record['measured_at']} by `python -m trgrpo.course times` "
+                 f"(commit {str(record.get('git_commit'))[:10]}); details in the syllabus.")
+    return "\n".join(lines)
+
+
+def readme_text(record: dict, path: Path | str = README) -> str:
+    """The README with its course-times block rewritten from ``record``."""
+    return _replace_block(Path(path).read_text(), README_START, README_END, readme_times(record))
+
+
 def exercises_table(notebooks_dir: Path | str = NOTEBOOKS) -> str:
     """The syllabus' list of exercises (markdown), read from the notebooks' ``exercise`` cells."""
     lines = ["| exercise | kind | difficulty | time | title | notebook |", "|---|---|---|---|---|---|"]
@@ -512,6 +535,11 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         write_json(TIMES_PATH, record)
     record = json.loads(TIMES_PATH.read_text()) if TIMES_PATH.exists() else None
     print("updated" if update_syllabus(record) else "unchanged", SYLLABUS)
+    if record is not None and README_START in README.read_text():
+        old_readme, new_readme = README.read_text(), readme_text(record)
+        if new_readme != old_readme:
+            README.write_text(new_readme)
+        print("updated" if new_readme != old_readme else "unchanged", README)
     return 0 if record is None or all(r["ok"] for r in record["rows"]) else 1
 
 

@@ -39,7 +39,6 @@ import os
 import random
 import re
 import string
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -795,7 +794,7 @@ def warm_start(
         opt.step()
         losses.append(loss.item())
         if verbose and (step % 10 == 0 or step == steps - 1):
-            print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}", file=sys.stderr)
+            print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}")
     target.mkdir(parents=True, exist_ok=True)
     net.save_pretrained(target)
     tokenizer.save_pretrained(target)
@@ -1265,9 +1264,7 @@ def run_search(
     if verbose:
         print(
             f"[search] {spec.name}: EM {initial['em']:.3f} -> {final['em']:.3f} in {len(history)} steps, "
-            f"{record['wall_time_s']:.0f} s -> {path}",
-            file=sys.stderr,
-        )
+            f"{record['wall_time_s']:.0f} s -> {path}")
     del trainer
     shutil.rmtree(out_dir, ignore_errors=True)
     return record
