@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -76,9 +77,11 @@ def test_workbook_refuses_a_solution_without_check_or_exercise():
 
 
 def test_student_notebook_drops_explanations_and_solutions_only():
-    nb = _nb([_md("intro"), _md("long", "explanation"), _code("x = 1"), _code("y = 2", "solution"), _md("end")])
+    nb = _nb([_md("intro"), _md("long", "explanation"), _md("longer", "explanation"), _code("x = 1"),
+              _code("y = 2", "solution"), _md("end")])
     st = course.student_notebook(nb)
-    assert [c.source for c in st.cells] == ["intro", "x = 1", "end"]
+    assert [c.source for c in st.cells] == ["intro", course.CONCLUSION_TEXT, "x = 1", "end"]
+    assert course.tags(st.cells[1]) == ["conclusion"], "one 'write your conclusion' cell per run of explanations"
 
 
 def test_write_student_copy_refuses_to_overwrite_the_notebooks(tmp_path):
@@ -132,7 +135,9 @@ def test_solutions_match_statements_and_are_checked(path):
         assert check.cell_type == "code" and course.expected_names(check.source), (
             f"{sol_path.name} Exercise {ex_id}: the check cell's first line is '# expects: name, ...'"
         )
-        assert "assert" in check.source, f"{sol_path.name} Exercise {ex_id}: the check asserts"
+        assert "assert" in check.source or "course.expect" in check.source, (
+            f"{sol_path.name} Exercise {ex_id}: the check asserts"
+        )
         solution_code = "\n".join(c.source for c in block[: kinds.index("check")] if c.cell_type == "code")
         for name in course.expected_names(check.source):
             assert re.search(rf"\b{re.escape(name)}\b", solution_code), (
@@ -161,6 +166,10 @@ def test_student_copy_layout(student_copy):
     for path in written:
         nb = course.read(path)
         assert not any({"solution", "explanation"} & set(course.tags(c)) for c in nb.cells), path.name
+    for orig in course.main_notebooks():  # a conclusion cell wherever explanations were removed
+        n_expl = sum("explanation" in course.tags(c) for c in course.read(orig).cells)
+        n_concl = sum("conclusion" in course.tags(c) for c in course.read(out / orig.name).cells)
+        assert (n_concl > 0) == (n_expl > 0) and n_concl <= n_expl, orig.name
 
 
 def test_student_copy_keeps_every_code_cell(student_copy):
@@ -231,3 +240,166 @@ def test_syllabus_generated_blocks_are_current():
     wanted = {p.name for p in course.main_notebooks()} | {p.name for p in course.solution_notebooks()}
     assert wanted <= timed, f"not timed: {sorted(wanted - timed)}"
     assert all(r["ok"] for r in record["rows"]), [r["notebook"] for r in record["rows"] if not r["ok"]]
+
+
+# ---------------------------------------------------------------- checks that teach (issue 17)
+
+
+def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
+    src = "# expects: x\nwith course.check('9.1', hint='think again', x='x is a count'):\n    assert x == 3\n"
+    import linecache
+
+    linecache.cache["<check 9.1>"] = (len(src), None, src.splitlines(True), "<check 9.1>")
+    code = compile(src, "<check 9.1>", "exec")
+    exec(code, {"course": course, "x": 3})  # right: silent
+    with pytest.raises(course.CheckFailed) as info:
+        exec(code, {"course": course, "x": 4})
+    msg = str(info.value)
+    assert msg.startswith("Exercise 9.1: `x` is not right yet") and "Hint: x is a count" in msg and "think again" in msg
+    assert "3" not in msg, "the message must not show the expected value"
+    with pytest.raises(course.CheckFailed, match="run your solution cell"):
+        exec(code, {"course": course})
+    with pytest.raises(course.CheckFailed, match="raised TypeError"):
+        exec(compile("# expects: x\nwith course.check('9.2'):\n    assert len(x) == 3\n", "<c>", "exec"),
+             {"course": course, "x": 4})
+
+
+def test_expect_close_shows_the_answer_given_not_the_target():
+    course.expect_close("tau", 1.0986, 1.0986, 1e-4)
+    with pytest.raises(course.CheckFailed) as info:
+        course.expect_close("tau", 0.122, 1.0986, 1e-4, hint="a tau, not a p")
+    assert "0.122" in str(info.value) and "1.0986" not in str(info.value) and "a tau, not a p" in str(info.value)
+
+
+def test_fingerprint_is_stable_and_discriminates():
+    assert course.fingerprint([0.5, 1]) == course.fingerprint((0.5000000001, 1.0))
+    assert course.fingerprint({"a": 1}) != course.fingerprint({"a": 2})
+
+
+SOLUTIONS = course.solution_notebooks()
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
+    nb = course.read(path)
+    checks = [c for c in nb.cells if "check" in course.tags(c)]
+    assert checks and all(course.wrong_answer(c) for c in checks), f"{path.name}: a check cell has no wrong_answer"
+    assert all("course.check(" in c.source for c in checks), f"{path.name}: wrap each check in course.check"
+    if path.name.startswith("02_"):  # exercise 2.1 used to print ln 3 and 1/ln 3 in its check
+        src = next(c.source for c in checks if "'2.1'" in c.source)
+        assert "log(3)" not in src and "[0.5]" not in src
+    if path.name.startswith("03_"):  # exercise 3.2 used to echo the library's summary and answer its own question
+        src = next(c.source for c in checks if "'3.2'" in c.source)
+        assert "loses on every seed" not in src and "(label, summary)" not in src and "v < 0" not in src
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeypatch):
+    """Each check cell runs again with its wrong answer (``metadata.wrong_answer``): it must raise CheckFailed with
+    the exercise, what is wrong and a hint, never a bare AssertionError."""
+    record = tmp_path / "wrong.json"
+    probe = tmp_path / path.name
+    nbformat.write(course.wrong_answer_notebook(course.read(path), record), str(probe))
+    execute_smoke(probe, tmp_path / "out.ipynb", monkeypatch, timeout=300)
+    import json
+
+    rows = json.loads(record.read_text())
+    ids = [e["id"] for e in course.exercises(course.read(path))]
+    assert [r["exercise"] for r in rows] == ids
+    for r in rows:
+        assert r["raised"] == "CheckFailed", f"Exercise {r['exercise']}: {r['wrong_answer']!r} raised {r['raised']}"
+        assert r["message"].startswith(f"Exercise {r['exercise']}: ") and "\nHint: " in r["message"], r
+
+
+# ---------------------------------------------------------------- the primer, the glossary and the links (issue 17)
+
+LINK_RE = re.compile(r"\]\(([^)#]+)(?:#[^)]*)?\)")
+
+
+def test_primer_derives_eq_1_to_6_each_checked_against_the_library():
+    nb = course.read(course.NOTEBOOKS / "00_grpo_primer.ipynb")
+    cells = nb.cells
+    derivations = [i for i, c in enumerate(cells) if "derivation" in course.tags(c)]
+    assert len(derivations) >= 5, "one derivation cell per step: rewards, advantages, log-probs, ratio/clip, k3"
+    for i in derivations:
+        assert len(cells[i].source.strip().splitlines()) <= 12, f"derivation cell {i} is not 'a few lines'"
+        nxt = cells[i + 1]
+        assert "derivation-check" in course.tags(nxt) and "course.check(" in nxt.source, f"cell {i + 1} checks {i}"
+        assert re.search(r"\b(loss|toy|primer)\.\w+\(", nxt.source), f"cell {i + 1} compares with the library"
+    text = "\n".join(c.source for c in cells)
+    for eq in ("Eq. 1", "Eq. 4", "Eq. 3", "Eq. 5", "Eq. 6", "k3", "clip-higher"):
+        assert eq in text, eq
+
+
+def test_glossary_defines_the_course_terms():
+    text = (ROOT / "docs" / "glossary.md").read_text()
+    for term in ("RLVR", "advantage", "k3", "clip-higher", "ε_h", "Placement", "sg[·]", "K&K", "EM", "avg@k"):
+        assert term in text, term
+
+
+def _links(source: str, base: Path) -> list[Path]:
+    return [(base / m).resolve() for m in LINK_RE.findall(source) if not m.startswith("http")]
+
+
+@pytest.mark.parametrize("path", course.main_notebooks(), ids=[p.stem for p in course.main_notebooks()])
+def test_notebook_links_glossary_previous_and_next(path):
+    mains = course.main_notebooks()
+    nb = course.read(path)
+    mds = [c for c in nb.cells if c.cell_type == "markdown"]
+    first, last = mds[0].source, mds[-1].source
+    k = mains.index(path)
+    for where, src in (("first", first), ("last", last)):
+        assert "../docs/glossary.md" in src, f"{path.name}: the {where} markdown cell links the glossary"
+        assert "Previous:" in src and "Next:" in src, f"{path.name}: the {where} markdown cell has previous / next"
+        if k > 0:
+            assert f"({mains[k - 1].name})" in src, f"{path.name}: previous is {mains[k - 1].name}"
+        if k + 1 < len(mains):
+            assert f"({mains[k + 1].name})" in src, f"{path.name}: next is {mains[k + 1].name}"
+        missing = [p for p in _links(src, path.parent) if not p.exists()]
+        assert not missing, f"{path.name}: broken links {missing}"
+
+
+@pytest.mark.parametrize("path", course.solution_notebooks(), ids=[p.stem for p in course.solution_notebooks()])
+def test_solutions_link_the_glossary(path):
+    src = course.read(path).cells[0].source
+    assert "../../docs/glossary.md" in src and not [p for p in _links(src, path.parent) if not p.exists()]
+
+
+@pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
+def test_every_exercise_has_difficulty_and_time_in_both_copies(path):
+    for nb in (course.read(path), course.read(course.solutions_path(path))):
+        metas = [course.exercise_meta(c) for c in nb.cells if course.exercise_heading(c)]
+        assert metas and all(m["difficulty"] in course.DIFFICULTIES and 5 <= m["minutes"] <= 120 for m in metas)
+    main = [course.exercise_meta(c) for c in course.read(path).cells if course.exercise_heading(c)]
+    sol_nb = course.read(course.solutions_path(path))
+    sol = [course.exercise_meta(c) for c in sol_nb.cells if course.exercise_heading(c)]
+    assert main == sol, f"{path.name}: difficulty/time differ between the notebook and its solutions"
+
+
+def test_exercise_meta_names_the_bad_field():
+    cell = nbformat.v4.new_markdown_cell("x", metadata={"course": {"difficulty": "tricky", "minutes": 5}})
+    with pytest.raises(ValueError, match="difficulty"):
+        course.exercise_meta(cell)
+    cell.metadata["course"] = {"difficulty": "easy", "minutes": "ten"}
+    with pytest.raises(ValueError, match="minutes"):
+        course.exercise_meta(cell)
+
+
+# ---------------------------------------------------------------- the README's first screen (issue 17)
+
+
+def test_readme_first_screen_starts_the_course():
+    text = (ROOT / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:30])
+    assert "Who it is for" in first and "notebooks/00_grpo_primer.ipynb" in first and "docs/syllabus.md" in first
+    record = json.loads(course.TIMES_PATH.read_text())
+    assert text == course.readme_text(record), "run `python -m trgrpo.course times --table`"
+
+
+def test_readme_library_snippet_runs():
+    text = (ROOT / "README.md").read_text()
+    snippet = text[text.index("## Using the library"):].split("```python\n", 1)[1].split("```", 1)[0]
+    ns: dict = {}
+    exec(compile(snippet, "README.md", "exec"), ns)  # every variable it uses is defined in it
+    assert ns["logps"].grad is not None and "weight_mean" in ns["out"].metrics

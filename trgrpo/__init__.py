@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import output as _output
 from .loss import LossOutput, group_advantages, tr_grpo_loss
 from .weights import WeightParams, token_weights, weight_range
 
 __version__ = "0.1.0"
+
+_output.configure()
 
 __all__ = [
     "LossOutput",

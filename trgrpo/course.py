@@ -39,15 +39,18 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
+README = ROOT / "README.md"
 TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
 
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
 DERIVATION = "derivation"
+CONCLUSION = "conclusion"  # the "write your conclusion" cell a student copy puts where explanations were
 KINDS = ("predict", "explore", "derive", "implement")  # graded from "change a parameter" to "write a variant"
 HEADING_RE = re.compile(rf"^###\s+Exercise\s+(\d+)\.(\d+)\s*·\s*({'|'.join(KINDS)})\s*·\s*(.+?)\s*$", re.M)
 EXPECTS_RE = re.compile(r"^#\s*expects:\s*(.+?)\s*$")
 TABLE_START, TABLE_END = "<!-- times:start", "<!-- times:end -->"
 EX_START, EX_END = "<!-- exercises:start", "<!-- exercises:end -->"
+README_START, README_END = "<!-- course-times:start", "<!-- course-times:end -->"
 
 
 def tags(cell: Any) -> list[str]:
@@ -87,6 +90,21 @@ def exercise_heading(cell: Any) -> dict | None:
     return {"id": f"{m.group(1)}.{m.group(2)}", "kind": m.group(3), "title": m.group(4)} if m else None
 
 
+DIFFICULTIES = ("easy", "medium", "hard")
+
+
+def exercise_meta(cell: Any) -> dict:
+    """An exercise statement's ``metadata.course``: ``difficulty`` (easy / medium / hard) and ``minutes`` (the time a
+    student needs, reading included; CPU time of a run is said in the statement). Raises ``ValueError`` naming the
+    field when it is missing or malformed."""
+    meta = cell.get("metadata", {}).get("course", {})
+    if meta.get("difficulty") not in DIFFICULTIES:
+        raise ValueError(f"metadata.course.difficulty must be one of {DIFFICULTIES}, got {meta.get('difficulty')!r}")
+    if not isinstance(meta.get("minutes"), int) or meta["minutes"] <= 0:
+        raise ValueError(f"metadata.course.minutes must be a positive int, got {meta.get('minutes')!r}")
+    return {"difficulty": meta["difficulty"], "minutes": meta["minutes"]}
+
+
 def exercises(nb: Any) -> list[dict]:
     """The exercise statements of a notebook, in order: id, kind, title, and the cell's source."""
     return [{**h, "source": c.source} for c in nb.cells if (h := exercise_heading(c))]
@@ -99,14 +117,30 @@ def expected_names(check_source: str) -> list[str]:
     return [n.strip() for n in m.group(1).split(",") if n.strip()] if m else []
 
 
+CONCLUSION_TEXT = (
+    "**Your conclusion.** The explanation that stood here is left out of the student copy. Write, in two or three "
+    "sentences, what the cells above show and what they do not; then compare with the full text in `notebooks/`."
+)
+
+
 def student_notebook(nb: Any) -> Any:
-    """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells, and each
-    ``derivation`` cell turned into an exercise (:func:`derivation_stub`; the check after it stays)."""
+    """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells; each run of
+    removed ``explanation`` cells becomes one "write your conclusion" markdown cell (tag ``conclusion``), and each
+    ``derivation`` cell is turned into an exercise (:func:`derivation_stub`; the check after it stays)."""
     out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells if not ({EXPLANATION, SOLUTION} & set(tags(c)))]
+    cells: list[Any] = []
     for c in out.cells:
-        if DERIVATION in tags(c) and c.cell_type == "code":
+        t = set(tags(c))
+        if EXPLANATION in t:
+            if not (cells and CONCLUSION in tags(cells[-1])):
+                cells.append(_nbformat().v4.new_markdown_cell(CONCLUSION_TEXT, metadata={"tags": [CONCLUSION]}))
+            continue
+        if SOLUTION in t:
+            continue
+        if DERIVATION in t and c.cell_type == "code":
             c.source = derivation_stub(c.source)
+        cells.append(c)
+    out.cells = cells
     return out
 
 
@@ -170,7 +204,8 @@ def exercise_workbook(nb: Any) -> Any:
         out.cells[0].source = (
             f"{title}\n\nYour workbook. After each exercise, replace the cell that raises `NotImplementedError` with "
             "your own code, then run the check cell under it: it stays silent or prints ✓ when your answer is right, "
-            "and fails with a message when it is not. The notebook above the first exercise runs as it is."
+            "and fails with a message saying what is wrong, with a hint (never the answer) when it is not. The "
+            "notebook above the first exercise runs as it is. Terms: [glossary](../../docs/glossary.md)."
         )
     return out
 
@@ -208,6 +243,162 @@ def write_student_copy(
         "Reading order, times and goals: `docs/syllabus.md`.\n"
     )
     return written
+
+
+# ---------------------------------------------------------------- checks that teach
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict on a wrong answer: what is wrong and a hint, never the answer itself."""
+
+
+def expect(ok: Any, what: str, hint: str = "") -> None:
+    """Raise :class:`CheckFailed` with ``what`` (what is wrong) and ``hint`` unless ``ok``."""
+    if not ok:
+        raise CheckFailed(what + (f"\nHint: {hint}" if hint else ""))
+
+
+def expect_close(name: str, got: Any, want: float, tol: float = 1e-9, hint: str = "") -> None:
+    """``got`` within ``tol`` of a value the check recomputed; the message shows ``got``, never ``want``."""
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"`{name}` should be a number, got {type(got).__name__}") from None
+    expect(abs(value - float(want)) <= tol, f"`{name}` = {value:.6g} is not the value the check recomputes", hint)
+
+
+def fingerprint(value: Any, digits: int = 6) -> str:
+    """A short hash of ``value`` (floats rounded to ``digits``; lists, tuples, dicts, str, int, bool, None), so a
+    check can compare an answer it must not print."""
+    import hashlib
+
+    def canon(v: Any) -> Any:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)) or hasattr(v, "item"):
+            return round(float(v), digits)
+        if isinstance(v, dict):
+            return sorted((str(k), canon(x)) for k, x in v.items())
+        if isinstance(v, (list, tuple)):
+            return [canon(x) for x in v]
+        raise TypeError(f"fingerprint cannot hash a {type(v).__name__}")
+
+    return hashlib.sha256(json.dumps(canon(value)).encode()).hexdigest()[:12]
+
+
+def _cell_names(frame: Any) -> list[str]:
+    """The ``# expects:`` names of the cell that runs ``frame`` (IPython keeps each cell's source in linecache)."""
+    import linecache
+
+    lines = linecache.getlines(frame.f_code.co_filename)
+    return expected_names("".join(lines)) if lines else []
+
+
+class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, like a statement)
+    """Wrap a check cell: a failing ``assert`` or an error while checking becomes a :class:`CheckFailed` that names
+    the exercise, the answer(s) the failing line tests and a hint, without echoing the line's expected values.
+
+    ``hint`` is the general hint; ``hints`` maps an expected name to a hint shown when a line that tests that
+    name fails."""
+
+    def __init__(self, exercise: str, hint: str = "", **hints: str) -> None:
+        self.exercise, self.hint, self.hints = exercise, hint, hints
+        self.names: list[str] = []
+        self.filename = ""
+
+    def __enter__(self) -> check:
+        import inspect
+
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is not None:
+            self.names = _cell_names(caller)
+            self.filename = caller.f_code.co_filename
+        return self
+
+    def _failing_line(self, tb: Any) -> str:
+        import linecache
+
+        line = ""
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self.filename:
+                line = linecache.getline(self.filename, tb.tb_lineno)
+            tb = tb.tb_next
+        return line
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if exc_type is None:
+            return False
+        if not issubclass(exc_type, Exception):
+            return False
+        line = self._failing_line(tb)
+        code = line.split("#")[0]
+        named = [n for n in self.names if re.search(rf"\b{re.escape(n)}\b", code)]
+        if isinstance(exc, CheckFailed):
+            what = str(exc)
+        elif isinstance(exc, NameError):
+            what = f"{exc}: run your solution cell above first (it defines {', '.join(self.names) or 'the answer'})"
+        elif isinstance(exc, AssertionError):
+            detail = str(exc).strip()
+            subject = ", ".join(f"`{n}`" for n in named) or ", ".join(f"`{n}`" for n in self.names) or "your answer"
+            what = f"{subject} {'is' if len(named) == 1 else 'are'} not right yet" + (f" ({detail})" if detail else "")
+        else:
+            subject = ", ".join(f"`{n}`" for n in named or self.names) or "your answer"
+            what = (f"checking {subject} raised {exc_type.__name__}: {exc}. Is it of the type and shape the "
+                    "statement asks for?")
+        hints = [self.hints[n] for n in named if n in self.hints and self.hints[n] not in what]
+        if self.hint and self.hint not in what:
+            hints.append(self.hint)
+        msg = f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)
+        raise CheckFailed(msg) from None
+
+
+def wrong_answer(cell: Any) -> str | None:
+    """The wrong answer a check cell is tested with (``cell.metadata.wrong_answer``: code that rebinds names)."""
+    return cell.get("metadata", {}).get("wrong_answer")
+
+
+def wrong_answer_notebook(nb: Any, record: Path | str) -> Any:
+    """A copy of a solutions notebook that, after each check cell, rebinds the expected names to the cell's
+    ``wrong_answer``, runs the check again, records the exception (type and message) into ``record`` (JSON), and
+    restores the right answers: what tests/test_course.py uses to show every check fails with a message."""
+    nbf = _nbformat()
+    out = copy.deepcopy(nb)
+    cells: list[Any] = []
+    current = None
+    for cell in out.cells:
+        cells.append(cell)
+        heading = exercise_heading(cell)
+        current = heading["id"] if heading else current
+        if CHECK not in tags(cell):
+            continue
+        wrong = wrong_answer(cell)
+        names = expected_names(cell.source)
+        probe = (
+            "import linecache as _lc\n"
+            f"_saved = {{_n: globals().get(_n) for _n in {names!r}}}\n"
+            f"_fname = '<check {current}>'\n"
+            f"_src = {cell.source!r}\n"
+            "_lc.cache[_fname] = (len(_src), None, _src.splitlines(True), _fname)\n"
+            "try:\n"
+            f"    exec({(wrong or '')!r}, globals())\n"
+            "    exec(compile(_src, _fname, 'exec'), globals())\n"
+            f"    _res = {{'exercise': {current!r}, 'raised': None, 'message': ''}}\n"
+            "except Exception as _e:\n"
+            f"    _res = {{'exercise': {current!r}, 'raised': type(_e).__name__, 'message': str(_e)}}\n"
+            "finally:\n"
+            "    globals().update(_saved)\n"
+            f"_res['wrong_answer'] = {wrong!r}\n"
+            "_WRONG_RESULTS = globals().get('_WRONG_RESULTS', []) + [_res]\n"
+        )
+        cells.append(nbf.v4.new_code_cell(probe))
+    cells.append(
+        nbf.v4.new_code_cell(
+            f"import json as _json\nopen({str(record)!r}, 'w').write(_json.dumps(globals().get('_WRONG_RESULTS', [])))"
+        )
+    )
+    out.cells = cells
+    return out
 
 
 # ---------------------------------------------------------------- laptop times for the syllabus
@@ -277,12 +468,37 @@ def times_table(record: dict) -> str:
     return "\n".join(lines)
 
 
+def readme_times(record: dict) -> str:
+    """The README's first-screen table: each notebook, its first heading, and its measured time (from a
+    ``notebook_times.json`` record; nothing typed by hand)."""
+    by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
+    lines = ["| notebook | what | time on a 2-core CPU |", "|---|---|---|"]
+    for path in main_notebooks():
+        title = read(path).cells[0].source.splitlines()[0].lstrip("# ").split(" — ", 1)[-1].strip()
+        row = by_name.get(path.name)
+        when = "—" if row is None else f"{_minutes(row)} ({row['mode']})"
+        lines.append(f"| [{path.stem[:2]}](notebooks/{path.name}) | {title} | {when} |")
+    lines.append("")
+    lines.append(f"Times measured {record['measured_at']} by `python -m trgrpo.course times` "
+                 f"(commit {str(record.get('git_commit'))[:10]}); details in the syllabus.")
+    return "\n".join(lines)
+
+
+def readme_text(record: dict, path: Path | str = README) -> str:
+    """The README with its course-times block rewritten from ``record``."""
+    return _replace_block(Path(path).read_text(), README_START, README_END, readme_times(record))
+
+
 def exercises_table(notebooks_dir: Path | str = NOTEBOOKS) -> str:
     """The syllabus' list of exercises (markdown), read from the notebooks' ``exercise`` cells."""
-    lines = ["| exercise | kind | title | notebook |", "|---|---|---|---|"]
+    lines = ["| exercise | kind | difficulty | time | title | notebook |", "|---|---|---|---|---|---|"]
     for path in main_notebooks(notebooks_dir):
-        for ex in exercises(read(path)):
-            lines.append(f"| {ex['id']} | {ex['kind']} | {ex['title']} | {path.stem} |")
+        for cell in read(path).cells:
+            if (ex := exercise_heading(cell)) is None:
+                continue
+            meta = exercise_meta(cell)
+            lines.append(f"| {ex['id']} | {ex['kind']} | {meta['difficulty']} | {meta['minutes']} min | "
+                         f"{ex['title']} | {path.stem} |")
     return "\n".join(lines)
 
 
@@ -345,6 +561,11 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         write_json(TIMES_PATH, record)
     record = json.loads(TIMES_PATH.read_text()) if TIMES_PATH.exists() else None
     print("updated" if update_syllabus(record) else "unchanged", SYLLABUS)
+    if record is not None and README_START in README.read_text():
+        old_readme, new_readme = README.read_text(), readme_text(record)
+        if new_readme != old_readme:
+            README.write_text(new_readme)
+        print("updated" if new_readme != old_readme else "unchanged", README)
     return 0 if record is None or all(r["ok"] for r in record["rows"]) else 1
 
 

@@ -21,7 +21,6 @@ import platform
 import re
 import resource
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -599,7 +598,7 @@ def run(
         initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
     ckpt = last_checkpoint(out_dir) if resume else None
     if ckpt and verbose:
-        print(f"[trgrpo] resuming {spec.name} from {ckpt}", file=sys.stderr)
+        print(f"[trgrpo] resuming {spec.name} from {ckpt}")
     train_t0 = time.time()
     trainer.train(resume_from_checkpoint=ckpt)
     train_s = time.time() - train_t0
@@ -633,9 +632,7 @@ def run(
         acc = final.get("accuracy")
         print(
             f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
-            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}",
-            file=sys.stderr,
-        )
+            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}")
     if not keep_checkpoints:
         import shutil
 

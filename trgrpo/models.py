@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,7 +63,7 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
 
     t0 = time.time()
     if verbose:
-        print(f"[trgrpo] converting {gguf.name} to a checkpoint in {target} (once, ~30 s)", file=sys.stderr)
+        print(f"[trgrpo] converting {gguf.name} to a checkpoint in {target} (once, ~30 s)")
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantised.config
@@ -86,7 +85,7 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     if verbose:
-        print(f"[trgrpo] embedded model ready in {time.time() - t0:.1f} s", file=sys.stderr)
+        print(f"[trgrpo] embedded model ready in {time.time() - t0:.1f} s")
     return target
 
 

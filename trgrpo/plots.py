@@ -337,11 +337,44 @@ def plot_weight_explorer(
     axes[0].plot(p.numpy(), _weights(p, "reverse", **kw), color="tab:orange", lw=1, label="Reverse 2 - w")
     axes[0].set_xlabel("p")
     axes[0].set_ylabel("w")
-    axes[0].set_title(f"w(p): tau_mode='{tau_mode}'", fontsize=10)
+    flat = bool(np.allclose(_weights(p, "tr", **kw), 1.0))
+    axes[0].set_title(f"w(p): tau_mode='{tau_mode}'" + (" (w = 1 = 2 - w: lines coincide)" if flat else ""),
+                      fontsize=10)
     axes[0].legend(fontsize=7)
     plot_eq13_factor(ax=axes[1], **kw)
     plot_zero_gradient(ax=axes[2], placement=placement, eps_low=eps_low, eps_high=eps_high, **kw)
     return fig
+
+
+def explorer_sample_probs(n: int = 2400, seed: int = 0) -> torch.Tensor:
+    """The explorer's sample batch: the probability of a sampled token in peaked, medium and flat contexts over a
+    1000-token vocabulary (a third each; the synthetic batch of notebook 02's exercises)."""
+    from .theory import pick_tokens, random_distributions
+
+    g = torch.Generator().manual_seed(seed)
+    parts = []
+    for temperature in (0.05, 0.3, 1.0):
+        probs = random_distributions(n // 3, 1000, temperature, generator=g)
+        parts.append(probs.gather(-1, pick_tokens(probs, "sample", generator=g)[:, None]).squeeze(-1))
+    return torch.cat(parts)
+
+
+def explorer_readout(
+    placement: str = "ratio", eps_low: float = 0.2, eps_high: float = 0.24, sample=None, **weight_kwargs
+) -> str:
+    """One line for the explorer: the cut-off probability above which a token with A > 0 gets no gradient (and below
+    which one with A < 0 gets none) at r = 1 under ``placement``, and the share of a sample batch silenced."""
+    from .readings import zero_gradient_fraction, zero_gradient_thresholds
+
+    kw = {k: v for k, v in {**DEFAULTS, **weight_kwargs}.items() if k in WEIGHT_KEYS}
+    th = zero_gradient_thresholds(eps_low=eps_low, eps_high=eps_high, resolution=1e-4, **kw)[placement]
+    sample = explorer_sample_probs() if sample is None else torch.as_tensor(sample, dtype=torch.float64)
+    frac = zero_gradient_fraction(sample, eps_low=eps_low, eps_high=eps_high, **kw)
+    pos = "none" if th["pos_from_p"] is None else f"p >= {th['pos_from_p']:.3f}"
+    neg = "none" if th["neg_up_to_p"] is None else f"p <= {th['neg_up_to_p']:.3f}"
+    return (f"placement={placement!r}, r = 1: no gradient for A > 0 at {pos}, for A < 0 at {neg}. "
+            f"Of {sample.numel()} sampled tokens, silenced if A > 0: {frac[placement + '_pos']:.1%}, "
+            f"if A < 0: {frac[placement + '_neg']:.1%}.")
 
 
 EXPLORER_TAUS = (0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 9.0, 10.0, 12.0, 15.0, 20.0, 30.0)  # Table 7 and between
@@ -354,7 +387,7 @@ def weight_explorer(**defaults):
     from IPython.display import display
 
     d = {**DEFAULTS, "placement": "ratio", **defaults}
-    style = {"description_width": "60px"}
+    style = {"description_width": "initial"}  # the whole label, never "tau_m..."
     controls = {
         "alpha": widgets.FloatSlider(value=d["alpha"], min=0.5, max=4.0, step=0.1, description="alpha", style=style),
         "mu": widgets.FloatSlider(value=d["mu"], min=-0.5, max=0.45, step=0.05, description="mu", style=style),
@@ -373,6 +406,7 @@ def weight_explorer(**defaults):
         ),  # fmt: skip
     }
     out = widgets.Output()
+    sample = explorer_sample_probs()
 
     def redraw(**kw) -> None:
         out.clear_output(wait=True)
@@ -380,6 +414,8 @@ def weight_explorer(**defaults):
             if kw["lower"] > kw["upper"]:
                 print(f"L = {kw['lower']} > U = {kw['upper']}: move L below U")
                 return
+            weight_kw = {k: v for k, v in kw.items() if k != "placement"}
+            print(explorer_readout(kw["placement"], sample=sample, **weight_kw))
             display(show(plot_weight_explorer(**kw)))
 
     widgets.interactive_output(redraw, controls)

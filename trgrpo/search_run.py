@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -270,8 +269,7 @@ def run_search(
     if verbose:
         print(
             f"[search] {spec.name}: EM {initial['em']:.3f} -> {final['em']:.3f} in {len(history)} steps, "
-            f"{record['wall_time_s']:.0f} s -> {path}",
-            file=sys.stderr,
+            f"{record['wall_time_s']:.0f} s -> {path}"
         )
     del trainer
     shutil.rmtree(out_dir, ignore_errors=True)

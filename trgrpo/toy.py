@@ -35,7 +35,6 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -413,9 +412,7 @@ def warm_start(
     if verbose:
         print(
             f"[toy] warm start {task} seed {seed}: {reached} steps, {meta['wall_time_s']:.0f} s, test greedy "
-            f"{test_acc['greedy_accuracy']:.2f} / sampled {test_acc['sampled_accuracy']:.2f}",
-            file=sys.stderr,
-        )
+            f"{test_acc['greedy_accuracy']:.2f} / sampled {test_acc['sampled_accuracy']:.2f}")
     return target
 
 

@@ -9,7 +9,6 @@ import os
 import random
 import re
 import string
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -269,7 +268,7 @@ def warm_start(
         opt.step()
         losses.append(loss.item())
         if verbose and (step % 10 == 0 or step == steps - 1):
-            print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}", file=sys.stderr)
+            print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}")
     target.mkdir(parents=True, exist_ok=True)
     net.save_pretrained(target)
     tokenizer.save_pretrained(target)

@@ -1,0 +1,41 @@
+"""Readable notebook output at the source (trgrpo/output.py, issue 17)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    e = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **env}.items() if v != "<unset>"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_dependency_future_warnings_are_filtered_ours_are_not():
+    code = (
+        "import warnings, types, sys\n"
+        "import trgrpo\n"
+        "m = types.ModuleType('transformers.fake'); sys.modules['transformers.fake'] = m\n"
+        "exec(\"import warnings\\ndef f(): warnings.warn('old api', FutureWarning)\", m.__dict__)\n"
+        "m.f()\n"
+        "warnings.warn('ours', FutureWarning)\n"
+    )
+    r = _run(code)
+    assert "old api" not in r.stderr and "ours" in r.stderr, r.stderr
+
+
+def test_headless_turns_progress_bars_off_and_interactive_keeps_them():
+    code = "import os, trgrpo; print(os.environ.get('TQDM_DISABLE'), os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'))"
+    assert _run(code, TRGRPO_HEADLESS="1").stdout.split() == ["1", "1"]
+    r = _run(code, TRGRPO_HEADLESS="0", TQDM_DISABLE="<unset>", HF_HUB_DISABLE_PROGRESS_BARS="<unset>")
+    assert r.stdout.split() == ["None", "None"], r.stdout  # JupyterLab: the bars stay on
+
+
+def test_status_lines_go_to_stdout():
+    src = "\n".join(p.read_text() for p in (ROOT / "trgrpo").rglob("*.py") if p.name != "bench.py")
+    assert 'print(f"[trgrpo]' in src and "file=sys.stderr" not in src
