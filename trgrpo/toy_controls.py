@@ -56,8 +56,14 @@ CONTROL_SEEDS = tuple(range(12))
 KL_WEIGHTINGS = ("eq10", "outside", "plain")
 KL_BETAS = (0.001, 0.04)
 KL_SEEDS = tuple(range(8))
-TAUS = (0.5, 2.0, 7.0, 10.0, 20.0)
+# tau = 0.5 is left out: with sigma(0.5 p) every weight is L = 1 (weight_range), so the run *is* GRPO's.
+TAUS = (2.0, 7.0, 10.0, 20.0)
 TAU_SEEDS = tuple(range(5))
+# The KL and tau grids run 60 steps (the learning rate is constant, so their first 60 steps are those of a 100-step
+# run: the controls grid's GRPO and TR runs of the same seed are their baselines, compared at the same steps).
+SHORT_STEPS = 60
+SHORT_EVAL_STEPS = tuple(range(EVAL_EVERY, SHORT_STEPS + 1, EVAL_EVERY))  # 20, 40, 60
+SHORT_METRIC = "mean greedy accuracy over the held-out evaluations at steps 20, 40 and 60 (400 test items each)"
 
 PLAN = {
     "task": TASK,
@@ -69,6 +75,25 @@ PLAN = {
     "arms": {k: v for k, v in ARMS.items()},
     "seeds": list(CONTROL_SEEDS),
     "test": "paired t-test on the per-seed primary metric, arm minus GRPO; 95 % t-interval; Holm over the 5 arms",
+    "kl_and_tau_grids": {
+        "steps": SHORT_STEPS,
+        "eval_steps": list(SHORT_EVAL_STEPS),
+        "metric": SHORT_METRIC,
+        "kl": {
+            "scheme": "tr",
+            "placement": "surrogate",
+            "kl_weighting": list(KL_WEIGHTINGS),
+            "beta": list(KL_BETAS),
+            "seeds": list(KL_SEEDS),
+            "kl_metric": "TRL's plain k3 KL(pi || pi_ref), mean over steps 41-60",
+            "eq10_at_beta_0.001": "the controls grid's tr-surrogate runs (same settings), steps 20-60",
+        },
+        "tau": {
+            "taus": list(TAUS),
+            "seeds": list(TAU_SEEDS),
+            "baseline": "the controls grid's equal and tr-surrogate (tau = 9) runs of the same seeds",
+        },
+    },
     "why": (
         "The mean over five fixed evaluations averages out most of the sampling error of one 400-item evaluation "
         "(+-0.02) and the step-to-step wobble of a 100-step run, and does not depend on which step is called final; "
@@ -77,10 +102,10 @@ PLAN = {
 }
 
 
-def _spec(arm: str, seed: int, group: str, **extra: Any) -> dict:
+def _spec(arm: str, seed: int, group: str, steps: int = STEPS, **extra: Any) -> dict:
     from .toy import toy_spec
 
-    return toy_spec(seed=seed, task=TASK, group=group, steps=STEPS, n_eval=N_EVAL, **ARMS[arm], **extra)
+    return toy_spec(seed=seed, task=TASK, group=group, steps=steps, n_eval=N_EVAL, **ARMS[arm], **extra)
 
 
 def controls_grid(seeds: Sequence[int] = CONTROL_SEEDS, arms: Sequence[str] = tuple(ARMS)) -> list[dict]:
@@ -95,21 +120,105 @@ def kl_name(kl_weighting: str, beta: float, seed: int) -> str:
 def kl_grid(
     seeds: Sequence[int] = KL_SEEDS, betas: Sequence[float] = KL_BETAS, weightings: Sequence[str] = KL_WEIGHTINGS
 ) -> list[dict]:
-    """TR (surrogate) under each KL weighting at each beta (Reading 3: Eq. 10 vs Eq. 12 vs Eq. 6)."""
+    """TR (surrogate) under each KL weighting at each beta (Reading 3: Eq. 10 vs Eq. 12 vs Eq. 6), 60 steps;
+    eq10 at beta = 0.001 is the controls grid's ``tr-surrogate`` run (the same settings)."""
     return [
-        _spec("tr-surrogate", s, KL_GROUP, kl_weighting=kw, beta=b, name=kl_name(kw, b, s))
+        _spec("tr-surrogate", s, KL_GROUP, SHORT_STEPS, kl_weighting=kw, beta=b, name=kl_name(kw, b, s))
         for b in sorted(betas, reverse=True)  # the beta where the KL matters first
         for s in seeds
         for kw in weightings
+        if not (kw == "eq10" and b == 0.001)
     ]
 
 
 def tau_grid(seeds: Sequence[int] = TAU_SEEDS, taus: Sequence[float] = TAUS) -> list[dict]:
     """TR (surrogate) at every tau of Table 7 but 9 (tau = 9 and GRPO: the controls grid, same seeds)."""
-    return [_spec("tr-surrogate", s, TAU_GROUP, tau=t) for t in taus for s in seeds]
+    return [_spec("tr-surrogate", s, TAU_GROUP, SHORT_STEPS, tau=t) for t in taus for s in seeds]
 
 
 GRIDS = {"controls": controls_grid, "kl": kl_grid, "tau": tau_grid}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Task choice: how many sampled tokens the weight has to act on
+
+PROB_BINS = [i / 20 for i in range(21)]  # 0, 0.05, ..., 1
+WEIGHT_BINS = [1.0 + i * 0.02 for i in range(21)]  # L = 1 ... U = 1.4
+
+
+def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4) -> dict:
+    """Histograms of sampled-token probabilities and their Eq. 11 weights (paper defaults), and the shares of
+    tokens with w = L, L < w < U and w = U (the schema of ``results/toy/*/token_hist.json``)."""
+    import numpy as np
+    import torch
+
+    from .weights import token_weights
+
+    p = np.asarray(probs, dtype=float)
+    w = token_weights(torch.tensor(p, dtype=torch.float64), "tr", lower=lower, upper=upper).numpy()
+    n = int(p.size)
+    at_lo = int((w <= lower).sum())
+    at_hi = int((w >= upper).sum())
+    return {
+        "bins": PROB_BINS,
+        "prob_counts": np.histogram(p, bins=PROB_BINS)[0].tolist(),
+        "weight_bins": WEIGHT_BINS,
+        "weight_counts": np.histogram(np.clip(w, lower, upper), bins=WEIGHT_BINS)[0].tolist(),
+        "share_at_lower": at_lo / n,
+        "share_between": (n - at_lo - at_hi) / n,
+        "share_at_upper": at_hi / n,
+        "n_tokens": n,
+    }
+
+
+def token_histogram(task: str = TASK, seed: int = 0, *, n_prompts: int = 512, temperature: float = 1.0) -> dict:
+    """Sample one completion per training prompt from the warm-start policy of ``seed`` (where RL begins, at the
+    RL sampling temperature) and histogram pi(o_t) of every completion token (EOS included) and its weight."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from . import toy
+
+    path = toy.warm_start(task, seed, verbose=False)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(path)
+    rows = toy.records(toy.splits()["train"][:n_prompts], task)
+    prompts = [r["prompt"] for r in rows]
+    comps = toy.generate(
+        model, tok, prompts, max_new_tokens=toy.MAX_COMPLETION[task], do_sample=True, temperature=temperature, seed=seed
+    )
+    probs: list[float] = []
+    model.eval()
+    with torch.no_grad():
+        for prompt, comp in zip(prompts, comps):
+            p_ids = tok(prompt)["input_ids"]
+            c_ids = tok(comp)["input_ids"] + [tok.eos_token_id]
+            c_ids = c_ids[: toy.MAX_COMPLETION[task]]
+            logits = model(input_ids=torch.tensor([p_ids + c_ids])).logits[0, len(p_ids) - 1 : -1] / temperature
+            lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(c_ids)), torch.tensor(c_ids)]
+            probs += lp.exp().tolist()
+    ws = toy.warm_start_info(path)
+    return {
+        "kind": "token_hist",
+        "task": task,
+        "model": f"micro-qwen2-{ws['n_parameters'] / 1e6:.2f}M warm start (seed {seed}, {ws['steps']} SFT steps)",
+        "seed": seed,
+        "temperature": temperature,
+        "n_prompts": n_prompts,
+        **weight_shares(probs),
+    }
+
+
+def task_choice(tasks: Sequence[str] = ("addition", "addition_trace"), *, write: bool = True, **kw: Any) -> dict:
+    """:func:`token_histogram` of every candidate task; the chosen one (:data:`TASK`) is written to
+    ``results/toy/controls/token_hist.json`` with the others under ``candidates``."""
+    from .experiment import git_commit, git_dirty
+
+    hists = {t: token_histogram(t, **kw) for t in tasks}
+    out = {**hists[TASK], "candidates": hists, "git_commit": git_commit(), "git_dirty": git_dirty()}
+    if write:
+        write_result(CONTROLS_GROUP, "token_hist", out, kw.get("results_dir"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -212,47 +321,70 @@ def kl_label(record: dict) -> str:
     return f"{spec.get('kl_weighting')}-beta{float(spec.get('beta')):g}"
 
 
-def kl_summary(results_dir: Path | str | None = None, *, write: bool = True) -> dict:
-    """Reading 3 per beta: accuracy (primary metric) and KL(pi || pi_ref) (TRL's plain k3, mean over the last 20
-    steps) per KL weighting, paired against ``plain`` (Eq. 6) on the same seeds."""
-    from .analysis import history_mean
+def kl_window(record: dict, first: int = 41, last: int = SHORT_STEPS) -> float:
+    """Mean of TRL's logged ``kl`` (plain k3 of pi against pi_ref, Eq. 6) over steps ``first``..``last``."""
+    vals = [h["kl"] for h in record.get("history", []) if first <= h.get("step", 0) <= last and "kl" in h]
+    return float(sum(vals) / len(vals)) if vals else math.nan
 
-    recs = load_group(KL_GROUP, results_dir)
-    out: dict[str, Any] = {"kind": "kl_summary", "primary_metric": PRIMARY_METRIC, "eval_steps": list(EVAL_STEPS)}
+
+def short_metric(record: dict) -> float:
+    """The KL and tau grids' metric: mean greedy accuracy at steps 20, 40, 60."""
+    return primary_metric(record, SHORT_EVAL_STEPS)
+
+
+def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[dict]]]:
+    """beta -> kl_weighting -> records (eq10 at beta = 0.001: the controls grid's tr-surrogate runs)."""
+    out: dict[str, dict[str, list[dict]]] = {f"{b:g}": {} for b in KL_BETAS}
+    for r in load_group(KL_GROUP, results_dir):
+        out.setdefault(f"{float(r['spec']['beta']):g}", {}).setdefault(r["spec"]["kl_weighting"], []).append(r)
+    ctrl = [r for r in load_group(CONTROLS_GROUP, results_dir) if _label(r) == "tr-surrogate"]
+    out["0.001"]["eq10"] = [r for r in ctrl if r["seed"] in set(KL_SEEDS)]
+    return out
+
+
+def kl_summary(results_dir: Path | str | None = None, *, write: bool = True) -> dict:
+    """Reading 3 per beta: accuracy (steps 20-60) and KL(pi || pi_ref) (TRL's plain k3, mean over steps 41-60)
+    per KL weighting, each paired against ``plain`` (Eq. 6) on the same seeds."""
+    arms = kl_arms(results_dir)
     by_beta = {}
-    for beta in KL_BETAS:
-        arms: dict[str, list[dict]] = {}
-        for r in recs:
-            if float(r["spec"]["beta"]) == beta:
-                arms.setdefault(r["spec"]["kl_weighting"], []).append(r)
+    for beta, groups in arms.items():
         order = list(KL_WEIGHTINGS)
-        acc = arm_rows(arms, "plain", order)
-        kl = arm_rows(arms, "plain", order, value=lambda r: history_mean(r, "kl", last=20))
-        by_beta[f"{beta:g}"] = {"accuracy": acc, "kl_last20": kl}
-    out["by_beta"] = by_beta
-    out["cost"] = _cost(recs)
-    out["provenance"] = _provenance(recs)
+        by_beta[beta] = {
+            "accuracy": arm_rows(groups, "plain", order, value=short_metric),
+            "kl_steps_41_60": arm_rows(groups, "plain", order, value=kl_window),
+        }
+    recs = load_group(KL_GROUP, results_dir)
+    out = {
+        "kind": "kl_summary",
+        "metric": SHORT_METRIC,
+        "eval_steps": list(SHORT_EVAL_STEPS),
+        "baseline": "plain",
+        "by_beta": by_beta,
+        "cost": _cost(recs),
+        "provenance": _provenance(recs),
+    }
     if write:
         write_result(KL_GROUP, "summary", out, results_dir)
     return out
 
 
 def tau_summary(results_dir: Path | str | None = None, *, write: bool = True) -> dict:
-    """Table 7 at toy scale: every tau and GRPO on the same seeds (tau = 9 and GRPO from the controls grid)."""
+    """Table 7 at toy scale: every tau and GRPO on the same seeds (tau = 9 and GRPO from the controls grid),
+    compared at steps 20, 40, 60."""
     recs = load_group(TAU_GROUP, results_dir)
     seeds = set(TAU_SEEDS)
-    ctrl = [r for r in load_group(CONTROLS_GROUP, results_dir) if r["seed"] in seeds]
     arms: dict[str, list[dict]] = {}
-    for r in [*recs, *ctrl]:
-        label = _label(r)
-        if label in ("equal", "tr-surrogate") or r in recs:
-            arms.setdefault(label, []).append(r)
+    for r in load_group(CONTROLS_GROUP, results_dir):
+        if r["seed"] in seeds and _label(r) in ("equal", "tr-surrogate"):
+            arms.setdefault(_label(r), []).append(r)
+    for r in recs:
+        arms.setdefault(_label(r), []).append(r)
     order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*TAUS, 9.0})]
     out = {
         "kind": "tau_summary",
-        "primary_metric": PRIMARY_METRIC,
-        "eval_steps": list(EVAL_STEPS),
-        "rows": arm_rows(arms, BASELINE, order),
+        "metric": SHORT_METRIC,
+        "eval_steps": list(SHORT_EVAL_STEPS),
+        "rows": arm_rows(arms, BASELINE, order, value=short_metric),
         "cost": _cost(recs),
         "provenance": _provenance(recs),
     }
@@ -308,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     s = sub.add_parser("summary", help="write the summary.json of each grid from its records")
     s.add_argument("grids", nargs="*", default=sorted(SUMMARIES))
     s.add_argument("--results-dir", default=None)
+    h = sub.add_parser("hist", help="write results/toy/controls/token_hist.json (task choice)")
+    h.add_argument("--allow-dirty", action="store_true")
     p = sub.add_parser("plan", help="write results/toy/controls/plan.json")
     p.add_argument("--results-dir", default=None)
     a = ap.parse_args(argv)
@@ -317,6 +451,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         for g in a.grids:
             SUMMARIES[g](a.results_dir)
             print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}", file=sys.stderr)
+    elif a.cmd == "hist":
+        from .experiment import git_dirty
+
+        if git_dirty() and not a.allow_dirty:
+            raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
+        out = task_choice()
+        for t, hst in out["candidates"].items():
+            print(
+                f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
+                f"{hst['share_between']:.3f}, at U {hst['share_at_upper']:.3f}"
+            )
     else:
         write_result(CONTROLS_GROUP, "plan", {"kind": "plan", **PLAN}, a.results_dir)
 
