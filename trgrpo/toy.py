@@ -836,11 +836,12 @@ def token_grad_analysis(
     results_dir: Path | str | None = None,
     warm_kwargs: dict | None = None,
     write: bool = True,
+    group: str = GROUP,
 ) -> dict:
     """Per-token gradient norm vs probability on the warm-start policy of ``seed`` (where RL begins): the
     correlation of ||grad log pi(o_t)|| with pi(o_t) (Theorem 3.1, Eq. 8: it scales with 1 - pi) and the spread
     of w * ||grad log pi|| under each weight scheme (Theorem 3.2, Eq. 13). Uses :mod:`trgrpo.theory` when present.
-    Written to ``results/toy/micro/analysis-token-grad-<task>-seed<seed>.json`` (``kind: token_grad_analysis``)."""
+    Written to ``results/<group>/analysis-token-grad-<task>-seed<seed>.json`` (``kind: token_grad_analysis``)."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -883,8 +884,11 @@ def token_grad_analysis(
         "wall_time_s": time.time() - t0,
         **data,
     }
+    from .experiment import git_commit, git_dirty
+
+    record.update(git_commit=git_commit(), git_dirty=git_dirty())
     if write:
-        write_result(GROUP, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
+        write_result(group, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
     return record
 
 

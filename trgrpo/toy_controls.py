@@ -181,7 +181,9 @@ def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 
     }
 
 
-def token_histogram(task: str = TASK, seed: int = 0, *, n_prompts: int = 512, temperature: float = 1.0) -> dict:
+def token_histogram(
+    task: str = TASK, seed: int = 0, *, n_prompts: int = 512, temperature: float = 1.0, warm_kwargs: dict | None = None
+) -> dict:
     """Sample one completion per training prompt from the warm-start policy of ``seed`` (where RL begins, at the
     RL sampling temperature) and histogram pi(o_t) of every completion token (EOS included) and its weight."""
     import torch
@@ -189,7 +191,7 @@ def token_histogram(task: str = TASK, seed: int = 0, *, n_prompts: int = 512, te
 
     from . import toy
 
-    path = toy.warm_start(task, seed, verbose=False)
+    path = toy.warm_start(task, seed, **{"verbose": False, **(warm_kwargs or {})})
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
     rows = toy.records(toy.splits()["train"][:n_prompts], task)
@@ -219,7 +221,13 @@ def token_histogram(task: str = TASK, seed: int = 0, *, n_prompts: int = 512, te
     }
 
 
-def task_choice(tasks: Sequence[str] = ("addition", "addition_trace"), *, write: bool = True, **kw: Any) -> dict:
+def task_choice(
+    tasks: Sequence[str] = ("addition", "addition_trace"),
+    *,
+    write: bool = True,
+    results_dir: Path | str | None = None,
+    **kw: Any,
+) -> dict:
     """:func:`token_histogram` of every candidate task; the chosen one (:data:`TASK`) is written to
     ``results/toy/controls/token_hist.json`` with the others under ``candidates``."""
     from .experiment import git_commit, git_dirty
@@ -227,7 +235,7 @@ def task_choice(tasks: Sequence[str] = ("addition", "addition_trace"), *, write:
     hists = {t: token_histogram(t, **kw) for t in tasks}
     out = {**hists[TASK], "candidates": hists, "git_commit": git_commit(), "git_dirty": git_dirty()}
     if write:
-        write_result(CONTROLS_GROUP, "token_hist", out, kw.get("results_dir"))
+        write_result(CONTROLS_GROUP, "token_hist", out, results_dir)
     return out
 
 
@@ -304,17 +312,22 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
     return rows
 
 
-def controls_summary(results_dir: Path | str | None = None, *, write: bool = True) -> dict:
-    """``results/toy/controls/summary.json``: the primary metric per arm and its paired difference to GRPO."""
+def controls_summary(
+    results_dir: Path | str | None = None, *, write: bool = True, eval_steps: Sequence[int] = EVAL_STEPS
+) -> dict:
+    """``results/toy/controls/summary.json``: the primary metric per arm and its paired difference to GRPO
+    (``eval_steps``: the plan's, other values only for smoke runs)."""
     recs = load_group(CONTROLS_GROUP, results_dir)
     arms: dict[str, list[dict]] = {}
     for r in recs:
         arms.setdefault(_label(r), []).append(r)
-    rows = arm_rows(arms, BASELINE, list(ARMS))
+    rows = arm_rows(arms, BASELINE, list(ARMS), value=lambda r: primary_metric(r, eval_steps))
     out = {
         "kind": "controls_summary",
-        "primary_metric": PRIMARY_METRIC,
-        "eval_steps": list(EVAL_STEPS),
+        "primary_metric": PRIMARY_METRIC
+        if tuple(eval_steps) == EVAL_STEPS
+        else f"mean greedy accuracy at {eval_steps}",
+        "eval_steps": list(eval_steps),
         "baseline": BASELINE,
         "task": TASK,
         "rows": rows,
@@ -352,22 +365,34 @@ def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[d
     return out
 
 
-def kl_summary(results_dir: Path | str | None = None, *, write: bool = True) -> dict:
+def kl_summary(
+    results_dir: Path | str | None = None, *, write: bool = True, eval_steps: Sequence[int] = EVAL_STEPS
+) -> dict:
     """Reading 3 per beta: accuracy (steps 20-60) and KL(pi || pi_ref) (TRL's plain k3, mean over steps 41-60)
     per KL weighting, each paired against ``plain`` (Eq. 6) on the same seeds."""
     arms = kl_arms(results_dir)
+    last = max(eval_steps)
+    first = last - last // 3 + 1  # the last third of the run: steps 41-60 of 60
+
+    def acc(r: dict) -> float:
+        return primary_metric(r, eval_steps)
+
+    def kl(r: dict) -> float:
+        return kl_window(r, first, last)
+
     by_beta = {}
     for beta, groups in arms.items():
         order = list(KL_WEIGHTINGS)
         by_beta[beta] = {
-            "accuracy": arm_rows(groups, "plain", order, value=short_metric),
-            "kl_steps_41_60": arm_rows(groups, "plain", order, value=kl_window),
+            "accuracy": arm_rows(groups, "plain", order, value=acc),
+            "kl_steps_41_60": arm_rows(groups, "plain", order, value=kl),
         }
     recs = load_group(KL_GROUP, results_dir)
     out = {
         "kind": "kl_summary",
         "metric": SHORT_METRIC,
-        "eval_steps": list(SHORT_EVAL_STEPS),
+        "eval_steps": list(eval_steps),
+        "kl_steps": [first, last],
         "baseline": "plain",
         "by_beta": by_beta,
         "cost": _cost(recs),
@@ -378,7 +403,9 @@ def kl_summary(results_dir: Path | str | None = None, *, write: bool = True) -> 
     return out
 
 
-def tau_summary(results_dir: Path | str | None = None, *, write: bool = True) -> dict:
+def tau_summary(
+    results_dir: Path | str | None = None, *, write: bool = True, eval_steps: Sequence[int] = EVAL_STEPS
+) -> dict:
     """Table 7 at toy scale: every tau and GRPO on the same seeds (tau = 9 and GRPO from the controls grid),
     compared at steps 20, 40, 60."""
     recs = load_group(TAU_GROUP, results_dir)
@@ -393,8 +420,8 @@ def tau_summary(results_dir: Path | str | None = None, *, write: bool = True) ->
     out = {
         "kind": "tau_summary",
         "metric": SHORT_METRIC,
-        "eval_steps": list(SHORT_EVAL_STEPS),
-        "rows": arm_rows(arms, BASELINE, order, value=short_metric),
+        "eval_steps": list(eval_steps),
+        "rows": arm_rows(arms, BASELINE, order, value=lambda r: primary_metric(r, eval_steps)),
         "cost": _cost(recs),
         "provenance": _provenance(recs),
     }
@@ -450,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     s = sub.add_parser("summary", help="write the summary.json of each grid from its records")
     s.add_argument("grids", nargs="*", default=sorted(SUMMARIES))
     s.add_argument("--results-dir", default=None)
+    sub.add_parser("readme", help="rewrite the README's toy-findings block from the summaries")
     h = sub.add_parser("hist", help="write results/toy/controls/token_hist.json (task choice)")
     h.add_argument("--allow-dirty", action="store_true")
     p = sub.add_parser("plan", help="write results/toy/controls/plan.json")
@@ -461,11 +489,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         for g in a.grids:
             SUMMARIES[g](a.results_dir)
             print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}", file=sys.stderr)
+    elif a.cmd == "readme":
+        print("README changed" if update_readme() else "README unchanged", file=sys.stderr)
     elif a.cmd == "hist":
         from .experiment import git_dirty
 
         if git_dirty() and not a.allow_dirty:
             raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
+        from . import toy
+
+        toy.quiet()
+        toy.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
         out = task_choice()
         for t, hst in out["candidates"].items():
             print(
@@ -477,6 +511,213 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 GRIDS_GROUP = {"controls": CONTROLS_GROUP, "kl": KL_GROUP, "tau": TAU_GROUP}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prose rendered from the summaries (README findings block, notebook 03's verdict): numbers never typed by hand
+
+README_START = "<!-- toy-findings:start (generated by python -m trgrpo.toy_controls readme) -->"
+README_END = "<!-- toy-findings:end -->"
+ARM_TEXT = {
+    "equal": "GRPO",
+    "tr-surrogate": "TR (surrogate)",
+    "tr-ratio": "TR (ratio, Eq. 9 as printed)",
+    "const-surrogate": "const (scale only)",
+    "tr_norm-surrogate": "tr_norm (regulation only)",
+    "reverse-surrogate": "Reverse",
+}
+
+
+def _read(group: str, name: str, results_dir: Path | str | None) -> dict | None:
+    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def classify(row: dict) -> str:
+    """``"higher"`` / ``"lower"`` when the 95 % t-interval excludes 0, else ``"no detectable difference"``."""
+    if row["ci_low"] > 0:
+        return "higher"
+    if row["ci_high"] < 0:
+        return "lower"
+    return "no detectable difference"
+
+
+def fmt_delta(row: dict) -> str:
+    """``"Δ +0.012 [−0.010, +0.034], p = 0.27 (Holm 0.81); 7 higher, 4 lower, 1 tie of 12"``."""
+    ties = row["ties"]
+    holm = row.get("p_holm")
+    htxt = "" if holm is None else f" (Holm {holm:.2g})"
+    return (
+        f"Δ {row['delta_vs_equal']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], p = {row['p']:.2g}{htxt}; "
+        f"{row['higher']} higher, {row['lower']} lower, {ties} tie{'s' if ties != 1 else ''} of {row['n_pairs']}"
+    )
+
+
+def controls_table(summary: dict) -> str:
+    """The summary's rows as a markdown table."""
+    lines = [
+        "| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | MDE (80 % power) |",
+        "|---|---:|---:|---|---:|---:|---|---:|",
+    ]
+    for r in summary["rows"]:
+        if "delta_vs_equal" in r:
+            lines.append(
+                f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {r['mean']:.3f} | {r['delta_vs_equal']:+.3f} "
+                f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['p']:.2g} | {r['p_holm']:.2g} | "
+                f"{r['higher']} / {r['lower']} / {r['ties']} | {r['mde']:.3f} |"
+            )
+        else:
+            lines.append(f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {r['mean']:.3f} | (baseline) | | | | |")
+    return "\n".join(lines)
+
+
+def _made_of(rows: dict) -> str:
+    scale, reg = rows.get("const-surrogate"), rows.get("tr_norm-surrogate")
+    tr = rows.get("tr-surrogate")
+    if not (scale and reg and tr):
+        return "not decided (an arm is missing)"
+    cs, cr, ct = classify(scale), classify(reg), classify(tr)
+    parts = []
+    if cs != "no detectable difference":
+        parts.append("scale")
+    if cr != "no detectable difference":
+        parts.append("regulation")
+    if not parts:
+        return (
+            f"neither: TR (surrogate) itself shows {ct}, and neither its scale alone (const) nor its regulation "
+            f"alone (tr_norm) differs detectably from GRPO; at n = {tr['n_pairs']} an effect smaller than about "
+            f"{max(scale['mde'], reg['mde'], tr['mde']):.3f} would go unseen"
+        )
+    return " and ".join(parts) + f" (const: {cs}; tr_norm: {cr}; TR (surrogate): {ct})"
+
+
+def verdict_markdown(results_dir: Path | str | None = None) -> str:
+    """The toy's verdict, every number from the summaries and records: README block and notebook 03 text."""
+    s = _read(CONTROLS_GROUP, "summary", results_dir)
+    if s is None:
+        return "_No controls summary yet: run `python -m trgrpo.toy_controls run controls`, then `summary`._"
+    rows = {r["arm"]: r for r in s["rows"]}
+    cost = s["cost"]
+    cpu_min = (cost["runs_cpu_s"] + cost["warm_cpu_s"]) / 60
+    hist = _read(CONTROLS_GROUP, "token_hist", results_dir)
+    commits = ", ".join(c[:7] for c in s["provenance"]["commits"])
+    out = [
+        f"**Toy controls** (notebook 03, Part A): a {cost['n_runs']}-run grid, the 1M-parameter Qwen2 on 2-digit "
+        f"`{s['task']}`, {rows['equal']['n']} seeds × {cost['steps_per_run'][0]} steps per arm, paired by seed "
+        f"(same warm start, same data order); primary metric fixed before the runs: {s['primary_metric']}. "
+        f"Paired t-tests against GRPO, Holm over the {len(rows) - 1} arms; CPU time of the grid "
+        f"{cpu_min:.0f} min (one thread, shared 2-core VM; commit {commits}, clean tree: "
+        f"{s['provenance']['dirty'] == ['False']}).",
+        "",
+        controls_table(s),
+        "",
+    ]
+    if hist:
+        cands = hist.get("candidates", {})
+        share = ", ".join(f"`{t}` {h['share_between']:.1%}" for t, h in cands.items())
+        out.append(
+            f"- **Task choice.** Share of sampled tokens with L < w < U on the warm-start policy: {share}; "
+            f"the rest sits at the bounds (`{hist['task']}`: {hist['share_at_lower']:.1%} at L, "
+            f"{hist['share_at_upper']:.1%} at U). The grid runs the task with the largest share."
+        )
+    if "tr-ratio" in rows:
+        out.append(
+            f"- **Reading 2 (where w enters the clip).** TR with w inside the clipped ratio (Eq. 9 as printed): "
+            f"{fmt_delta(rows['tr-ratio'])} — {classify(rows['tr-ratio'])} than GRPO"
+            + f"; {_zero_pos(results_dir):.1%} of the tokens with A > 0 get no policy gradient (mean over steps)"
+            + f". With w outside the clip (surrogate): {fmt_delta(rows['tr-surrogate'])}."
+        )
+    if "const-surrogate" in rows and "tr_norm-surrogate" in rows:
+        out.append(
+            f"- **Scale vs regulation.** const (TR's batch-mean weight on every token): "
+            f"{fmt_delta(rows['const-surrogate'])}. tr_norm (TR's weights divided by their batch mean): "
+            f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
+            f"**What TR-GRPO's effect at this scale is made of: {_made_of(rows)}.**"
+        )
+    kl = _read(KL_GROUP, "summary", results_dir)
+    if kl:
+        out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl))
+    tau = _read(TAU_GROUP, "summary", results_dir)
+    lo, hi = weight_range_divide()
+    reading1 = (
+        f"- **Reading 1 (how τ enters Eq. 11).** As printed, σ(p/τ) at τ = 9 gives weights in [{lo:g}, {hi:g}]: "
+        "TR-GRPO would be GRPO exactly, so that reading needs no run (and contradicts Table 7's spread of scores). "
+    )
+    out.append(reading1 + ("τ sweep under σ(τ·p): " + tau_sentence(tau) if tau else "The τ sweep has not run yet."))
+    return "\n".join(out)
+
+
+def weight_range_divide() -> tuple[float, float]:
+    """The weight range of Eq. 11 as printed (sigma(p / tau), tau = 9): (1, 1)."""
+    from .weights import weight_range
+
+    return weight_range(tau_mode="divide")
+
+
+def _zero_pos(results_dir) -> float:
+    import numpy as np
+
+    from .analysis import history_mean
+
+    recs = [r for r in load_group(CONTROLS_GROUP, results_dir) if _label(r) == "tr-ratio"]
+    vals = [history_mean(r, "tr/zero_grad_frac_pos_adv") for r in recs]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def kl_sentence(kl: dict) -> str:
+    parts = []
+    for beta, block in sorted(kl["by_beta"].items(), key=lambda kv: -float(kv[0])):
+        kr = {r["arm"]: r for r in block["kl_steps_41_60"]}
+        ar = {r["arm"]: r for r in block["accuracy"]}
+        if "plain" not in kr or len(kr) < 2:
+            continue
+        txt = [
+            f"β = {beta} ({kr['plain']['n']} seeds): mean KL over steps 41–60 "
+            + ", ".join(f"{k} {kr[k]['mean']:.2g}" for k in KL_WEIGHTINGS if k in kr)
+        ]
+        for k in ("eq10", "outside"):
+            if k in kr and "delta_vs_equal" in kr[k]:
+                r = kr[k]
+                txt.append(
+                    f"{k} − plain KL {r['delta_vs_equal']:+.2g} [{r['ci_low']:+.2g}, {r['ci_high']:+.2g}], "
+                    f"p = {r['p']:.2g}; accuracy {k} − plain {ar[k]['delta_vs_equal']:+.3f} "
+                    f"[{ar[k]['ci_low']:+.3f}, {ar[k]['ci_high']:+.3f}], p = {ar[k]['p']:.2g}"
+                )
+        parts.append("; ".join(txt))
+    return (
+        ". ".join(parts)
+        + ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every "
+        "weighted token's probability up, past the reference, so the plain KL it is meant to bound grows."
+    )
+
+
+def tau_sentence(tau: dict) -> str:
+    rows = [r for r in tau["rows"] if "delta_vs_equal" in r]
+    cells = [
+        f"τ = {r['arm'].split('tau')[-1] if 'tau' in r['arm'] else '9'}: {r['delta_vs_equal']:+.3f} "
+        f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+        for r in rows
+    ]
+    n = rows[0]["n_pairs"] if rows else 0
+    return (
+        f"Δ vs GRPO on the same {n} seeds: " + "; ".join(cells) + ". τ = 0.5 was not run: σ(0.5·p) keeps every "
+        "weight at L = 1, so that run is GRPO's."
+    )
+
+
+def update_readme(results_dir: Path | str | None = None, readme: Path | None = None) -> bool:
+    """Replace the README block between :data:`README_START` and :data:`README_END`; True if it changed."""
+    readme = readme or Path(__file__).resolve().parents[1] / "README.md"
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} lacks the markers {README_START!r} ... {README_END!r}")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_START}\n{verdict_markdown(results_dir)}\n{README_END}{tail}"
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
 
 if __name__ == "__main__":
     main()
