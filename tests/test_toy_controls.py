@@ -220,3 +220,32 @@ def test_summary_and_prose_on_synthetic_records(tmp_path):
     readme.write_text(f"x\n{tc.README_START}\nold\n{tc.README_END}\ny\n")
     assert tc.update_readme(tmp_path, readme) and text in readme.read_text()
     assert not tc.update_readme(tmp_path, readme)
+
+
+def _row(delta, p_holm, mde=0.02, n=12):
+    return {
+        "delta_vs_equal": delta,
+        "ci_low": delta - 0.01,
+        "ci_high": delta + 0.01,
+        "p": p_holm / 2,
+        "p_holm": p_holm,
+        "mde": mde,
+        "n_pairs": n,
+        "higher": 6,
+        "lower": 6,
+        "ties": 0,
+    }
+
+
+def test_classify_uses_holm_and_made_of_reads_the_controls():
+    assert tc.classify(_row(0.03, 0.01)) == "higher" and tc.classify(_row(-0.03, 0.04)) == "lower"
+    assert tc.classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
+    assert tc.strength(_row(0.0, 0.5)).startswith("no evidence") and tc.strength(_row(0.1, 0.001)) == "strong evidence"
+    rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
+    assert tc._made_of(rows).startswith("neither")
+    rows["const-surrogate"] = _row(0.03, 0.01)
+    assert tc._made_of(rows).startswith("scale")
+    rows["tr_norm-surrogate"] = _row(-0.03, 0.01)
+    assert tc._made_of(rows).startswith("scale and regulation")
+    rows = {"tr-surrogate": _row(0.03, 0.01), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
+    assert tc._made_of(rows).startswith("undecided")

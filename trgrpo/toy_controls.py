@@ -541,12 +541,31 @@ def _read(group: str, name: str, results_dir: Path | str | None) -> dict | None:
 
 
 def classify(row: dict) -> str:
-    """``"higher"`` / ``"lower"`` when the 95 % t-interval excludes 0, else ``"no detectable difference"``."""
-    if row["ci_low"] > 0:
-        return "higher"
-    if row["ci_high"] < 0:
-        return "lower"
+    """``"higher"`` / ``"lower"`` when the difference is significant at 5 % after Holm's adjustment (the raw p
+    where there is none), else ``"no detectable difference"``."""
+    p = row.get("p_holm", row.get("p"))
+    if p is not None and math.isfinite(p) and p < 0.05:
+        return "higher" if row["delta_vs_equal"] > 0 else "lower"
     return "no detectable difference"
+
+
+def versus(row: dict, other: str = "GRPO") -> str:
+    c = classify(row)
+    return f"no detectable difference from {other}" if c == "no detectable difference" else f"{c} than {other}"
+
+
+def strength(row: dict) -> str:
+    """How strong the evidence for a difference is, from the Holm-adjusted p (the raw p where there is none)."""
+    p = row.get("p_holm", row.get("p"))
+    if p is None or not math.isfinite(p):
+        return "no test"
+    if p < 0.01:
+        return "strong evidence"
+    if p < 0.05:
+        return "evidence"
+    if p < 0.1:
+        return "weak evidence"
+    return f"no evidence of a difference; MDE {row['mde']:.3f}"
 
 
 def fmt_delta(row: dict) -> str:
@@ -556,7 +575,8 @@ def fmt_delta(row: dict) -> str:
     htxt = "" if holm is None else f" (Holm {holm:.2g})"
     return (
         f"Δ {row['delta_vs_equal']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], p = {row['p']:.2g}{htxt}; "
-        f"{row['higher']} higher, {row['lower']} lower, {ties} tie{'s' if ties != 1 else ''} of {row['n_pairs']}"
+        f"{row['higher']} higher, {row['lower']} lower, {ties} tie{'s' if ties != 1 else ''} of {row['n_pairs']} "
+        f"({strength(row)})"
     )
 
 
@@ -584,18 +604,24 @@ def _made_of(rows: dict) -> str:
     if not (scale and reg and tr):
         return "not decided (an arm is missing)"
     cs, cr, ct = classify(scale), classify(reg), classify(tr)
-    parts = []
-    if cs != "no detectable difference":
-        parts.append("scale")
-    if cr != "no detectable difference":
-        parts.append("regulation")
+    mde = max(scale["mde"], reg["mde"], tr["mde"])
+    n = tr["n_pairs"]
+    parts = [name for name, c in (("scale", cs), ("regulation", cr)) if c != "no detectable difference"]
+    if not parts and ct == "no detectable difference":
+        return (
+            f"neither: TR (surrogate) itself shows no detectable difference from GRPO, and neither does its scale "
+            f"alone (const) or its regulation alone (tr_norm); at n = {n} seeds an effect smaller than about "
+            f"{mde:.3f} would go unseen"
+        )
     if not parts:
         return (
-            f"neither: TR (surrogate) itself shows {ct}, and neither its scale alone (const) nor its regulation "
-            f"alone (tr_norm) differs detectably from GRPO; at n = {tr['n_pairs']} an effect smaller than about "
-            f"{max(scale['mde'], reg['mde'], tr['mde']):.3f} would go unseen"
+            f"undecided: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
+            f"alone (tr_norm) differs detectably from GRPO (MDE about {mde:.3f} at n = {n})"
         )
-    return " and ".join(parts) + f" (const: {cs}; tr_norm: {cr}; TR (surrogate): {ct})"
+    return (
+        " and ".join(parts)
+        + f" (const: {versus(scale)}; tr_norm: {versus(reg)}; TR (surrogate): {versus(tr)}; n = {n} seeds)"
+    )
 
 
 def verdict_markdown(results_dir: Path | str | None = None) -> str:
@@ -608,9 +634,15 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
     cpu_min = (cost["runs_cpu_s"] + cost["warm_cpu_s"]) / 60
     hist = _read(CONTROLS_GROUP, "token_hist", results_dir)
     commits = ", ".join(c[:7] for c in s["provenance"]["commits"])
+    planned = len(CONTROL_SEEDS)
+    short = (
+        f" ({planned} planned: the rest did not fit the session's share of the shared CPU; the grid resumes)"
+        if rows["equal"]["n"] < planned
+        else ""
+    )
     out = [
         f"**Toy controls** (notebook 03, Part A): a {cost['n_runs']}-run grid, the 1M-parameter Qwen2 on 2-digit "
-        f"`{s['task']}`, {rows['equal']['n']} seeds × {cost['steps_per_run'][0]} steps per arm, paired by seed "
+        f"`{s['task']}`, {rows['equal']['n']} seeds × {cost['steps_per_run'][0]} steps per arm{short}, paired by seed "
         f"(same warm start, same data order); primary metric fixed before the runs: {s['primary_metric']}. "
         f"Paired t-tests against GRPO, Holm over the {len(rows) - 1} arms; CPU time of the grid "
         f"{cpu_min:.0f} min (one thread, shared 2-core VM; commit {commits}, clean tree: "
@@ -630,7 +662,7 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
     if "tr-ratio" in rows:
         out.append(
             f"- **Reading 2 (where w enters the clip).** TR with w inside the clipped ratio (Eq. 9 as printed): "
-            f"{fmt_delta(rows['tr-ratio'])} — {classify(rows['tr-ratio'])} than GRPO"
+            f"{fmt_delta(rows['tr-ratio'])} — {versus(rows['tr-ratio'])}"
             + f"; {_zero_pos(results_dir):.1%} of the tokens with A > 0 get no policy gradient (mean over steps)"
             + f". With w outside the clip (surrogate): {fmt_delta(rows['tr-surrogate'])}."
         )
@@ -691,11 +723,22 @@ def kl_sentence(kl: dict) -> str:
                     f"[{ar[k]['ci_low']:+.3f}, {ar[k]['ci_high']:+.3f}], p = {ar[k]['p']:.2g}"
                 )
         parts.append("; ".join(txt))
-    return (
-        ". ".join(parts)
-        + ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every "
-        "weighted token's probability up, past the reference, so the plain KL it is meant to bound grows."
+    if not parts:
+        return "The KL grid has not run yet."
+    text = ". ".join(parts) + (
+        ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every weighted "
+        "token's probability above the reference instead of back to it"
     )
+    high = kl["by_beta"].get(f"{max(KL_BETAS):g}")
+    eq10 = {r["arm"]: r for r in high["kl_steps_41_60"]}.get("eq10") if high else None
+    if eq10 and "ci_low" in eq10:
+        verdict = classify(eq10)
+        text += (
+            f"; at β = {max(KL_BETAS):g} the plain KL under eq10 is {verdict} than under plain (Eq. 6)"
+            if verdict != "no detectable difference"
+            else f"; at β = {max(KL_BETAS):g} the runs show no detectable difference in the plain KL from Eq. 6"
+        )
+    return text + "."
 
 
 def tau_sentence(tau: dict) -> str:
