@@ -4,7 +4,7 @@ Shapes: ``B`` completions, ``T`` completion tokens. Every function here is diffe
 ``logps`` (the current policy's per-token log-probabilities) and in nothing else; weights,
 old and reference log-probabilities are treated as constants.
 
-The two open readings of the objective (DESIGN.md) are options of :func:`tr_grpo_loss`:
+The two open readings of the objective (docs/design.md) are options of :func:`tr_grpo_loss`:
   * ``placement="ratio"``     min(w r A, clip(w r, 1-eps_l, 1+eps_h) A)      (Eq. 9 as printed)
     ``placement="surrogate"`` w * min(r A, clip(r, 1-eps_l, 1+eps_h) A)
   * ``kl_weighting="eq10"``   w rho - log(w rho) - 1,  rho = pi_ref / pi      (Eq. 10)

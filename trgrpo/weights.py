@@ -2,7 +2,7 @@
 
     w_{i,t} = clip( alpha * [ sigmoid( sg[pi(o_{i,t})] scaled by tau ) - mu ], L, U )       (Eq. 11)
 
-How tau enters is the first of the paper's open readings (DESIGN.md):
+How tau enters is the first of the paper's open readings (docs/design.md):
   * ``tau_mode="scale"``  -> sigmoid(tau * p)   (default; fits Table 7 and App. B.2 "scaling parameter")
   * ``tau_mode="divide"`` -> sigmoid(p / tau)   (as printed; with tau = 9 every weight is exactly 1)
 
