@@ -87,7 +87,7 @@ def plot_reward_accuracy(
     for ax, key, what in ((axes[1], "greedy_accuracy", "greedy"), (axes[2], "sampled_accuracy", "sampled, T = 1")):
 
         def get(r, key=key):
-            ev = r.get("eval_history") or []
+            ev = [e for e in r.get("eval_history") or [] if key in e]  # sampled: only where it was measured
             return np.asarray([e["step"] for e in ev], float), np.asarray([e[key] for e in ev], float)
 
         _traces(ax, groups, labels, get)
