@@ -540,6 +540,21 @@ def _read(group: str, name: str, results_dir: Path | str | None) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def num(x: float | None, spec: str = ".3f") -> str:
+    """``format(x, spec)``, or "–" for a missing value (NaN is stored as null in the JSON records)."""
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def delta_text(row: dict, spec: str = "+.3f") -> str:
+    """``"+0.012 [-0.010, +0.034], p=0.27"`` of a row of :func:`arm_rows` ("" for the baseline)."""
+    if "delta_vs_equal" not in row:
+        return ""
+    return (
+        f"{num(row['delta_vs_equal'], spec)} [{num(row['ci_low'], spec)}, {num(row['ci_high'], spec)}], "
+        f"p={num(row['p'], '.2g')}"
+    )
+
+
 def classify(row: dict) -> str:
     """``"higher"`` / ``"lower"`` when the difference is significant at 5 % after Holm's adjustment (the raw p
     where there is none), else ``"no detectable difference"``."""
@@ -565,16 +580,17 @@ def strength(row: dict) -> str:
         return "evidence"
     if p < 0.1:
         return "weak evidence"
-    return f"no evidence of a difference; MDE {row['mde']:.3f}"
+    return f"no evidence of a difference; MDE {num(row['mde'])}"
 
 
 def fmt_delta(row: dict) -> str:
     """``"Δ +0.012 [−0.010, +0.034], p = 0.27 (Holm 0.81); 7 higher, 4 lower, 1 tie of 12"``."""
     ties = row["ties"]
     holm = row.get("p_holm")
-    htxt = "" if holm is None else f" (Holm {holm:.2g})"
+    htxt = "" if holm is None else f" (Holm {num(holm, '.2g')})"
     return (
-        f"Δ {row['delta_vs_equal']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], p = {row['p']:.2g}{htxt}; "
+        f"Δ {num(row['delta_vs_equal'], '+.3f')} [{num(row['ci_low'], '+.3f')}, {num(row['ci_high'], '+.3f')}], "
+        f"p = {num(row['p'], '.2g')}{htxt}; "
         f"{row['higher']} higher, {row['lower']} lower, {ties} tie{'s' if ties != 1 else ''} of {row['n_pairs']} "
         f"({strength(row)})"
     )
@@ -589,12 +605,13 @@ def controls_table(summary: dict) -> str:
     for r in summary["rows"]:
         if "delta_vs_equal" in r:
             lines.append(
-                f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {r['mean']:.3f} | {r['delta_vs_equal']:+.3f} "
-                f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] | {r['p']:.2g} | {r['p_holm']:.2g} | "
-                f"{r['higher']} / {r['lower']} / {r['ties']} | {r['mde']:.3f} |"
+                f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {num(r['mean'])} | "
+                f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
+                f"{num(r['p'], '.2g')} | "
+                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(r['mde'])} |"
             )
         else:
-            lines.append(f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {r['mean']:.3f} | (baseline) | | | | |")
+            lines.append(f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
     return "\n".join(lines)
 
 
@@ -604,19 +621,19 @@ def _made_of(rows: dict) -> str:
     if not (scale and reg and tr):
         return "not decided (an arm is missing)"
     cs, cr, ct = classify(scale), classify(reg), classify(tr)
-    mde = max(scale["mde"], reg["mde"], tr["mde"])
+    mde = max((x for x in (scale["mde"], reg["mde"], tr["mde"]) if x is not None), default=math.nan)
     n = tr["n_pairs"]
     parts = [name for name, c in (("scale", cs), ("regulation", cr)) if c != "no detectable difference"]
     if not parts and ct == "no detectable difference":
         return (
             f"neither: TR (surrogate) itself shows no detectable difference from GRPO, and neither does its scale "
             f"alone (const) or its regulation alone (tr_norm); at n = {n} seeds an effect smaller than about "
-            f"{mde:.3f} would go unseen"
+            f"{num(mde)} would go unseen"
         )
     if not parts:
         return (
             f"undecided: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
-            f"alone (tr_norm) differs detectably from GRPO (MDE about {mde:.3f} at n = {n})"
+            f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde)} at n = {n})"
         )
     return (
         " and ".join(parts)
@@ -712,15 +729,14 @@ def kl_sentence(kl: dict) -> str:
             continue
         txt = [
             f"β = {beta} ({kr['plain']['n']} seeds): mean KL over steps 41–60 "
-            + ", ".join(f"{k} {kr[k]['mean']:.2g}" for k in KL_WEIGHTINGS if k in kr)
+            + ", ".join(f"{k} {num(kr[k]['mean'], '.2g')}" for k in KL_WEIGHTINGS if k in kr)
         ]
         for k in ("eq10", "outside"):
             if k in kr and "delta_vs_equal" in kr[k]:
                 r = kr[k]
                 txt.append(
-                    f"{k} − plain KL {r['delta_vs_equal']:+.2g} [{r['ci_low']:+.2g}, {r['ci_high']:+.2g}], "
-                    f"p = {r['p']:.2g}; accuracy {k} − plain {ar[k]['delta_vs_equal']:+.3f} "
-                    f"[{ar[k]['ci_low']:+.3f}, {ar[k]['ci_high']:+.3f}], p = {ar[k]['p']:.2g}"
+                    f"{k} − plain: KL {delta_text(r, '+.2g')}, accuracy {delta_text(ar[k])} "
+                    f"({ar[k]['higher']} higher, {ar[k]['lower']} lower, {ar[k]['ties']} tied)"
                 )
         parts.append("; ".join(txt))
     if not parts:
@@ -743,11 +759,7 @@ def kl_sentence(kl: dict) -> str:
 
 def tau_sentence(tau: dict) -> str:
     rows = [r for r in tau["rows"] if "delta_vs_equal" in r]
-    cells = [
-        f"τ = {r['arm'].split('tau')[-1] if 'tau' in r['arm'] else '9'}: {r['delta_vs_equal']:+.3f} "
-        f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
-        for r in rows
-    ]
+    cells = [f"τ = {r['arm'].split('tau')[-1] if 'tau' in r['arm'] else '9'}: {delta_text(r)}" for r in rows]
     n = rows[0]["n_pairs"] if rows else 0
     return (
         f"Δ vs GRPO on the same {n} seeds: " + "; ".join(cells) + ". τ = 0.5 was not run: σ(0.5·p) keeps every "
