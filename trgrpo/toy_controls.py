@@ -741,6 +741,13 @@ def kl_sentence(kl: dict) -> str:
         parts.append("; ".join(txt))
     if not parts:
         return "The KL grid has not run yet."
+    means = {(b, r["arm"]): r["mean"] for b, blk in kl["by_beta"].items() for r in blk["kl_steps_41_60"] if r["n"]}
+    lo_b, hi_b = f"{min(KL_BETAS):g}", f"{max(KL_BETAS):g}"
+    if (lo_b, "eq10") in means and (hi_b, "eq10") in means:
+        parts.append(
+            f"How much grip the KL term has at all: the same KL under eq10 is {num(means[(hi_b, 'eq10')], '.2g')} "
+            f"at β = {hi_b} and {num(means[(lo_b, 'eq10')], '.2g')} at β = {lo_b}"
+        )
     text = ". ".join(parts) + (
         ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every weighted "
         "token's probability above the reference instead of back to it"
