@@ -440,7 +440,12 @@ def _provenance(recs: Sequence[dict]) -> dict:
     return {
         "commits": sorted({str(r.get("git_commit")) for r in recs}),
         "dirty": sorted({str(r.get("git_dirty")) for r in recs}),
-        "machine": sorted({(r.get("machine") or {}).get("cpu", "?") for r in recs})[:3],
+        "machine": sorted(
+            {
+                f"{m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs"
+                for m in (r.get("machine") or {} for r in recs)
+            }
+        )[:3],
     }
 
 
