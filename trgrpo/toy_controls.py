@@ -601,6 +601,13 @@ def fmt_delta(row: dict) -> str:
     )
 
 
+def arm_text(arm: str) -> str:
+    """A table's name for an arm label (``tr-surrogate-tau2`` -> ``TR (surrogate), τ = 2``)."""
+    if "-tau" in arm:
+        return f"{ARM_TEXT.get(arm.split('-tau')[0], arm)}, τ = {arm.split('-tau')[1]}"
+    return ARM_TEXT.get(arm, arm)
+
+
 def controls_table(summary: dict) -> str:
     """The summary's rows as a markdown table."""
     lines = [
@@ -610,13 +617,13 @@ def controls_table(summary: dict) -> str:
     for r in summary["rows"]:
         if "delta_vs_equal" in r:
             lines.append(
-                f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {num(r['mean'])} | "
+                f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | "
                 f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
                 f"{num(r['p'], '.2g')} | "
                 f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(r['mde'])} |"
             )
         else:
-            lines.append(f"| {ARM_TEXT.get(r['arm'], r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
+            lines.append(f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
     return "\n".join(lines)
 
 
