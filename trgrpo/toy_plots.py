@@ -258,7 +258,7 @@ def plot_paired_deltas(rows: Sequence[dict], *, path: Path | str | None = None, 
     mde = np.nanmedian([r.get("mde", np.nan) for r in rows]) if rows else np.nan
     if np.isfinite(mde):
         ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", fontsize=8)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(range(len(rows)), [name(r["arm"]) for r in rows])
     ax.set_xlabel("Δ vs GRPO, same seed (95 % t-interval)")
