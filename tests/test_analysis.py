@@ -111,3 +111,48 @@ def test_comparison_table_pairs_by_seed():
     t, c, seeds = an.paired_by_seed(groups["tr"], groups["equal"], an.final_metric)
     assert seeds == [0, 1] and t == [0.6, 0.8] and c == [0.5, 0.6]
     assert an.history_mean(groups["tr"][0], "reward") == 0.5
+
+
+def test_paired_t_by_hand():
+    t, c = [0.8, 0.7, 0.9, 0.6], [0.7, 0.7, 0.6, 0.5]
+    d = np.array([0.1, 0.0, 0.3, 0.1])
+    res = an.paired_t(t, c)
+    sd = math.sqrt(((d - d.mean()) ** 2).sum() / 3)
+    se = sd / 2
+    tstat = d.mean() / se
+    assert res["mean_diff"] == pytest.approx(0.125) and res["sd_diff"] == pytest.approx(sd)
+    assert res["t"] == pytest.approx(tstat)
+    q = 3.182446305284263  # t_{0.975, 3}
+    assert res["ci"] == pytest.approx((0.125 - q * se, 0.125 + q * se))
+    from scipy import stats
+
+    assert res["p"] == pytest.approx(stats.ttest_rel(t, c).pvalue)
+    assert (res["higher"], res["lower"], res["ties"]) == (3, 0, 1)
+    assert an.paired_t([1, 1], [1, 1])["p"] == 1.0
+    assert math.isnan(an.paired_t([1.0], [0.0])["p"])
+    with pytest.raises(ValueError, match="same length"):
+        an.paired_t([1, 2], [1])
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.02, 0.04 with m=3: 0.03, 0.04, 0.04 (monotone); NaN left out of the family
+    assert an.holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.04, 0.03, float("nan"), 0.04], nan_ok=True)
+    assert an.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_min_detectable_effect():
+    from scipy import stats
+
+    n, sd = 12, 0.03
+    expect = (stats.t.ppf(0.975, 11) + stats.t.ppf(0.8, 11)) * sd / math.sqrt(12)
+    assert an.min_detectable_effect(sd, n) == pytest.approx(expect)
+    # a test with that effect has ~80 % power: noncentral t check
+    nc = expect / (sd / math.sqrt(n))
+    crit = stats.t.ppf(0.975, n - 1)
+    power = stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
+    assert 0.78 < power < 0.82
+    assert math.isnan(an.min_detectable_effect(sd, 1))
+
+
+def test_sign_count_ties_apart():
+    assert an.sign_count([0.1, -0.2, 0.0, 0.3]) == "2 higher, 1 lower, 1 tie of 4"

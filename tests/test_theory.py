@@ -210,27 +210,34 @@ def test_sample_completions_real_tiny_model(tiny_model_dir):
 def test_spread_stats_hand_values():
     s = theory.spread_stats([1.0, 2.0, 3.0, 4.0])
     assert s["n"] == 4 and s["mean"] == 2.5 and s["median"] == 2.5 and s["max"] == 4.0
-    assert s["std"] == pytest.approx(math.sqrt(1.25)) and s["cv"] == pytest.approx(math.sqrt(1.25) / 2.5)
+    # ddof = 1: sum of squares 5 over n - 1 = 3 (the convention of trgrpo.analysis.mean_std)
+    assert s["std"] == pytest.approx(math.sqrt(5 / 3)) and s["cv"] == pytest.approx(math.sqrt(5 / 3) / 2.5)
     assert s["max_over_median"] == pytest.approx(1.6)
     with pytest.raises(ValueError):
         theory.spread_stats([])
 
 
 def test_theorem32_spread_hand_values():
-    # p = 0 -> w = 1 (TR), 1 (Reverse); p = 0.5 -> w = 1.4 (TR), 0.6 (Reverse) under tau_mode="scale"
+    # p = 0 -> w = 1 (TR), 1 (Reverse); p = 0.5 -> w = 1.4 (TR), 0.6 (Reverse) under tau_mode="scale";
+    # two values a, b: sd (ddof = 1) = |a - b| / sqrt(2)
+    r2 = math.sqrt(2)
     rows = theory.theorem32_spread([2.0, 1.0], [0.0, 0.5])
     by = {(r["tau_mode"], r["scheme"]): r for r in rows}
     assert len(rows) == 6
-    assert by[("scale", "equal")]["mean"] == pytest.approx(1.5) and by[("scale", "equal")]["cv"] == pytest.approx(1 / 3)
-    assert by[("scale", "tr")]["mean"] == pytest.approx(1.7) and by[("scale", "tr")]["cv"] == pytest.approx(0.3 / 1.7)
+    assert by[("scale", "equal")]["mean"] == pytest.approx(1.5) and by[("scale", "equal")]["cv"] == pytest.approx(
+        r2 / 3
+    )
+    assert by[("scale", "tr")]["mean"] == pytest.approx(1.7) and by[("scale", "tr")]["cv"] == pytest.approx(
+        r2 * 0.3 / 1.7
+    )
     assert by[("scale", "reverse")]["mean"] == pytest.approx(1.3)
-    assert by[("scale", "reverse")]["cv"] == pytest.approx(0.7 / 1.3)
+    assert by[("scale", "reverse")]["cv"] == pytest.approx(r2 * 0.7 / 1.3)
     assert by[("scale", "tr")]["w_max"] == pytest.approx(1.4) and by[("scale", "reverse")]["w_min"] == pytest.approx(
         0.6
     )
     # printed Eq. 11 (divide): w = 1 for every token, so all three schemes equal plain GRPO
     for scheme in ("equal", "tr", "reverse"):
-        assert by[("divide", scheme)]["cv"] == pytest.approx(1 / 3) and by[("divide", scheme)]["w_mean"] == 1.0
+        assert by[("divide", scheme)]["cv"] == pytest.approx(r2 / 3) and by[("divide", scheme)]["w_mean"] == 1.0
     with pytest.raises(ValueError, match="shape"):
         theory.theorem32_spread([1.0], [0.1, 0.2])
 

@@ -154,3 +154,21 @@ def test_weight_generator_leaves_global_rng(tiny_model_dir, tmp_path):
 
     token_weights(torch.rand(5, generator=g), "random", generator=g)
     assert torch.equal(state, torch.get_rng_state())
+
+
+@pytest.mark.parametrize("scheme", ["const", "tr_norm"])
+def test_batch_schemes_train_and_log_their_mean(scheme, tiny_model_dir, tmp_path):
+    """const: every weight equals the batch mean (std 0, mean in [L, U]); tr_norm: weights with mean 1."""
+    _, logs = train(
+        TRGRPOTrainer,
+        TRGRPOConfig(**common(tmp_path, max_steps=1), weight_scheme=scheme, weight_placement="surrogate"),
+        tiny_model_dir,
+    )
+    log = logs[0]
+    if scheme == "const":
+        assert log["tr/weight_std"] == pytest.approx(0.0, abs=1e-6)
+        assert 1.0 <= log["tr/weight_mean"] <= 1.4
+    else:
+        assert log["tr/weight_mean"] == pytest.approx(1.0, abs=1e-5)
+        assert log["tr/weight_min"] >= 1 / 1.4 - 1e-6 and log["tr/weight_max"] <= 1.4 + 1e-6
+    assert math.isfinite(log["loss"])

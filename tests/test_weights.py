@@ -290,3 +290,56 @@ def test_registered_scheme_runs_through_the_toy_grid(registry, tmp_path):
     assert rec["scheme"] == "lopti" and toy.run_label(rec) == "lopti-surrogate" and len(rec["history"]) == 1
     h = rec["history"][0]
     assert 0.7 <= h["tr/weight_min"] <= h["tr/weight_mean"] <= h["tr/weight_max"] <= 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Controls: const (TR's batch-mean scale, no regulation) and tr_norm (TR's regulation, no scale)
+
+_P = torch.tensor([[0.05, 0.2, 0.6, 0.9], [0.5, 0.9, 0.0, 0.0]], dtype=torch.float64)
+_M = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+
+
+def test_const_and_tr_norm_hand_values():
+    w02 = 2 * (1 / (1 + math.exp(-1.8)) - 0.25)  # w(0.2); w(0.05) = 1 (clip), w(p >= 0.5) = 1.4
+    mean = (1.0 + w02 + 1.4 * 4) / 6  # over the 6 valid tokens only
+    const = token_weights(_P, "const", mask=_M)
+    assert torch.allclose(const, torch.full_like(_P, mean), atol=1e-12)
+    norm = token_weights(_P, "tr_norm", mask=_M)
+    tr = token_weights(_P, "tr")
+    assert torch.allclose(norm, tr / mean, atol=1e-12)
+    assert float((norm * _M).sum() / _M.sum()) == pytest.approx(1.0, abs=1e-12)  # no scale
+    assert norm[0, 0].item() == pytest.approx(1.0 / mean, abs=1e-12)
+    assert not const.requires_grad and not norm.requires_grad
+
+
+def test_batch_schemes_ignore_padding_values():
+    padded = _P.clone()
+    padded[1, 2:] = 0.99  # changes only masked-out positions
+    for scheme in ("const", "tr_norm"):
+        a, b = token_weights(_P, scheme, mask=_M), token_weights(padded, scheme, mask=_M)
+        assert torch.allclose(a[_M.bool()], b[_M.bool()])
+
+
+@pytest.mark.parametrize("scheme", ["const", "tr_norm"])
+def test_batch_schemes_need_a_mask(scheme):
+    with pytest.raises(ValueError, match="mask"):
+        token_weights(_P, scheme)
+    with pytest.raises(ValueError, match="mask"):
+        token_weights(_P, scheme, mask=torch.ones(3))
+    with pytest.raises(ValueError, match="mask"):
+        token_weights(_P, scheme, mask=torch.zeros_like(_M))
+
+
+def test_batch_scheme_weight_ranges():
+    assert weight_range(scheme="const") == (1.0, 1.4)
+    assert weight_range(scheme="tr_norm") == pytest.approx((1 / 1.4, 1.4))
+
+
+def test_config_and_toy_accept_batch_schemes():
+    from trgrpo import TRGRPOConfig, toy
+
+    for scheme in ("const", "tr_norm"):
+        cfg = TRGRPOConfig(output_dir="/tmp/x", weight_scheme=scheme, use_cpu=True, report_to="none")
+        assert cfg.weight_scheme == scheme
+        spec = toy.toy_spec(scheme, 3, placement="surrogate")
+        assert spec["name"] == f"addition-micro-{scheme}-surrogate-seed3"

@@ -90,6 +90,72 @@ def paired_comparison(
     return out
 
 
+def paired_t(treatment: Sequence[float], control: Sequence[float], *, level: float = 0.95) -> dict:
+    """Paired t-test of treatment minus control (same seed = same warm start and data order): n, mean
+    difference, its sd (ddof=1), the ``level`` t-interval, two-sided p, and the sign count with ties apart
+    (``higher`` + ``lower`` + ``ties`` = n). p = 1 when every difference is 0; NaN when n < 2."""
+    from scipy import stats
+
+    a = np.asarray(treatment, dtype=float)
+    b = np.asarray(control, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples must have the same length, got {a.size} and {b.size}")
+    d = a - b
+    n = int(d.size)
+    out = {
+        "n": n,
+        "mean_diff": float(d.mean()) if n else math.nan,
+        "sd_diff": float(d.std(ddof=1)) if n > 1 else math.nan,
+        "higher": int((d > 0).sum()),
+        "lower": int((d < 0).sum()),
+        "ties": int((d == 0).sum()),
+    }
+    if n < 2:
+        out.update(ci=(math.nan, math.nan), t=math.nan, p=math.nan)
+    elif out["sd_diff"] == 0:
+        same = out["mean_diff"] == 0
+        out.update(ci=(out["mean_diff"], out["mean_diff"]), t=math.nan, p=1.0 if same else 0.0)
+    else:
+        se = out["sd_diff"] / math.sqrt(n)
+        q = float(stats.t.ppf(0.5 + level / 2, n - 1))
+        t = out["mean_diff"] / se
+        out.update(
+            ci=(out["mean_diff"] - q * se, out["mean_diff"] + q * se), t=t, p=float(2 * stats.t.sf(abs(t), n - 1))
+        )
+    return out
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (same order out; NaN stays NaN, not counted)."""
+    p = np.asarray(pvalues, dtype=float)
+    ok = np.flatnonzero(np.isfinite(p))
+    out = np.full(p.shape, math.nan)
+    m = ok.size
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Smallest true mean paired difference a two-sided paired t-test at ``alpha`` detects with ``power``,
+    given the sd of the differences and n pairs: (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)."""
+    from scipy import stats
+
+    if n < 2 or not math.isfinite(sd_diff):
+        return math.nan
+    q = float(stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1))
+    return q * sd_diff / math.sqrt(n)
+
+
+def sign_count(diffs: Sequence[float]) -> str:
+    """``"9 higher, 2 lower, 1 tie of 12"``: the per-seed signs, ties counted apart."""
+    d = np.asarray(diffs, dtype=float)
+    ties = int((d == 0).sum())
+    return f"{int((d > 0).sum())} higher, {int((d < 0).sum())} lower, {ties} tie{'s' if ties != 1 else ''} of {d.size}"
+
+
 def fmt_paired(cmp: dict, digits: int = 3) -> str:
     """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_comparison`."""
     lo, hi = cmp["boot_ci"]

@@ -534,12 +534,15 @@ def fit_proportional(x, y) -> tuple[float, float]:
 
 
 def spread_stats(values) -> dict[str, float]:
-    """Spread of a sample: n, mean, std (ddof=0), cv = std / mean, median, max, max / median."""
+    """Spread of a sample: n, mean, std (ddof=1, the one convention of :func:`trgrpo.analysis.mean_std`),
+    cv = std / mean, median, max, max / median."""
+    from .analysis import mean_std
+
     v = _np(values).ravel()
     if v.size == 0:
         raise ValueError("spread_stats needs at least one value")
-    mean, med = float(v.mean()), float(np.median(v))
-    std = float(v.std())
+    med = float(np.median(v))
+    mean, std, _ = mean_std(v.tolist())
     return {
         "n": int(v.size),
         "mean": mean,

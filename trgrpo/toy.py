@@ -454,8 +454,11 @@ for _name in TASK_NAMES:
     register_task(_name, Task(_build, _rewards, _evaluate))
 
 
-def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: float = 1.0) -> Any:
-    """A ``TrainerCallback`` that measures held-out accuracy every ``every`` steps (and at the last step)."""
+def heldout_callback(
+    rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True, last: bool = True
+) -> Any:
+    """A ``TrainerCallback`` that measures held-out accuracy every ``every`` steps and (``last``) at the last step;
+    ``sampled=False`` measures greedy accuracy only (half the cost)."""
     from transformers import TrainerCallback
 
     class HeldOut(TrainerCallback):
@@ -463,12 +466,14 @@ def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: flo
             self.history: list[dict] = []
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
-            if model is None or not (state.global_step % every == 0 or state.global_step >= state.max_steps):
+            at_last = state.global_step >= state.max_steps
+            if model is None or not ((state.global_step % every == 0 and not at_last) or (at_last and last)):
                 return
-            res = evaluate_accuracy(model, processing_class, rows, task=task, temperature=temperature, seed=0)
-            self.history.append(
-                {"step": state.global_step, **{k: res[k] for k in ("greedy_accuracy", "sampled_accuracy")}}
+            res = evaluate_accuracy(
+                model, processing_class, rows, task=task, temperature=temperature, seed=0, sampled=sampled
             )
+            keys = ("greedy_accuracy", "sampled_accuracy") if sampled else ("greedy_accuracy",)
+            self.history.append({"step": state.global_step, **{k: res[k] for k in keys}})
 
     return HeldOut()
 
@@ -571,12 +576,16 @@ def run_toy(
     eval_every: int = 25,
     threads: int | None = None,
     verbose: bool = False,
+    eval_sampled: bool = True,
 ) -> dict:
     """One toy run through :func:`trgrpo.experiment.run` (TRGRPOTrainer), then the record gains the held-out
-    trajectory, the warm start it began from, CPU time; rewritten with :func:`trgrpo.experiment.write_result`."""
+    trajectory, the warm start it began from, CPU time; rewritten with :func:`trgrpo.experiment.write_result`.
+
+    ``eval_sampled=False``: the evaluations before the last step measure greedy accuracy only, and the last
+    step's entry is the run's final evaluation (same model, items and seed: the callback would repeat it)."""
     import torch
 
-    from .experiment import run
+    from .experiment import git_dirty, run
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -585,7 +594,14 @@ def run_toy(
     ws = warm_start_info(ws_path)
     spec["model"] = str(ws_path)
     rows = records(splits()["test"][: spec.get("n_eval", TOY_DEFAULTS["n_eval"])], spec["task"])
-    cb = heldout_callback(rows, spec["task"], every=eval_every, temperature=spec.get("temperature") or 1.0)
+    cb = heldout_callback(
+        rows,
+        spec["task"],
+        every=eval_every,
+        temperature=spec.get("temperature") or 1.0,
+        sampled=eval_sampled,
+        last=eval_sampled,
+    )
     t0, c0 = time.time(), time.process_time()
     # The Trainer prints every step's log dict to stdout; keep it out of notebooks and grids unless verbose.
     mute = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
@@ -603,12 +619,16 @@ def run_toy(
     cpu = time.process_time() - c0
     initial = {k: ws["test"][k] for k in ("greedy_accuracy", "sampled_accuracy")}
     eval_history = [{"step": 0, **initial}, *cb.history]
+    if not eval_sampled:  # the last step's evaluation is the final one
+        final = record["final"]
+        eval_history.append({"step": record["steps"], **{k: final[k] for k in ("greedy_accuracy", "sampled_accuracy")}})
     by_step = {e["step"]: e for e in eval_history}
     for h in record["history"]:
         e = by_step.get(h.get("step"))
         if e is not None:
             h["eval/greedy_accuracy"] = e["greedy_accuracy"]
-            h["eval/sampled_accuracy"] = e["sampled_accuracy"]
+            if "sampled_accuracy" in e:
+                h["eval/sampled_accuracy"] = e["sampled_accuracy"]
     record.update(
         model=f"micro-qwen2-{ws['n_parameters'] / 1e6:.2f}M (warm start seed {spec['seed']}, {ws['steps']} SFT steps)",
         model_path=str(ws_path),
@@ -622,6 +642,7 @@ def run_toy(
         run_wall_time_s=time.time() - t0,
         torch_threads=torch.get_num_threads(),
         warm_start_cached_at=ws_path.name,
+        git_dirty=git_dirty(),  # the commit is record["git_commit"]; True: the tree differed from it
     )
     record["spec"]["model"] = record["model_path"]
     write_result(record["group"], record["name"], record, results_dir)
@@ -637,6 +658,7 @@ def run_grid(
     threads: int | None = 2,
     force: bool = False,
     progress: bool = True,
+    eval_sampled: bool = True,
 ) -> dict:
     """Run every spec not yet done (its result file exists -> skipped, so an interrupted grid resumes), one at a
     time in this process. Warm starts are made first (cached by seed). Returns wall and CPU time of this call
@@ -658,7 +680,9 @@ def run_grid(
     done = []
     for spec in bar:
         bar.set_postfix_str(spec["name"])
-        rec = run_toy(spec, results_dir=results_dir, warm_kwargs=warm_kwargs, eval_every=eval_every)
+        rec = run_toy(
+            spec, results_dir=results_dir, warm_kwargs=warm_kwargs, eval_every=eval_every, eval_sampled=eval_sampled
+        )
         done.append(rec["name"])
     summary = {
         "n_specs": len(specs),
@@ -724,7 +748,7 @@ def run_label(record: dict) -> str:
     if scheme not in UNWEIGHTED:
         label += f"-{spec.get('placement', record.get('placement'))}"
         tau = float(spec.get("tau", 9.0))
-        if tau != 9.0 and scheme in ("tr", "reverse"):  # tau is a parameter of Eq. 11 only
+        if tau != 9.0 and scheme in ("tr", "reverse", "const", "tr_norm"):  # tau is a parameter of Eq. 11 only
             label += f"-tau{tau:g}"
     reward = spec.get("task_options", {}).get("reward", "correct")
     if reward != "correct":
@@ -811,11 +835,12 @@ def token_grad_analysis(
     results_dir: Path | str | None = None,
     warm_kwargs: dict | None = None,
     write: bool = True,
+    group: str = GROUP,
 ) -> dict:
     """Per-token gradient norm vs probability on the warm-start policy of ``seed`` (where RL begins): the
     correlation of ||grad log pi(o_t)|| with pi(o_t) (Theorem 3.1, Eq. 8: it scales with 1 - pi) and the spread
     of w * ||grad log pi|| under each weight scheme (Theorem 3.2, Eq. 13). Uses :mod:`trgrpo.theory` when present.
-    Written to ``results/toy/micro/analysis-token-grad-<task>-seed<seed>.json`` (``kind: token_grad_analysis``)."""
+    Written to ``results/<group>/analysis-token-grad-<task>-seed<seed>.json`` (``kind: token_grad_analysis``)."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -858,8 +883,11 @@ def token_grad_analysis(
         "wall_time_s": time.time() - t0,
         **data,
     }
+    from .experiment import git_commit, git_dirty
+
+    record.update(git_commit=git_commit(), git_dirty=git_dirty())
     if write:
-        write_result(GROUP, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
+        write_result(group, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
     return record
 
 

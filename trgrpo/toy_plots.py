@@ -23,6 +23,8 @@ COLORS = {
     "reverse-surrogate": "tab:orange",
     "random": "tab:gray",
     "equal-randomreward": "black",
+    "const-surrogate": "tab:red",
+    "tr_norm-surrogate": "tab:cyan",
 }
 NAMES = {
     "equal": "GRPO (equal w)",
@@ -31,6 +33,8 @@ NAMES = {
     "reverse-surrogate": "Reverse (2 - w)",
     "random": "Random w ~ U[0.5, 1.5]",
     "equal-randomreward": "GRPO, random reward",
+    "const-surrogate": "const: TR's batch-mean scale only",
+    "tr_norm-surrogate": "tr_norm: TR's regulation only (mean 1)",
 }
 
 
@@ -83,7 +87,7 @@ def plot_reward_accuracy(
     for ax, key, what in ((axes[1], "greedy_accuracy", "greedy"), (axes[2], "sampled_accuracy", "sampled, T = 1")):
 
         def get(r, key=key):
-            ev = r.get("eval_history") or []
+            ev = [e for e in r.get("eval_history") or [] if key in e]  # sampled: only where it was measured
             return np.asarray([e["step"] for e in ev], float), np.asarray([e[key] for e in ev], float)
 
         _traces(ax, groups, labels, get)
@@ -227,5 +231,121 @@ def plot_tau_sweep(rows: Sequence[dict], *, path: Path | str | None = None):
         title="τ sweep (Table 7 analog), paired by seed",
     )
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_paired_deltas(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
+    """Each arm's paired difference to GRPO with its 95 % t-interval (rows of
+    :func:`trgrpo.toy_controls.arm_rows`), and the minimum detectable effect as a grey band around 0."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "delta_vs_equal" in r]
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(rows) + 1.4))
+    for i, r in enumerate(rows):
+        c = color(r["arm"])
+        ax.errorbar(
+            r["delta_vs_equal"],
+            i,
+            xerr=[[r["delta_vs_equal"] - r["ci_low"]], [r["ci_high"] - r["delta_vs_equal"]]],
+            fmt="o",
+            color=c,
+            capsize=4,
+        )
+        ax.text(
+            r["ci_high"], i, f"  p={r['p']:.2g} (Holm {r.get('p_holm', float('nan')):.2g})", va="center", fontsize=8
+        )
+    mde = np.nanmedian([r.get("mde", np.nan) for r in rows]) if rows else np.nan
+    if np.isfinite(mde):
+        ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
+        ax.legend(loc="upper left", fontsize=8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), [name(r["arm"]) for r in rows])
+    ax.set_xlabel("Δ vs GRPO, same seed (95 % t-interval)")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
+    """Held-out greedy accuracy at the fixed evaluation steps: mean over seeds per arm with its 95 % t-interval."""
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for j, label in enumerate(labels):
+        runs = groups.get(label, [])
+        if not runs:
+            continue
+        steps = sorted({e["step"] for r in runs for e in r["eval_history"]})
+        m, lo, hi = [], [], []
+        for st in steps:
+            v = [e["greedy_accuracy"] for r in runs for e in r["eval_history"] if e["step"] == st]
+            mean, sd, n = an.mean_std(v)
+            q = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else 0.0
+            m.append(mean), lo.append(mean - q), hi.append(mean + q)
+        x = np.asarray(steps) + (j - len(labels) / 2) * 0.6
+        ax.errorbar(
+            x,
+            m,
+            yerr=[np.subtract(m, lo), np.subtract(hi, m)],
+            color=color(label),
+            marker="o",
+            ms=3,
+            capsize=2,
+            label=f"{name(label)} (n={len(runs)})",
+        )
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out greedy accuracy (400 items)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_kl(arms: dict, *, path: Path | str | None = None):
+    """KL(pi || pi_ref) (TRL's plain k3) along training under each ``kl_weighting``, one panel per beta
+    (``arms``: beta -> weighting -> records, :func:`trgrpo.toy_controls.kl_arms`)."""
+    import matplotlib.pyplot as plt
+
+    colors = {"eq10": "tab:red", "outside": "tab:blue", "plain": "tab:green"}
+    fig, axes = plt.subplots(1, len(arms), figsize=(6.5 * len(arms), 4), squeeze=False)
+    for ax, (beta, groups) in zip(axes[0], sorted(arms.items(), key=lambda kv: -float(kv[0]))):
+        for kw, runs in sorted(groups.items()):
+            steps, m = an.stack(runs, "kl")
+            if steps.size == 0:
+                continue
+            keep = steps <= min(len(r["history"]) for r in runs if r.get("history")) + 0.5
+            med = np.nanmean(m[:, keep], 0)
+            for row in m[:, keep]:
+                ax.plot(steps[keep], row, color=colors.get(kw, "k"), alpha=0.12, lw=0.7)
+            ax.plot(steps[keep], med, color=colors.get(kw, "k"), lw=2, label=f"{kw} (n={len(runs)})")
+        ax.set_yscale("log")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("KL(π || π_ref), k3")
+        ax.set_title(f"β = {beta}")
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_token_hist(hists: dict, *, path: Path | str | None = None):
+    """Sampled-token probabilities and their Eq. 11 weights, one column per histogram record (task or model),
+    with the shares at L, strictly between, and at U in the titles."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(hists), figsize=(5 * len(hists), 6), squeeze=False)
+    for j, (label, h) in enumerate(hists.items()):
+        for i, (edges, counts, xl) in enumerate(
+            [(h["bins"], h["prob_counts"], "π(o_t) of sampled tokens"), (h["weight_bins"], h["weight_counts"], "w")]
+        ):
+            ax = axes[i][j]
+            e = np.asarray(edges)
+            frac = np.asarray(counts, float) / max(1, h["n_tokens"])
+            ax.bar(e[:-1], frac, width=np.diff(e), align="edge", color="tab:blue" if i == 0 else "tab:orange")
+            ax.set_xlabel(xl)
+            ax.set_ylabel("share of tokens")
+        axes[0][j].set_title(
+            f"{label}: {h['n_tokens']} tokens\nw = L {h['share_at_lower']:.1%}, between {h['share_between']:.1%}, "
+            f"w = U {h['share_at_upper']:.1%}",
+            fontsize=9,
+        )
     fig.tight_layout()
     return _save(fig, path)

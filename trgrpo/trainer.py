@@ -178,7 +178,10 @@ class TRGRPOTrainer(GRPOTrainer):
 
         # Eq. 11: the weight sees the current policy's probability, detached (sg[.]).
         probs = per_token_logps.detach().exp().clamp(0.0, 1.0)
-        weights = token_weights(probs, args.weight_scheme, generator=self._weight_generator, **args.weight_kwargs())
+        # const / tr_norm take the mean over this batch's valid tokens (mask).
+        weights = token_weights(
+            probs, args.weight_scheme, generator=self._weight_generator, mask=mask, **args.weight_kwargs()
+        )
 
         # Factors TRL applies to the policy term only (off-policy sequence mask, vLLM IS correction).
         policy_scale = None

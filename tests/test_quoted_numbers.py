@@ -1,0 +1,152 @@
+"""Numbers quoted in prose agree with the records they come from.
+
+* The README's toy-findings block is exactly what :func:`trgrpo.toy_controls.verdict_markdown` renders from the
+  committed summaries (regenerate with ``python -m trgrpo.toy_controls readme``).
+* Notebook 03 renders its verdict from the records (no result typed into its markdown): every decimal number in
+  its Part A markdown is a setting or a constant of the method, and no "k of n" seed count is typed there.
+* Every decimal number in the README's findings section outside the generated blocks is one that a committed
+  record holds, at the precision quoted.
+* The controls summary's numbers are those its named records give (independent recomputation:
+  ``tests/test_toy_controls.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from trgrpo import toy_controls as tc
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+NB03 = ROOT / "notebooks" / "03_toy_runs.ipynb"
+NUMBER = re.compile(r"(?<![\w.])[−-]?\d+\.\d+")
+K_OF_N = re.compile(r"\b\d+\s*(?:of|/)\s*\d+\s+seeds\b")
+
+
+REFERENCE = re.compile(
+    r"(?:Theorems?|Sections?|Exercises?|Eqs?\.|App\.|Tables?|Figures?)\s*[A-Z]?\d+(?:\.\d+)*(?:\s*(?:and|,|–)\s*\d+(?:\.\d+)*)*"
+)
+
+
+def _numbers(text: str) -> list[str]:
+    """Decimal numbers of ``text``, references to the paper's parts (Theorem 3.1, Eq. 10, ...) left out."""
+    return [m.group(0).replace("−", "-") for m in NUMBER.finditer(REFERENCE.sub(" ", text))]
+
+
+def _leaves(x) -> list[float]:
+    out: list[float] = []
+    if isinstance(x, dict):
+        for v in x.values():
+            out += _leaves(v)
+    elif isinstance(x, list):
+        for v in x[:200]:
+            out += _leaves(v)
+    elif isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+        out.append(float(x))
+    return out
+
+
+def test_readme_toy_block_is_rendered_from_the_records():
+    text = README.read_text()
+    assert tc.README_START in text and tc.README_END in text, "README lacks the toy-findings markers"
+    block = text.split(tc.README_START, 1)[1].split(tc.README_END, 1)[0].strip("\n")
+    assert block == tc.verdict_markdown().strip("\n"), (
+        "README toy findings are stale: python -m trgrpo.toy_controls readme"
+    )
+
+
+def test_readme_block_fails_when_a_number_is_edited(tmp_path):
+    """The check above can fail: a README whose block differs by one digit is rewritten (and so compared unequal)."""
+    good = tc.verdict_markdown()
+    nums = _numbers(good)
+    if not nums:
+        pytest.skip("no numbers rendered (no summary committed)")
+    bad = good.replace(nums[0], nums[0][:-1] + str((int(nums[0][-1]) + 1) % 10), 1)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{tc.README_START}\n{bad}\n{tc.README_END}\n")
+    assert tc.update_readme(readme=readme) is True
+
+
+# Settings and constants of the method that notebook 03's Part A text may name (each is an input, not a result):
+# Table 6 / TOY_DEFAULTS (beta, eps, lr), Eq. 11's defaults (mu, U), the KL betas of the grid, the clip edges
+# 1 + eps_h = 1.24 and 1 - eps_l = 0.8, where w leaves L and reaches U (ln 3 / 9 = 0.12, ln 19 / 9 = 0.33),
+# the binomial sampling error of one 400-item evaluation (sqrt(0.8 * 0.2 / 400) = 0.02), sigma(0.5) bound 0.745,
+# Reverse's lower end 2 - U = 0.6.
+ALLOWED = {
+    "0.001",
+    "0.04",
+    "0.2",
+    "0.24",
+    "0.25",
+    "1.4",
+    "1.0",
+    "1.24",
+    "0.8",
+    "0.12",
+    "0.33",
+    "0.02",
+    "0.745",
+    "0.5",
+    "0.6",
+}
+
+
+def test_allowed_constants_are_what_they_claim():
+    assert math.log(3) / 9 == pytest.approx(0.12, abs=0.005) and math.log(19) / 9 == pytest.approx(0.33, abs=0.005)
+    assert math.sqrt(0.8 * 0.2 / 400) == pytest.approx(0.02, abs=1e-9)
+    assert 2 * (1 / (1 + math.exp(-0.5)) - 0.25) == pytest.approx(0.745, abs=5e-4)
+    assert 0.001 in tc.KL_BETAS and 0.04 in tc.KL_BETAS
+
+
+def _part_a_markdown() -> list[str]:
+    nb = json.loads(NB03.read_text())
+    out = []
+    for c in nb["cells"]:
+        src = "".join(c["source"])
+        if src.startswith("# Part B"):
+            break
+        if c["cell_type"] == "markdown":
+            out.append(src)
+    return out
+
+
+def test_notebook03_part_a_types_no_result():
+    cells = _part_a_markdown()
+    assert cells, "notebook 03 has no Part A markdown"
+    typed = sorted({n for src in cells for n in _numbers(src)} - ALLOWED)
+    assert not typed, f"numbers typed into notebook 03's Part A markdown (render them from the records): {typed}"
+    counts = [m.group(0) for src in cells for m in K_OF_N.finditer(src)]
+    assert not counts, f"seed counts typed into notebook 03's markdown: {counts}"
+    nb = json.loads(NB03.read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "tc.verdict_markdown(" in code, "notebook 03 must render its verdict from the records"
+    assert all("DESIGN.md" not in src for src in cells), "cite docs/design.md, not DESIGN.md"
+
+
+def test_readme_findings_numbers_come_from_records():
+    text = README.read_text()
+    section = text.split("## What we found so far", 1)[1].split("\n## ", 1)[0]
+    for start, end in ((tc.README_START, tc.README_END),):
+        if start in section:
+            head, rest = section.split(start, 1)
+            section = head + rest.split(end, 1)[1]
+    values: list[float] = []
+    for path in list((ROOT / "results").rglob("*.json")):
+        if path.stat().st_size < 2_000_000:
+            values += _leaves(json.loads(path.read_text()))
+    missing = []
+    for num in _numbers(section):
+        d = len(num.split(".")[1])
+        x = float(num)
+        ok = any(
+            round(v, d) == round(x, d) or round(100 * v, d) == round(x, d) or round(-v, d) == round(x, d)
+            for v in values
+        )
+        if not ok:
+            missing.append(num)
+    assert not missing, f"README findings quote numbers no record holds: {missing}"
