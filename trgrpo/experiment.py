@@ -66,6 +66,7 @@ class RunSpec:
     eval_before: bool = False
     save_steps: int = 20
     use_vllm: bool = False
+    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
     bf16: bool = False
     gradient_checkpointing: bool = False
     task_options: dict = field(default_factory=dict)
@@ -449,6 +450,7 @@ def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
         "bf16": spec.bf16,
         "use_vllm": spec.use_vllm,
         "vllm_max_model_length": vllm_max_model_length(spec),
+        "vllm_gpu_memory_utilization": spec.vllm_gpu_memory_utilization,
         "max_completion_length": spec.max_completion_length,
         "steps": spec.steps,
         "batch_reading": BATCH_READING,
@@ -506,7 +508,11 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         lr_scheduler_type="constant",
     )
     if spec.use_vllm:
-        kw.update(vllm_mode="colocate", vllm_max_model_length=vllm_max_model_length(spec))
+        kw.update(
+            vllm_mode="colocate",
+            vllm_max_model_length=vllm_max_model_length(spec),
+            vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization,
+        )
     kw.update(overrides)
     return TRGRPOConfig(**kw)
 

@@ -38,7 +38,7 @@ def kk_specs(
     prompts_per_step: int = PAPER_PROMPTS_PER_STEP["kk"],
     num_generations: int = 8,
     max_completion_length: int = 4096,
-    micro_batch_size: int | None = 4,
+    micro_batch_size: int | None = 2,
     gradient_checkpointing: bool = True,
     n_train: int = 5000,
     n_eval_per_size: int = 100,
@@ -108,7 +108,7 @@ def math_specs(
     prompts_per_step: int = PAPER_PROMPTS_PER_STEP["math"],
     num_generations: int = 8,
     max_completion_length: int = 4096,
-    micro_batch_size: int | None = 4,
+    micro_batch_size: int | None = 2,
     gradient_checkpointing: bool = True,
     n_train: int = 10000,
     n_eval: int = 500,
@@ -144,6 +144,64 @@ def math_specs(
     )
     common.update(extra)
     return [RunSpec(**common, scheme=s, seed=seed, group=group) for s in schemes for seed in seeds]
+
+
+def _get(params: dict, key: str, default=None):
+    value = params.get(key, default)
+    return default if value is None and default is not None else value
+
+
+def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
+    """Notebook 05's parameters cell (upper-case names) -> :func:`kk_specs`; the planner reads plans the same way."""
+    return kk_specs(
+        params["MODEL"],
+        schemes=tuple(params["SCHEMES"]),
+        seeds=tuple(params["SEEDS"]),
+        steps=int(params["STEPS"]),
+        taus=tuple(_get(params, "TAUS", ())),
+        ranges=[tuple(r) for r in _get(params, "RANGES", ())],
+        prompts_per_step=int(params["PROMPTS_PER_STEP"]),
+        num_generations=int(params["GROUP_SIZE"]),
+        max_completion_length=int(params["MAX_COMPLETION_LENGTH"]),
+        micro_batch_size=_get(params, "MICRO_BATCH_SIZE", 2),
+        gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
+        n_train=int(params["N_TRAIN"]),
+        n_eval_per_size=int(params["N_EVAL_PER_SIZE"]),
+        placement=_get(params, "PLACEMENT", "ratio"),
+        tau_mode=_get(params, "TAU_MODE", "scale"),
+        use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
+        bf16=bool(_get(params, "BF16", True)),
+        temperature=float(_get(params, "TEMPERATURE", 0.7)),
+        max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
+    )
+
+
+def math_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
+    """Notebook 06's parameters cell -> :func:`math_specs`."""
+    return math_specs(
+        params["MODEL"],
+        schemes=tuple(params["SCHEMES"]),
+        seeds=tuple(params["SEEDS"]),
+        steps=int(params["STEPS"]),
+        train=params["TRAIN"],
+        eval_sets=tuple(params["EVAL_SETS"]),
+        prompts_per_step=int(params["PROMPTS_PER_STEP"]),
+        num_generations=int(params["GROUP_SIZE"]),
+        max_completion_length=int(params["MAX_COMPLETION_LENGTH"]),
+        micro_batch_size=_get(params, "MICRO_BATCH_SIZE", 2),
+        gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
+        n_train=int(params["N_TRAIN"]),
+        n_eval=int(params["N_EVAL"]),
+        sampled_k=int(_get(params, "SAMPLED_K", 16)),
+        use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
+        bf16=bool(_get(params, "BF16", True)),
+        max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
+    )
+
+
+NOTEBOOK_SPECS = {"05_": kk_specs_from_parameters, "06_": math_specs_from_parameters}
 
 
 def n_devices() -> int:
