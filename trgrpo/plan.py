@@ -238,8 +238,9 @@ def _eval_multiplier(spec: RunSpec) -> int:
 
 
 def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: Assumptions = Assumptions()) -> list:
-    """The settings to change so that a run fits, the cheapest first: checkpointing, a smaller micro-batch, vLLM's
-    share, ZeRO-3, then more GPUs. Returns ``"setting: old -> new"`` strings (only the changed ones)."""
+    """The settings to change so that a run fits, the cheapest first: on the same GPUs the largest micro-batch that
+    fits (with checkpointing if needed), then vLLM's least share, ZeRO-3, then more GPUs. Returns
+    ``"setting: old -> new"`` strings (only the changed ones)."""
     shape = model_shape(spec.model)
     completions = spec.prompts_per_step * spec.num_generations
     now = batch_layout(spec, gpus)["per_device_train_batch_size"] if completions % gpus == 0 else None
@@ -255,10 +256,10 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: As
             for util in utils:
                 if util >= 0.95:
                     continue
-                for ckpt in [spec.gradient_checkpointing, True]:
-                    for m in [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]:
-                        if w == gpus and now is not None and m > now:
-                            continue
+                for m in [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]:  # the largest micro-batch first
+                    if w == gpus and now is not None and m > now:
+                        continue
+                    for ckpt in [spec.gradient_checkpointing, True]:
                         s = dataclasses.replace(
                             spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
                         )
