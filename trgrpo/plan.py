@@ -310,15 +310,17 @@ def notebook_defaults(notebook: Path) -> dict:
     return {k: v for k, v in env.items() if k.isupper()}
 
 
-def plan_specs(path: str | Path) -> tuple[list[RunSpec], str]:
-    """The runs a plan would start and the accelerate config it names (batch plan or training spec file)."""
+def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], str]:
+    """The runs a plan would start and the accelerate config it names (batch plan or training spec file).
+
+    ``overrides``: notebook parameters (``trgrpo.batch --set``) for a batch plan, spec fields for a spec file."""
     from . import fullscale
     from .train import load_specs
 
     path = Path(path)
     data = yaml.safe_load(path.read_text()) or {}
     if "notebooks" not in data:
-        return load_specs(path), "configs/zero2.yaml"
+        return load_specs(path, overrides), "configs/zero2.yaml"
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
     for entry in data["notebooks"]:
@@ -327,7 +329,7 @@ def plan_specs(path: str | Path) -> tuple[list[RunSpec], str]:
         build = next((f for prefix, f in fullscale.NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
         if build is None:
             continue  # notebooks that train nothing (08: tables)
-        params = {**notebook_defaults(nb), **dict(entry.get("parameters") or {})}
+        params = {**notebook_defaults(nb), **dict(entry.get("parameters") or {}), **(overrides or {})}
         accel = params.get("ACCELERATE_CONFIG") or accel
         use_vllm = params.get("USE_VLLM")
         specs += build(params, use_vllm=True if use_vllm is None else bool(use_vllm))
@@ -377,10 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-type", default=None, choices=sorted(GPUS), help="default: H200 above 100 GB, else H100")
     ap.add_argument("--zero", type=int, choices=(2, 3), default=None, help="ZeRO stage (default: the plan's)")
     ap.add_argument("--json", action="store_true", help="print the estimates as JSON")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="as trgrpo.batch --set")
     args = ap.parse_args(argv)
     if args.gpus < 1 or args.gpu_mem_gb <= 0:
         ap.error("--gpus must be >= 1 and --gpu-mem-gb > 0")
-    specs, accel = plan_specs(args.plan)
+    from .batch import parse_overrides
+
+    specs, accel = plan_specs(args.plan, parse_overrides(args.set))
     zero = args.zero or (3 if "zero3" in accel else 2)
     gpu = GPUS[args.gpu_type] if args.gpu_type else None
     text, rows, problems = plan_report(
