@@ -1,9 +1,9 @@
 """Full-scale runs (paper Section 4, Table 6, App. C.1-C.3): run specs for K&K and math, and launching them.
 
-Every run is its own process (a spec YAML file, then ``python -m trgrpo.train`` on one device or
-``accelerate launch`` with the DeepSpeed ZeRO configuration in ``configs/`` on several GPUs); its log streams
-into the notebook and is kept beside the spec file. No home-made distributed code, and no process builds a
-second colocated vLLM engine.
+On GPUs every run is its own process (a spec YAML file, then ``python -m trgrpo.train`` on one GPU or
+``accelerate launch`` with the DeepSpeed ZeRO configuration in ``configs/`` on several); its log streams into the
+notebook and is kept beside the spec file. No home-made distributed code, and no process builds a second
+colocated vLLM engine. Single-process CPU runs (smoke mode) stay in the calling process.
 """
 
 from __future__ import annotations
@@ -295,8 +295,13 @@ def launch(
     keep_checkpoints: bool = True,
     cpu_processes: int = 1,
     log_dir: Path | str | None = None,
+    isolate: bool | None = None,
 ) -> list[dict]:
     """Run specs, each in its own process (:func:`run_command`), with its log streamed and kept in ``log_dir``.
+
+    ``isolate=None``: own processes whenever a GPU is used (a colocated vLLM engine per process, never two) or
+    ``cpu_processes > 1``; a single-process CPU run (smoke runs, tests) stays in this process, which saves the
+    start-up of a new interpreter and TRL.
 
     ``keep_checkpoints=False`` deletes a run's checkpoint folder once its result is written (smoke runs: a
     SmolLM2 checkpoint with its optimizer state is 1.6 GB). ``accelerate_config``: ``configs/zero2.yaml`` or
@@ -316,11 +321,12 @@ def launch(
         where = f"CPU, {cpu_processes} processes"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
+    isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
     for k, spec in enumerate(todo, 1):
-        if task_module(spec.task) is None:  # a task defined in this notebook/script: a child cannot import it
+        if not isolate or task_module(spec.task) is None:  # a task defined in __main__: a child cannot import it
             from .experiment import run
 
-            print(f"[{k}/{len(todo)}] {spec.name} (task {spec.task!r} lives in __main__: in-process)", flush=True)
+            print(f"[{k}/{len(todo)}] {spec.name} (in this process)", flush=True)
             run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints)
             continue
         cfg = write_specs([spec], log_dir / spec.group / f"{spec.name}.yaml")
