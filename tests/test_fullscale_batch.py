@@ -129,3 +129,40 @@ def test_launch_two_cpu_processes(tiny_model_dir, tmp_path, monkeypatch):
     assert len(rec["history"]) == 2 and rec["steps_run"] == 2
     assert (tmp_path / "logs" / "launch2" / "two-procs.log").read_text().count("[1/1] two-procs") >= 1
 
+
+
+def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkeypatch):
+    """Evaluation through vLLM: unpadded prompt ids in, greedy = temperature 0, completions decoded as with HF."""
+    import types
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trgrpo.experiment import VLLMGenerate
+    from trgrpo.tasks.common import generate_completions
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=SamplingParams))
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    answer = tok("yes", add_special_tokens=False)["input_ids"]
+    seen = {}
+
+    class Engine:
+        def generate(self, prompts, sampling_params, use_tqdm):
+            seen["prompts"], seen["params"] = prompts, sampling_params
+            one = types.SimpleNamespace(token_ids=answer)
+            return [types.SimpleNamespace(outputs=[one] * sampling_params.n) for _ in prompts]
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    prompts = ["a", "a much longer prompt than the first"]
+    out = generate_completions(VLLMGenerate(Engine(), policy), tok, prompts, batch_size=8, max_new_tokens=5)
+    assert out == [["yes"], ["yes"]]
+    assert seen["params"].temperature == 0.0 and seen["params"].max_tokens == 5
+    lengths = [len(p["prompt_token_ids"]) for p in seen["prompts"]]
+    assert lengths[0] < lengths[1]  # padding stripped
+    out = generate_completions(
+        VLLMGenerate(Engine(), policy), tok, prompts, do_sample=True, temperature=0.7, num_return_sequences=3
+    )
+    assert [len(r) for r in out] == [3, 3] and seen["params"].temperature == 0.7

@@ -637,18 +637,79 @@ def _checkpoint_step(ckpt: str | None) -> int:
 
 
 def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec) -> dict:
-    """Evaluate on the main process only (the others wait); under ZeRO-3 every rank joins (sharded weights)."""
+    """Evaluate on the main process only (the others wait), through the run's colocated vLLM engine when it has one
+    (its weights synced to the final policy first, by every rank); HF generate on ZeRO-3 needs every rank."""
     acc = trainer.accelerator
+    engine = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
+    if engine is not None:
+        trainer.vllm_generation.sync_weights()  # collective under ZeRO-3: every rank
+        if hasattr(engine, "wake_up") and getattr(trainer.args, "vllm_enable_sleep_mode", False):
+            engine.wake_up()
     if acc.num_processes == 1:
-        return _evaluate(trainer, tokenizer, task, records, spec)
+        return _evaluate(trainer, tokenizer, task, records, spec, engine=engine)
     zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
-    result = _evaluate(trainer, tokenizer, task, records, spec) if (zero3 or acc.is_main_process) else {}
+    run_here = acc.is_main_process or (zero3 and engine is None)
+    result = _evaluate(trainer, tokenizer, task, records, spec, engine=engine) if run_here else {}
     acc.wait_for_everyone()
     return result
 
 
-def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec) -> dict:
+class VLLMGenerate:
+    """``model.generate`` of HF's interface on a vLLM engine, for :func:`trgrpo.tasks.common.generate_completions`:
+    greedy when ``do_sample`` is false (temperature 0), else the given temperature / top-p; left-padded prompts in,
+    prompt + completion ids out (completions padded with ``pad_token_id``)."""
+
+    def __init__(self, engine, policy) -> None:
+        self.engine, self.policy, self.training = engine, policy, False
+
+    def parameters(self):
+        return self.policy.parameters()
+
+    def eval(self):
+        return self
+
+    def train(self, mode: bool = True):
+        return self
+
+    def generate(
+        self,
+        input_ids,
+        attention_mask,
+        max_new_tokens: int,
+        do_sample: bool = False,
+        num_return_sequences: int = 1,
+        pad_token_id: int = 0,
+        temperature=None,
+        top_p=None,
+        **_,
+    ):
+        import torch
+        from vllm import SamplingParams
+
+        ids_masks = zip(input_ids.cpu(), attention_mask.cpu())
+        prompts = [{"prompt_token_ids": ids[m.bool()].tolist()} for ids, m in ids_masks]
+        params = SamplingParams(
+            n=num_return_sequences,
+            max_tokens=max_new_tokens,
+            temperature=float(temperature or 1.0) if do_sample else 0.0,
+            top_p=float(top_p or 1.0) if do_sample else 1.0,
+        )
+        outputs = self.engine.generate(prompts, sampling_params=params, use_tqdm=False)
+        rows = [list(c.token_ids) for o in outputs for c in o.outputs]
+        width = input_ids.shape[1]
+        out = torch.full((len(rows), width + max(1, max(map(len, rows)))), pad_token_id, dtype=torch.long)
+        out[:, :width] = input_ids.cpu().repeat_interleave(num_return_sequences, dim=0)
+        for i, r in enumerate(rows):
+            out[i, width : width + len(r)] = torch.tensor(r, dtype=torch.long)
+        return out
+
+
+def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engine=None) -> dict:
     model = trainer.accelerator.unwrap_model(trainer.model)
+    if engine is not None:  # vLLM batches itself: hand it every prompt at once
+        opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}
+        spec = dataclasses.replace(spec, task_options=opts)
+        return task.evaluate(VLLMGenerate(engine, model), tokenizer, records, spec)
     was_training = model.training
     model.eval()
     pad_side = tokenizer.padding_side
