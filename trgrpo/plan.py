@@ -371,6 +371,40 @@ def plan_report(
     return "\n".join(lines), rows, problems
 
 
+# Settings the README's table shows (plan file, GPUs, GB per GPU, GPU type).
+README_ROWS = (
+    ("kk_qwen3b.yaml", 8, 80, "H100"),
+    ("kk_qwen3b.yaml", 1, 141, "H200"),
+    ("kk_qwen3b_1gpu_reduced.yaml", 1, 141, "H200"),
+    ("kk_qwen3b_table4.yaml", 8, 80, "H100"),
+    ("kk_qwen3b_table7.yaml", 8, 80, "H100"),
+    ("kk_qwen7b.yaml", 8, 80, "H100"),
+    ("math_qwen7b.yaml", 8, 80, "H100"),
+    ("kk_qwen3b.yaml", 1, 16, "L4"),
+)
+
+
+def readme_table() -> str:
+    """The planner's estimates for the shipped plans, as the README shows them (tests keep the two equal)."""
+    lines = [
+        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | fits |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name, gpus, mem, kind in README_ROWS:
+        specs, accel = plan_specs(ROOT / "experiments" / name)
+        zero = 3 if "zero3" in accel else 2
+        _, rows, problems = plan_report(specs, gpus=gpus, gpu_mem_gb=mem, gpu=GPUS[kind], zero=zero)
+        peak = max(r["memory_gb"]["train_peak"] for r in rows)
+        per_run = sorted({round(r["hours"], 1) for r in rows})
+        h = f"{per_run[0]:.1f}" if len(per_run) == 1 else f"{per_run[0]:.1f}-{per_run[-1]:.1f}"
+        fits = "yes" if not problems else "no: " + problems[0].split("Change: ", 1)[-1]
+        lines.append(
+            f"| `{name}` | {gpus} x {GPUS[kind].name} {mem:g} GB, ZeRO-{zero} | {len(specs)} | {peak:.0f} | {h} | "
+            f"{sum(r['hours'] for r in rows):.0f} | {fits} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Estimate peak GPU memory and hours of a plan's runs")
     ap.add_argument("plan", help="experiments/<name>.yaml (batch plan or training spec file)")
