@@ -72,7 +72,7 @@ def test_fullscale_specs_are_the_papers_batch():
         assert (s.prompts_per_step, s.gradient_checkpointing) == (128, True)
 
 
-@pytest.mark.parametrize("world,accum", [(1, 128), (8, 16)])
+@pytest.mark.parametrize("world,accum", [(1, 256), (8, 32)])
 def test_print_config_cli(world, accum, capsys):
     assert train_main(["--config", str(TRAIN_KK), "--world-size", str(world), "--print-config"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -130,7 +130,6 @@ def test_launch_two_cpu_processes(tiny_model_dir, tmp_path, monkeypatch):
     assert (tmp_path / "logs" / "launch2" / "two-procs.log").read_text().count("[1/1] two-procs") >= 1
 
 
-
 def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkeypatch):
     """Evaluation through vLLM: unpadded prompt ids in, greedy = temperature 0, completions decoded as with HF."""
     import types
@@ -166,3 +165,25 @@ def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkey
         VLLMGenerate(Engine(), policy), tok, prompts, do_sample=True, temperature=0.7, num_return_sequences=3
     )
     assert [len(r) for r in out] == [3, 3] and seen["params"].temperature == 0.7
+
+
+def test_live_logs_sit_beside_the_record(tmp_path):
+    from trgrpo.experiment import live_log_dir
+
+    assert live_log_dir(kk(), tmp_path) is None  # report_to="none"
+    spec = kk(report_to="tensorboard", group="g", name="r")
+    assert live_log_dir(spec, tmp_path) == tmp_path.resolve() / "g" / "r.logs"
+    params = {
+        "MODEL": "m",
+        "SCHEMES": ["tr"],
+        "SEEDS": [0],
+        "STEPS": 1,
+        "PROMPTS_PER_STEP": 64,
+        "GROUP_SIZE": 8,
+        "MAX_COMPLETION_LENGTH": 16,
+        "N_TRAIN": 8,
+        "N_EVAL_PER_SIZE": 1,
+        "REPORT_TO": "tensorboard",
+    }
+    (s,) = fullscale.kk_specs_from_parameters(params, use_vllm=False)
+    assert s.report_to == "tensorboard" and s.micro_batch_size == 2 and s.gradient_checkpointing

@@ -69,6 +69,7 @@ class RunSpec:
     vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
     bf16: bool = False
     gradient_checkpointing: bool = False
+    report_to: str = "none"  # "tensorboard" / "trackio": live logs beside the results JSON (<run>.logs/)
     task_options: dict = field(default_factory=dict)
     group: str = "runs"
     name: str | None = None
@@ -498,7 +499,7 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         save_steps=spec.save_steps,
         save_total_limit=1,  # resuming needs only the last checkpoint (model + optimizer: 1.6 GB for SmolLM2)
         save_only_model=False,
-        report_to="none",
+        report_to=spec.report_to,
         use_cpu=not cuda,
         bf16=spec.bf16 and cuda,
         disable_tqdm=False,
@@ -515,6 +516,13 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         )
     kw.update(overrides)
     return TRGRPOConfig(**kw)
+
+
+def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path | None:
+    """Where ``report_to`` logging goes: ``results/<group>/<name>.logs/`` beside the record; None without it."""
+    if spec.report_to in ("none", "", None):
+        return None
+    return Path(results_dir or RESULTS_DIR).resolve() / spec.group / f"{spec.name}.logs"
 
 
 def last_checkpoint(output_dir: Path) -> str | None:
@@ -562,6 +570,11 @@ def run(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_ds, eval_records = task.build(spec, tokenizer)
+    logs = live_log_dir(spec, results_dir)
+    if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
+        if verbose:
+            print(f"[trgrpo] live logs ({spec.report_to}): {logs}", file=sys.stderr)
     config = make_config(spec, out_dir, **(config_overrides or {}))
     trainer = TRGRPOTrainer(
         model=model_path,
@@ -609,6 +622,7 @@ def run(
         "wall_time_s": time.time() - t0,
         "peak_memory": peak_memory_mb(),
         "resumed_from": ckpt,
+        "live_logs": str(logs) if logs is not None else None,
         "machine": machine_info(),
         "versions": package_versions(),
         "git_commit": git_commit(),

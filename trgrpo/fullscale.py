@@ -174,6 +174,7 @@ def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> l
         bf16=bool(_get(params, "BF16", True)),
         temperature=float(_get(params, "TEMPERATURE", 0.7)),
         max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
+        report_to=_get(params, "REPORT_TO", "none"),
     )
 
 
@@ -198,6 +199,7 @@ def math_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) ->
         vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
         bf16=bool(_get(params, "BF16", True)),
         max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
+        report_to=_get(params, "REPORT_TO", "none"),
     )
 
 

@@ -72,8 +72,10 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
     if not missing:
         return []
     if not wheels.is_dir():
-        raise RuntimeError(f"missing packages {missing} and no wheel folder {wheels}: run `make gpu-wheels` where a "
-                           "network is, then copy wheels/ here (README, 'On a GPU server')")
+        raise RuntimeError(
+            f"missing packages {missing} and no wheel folder {wheels}: run `make gpu-wheels` where a "
+            "network is, then copy wheels/ here (README, 'On a GPU server')"
+        )
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), *missing]
     subprocess.run(cmd, check=True)
     importlib.invalidate_caches()

@@ -252,7 +252,7 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: As
         if completions % w:
             continue
         per_gpu = completions // w
-        for z in ([zero, 3] if zero == 2 and w > 1 else [zero if w == gpus else 3]):
+        for z in [zero, 3] if zero == 2 and w > 1 else [zero if w == gpus else 3]:
             for util in utils:
                 if util >= 0.95:
                     continue
@@ -337,8 +337,14 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
 
 
 def plan_report(
-    specs: list[RunSpec], *, gpus: int, gpu_mem_gb: float, gpu: GPU | None = None, zero: int = 2,
-    a: Assumptions = Assumptions(), title: str = "plan",
+    specs: list[RunSpec],
+    *,
+    gpus: int,
+    gpu_mem_gb: float,
+    gpu: GPU | None = None,
+    zero: int = 2,
+    a: Assumptions = Assumptions(),
+    title: str = "plan",
 ) -> tuple[str, list[dict], list[str]]:
     """(text table, per-run estimates, problems with the settings to change); no problems: every run fits."""
     gpu = gpu or GPUS["H200" if gpu_mem_gb > 100 else "H100"]
