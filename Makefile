@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench lab student browser
+.PHONY: run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench lab student browser gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -82,3 +82,16 @@ student: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs student
+
+# The prepared GPU check (trgrpo/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
+# It installs TRL and the other pure-Python needs from wheels/ when missing and writes results/gpu/check.json.
+# `make gpu-wheels` fills wheels/ where a network is (same Python version and platform as the GPU machine).
+GPU_PY ?= python3
+GPU_CHECK_PKGS := trl==1.16.0 datasets pyyaml tqdm gguf reasoning-gym math-verify pandas scipy matplotlib nbformat
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -m trgrpo.gpu_check
+
+gpu-wheels:
+	$(GPU_PY) -m pip download -q -d wheels $(GPU_CHECK_PKGS)
+	rm -f wheels/torch-* wheels/nvidia_* wheels/triton-* wheels/transformers-* wheels/accelerate-*
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -c "from trgrpo.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('wheels/tokenizer')"

@@ -61,3 +61,24 @@ def test_shipped_experiment_files_parse():
         else:
             name, plan = load_plan(path)
             assert plan, path
+
+
+def test_set_overrides_parse_as_yaml_and_name_bad_items():
+    from trgrpo.batch import parse_overrides
+
+    assert parse_overrides(["STEPS=10", "SEEDS=[0, 1]", "MODEL=Qwen/Qwen2.5-3B-Instruct"]) == {
+        "STEPS": 10,
+        "SEEDS": [0, 1],
+        "MODEL": "Qwen/Qwen2.5-3B-Instruct",
+    }
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_overrides(["STEPS"])
+
+
+@pytest.mark.notebook
+def test_batch_set_reaches_every_notebook(tmp_path):
+    nb = _nb(tmp_path / "a.ipynb", "assert X == 7, X")
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(f"name: demo\nnotebooks:\n  - notebook: {nb}\n    parameters: {{X: 2}}\n")
+    assert main([str(cfg), "--runs", str(tmp_path / "runs"), "--smoke", "--set", "X=7"]) == 0
+    assert main([str(cfg), "--runs", str(tmp_path / "runs"), "--smoke"]) == 1  # without the override X is 2

@@ -132,13 +132,32 @@ def load_plan(path: Path) -> tuple[str, list[tuple[Path, bool, dict]]]:
     return str(spec.get("name", Path(path).stem)), plan
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """``["STEPS=10", "SEEDS=[0]"]`` -> ``{"STEPS": 10, "SEEDS": [0]}`` (values read as YAML)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Execute notebooks with papermill into runs/<name>/")
     ap.add_argument("config", help="YAML file listing notebooks and parameters")
     ap.add_argument("--smoke", action="store_true", help="force smoke mode for every notebook")
     ap.add_argument("--runs", default=str(ROOT / "runs"))
+    ap.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
+    )
     args = ap.parse_args(argv)
     name, plan = load_plan(Path(args.config))
+    overrides = parse_overrides(args.set)
+    if overrides:
+        plan = [(nb, smoke, {**p, **overrides}) for nb, smoke, p in plan]
     if args.smoke:
         plan = [(nb, True, p) for nb, _, p in plan]
     rows = run_notebooks(plan, Path(args.runs) / name)

@@ -1,0 +1,124 @@
+"""trgrpo.plan: memory per GPU and hours against numbers worked out by hand from the stated assumptions; the Table 1
+plan fits 8 x 80 GB and is refused on 1 x 16 GB with the setting to change named."""
+
+from pathlib import Path
+
+import pytest
+
+from trgrpo import plan
+from trgrpo.experiment import RunSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+N3B = 3.09e9
+
+
+def table1_spec(**kw):
+    base = dict(
+        task="kk",
+        model="Qwen/Qwen2.5-3B-Instruct",
+        steps=300,
+        prompts_per_step=64,
+        num_generations=8,
+        micro_batch_size=2,
+        max_completion_length=4096,
+        n_eval=500,
+        gradient_checkpointing=True,
+        use_vllm=True,
+        bf16=True,
+    )
+    return RunSpec(**{**base, **kw})
+
+
+def test_memory_one_h200_by_hand():
+    m = plan.memory_gb(table1_spec(), plan.model_shape("Qwen/Qwen2.5-3B-Instruct"), gpus=1, gpu_mem_gb=141)
+    # fp32 policy 4N, gradients 4N, AdamW 8N, fp32 reference 4N: 20 x 3.09 = 61.8 GB (no sharding on one GPU)
+    assert m["weights"] + m["gradients"] + m["optimizer"] + m["reference"] == pytest.approx(61.8, rel=1e-6)
+    # checkpointed activations: 36 layers x 2 x 5120 tokens x 2048 x 2 B + one layer 34 x 2 x 5120 x 2048 B
+    assert m["activations"] == pytest.approx(1.50995 + 0.71303, rel=1e-4)
+    # logits: 2 copies x 4 B x 2 completions x 4096 x 151936
+    assert m["logits"] == pytest.approx(9.9572, rel=1e-4)
+    assert m["vllm"] == pytest.approx(42.3)
+    assert m["train_peak"] == pytest.approx(61.8 + 2.22298 + 9.9572 + 42.3 + 4.0, rel=1e-4)  # 120.28
+
+
+def test_zero_sharding_by_hand():
+    shape = plan.model_shape("Qwen/Qwen2.5-3B-Instruct")
+    z2 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=80, zero=2)
+    z3 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=80, zero=3)
+    assert (z2["weights"], z2["gradients"], z2["optimizer"]) == pytest.approx((12.36, 1.545, 3.09))
+    assert (z3["weights"], z3["reference"]) == pytest.approx((1.545, 1.545))
+    no_ckpt = plan.memory_gb(table1_spec(gradient_checkpointing=False), shape, gpus=8, gpu_mem_gb=80)
+    assert no_ckpt["activations"] == pytest.approx(36 * 0.71303, rel=1e-4)  # 34 B per token, layer, unit
+
+
+def test_hours_one_h200_by_hand():
+    r = plan.estimate(table1_spec(), gpus=1, gpu_mem_gb=141, gpu=plan.GPUS["H200"])
+    # rollout: 512 sequences fit the KV cache (35.1 GB / (912 tokens x 36864 B) = 1044); a decode step reads
+    # 6.18 GB of weights + 17.2 GB of KV at 2.4 TB/s = 9.75 ms -> 52.5k tokens/s; bulk 512 x 1024 / 52.5k = 9.98 s;
+    # the longest completion alone: 4096 x (6.18 + 0.034) GB / 2.4 TB/s = 10.60 s -> 10.60 s
+    assert r["rollout_s_per_step"] == pytest.approx(10.60, rel=2e-3)
+    assert r["rollout_tokens_per_s_per_gpu"] == pytest.approx(52528, rel=2e-3)
+    # training: 512 x 1424 tokens x 10 x 3.09e9 FLOP / (989e12 x 0.35) = 65.08 s
+    assert r["train_s_per_step"] == pytest.approx(65.08, rel=2e-3)
+    assert r["hours"] == pytest.approx((300 * (10.60 + 65.08) + 10.60) / 3600, rel=2e-3)  # 6.31 h
+    assert r["fits"]
+
+
+def test_hours_eight_h100_by_hand():
+    r = plan.estimate(table1_spec(), gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
+    # 64 sequences per GPU; the longest completion dominates: 4096 x 6.2136 GB / 1.675 TB/s = 15.19 s
+    assert r["rollout_s_per_step"] == pytest.approx(15.19, rel=2e-3)
+    assert r["train_s_per_step"] == pytest.approx(65.08 / 8, rel=2e-3)
+    assert r["hours"] == pytest.approx((300 * (15.19 + 8.135) + 15.19) / 3600, rel=2e-3)  # 1.95 h
+    assert r["memory_gb"]["train_peak"] == pytest.approx(12.36 + 1.545 + 3.09 + 12.36 + 2.22298 + 9.9572 + 24 + 4, 1e-4)
+
+
+def test_table1_plan_fits_8x80_and_is_refused_on_16gb(capsys):
+    path = str(ROOT / "experiments" / "kk_qwen3b.yaml")
+    assert plan.main([path, "--gpus", "8", "--gpu-mem-gb", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "6 run(s)" in out and "NO" not in out
+    assert plan.main([path, "--gpus", "1", "--gpu-mem-gb", "16"]) == 1
+    err = capsys.readouterr().err
+    assert "DOES NOT FIT" in err and "Change:" in err and ("model" in err or "--gpus" in err)
+
+
+def test_suggestions_name_the_setting():
+    spec = table1_spec()
+    assert plan.suggestions(spec, gpus=1, gpu_mem_gb=80, zero=2) == [
+        "vllm_gpu_memory_utilization: 0.3 -> 0.1",
+        "micro_batch_size: 2 -> 1",
+    ]
+    assert plan.suggestions(spec, gpus=8, gpu_mem_gb=40, zero=2) == [
+        "accelerate_config: configs/zero2.yaml -> configs/zero3.yaml"
+    ]
+    fix = plan.suggestions(table1_spec(gradient_checkpointing=False, micro_batch_size=8), gpus=8, gpu_mem_gb=80, zero=2)
+    assert fix == ["gradient_checkpointing: false -> true", "micro_batch_size: 8 -> 2"]
+
+
+def test_every_shipped_plan_has_runs_and_a_named_reduced_plan_fits_one_gpu():
+    plans = sorted((ROOT / "experiments").glob("*.yaml"))
+    for path in plans:
+        specs, _ = plan.plan_specs(path)
+        if path.name != "smoke.yaml":
+            assert specs, path.name
+    reduced = [p for p in plans if "reduced" in p.name]
+    assert reduced, "a reduced one-GPU plan named as such"
+    assert plan.main([str(reduced[0]), "--gpus", "1", "--gpu-mem-gb", "141"]) == 0
+
+
+def test_unknown_model_names_the_field(tmp_path):
+    with pytest.raises(ValueError, match="model"):
+        plan.model_shape("nobody/unknown-model")
+    (tmp_path / "config.json").write_text(
+        '{"hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 100, "num_attention_heads": 2,'
+        ' "intermediate_size": 64, "tie_word_embeddings": true}'
+    )
+    shape = plan.model_shape(str(tmp_path))
+    assert shape.params == 2 * (2 * 32 * 32 + 2 * 32 * 2 * 16 + 3 * 32 * 64) + 100 * 32
+
+
+def test_readme_table_is_the_planners():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- plan:start -->\n", 1)[1].split("\n<!-- plan:end -->", 1)[0]
+    assert block == plan.readme_table()
