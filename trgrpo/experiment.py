@@ -688,7 +688,7 @@ def run(
     if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
         if verbose:
-            print(f"[trgrpo] live logs ({spec.report_to}): {logs}", file=sys.stderr)
+            print(f"[trgrpo] live logs ({spec.report_to}): {logs}")
     config = make_config(spec, out_dir, **(config_overrides or {}))
     trainer = TRGRPOTrainer(
         model=model_path,
