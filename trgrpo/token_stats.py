@@ -180,3 +180,90 @@ def word_cloud(
         normalize_plurals=False,
     )
     return wc.generate_from_frequencies(freqs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where the sampled tokens fall on Eq. 11's weight curve (notebook 03: is the toy representative of a real LM?)
+
+HIST_KEYS = (
+    "task",
+    "model",
+    "bins",
+    "prob_counts",
+    "weight_bins",
+    "weight_counts",
+    "share_at_lower",
+    "share_between",
+    "share_at_upper",
+    "n_tokens",
+)
+
+
+def weight_histogram(
+    probs: Sequence[float],
+    *,
+    task: str,
+    model: str,
+    n_bins: int = 20,
+    n_weight_bins: int = 20,
+    alpha: float = 2.0,
+    mu: float = 0.25,
+    tau: float = 9.0,
+    lower: float = 1.0,
+    upper: float = 1.4,
+    tau_mode: str = "scale",
+    atol: float = 1e-6,
+) -> dict[str, Any]:
+    """Histograms of sampled-token probabilities and of their TR weights (Eq. 11), and where the weights sit.
+
+    ``share_at_lower``: tokens with w = L (|w - L| <= atol), ``share_at_upper``: w = U, ``share_between``: strictly
+    between (the three add up to 1). Probabilities are binned on ``n_bins`` equal bins of [0, 1], weights on
+    ``n_weight_bins`` equal bins of [L, U]; the top edge is inclusive (w = U and p = 1 land in the last bin).
+    """
+    import numpy as np
+    import torch
+
+    from .weights import token_weights
+
+    if n_bins < 1 or n_weight_bins < 1:
+        raise ValueError(f"n_bins and n_weight_bins must be >= 1, got {n_bins} and {n_weight_bins}")
+    p = torch.as_tensor(list(probs), dtype=torch.float64)
+    if p.numel() == 0:
+        raise ValueError("probs is empty: no sampled tokens to histogram")
+    w = token_weights(p, "tr", alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode).numpy()
+    bins = np.linspace(0.0, 1.0, n_bins + 1)
+    weight_bins = np.linspace(lower, upper, n_weight_bins + 1)
+    prob_counts, _ = np.histogram(p.numpy(), bins=bins)
+    weight_counts, _ = np.histogram(w, bins=weight_bins)
+    n = int(p.numel())
+    at_lower = int(np.sum(np.abs(w - lower) <= atol))
+    at_upper = int(np.sum(np.abs(w - upper) <= atol))
+    return {
+        "task": task,
+        "model": model,
+        "bins": [round(float(b), 10) for b in bins],
+        "prob_counts": [int(c) for c in prob_counts],
+        "weight_bins": [round(float(b), 10) for b in weight_bins],
+        "weight_counts": [int(c) for c in weight_counts],
+        "share_at_lower": at_lower / n,
+        "share_between": (n - at_lower - at_upper) / n,
+        "share_at_upper": at_upper / n,
+        "n_tokens": n,
+        "weight_params": {"alpha": alpha, "mu": mu, "tau": tau, "lower": lower, "upper": upper, "tau_mode": tau_mode},
+    }
+
+
+def check_histogram(rec: dict[str, Any]) -> dict[str, Any]:
+    """Raise ``ValueError`` naming the field when ``rec`` does not follow :data:`HIST_KEYS`' schema; return it."""
+    missing = [k for k in HIST_KEYS if k not in rec]
+    if missing:
+        raise ValueError(f"token histogram lacks field(s) {missing}")
+    for counts, edges in (("prob_counts", "bins"), ("weight_counts", "weight_bins")):
+        if len(rec[counts]) != len(rec[edges]) - 1:
+            raise ValueError(f"{counts} has {len(rec[counts])} entries for {len(rec[edges])} edges in {edges}")
+        if sum(rec[counts]) != rec["n_tokens"]:
+            raise ValueError(f"{counts} sums to {sum(rec[counts])}, not n_tokens = {rec['n_tokens']}")
+    total = rec["share_at_lower"] + rec["share_between"] + rec["share_at_upper"]
+    if abs(total - 1.0) > 1e-9:
+        raise ValueError(f"share_at_lower + share_between + share_at_upper = {total}, not 1")
+    return rec

@@ -1,0 +1,95 @@
+"""The addition task for SmolLM2 (notebook 03, Part B): data, prompt, the two rewards, the run registration."""
+
+import pytest
+
+from trgrpo.tasks import arith
+
+
+def test_problems_distinct_in_range_and_seeded():
+    ps = arith.make_problems(200, seed=3, low=10, high=49)
+    pairs = [(p["a"], p["b"]) for p in ps]
+    assert len(set(pairs)) == 200
+    assert all(10 <= a <= 49 and 10 <= b <= 49 and p["answer"] == a + b for (a, b), p in zip(pairs, ps))
+    assert ps == arith.make_problems(200, seed=3, low=10, high=49)
+    assert ps != arith.make_problems(200, seed=4, low=10, high=49)
+
+
+def test_split_is_disjoint():
+    train, test = arith.split_problems(300, 100, seed=0)
+    assert len(train) == 300 and len(test) == 100
+    assert not {(p["a"], p["b"]) for p in train} & {(p["a"], p["b"]) for p in test}
+
+
+@pytest.mark.parametrize("kw", [dict(n=-1), dict(n=5, low=9, high=3), dict(n=17, low=1, high=4)])
+def test_problem_errors_name_the_field(kw):
+    n = kw.pop("n")
+    with pytest.raises(ValueError, match="n =|n must|low"):
+        arith.make_problems(n, **kw)
+
+
+def test_prompt_prefills_the_assistant_turn():
+    msgs = arith.arith_prompt({"a": 23, "b": 45, "answer": 68})
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert "23 + 45" in msgs[1]["content"] and msgs[2]["content"] == "23 + 45 ="
+
+
+@pytest.mark.parametrize(
+    "completion,fmt,ans",
+    [
+        (" 68", 1.0, 1.0),
+        (" 68.", 1.0, 1.0),
+        (" 68\n", 1.0, 1.0),
+        (" 67", 1.0, 0.0),
+        (" 68 is the answer", 0.0, 1.0),
+        (" 68\n\nHere is why", 0.0, 1.0),
+        (" sixty-eight", 0.0, 0.0),
+        ("", 0.0, 0.0),
+        (" 6 8", 0.0, 0.0),
+        ([{"role": "assistant", "content": " 68"}], 1.0, 1.0),
+    ],
+)
+def test_rewards_by_hand(completion, fmt, ans):
+    assert arith.format_reward(completion) == fmt
+    assert arith.answer_reward(completion, 68) == ans
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"68", ["x"], {"a": 1}, "9" * 10_000, " 68" + " " * 1_000_000])
+def test_rewards_never_raise(bad):
+    assert arith.format_reward(bad) in (0.0, 1.0)
+    assert arith.answer_reward(bad, 68) in (0.0, 1.0)
+    assert arith.answer_reward(" 68", "not a number") == 0.0
+
+
+def test_reward_funcs_are_logged_apart_and_need_the_answer_column():
+    fmt, ans = arith.make_arith_reward_funcs()
+    assert fmt.__name__ == "arith_format_reward" and ans.__name__ == "arith_answer_reward"
+    comps = [" 68", " 68 because", " 12"]
+    assert fmt(completions=comps, answer=[68, 68, 68]) == [1.0, 0.0, 1.0]
+    assert ans(completions=comps, answer=[68, 68, 68]) == [1.0, 1.0, 0.0]
+    with pytest.raises(KeyError, match="answer"):
+        ans(completions=comps)
+    with pytest.raises(ValueError, match="length"):
+        ans(completions=comps, answer=[68])
+
+
+def test_task_is_registered_with_temperature_one():
+    from trgrpo.experiment import TASKS, RunSpec
+
+    assert "arith" in TASKS
+    spec = RunSpec(task="arith", steps=1, max_completion_length=8)
+    assert spec.sampling_temperature == 1.0
+
+
+def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
+    from trgrpo.models import embedded_tokenizer
+
+    try:
+        tok = embedded_tokenizer()
+    except Exception as e:  # the embedded model is converted on first use; absent on a bare machine
+        pytest.skip(f"embedded tokenizer unavailable: {e}")
+    ds = arith.arith_dataset(arith.make_problems(3, seed=0), tok)
+    assert ds.column_names == ["prompt", "answer"]
+    text = ds[0]["prompt"]
+    p = arith.make_problems(3, seed=0)[0]
+    assert text.rstrip().endswith(f"{p['a']} + {p['b']} =") and "You are a calculator." in text
+    assert ds[0]["answer"] == p["answer"]
