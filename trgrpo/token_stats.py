@@ -10,11 +10,12 @@ for tokens occurring at least ``min_count`` times; the highest and lowest become
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CATEGORIES = ("operator", "bracket", "number", "name", "tag/format", "punctuation", "word", "other")
@@ -25,11 +26,12 @@ _LOGIC_WORDS = {"knight", "knave", "not", "and", "or", "if", "then", "iff", "tru
 
 @dataclass
 class TokenOccurrences:
-    """Per sampled completion token: its id, its text and pi_theta(o_t)."""
+    """Per sampled completion token: its id, its text, pi_theta(o_t) and the index of its completion."""
 
     token_ids: list[int]
     texts: list[str]
     probs: list[float]
+    completion: list[int] = field(default_factory=list)
 
 
 def sample_token_probabilities(
@@ -86,12 +88,14 @@ def sample_token_probabilities(
                 comp = seqs[:, prompt_len:]
                 tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
             for row_ids, row_lp in zip(comp.tolist(), tok_logp.tolist()):
+                row = (out.completion[-1] + 1) if out.completion else 0
                 for tid, lp in zip(row_ids, row_lp):
                     if tid == tokenizer.pad_token_id:
                         break
                     out.token_ids.append(tid)
                     out.texts.append(tokenizer.decode([tid]))
                     out.probs.append(float(torch.tensor(lp).exp()))
+                    out.completion.append(row)
                     if tid == tokenizer.eos_token_id:
                         break
     finally:
@@ -120,12 +124,54 @@ def average_probabilities(
     return {k: (sums[k] / counts[k], counts[k]) for k in sums if counts[k] >= min_count}
 
 
+def _continues(prev: str, text: str) -> bool:
+    """True when token ``text`` continues the word that ``prev`` ended (no space between two letters or digits)."""
+    if not prev or not text or text[0].isspace():
+        return False
+    return (prev[-1].isalpha() and text[0].isalpha()) or (prev[-1].isdigit() and text[0].isdigit())
+
+
+def word_occurrences(
+    texts: Sequence[str], probs: Sequence[float], completion: Sequence[int] | None = None
+) -> tuple[list[str], list[float]]:
+    """Whole words from sampled tokens: word pieces joined, the word's probability the product of its pieces'.
+
+    A token continues the previous word when it starts with a letter (digit) right after a letter (digit) of the
+    same completion, with no space: ``" Kn" + "aves"`` is the word ``" Knaves"`` with probability
+    pi(" Kn") * pi("aves"), the probability that the model writes the whole word once it starts it. Any other
+    token (a leading space, punctuation, an operator, a bracket) starts a new word. ``completion`` (one index per
+    token, as in :class:`TokenOccurrences`) keeps words from running across two completions.
+    """
+    if len(texts) != len(probs) or (completion is not None and len(completion) != len(texts)):
+        raise ValueError(
+            f"texts, probs and completion differ in length ({len(texts)}, {len(probs)}, "
+            f"{len(completion) if completion is not None else '-'})"
+        )
+    words: list[str] = []
+    wprobs: list[float] = []
+    for i, (t, p) in enumerate(zip(texts, probs)):
+        same = i > 0 and (completion is None or completion[i] == completion[i - 1])
+        if words and same and _continues(texts[i - 1], t):
+            words[-1] += t
+            wprobs[-1] *= float(p)
+        else:
+            words.append(t)
+            wprobs.append(float(p))
+    return words, wprobs
+
+
 def top_and_bottom(
-    stats: dict[str, tuple[float, int]], k: int = 100
+    stats: dict[str, tuple[float, int]], k: int = 100, *, max_share: float = 0.5
 ) -> tuple[list[tuple[str, float, int]], list[tuple[str, float, int]]]:
-    """The ``k`` tokens with the highest and the lowest average probability (ties broken by count, then text)."""
+    """The ``k`` tokens with the highest and the lowest average probability (ties broken by count, then text).
+
+    Each end holds at most ``max_share`` of the tokens (rounded down), so the two lists never overlap; with
+    ``max_share < 0.5`` a middle that belongs to neither end stays out (Figure 1 contrasts two extremes).
+    """
+    if not 0.0 < max_share <= 0.5:
+        raise ValueError(f"max_share must lie in (0, 0.5], got {max_share}")
     items = sorted(((t, p, n) for t, (p, n) in stats.items()), key=lambda x: (-x[1], -x[2], x[0]))
-    k = min(k, len(items) // 2) if len(items) < 2 * k else k
+    k = min(k, int(len(items) * max_share))
     return items[:k], sorted(items[-k:], key=lambda x: (x[1], -x[2], x[0])) if k else []
 
 
@@ -158,6 +204,68 @@ def category_shares(items: Sequence[tuple[str, float, int]], names: Sequence[str
         counts[classify_token(t, names)] += 1
     n = max(1, len(items))
     return {c: round(v / n, 3) for c, v in counts.items()}
+
+
+STRUCTURAL = ("operator", "bracket", "number", "name", "tag/format")  # Figure 1's "operators, brackets, names"
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for a proportion k / n (95 % by default); (0, 1) when n = 0."""
+    if not (isinstance(k, int) and isinstance(n, int)) or n < 0 or not 0 <= k <= n:
+        raise ValueError(f"need integers 0 <= k <= n, got k={k!r}, n={n!r}")
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def difference_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (his method 10) for p1 - p2 from two Wilson intervals (95 % by default)."""
+    p1, p2 = k1 / max(n1, 1), k2 / max(n2, 1)
+    l1, u1 = wilson_interval(k1, n1, z)
+    l2, u2 = wilson_interval(k2, n2, z)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def structural_claim(
+    high: Sequence[tuple[str, float, int]], low: Sequence[tuple[str, float, int]], names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Figure 1's claim as a count: the share of structural items (:data:`STRUCTURAL`) at the high and low end.
+
+    Returns the counts, both shares with Wilson 95 % intervals, their difference with Newcombe's interval,
+    Fisher's exact one-sided p (high > low) and a ``verdict``: ``"supported"`` when the difference's interval
+    lies above 0, ``"contradicted"`` when it lies below, ``"undecided"`` otherwise.
+    """
+    from scipy.stats import fisher_exact
+
+    k_hi = sum(classify_token(t, names) in STRUCTURAL for t, _, _ in high)
+    k_lo = sum(classify_token(t, names) in STRUCTURAL for t, _, _ in low)
+    n_hi, n_lo = len(high), len(low)
+    lo_d, hi_d = difference_interval(k_hi, n_hi, k_lo, n_lo)
+    p = (
+        float(fisher_exact([[k_hi, n_hi - k_hi], [k_lo, n_lo - k_lo]], alternative="greater")[1])
+        if n_hi and n_lo
+        else 1.0
+    )
+    verdict = "supported" if lo_d > 0 else "contradicted" if hi_d < 0 else "undecided"
+    return {
+        "k_high": k_hi,
+        "n_high": n_hi,
+        "share_high": k_hi / n_hi if n_hi else None,
+        "ci_high": wilson_interval(k_hi, n_hi),
+        "k_low": k_lo,
+        "n_low": n_lo,
+        "share_low": k_lo / n_lo if n_lo else None,
+        "ci_low": wilson_interval(k_lo, n_lo),
+        "difference": (k_hi / n_hi if n_hi else 0.0) - (k_lo / n_lo if n_lo else 0.0),
+        "difference_ci": (lo_d, hi_d),
+        "p_fisher_greater": p,
+        "verdict": verdict,
+    }
 
 
 def word_cloud(
