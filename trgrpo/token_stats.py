@@ -375,3 +375,84 @@ def check_histogram(rec: dict[str, Any]) -> dict[str, Any]:
     if abs(total - 1.0) > 1e-9:
         raise ValueError(f"share_at_lower + share_between + share_at_upper = {total}, not 1")
     return rec
+
+
+def fmt_interval(ci: Sequence[float], digits: int = 2) -> str:
+    """``[lo, hi]`` with ``digits`` decimals (the notebooks' way of quoting an interval)."""
+    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def ends_rows(
+    high: Sequence[tuple[str, float, int]], low: Sequence[tuple[str, float, int]], n: int = 10
+) -> list[dict[str, Any]]:
+    """Side-by-side rows of the ``n`` highest and ``n`` lowest items: text, average probability, occurrences."""
+    return [
+        {
+            "highest": repr(h[0]),
+            "π̄ (high)": round(h[1], 3),
+            "occ (high)": h[2],
+            "lowest": repr(lo[0]),
+            "π̄ (low)": round(lo[1], 3),
+            "occ (low)": lo[2],
+        }
+        for h, lo in zip(high[:n], low[:n])
+    ]
+
+
+def claim_rows(claims: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One table row per :func:`structural_claim` result (keyed by level: token, word)."""
+    return [
+        {
+            "level": level,
+            "high: structural / n": f"{c['k_high']} / {c['n_high']}",
+            "share high [95% CI]": f"{c['share_high']:.2f} {fmt_interval(c['ci_high'])}",
+            "low: structural / n": f"{c['k_low']} / {c['n_low']}",
+            "share low [95% CI]": f"{c['share_low']:.2f} {fmt_interval(c['ci_low'])}",
+            "difference [95% CI]": f"{c['difference']:+.2f} {fmt_interval(c['difference_ci'])}",
+            "Fisher p (high > low)": round(c["p_fisher_greater"], 3),
+            "verdict": c["verdict"],
+        }
+        for level, c in claims.items()
+    ]
+
+
+def arith_token_histogram(
+    model_name: str = "embedded",
+    *,
+    n_prompts: int = 64,
+    samples_per_prompt: int = 8,
+    max_new_tokens: int = 8,
+    temperature: float = 1.0,
+    seed: int = 0,
+    **weight_kw: Any,
+) -> dict[str, Any]:
+    """:func:`weight_histogram` of a chat model's own sampled tokens on the addition task (notebook 03, Part B).
+
+    The model answers ``n_prompts`` training pairs of :mod:`trgrpo.tasks.arith` (the prompts its GRPO runs start
+    from) ``samples_per_prompt`` times at ``temperature``, as in one GRPO step; every completion token counts.
+    """
+    from .models import load_model_and_tokenizer
+    from .tasks import arith
+
+    model, tokenizer = load_model_and_tokenizer(model_name)
+    problems = arith.make_problems(n_prompts, seed=seed)
+    occ = sample_token_probabilities(
+        model,
+        tokenizer,
+        [arith.arith_prompt(p) for p in problems],
+        samples_per_prompt=samples_per_prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        batch_size=16,
+        seed=seed,
+    )
+    rec = weight_histogram(occ.probs, task="arith", model=str(model_name), **weight_kw)
+    rec.update(
+        n_prompts=n_prompts,
+        samples_per_prompt=samples_per_prompt,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        policy="initial (before RL)",
+    )
+    return rec

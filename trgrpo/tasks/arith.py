@@ -4,8 +4,8 @@ Not a task of the paper. It exists so that a real language model (the embedded S
 reward that is neither always 0 nor always 1 within a few completion tokens, so the group advantages of Eq. 4 are
 not all zero and GRPO / TR-GRPO have something to learn in a CPU budget (notebook 03, Part B).
 
-* Prompt. A chat: a one-line system message, the user question ``What is 23 + 45? Answer with only the number.``
-  and an assistant turn pre-filled with ``23 + 45 =``; the model continues it (rendered to text, so that TRL does
+* Prompt. A chat: the system message ``You are a calculator.``, the user turn ``23 + 45`` and an assistant turn
+  pre-filled with ``23 + 45 =`` (32 tokens in all); the model continues it (rendered to text, so that TRL does
   not add a second generation prompt, as for K&K's pre-filled ``<think>``).
 * Rewards, logged apart (TRL sums them):
   - format: 1.0 if the completion is a single integer and nothing else (the model stopped after the number),
@@ -25,7 +25,7 @@ from typing import Any
 from .common import completion_text, greedy_generate, render_prompt
 
 SYSTEM = "You are a calculator."
-QUESTION = "What is {a} + {b}? Answer with only the number."
+QUESTION = "{a} + {b}"  # short: on a CPU the prompt tokens dominate the cost of a GRPO step
 PREFILL = "{a} + {b} ="
 DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1
 MAX_SCAN_CHARS = 200  # the rewards look at the first 200 characters only (bounded cost on any completion)
