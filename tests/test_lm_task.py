@@ -93,3 +93,34 @@ def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
     p = arith.make_problems(3, seed=0)[0]
     assert text.rstrip().endswith(f"{p['a']} + {p['b']} =") and "You are a calculator." in text
     assert ds[0]["answer"] == p["answer"]
+
+
+def _record(rewards, fmt, ans, **kw):
+    hist = [
+        {"step": i + 1, "reward": r, arith.REWARD_KEYS["format"]: f, arith.REWARD_KEYS["answer"]: a}
+        for i, (r, f, a) in enumerate(zip(rewards, fmt, ans))
+    ]
+    return {"name": "x", "scheme": "equal", "seed": 0, "history": hist, "seconds_per_step": 2.0, **kw}
+
+
+def test_first_last_and_run_summary_by_hand():
+    rec = _record(
+        [0, 1, 2, 3, 4, 5],
+        [0, 0, 1, 1, 1, 1],
+        [0, 1, 1, 2, 3, 4],
+        initial={"accuracy": 0.2, "format_rate": 0.1},
+        final={"accuracy": 0.4, "format_rate": 0.9},
+        git_commit="abcdef0123",
+        git_dirty=True,
+    )
+    assert arith.first_last(rec, "reward", n=2) == (0.5, 4.5)
+    row = arith.run_summary(rec, n=2)
+    assert (row["reward first 2"], row["reward last 2"], row["format last 2"], row["answer first 2"]) == (
+        0.5,
+        4.5,
+        1.0,
+        0.5,
+    )
+    assert row["greedy acc before → after"] == "0.20 → 0.40" and row["commit"] == "abcdef0+dirty" and row["steps"] == 6
+    with pytest.raises(ValueError, match="fewer than n"):
+        arith.first_last(rec, "reward", n=7)
