@@ -124,3 +124,28 @@ def test_first_last_and_run_summary_by_hand():
     assert row["greedy acc before → after"] == "0.20 → 0.40" and row["commit"] == "abcdef0+dirty" and row["steps"] == 6
     with pytest.raises(ValueError, match="fewer than n"):
         arith.first_last(rec, "reward", n=7)
+
+
+def test_committed_smollm2_runs_learn():
+    """Issue 14: results/toy/lm holds SmolLM2 runs of GRPO and TR-GRPO, >= 2 seeds each, each with a higher mean
+    reward over its last 5 logged steps than over its first 5, made on a clean committed tree."""
+    from trgrpo.experiment import ROOT, load_results
+
+    records = [r for r in load_results("toy/lm", ROOT / "results") if r["task"] == "arith"]
+    seeds = {s: {r["seed"] for r in records if r["scheme"] == s} for s in ("equal", "tr")}
+    assert all(len(v) >= 2 for v in seeds.values()), seeds
+    for r in records:
+        first, last = arith.first_last(r, "reward", 5)
+        assert last > first, (r["name"], first, last)
+        assert r["model"] == "embedded" and r["git_commit"] and r["git_dirty"] is False, r["name"]
+        assert arith.REWARD_KEYS["format"] in r["history"][0] and arith.REWARD_KEYS["answer"] in r["history"][0]
+
+
+def test_committed_token_histogram_follows_the_schema():
+    import json
+
+    from trgrpo.experiment import ROOT
+    from trgrpo.token_stats import HIST_KEYS, check_histogram
+
+    rec = check_histogram(json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text()))
+    assert set(HIST_KEYS) <= set(rec) and rec["task"] == "arith" and rec["n_tokens"] > 500
