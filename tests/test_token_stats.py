@@ -86,3 +86,94 @@ def test_word_cloud_is_deterministic():
     items = [("(", 0.9, 3), ("=", 0.8, 3), ("Zoey", 0.7, 4), ("cat", 0.1, 3)]
     a, b = word_cloud(items, seed=0).to_array(), word_cloud(items, seed=0).to_array()
     assert (a == b).all()
+
+
+# ---- where sampled tokens sit on Eq. 11's weight curve (notebook 03 Part B) ----
+
+
+def test_weight_histogram_shares_by_hand():
+    from trgrpo.token_stats import check_histogram, weight_histogram
+
+    # Eq. 11 with the defaults: w = clip(2 (sigmoid(9 p) - 0.25), 1, 1.4): p = 0.05 -> 0.72 -> L; p = 0.2 -> 1.216
+    # (between); p = 0.9, 0.99 -> U.
+    h = check_histogram(weight_histogram([0.05, 0.2, 0.9, 0.99], task="t", model="m", n_bins=10, n_weight_bins=4))
+    assert (h["share_at_lower"], h["share_between"], h["share_at_upper"]) == (0.25, 0.25, 0.5)
+    assert h["n_tokens"] == 4 and h["prob_counts"] == [1, 0, 1, 0, 0, 0, 0, 0, 0, 2]
+    assert h["weight_counts"] == [1, 0, 1, 2] and h["bins"][0] == 0.0 and h["bins"][-1] == 1.0
+    assert h["weight_bins"] == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.4])
+
+
+def test_weight_histogram_follows_the_weight_parameters():
+    from trgrpo.token_stats import weight_histogram
+
+    # with U = 2 no token reaches the cap: p = 0.99 gives 2 (sigmoid(8.91) - 0.25) = 1.4997
+    h = weight_histogram([0.05, 0.99], task="t", model="m", upper=2.0)
+    assert h["share_at_upper"] == 0.0 and h["share_between"] == 0.5
+
+
+def test_weight_histogram_errors():
+    from trgrpo.token_stats import check_histogram, weight_histogram
+
+    with pytest.raises(ValueError, match="empty"):
+        weight_histogram([], task="t", model="m")
+    with pytest.raises(ValueError, match="probs"):
+        weight_histogram([1.5], task="t", model="m")
+    h = weight_histogram([0.5], task="t", model="m")
+    with pytest.raises(ValueError, match="n_tokens"):
+        check_histogram({**h, "n_tokens": 2})
+    with pytest.raises(ValueError, match="share_at_upper"):
+        check_histogram({k: v for k, v in h.items() if k != "share_at_upper"})
+
+
+# ---- notebook 04: whole words, disjoint ends, the claim as a count with an interval ----
+
+
+def test_word_occurrences_join_pieces_and_multiply():
+    from trgrpo.token_stats import word_occurrences
+
+    texts = [" Kn", "aves", " lie", ".", " 1", "2", "(", "Kn", "aves"]
+    probs = [0.5, 0.9, 0.4, 0.8, 0.5, 0.5, 0.9, 0.2, 0.5]
+    words, wp = word_occurrences(texts, probs, completion=[0, 0, 0, 0, 0, 0, 0, 1, 1])
+    assert words == [" Knaves", " lie", ".", " 12", "(", "Knaves"]
+    assert wp == pytest.approx([0.45, 0.4, 0.8, 0.25, 0.9, 0.1])
+    # without completion indices the last word would run on across the boundary: "(" then "Kn" still splits
+    assert word_occurrences(["ab", "cd"], [0.5, 0.5], completion=[0, 1])[0] == ["ab", "cd"]
+    assert word_occurrences(["ab", "cd"], [0.5, 0.5])[0] == ["abcd"]
+    with pytest.raises(ValueError, match="length"):
+        word_occurrences(["a"], [0.1, 0.2])
+
+
+def test_top_and_bottom_never_overlap_and_leave_a_middle():
+    stats = {f"t{i}": (i / 10, 5) for i in range(10)}
+    hi, lo = top_and_bottom(stats, k=100)
+    assert len(hi) == len(lo) == 5 and not {t for t, _, _ in hi} & {t for t, _, _ in lo}
+    hi, lo = top_and_bottom(stats, k=100, max_share=0.3)
+    assert [t for t, _, _ in hi] == ["t9", "t8", "t7"] and [t for t, _, _ in lo] == ["t0", "t1", "t2"]
+    with pytest.raises(ValueError, match="max_share"):
+        top_and_bottom(stats, max_share=0.6)
+
+
+def test_wilson_and_newcombe_intervals():
+    from trgrpo.token_stats import difference_interval, wilson_interval
+
+    # Wilson 95 % for 8 of 10 (Newcombe 1998, Table I style value): [0.490, 0.943]
+    lo, hi = wilson_interval(8, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.490, 0.943)
+    assert wilson_interval(0, 0) == (0.0, 1.0) and wilson_interval(0, 5)[0] == 0.0
+    with pytest.raises(ValueError, match="k"):
+        wilson_interval(6, 5)
+    # Newcombe's method 10, his example 56/70 vs 48/80: difference 0.2, interval [0.0524, 0.3339]
+    lo, hi = difference_interval(56, 70, 48, 80)
+    assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+
+
+def test_structural_claim_verdicts():
+    from trgrpo.token_stats import structural_claim
+
+    high = [("(", 0.9, 5)] * 30 + [("cat", 0.9, 5)] * 2
+    low = [("dog", 0.1, 5)] * 30 + [("=", 0.1, 5)] * 2
+    c = structural_claim(high, low)
+    assert (c["k_high"], c["n_high"], c["k_low"], c["n_low"]) == (30, 32, 2, 32)
+    assert c["verdict"] == "supported" and c["difference_ci"][0] > 0 and c["p_fisher_greater"] < 1e-6
+    assert structural_claim(low, high)["verdict"] == "contradicted"
+    assert structural_claim(high[:3], low[28:31])["verdict"] == "undecided"  # 3 vs 3 items: too few to tell

@@ -32,7 +32,7 @@ RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
 CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
 
 # Table 6: sampling temperature per task.
-TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8}
+TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
 
 
 @dataclass
@@ -327,8 +327,36 @@ def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
     return out
 
 
+def _arith_build(spec: RunSpec, tokenizer):
+    """Two-number addition for a small chat model (notebook 03, Part B): train and held-out pairs are disjoint."""
+    from .tasks import arith
+
+    low, high = spec.task_options.get("range", arith.DEFAULT_RANGE)
+    train, test = arith.split_problems(spec.n_train, spec.n_eval, seed=0, low=int(low), high=int(high))
+    return arith.arith_dataset(train, tokenizer), test
+
+
+def _arith_rewards(spec: RunSpec):
+    from .tasks import arith
+
+    return arith.make_arith_reward_funcs()
+
+
+def _arith_eval(model, tokenizer, records, spec: RunSpec) -> dict:
+    from .tasks import arith
+
+    return arith.evaluate_arith(
+        model,
+        tokenizer,
+        records,
+        batch_size=spec.task_options.get("eval_batch_size", 32),
+        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+    )
+
+
 register_task("kk", Task(_kk_build, _kk_rewards, _kk_eval))
 register_task("math", Task(_math_build, _math_rewards, _math_eval))
+register_task("arith", Task(_arith_build, _arith_rewards, _arith_eval))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -740,6 +768,7 @@ def run(
         "machine": machine_info(),
         "versions": package_versions(),
         "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     path = write_result(spec.group, spec.name, record, results_dir) if main_process else None

@@ -2,6 +2,7 @@
 
 * :mod:`trgrpo.tasks.kk` - Knights & Knaves logic puzzles (App. B.1.1, Table 5 reward, Table 1 evaluation).
 * :mod:`trgrpo.tasks.math` - math with a binary boxed-answer reward (App. B.1.2, Table 2 evaluation).
+* :mod:`trgrpo.tasks.arith` - two-number addition for a small chat model on a CPU (not a paper task; notebook 03 B).
 * :mod:`trgrpo.tasks.common` - batched generation, the pass@k estimator, file readers.
 
 Submodules load on first attribute access (``trgrpo.tasks.kk``), so importing the package is cheap.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["common", "kk", "math"]
+__all__ = ["arith", "common", "kk", "math"]
 
 
 def __getattr__(name: str) -> Any:

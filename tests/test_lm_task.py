@@ -1,0 +1,151 @@
+"""The addition task for SmolLM2 (notebook 03, Part B): data, prompt, the two rewards, the run registration."""
+
+import pytest
+
+from trgrpo.tasks import arith
+
+
+def test_problems_distinct_in_range_and_seeded():
+    ps = arith.make_problems(200, seed=3, low=10, high=49)
+    pairs = [(p["a"], p["b"]) for p in ps]
+    assert len(set(pairs)) == 200
+    assert all(10 <= a <= 49 and 10 <= b <= 49 and p["answer"] == a + b for (a, b), p in zip(pairs, ps))
+    assert ps == arith.make_problems(200, seed=3, low=10, high=49)
+    assert ps != arith.make_problems(200, seed=4, low=10, high=49)
+
+
+def test_split_is_disjoint():
+    train, test = arith.split_problems(300, 100, seed=0)
+    assert len(train) == 300 and len(test) == 100
+    assert not {(p["a"], p["b"]) for p in train} & {(p["a"], p["b"]) for p in test}
+
+
+@pytest.mark.parametrize("kw", [dict(n=-1), dict(n=5, low=9, high=3), dict(n=17, low=1, high=4)])
+def test_problem_errors_name_the_field(kw):
+    n = kw.pop("n")
+    with pytest.raises(ValueError, match="n =|n must|low"):
+        arith.make_problems(n, **kw)
+
+
+def test_prompt_prefills_the_assistant_turn():
+    msgs = arith.arith_prompt({"a": 23, "b": 45, "answer": 68})
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert msgs[1]["content"] == "23 + 45" and msgs[2]["content"] == "23 + 45 ="
+
+
+@pytest.mark.parametrize(
+    "completion,fmt,ans",
+    [
+        (" 68", 1.0, 1.0),
+        (" 68.", 1.0, 1.0),
+        (" 68\n", 1.0, 1.0),
+        (" 67", 1.0, 0.0),
+        (" 68 is the answer", 0.0, 1.0),
+        (" 68\n\nHere is why", 0.0, 1.0),
+        (" sixty-eight", 0.0, 0.0),
+        ("", 0.0, 0.0),
+        (" 6 8", 0.0, 0.0),
+        ([{"role": "assistant", "content": " 68"}], 1.0, 1.0),
+    ],
+)
+def test_rewards_by_hand(completion, fmt, ans):
+    assert arith.format_reward(completion) == fmt
+    assert arith.answer_reward(completion, 68) == ans
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"68", ["x"], {"a": 1}, "9" * 10_000, " 68" + " " * 1_000_000])
+def test_rewards_never_raise(bad):
+    assert arith.format_reward(bad) in (0.0, 1.0)
+    assert arith.answer_reward(bad, 68) in (0.0, 1.0)
+    assert arith.answer_reward(" 68", "not a number") == 0.0
+
+
+def test_reward_funcs_are_logged_apart_and_need_the_answer_column():
+    fmt, ans = arith.make_arith_reward_funcs()
+    assert fmt.__name__ == "arith_format_reward" and ans.__name__ == "arith_answer_reward"
+    comps = [" 68", " 68 because", " 12"]
+    assert fmt(completions=comps, answer=[68, 68, 68]) == [1.0, 0.0, 1.0]
+    assert ans(completions=comps, answer=[68, 68, 68]) == [1.0, 1.0, 0.0]
+    with pytest.raises(KeyError, match="answer"):
+        ans(completions=comps)
+    with pytest.raises(ValueError, match="length"):
+        ans(completions=comps, answer=[68])
+
+
+def test_task_is_registered_with_temperature_one():
+    from trgrpo.experiment import TASKS, RunSpec
+
+    assert "arith" in TASKS
+    spec = RunSpec(task="arith", steps=1, max_completion_length=8)
+    assert spec.sampling_temperature == 1.0
+
+
+def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
+    from trgrpo.models import embedded_tokenizer
+
+    try:
+        tok = embedded_tokenizer()
+    except Exception as e:  # the embedded model is converted on first use; absent on a bare machine
+        pytest.skip(f"embedded tokenizer unavailable: {e}")
+    ds = arith.arith_dataset(arith.make_problems(3, seed=0), tok)
+    assert ds.column_names == ["prompt", "answer"]
+    text = ds[0]["prompt"]
+    p = arith.make_problems(3, seed=0)[0]
+    assert text.rstrip().endswith(f"{p['a']} + {p['b']} =") and "You are a calculator." in text
+    assert ds[0]["answer"] == p["answer"]
+
+
+def _record(rewards, fmt, ans, **kw):
+    hist = [
+        {"step": i + 1, "reward": r, arith.REWARD_KEYS["format"]: f, arith.REWARD_KEYS["answer"]: a}
+        for i, (r, f, a) in enumerate(zip(rewards, fmt, ans))
+    ]
+    return {"name": "x", "scheme": "equal", "seed": 0, "history": hist, "seconds_per_step": 2.0, **kw}
+
+
+def test_first_last_and_run_summary_by_hand():
+    rec = _record(
+        [0, 1, 2, 3, 4, 5],
+        [0, 0, 1, 1, 1, 1],
+        [0, 1, 1, 2, 3, 4],
+        initial={"accuracy": 0.2, "format_rate": 0.1},
+        final={"accuracy": 0.4, "format_rate": 0.9},
+        git_commit="abcdef0123",
+        git_dirty=True,
+    )
+    assert arith.first_last(rec, "reward", n=2) == (0.5, 4.5)
+    row = arith.run_summary(rec, n=2)
+    assert (row["reward first 2"], row["reward last 2"], row["format last 2"], row["answer first 2"]) == (
+        0.5,
+        4.5,
+        1.0,
+        0.5,
+    )
+    assert row["greedy acc before → after"] == "0.20 → 0.40" and row["commit"] == "abcdef0+dirty" and row["steps"] == 6
+    with pytest.raises(ValueError, match="fewer than n"):
+        arith.first_last(rec, "reward", n=7)
+
+
+def test_committed_smollm2_runs_learn():
+    """Issue 14: results/toy/lm holds SmolLM2 runs of GRPO and TR-GRPO, >= 2 seeds each, each with a higher mean
+    reward over its last 5 logged steps than over its first 5, made on a clean committed tree."""
+    from trgrpo.experiment import ROOT, load_results
+
+    records = [r for r in load_results("toy/lm", ROOT / "results") if r["task"] == "arith"]
+    seeds = {s: {r["seed"] for r in records if r["scheme"] == s} for s in ("equal", "tr")}
+    assert all(len(v) >= 2 for v in seeds.values()), seeds
+    for r in records:
+        first, last = arith.first_last(r, "reward", 5)
+        assert last > first, (r["name"], first, last)
+        assert r["model"] == "embedded" and r["git_commit"] and r["git_dirty"] is False, r["name"]
+        assert arith.REWARD_KEYS["format"] in r["history"][0] and arith.REWARD_KEYS["answer"] in r["history"][0]
+
+
+def test_committed_token_histogram_follows_the_schema():
+    import json
+
+    from trgrpo.experiment import ROOT
+    from trgrpo.token_stats import HIST_KEYS, check_histogram
+
+    rec = check_histogram(json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text()))
+    assert set(HIST_KEYS) <= set(rec) and rec["task"] == "arith" and rec["n_tokens"] > 500

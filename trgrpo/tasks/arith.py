@@ -1,0 +1,191 @@
+"""Two-number addition for a small chat model on a CPU: data, prompt, format and answer rewards, evaluation.
+
+Not a task of the paper. It exists so that a real language model (the embedded SmolLM2-135M-Instruct) gets a
+reward that is neither always 0 nor always 1 within a few completion tokens, so the group advantages of Eq. 4 are
+not all zero and GRPO / TR-GRPO have something to learn in a CPU budget (notebook 03, Part B).
+
+* Prompt. A chat: the system message ``You are a calculator.``, the user turn ``23 + 45`` and an assistant turn
+  pre-filled with ``23 + 45 =`` (32 tokens in all); the model continues it (rendered to text, so that TRL does
+  not add a second generation prompt, as for K&K's pre-filled ``<think>``).
+* Rewards, logged apart (TRL sums them):
+  - format: 1.0 if the completion is a single integer and nothing else (the model stopped after the number),
+    else 0.0;
+  - answer: 1.0 if the first integer of the completion equals the sum, else 0.0.
+  Both never raise: anything that is not a string scores 0.
+* Evaluation. Greedy decoding on held-out pairs: accuracy (answer reward), format rate and their mean reward.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .common import completion_text, greedy_generate, render_prompt
+
+SYSTEM = "You are a calculator."
+QUESTION = "{a} + {b}"  # short: on a CPU the prompt tokens dominate the cost of a GRPO step
+PREFILL = "{a} + {b} ="
+DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1
+MAX_SCAN_CHARS = 200  # the rewards look at the first 200 characters only (bounded cost on any completion)
+_INT = re.compile(r"-?\d{1,12}")
+_ONLY_INT = re.compile(r"\s*(-?\d{1,12})\s*\.?\s*")
+
+
+def make_problems(n: int, *, seed: int = 0, low: int = DEFAULT_RANGE[0], high: int = DEFAULT_RANGE[1]) -> list[dict]:
+    """``n`` distinct pairs ``{"a", "b", "answer"}`` with operands in [low, high], drawn with ``seed``."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    if not (isinstance(low, int) and isinstance(high, int)) or low > high or low < 0:
+        raise ValueError(f"low and high must be integers with 0 <= low <= high, got low={low!r}, high={high!r}")
+    n_pairs = (high - low + 1) ** 2
+    if n > n_pairs:
+        raise ValueError(f"n = {n} exceeds the {n_pairs} distinct pairs with operands in [{low}, {high}]")
+    rng = random.Random(seed)
+    seen: set[tuple[int, int]] = set()
+    out = []
+    while len(out) < n:
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        out.append({"a": a, "b": b, "answer": a + b})
+    return out
+
+
+def split_problems(
+    n_train: int, n_eval: int, *, seed: int = 0, low: int = DEFAULT_RANGE[0], high: int = DEFAULT_RANGE[1]
+) -> tuple[list[dict], list[dict]]:
+    """Disjoint train and held-out sets: one draw of ``n_train + n_eval`` distinct pairs, split in two."""
+    pairs = make_problems(n_train + n_eval, seed=seed, low=low, high=high)
+    return pairs[:n_train], pairs[n_train:]
+
+
+def arith_prompt(problem: dict) -> list[dict[str, str]]:
+    """The chat messages of one problem, ending with the pre-filled assistant turn ``a + b =``."""
+    a, b = problem["a"], problem["b"]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": QUESTION.format(a=a, b=b)},
+        {"role": "assistant", "content": PREFILL.format(a=a, b=b)},
+    ]
+
+
+def arith_dataset(problems: Sequence[dict], tokenizer: Any) -> Any:
+    """A ``datasets.Dataset`` with text ``prompt`` (chat template applied, assistant turn continued) and ``answer``."""
+    import datasets
+
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [render_prompt(tokenizer, arith_prompt(p))[0] for p in problems],
+            "answer": [int(p["answer"]) for p in problems],
+        }
+    )
+
+
+def _text(completion: Any) -> str | None:
+    text = completion_text(completion)
+    return text[:MAX_SCAN_CHARS] if isinstance(text, str) else None
+
+
+def format_reward(completion: Any) -> float:
+    """1.0 if the completion is one integer (optionally a final period) and nothing else, else 0.0."""
+    text = completion_text(completion)
+    if not isinstance(text, str) or len(text) > MAX_SCAN_CHARS:
+        return 0.0
+    return 1.0 if _ONLY_INT.fullmatch(text) else 0.0
+
+
+def answer_reward(completion: Any, answer: Any) -> float:
+    """1.0 if the first integer of the completion equals ``answer``, else 0.0."""
+    text = _text(completion)
+    if text is None:
+        return 0.0
+    m = _INT.search(text)
+    try:
+        return 1.0 if m is not None and int(m.group()) == int(answer) else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def make_arith_reward_funcs() -> list[Callable[..., list[float]]]:
+    """Two TRL reward functions, ``arith_format_reward`` and ``arith_answer_reward`` (logged apart, summed)."""
+
+    def arith_format_reward(
+        prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
+    ) -> list[float]:
+        """1 if the completion is only the number, else 0."""
+        return [format_reward(c) for c in completions]
+
+    def arith_answer_reward(
+        prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
+    ) -> list[float]:
+        """1 if the first number of the completion is the sum, else 0 (the dataset column ``answer``)."""
+        answers = kwargs.get("answer")
+        if answers is None:
+            raise KeyError("the arith reward needs the dataset column 'answer' (see arith_dataset)")
+        if len(answers) != len(completions):
+            raise ValueError(f"completions ({len(completions)}) and answer ({len(answers)}) differ in length")
+        return [answer_reward(c, a) for c, a in zip(completions, answers)]
+
+    return [arith_format_reward, arith_answer_reward]
+
+
+def evaluate_arith(
+    model: Any, tokenizer: Any, problems: Sequence[dict], *, batch_size: int = 32, max_new_tokens: int = 8
+) -> dict[str, Any]:
+    """Greedy evaluation: ``accuracy`` (answer reward), ``format_rate`` and ``reward`` (their sum), means over items."""
+    if not problems:
+        return {"accuracy": None, "format_rate": None, "reward": None, "n": 0}
+    prompts = [arith_prompt(p) for p in problems]
+    completions = greedy_generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    acc = [answer_reward(c, p["answer"]) for c, p in zip(completions, problems)]
+    fmt = [format_reward(c) for c in completions]
+    n = len(problems)
+    return {
+        "accuracy": sum(acc) / n,
+        "format_rate": sum(fmt) / n,
+        "reward": (sum(acc) + sum(fmt)) / n,
+        "n": n,
+        "examples": completions[:4],
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the run records (notebook 03, Part B)
+# --------------------------------------------------------------------------------------------------
+
+REWARD_KEYS = {
+    "reward": "reward",
+    "format": "rewards/arith_format_reward/mean",
+    "answer": "rewards/arith_answer_reward/mean",
+}
+
+
+def first_last(record: dict, key: str, n: int = 5) -> tuple[float, float]:
+    """Mean of ``key`` over the first ``n`` and over the last ``n`` logged steps of a run record."""
+    values = [float(h[key]) for h in record.get("history", []) if key in h]
+    if len(values) < n:
+        raise ValueError(f"run {record.get('name')!r} has {len(values)} logged values of {key!r}, fewer than n = {n}")
+    return sum(values[:n]) / n, sum(values[-n:]) / n
+
+
+def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
+    """One table row: the rewards of the first and last ``n`` steps, greedy held-out scores before and after."""
+    row: dict[str, Any] = {"run": record["name"], "scheme": record["scheme"], "seed": record["seed"]}
+    row["steps"] = len(record.get("history", []))
+    for label, key in REWARD_KEYS.items():
+        first, last = first_last(record, key, n)
+        row[f"{label} first {n}"] = round(first, 3)
+        row[f"{label} last {n}"] = round(last, 3)
+    before, after = record.get("initial") or {}, record.get("final") or {}
+    row["greedy acc before → after"] = (
+        f"{before.get('accuracy', float('nan')):.2f} → {after.get('accuracy', float('nan')):.2f}"
+    )
+    row["greedy format before → after"] = (
+        f"{before.get('format_rate', float('nan')):.2f} → {after.get('format_rate', float('nan')):.2f}"
+    )
+    row["s / step"] = round(record.get("seconds_per_step", float("nan")), 1)
+    row["commit"] = (record.get("git_commit") or "?")[:7] + ("+dirty" if record.get("git_dirty") else "")
+    return row
