@@ -70,11 +70,22 @@ def test_table4_reads_the_controls_summary_when_present(tmp_path, lo, hi, verdic
 
 
 def test_toy_extras_read_kl_tau_lm_records_when_present(tmp_path):
-    micro = sorted((RESULTS / "toy" / "micro").glob("addition-micro-equal-seed*.json"))[:2]
-    for p in micro:
+    grpo = sorted((RESULTS / "toy" / "controls").glob("addition-micro-equal-seed*.json"))[:2]
+    for p in grpo:
         _copy(p, tmp_path / "toy" / "kl" / p.name)
-    _copy(next((RESULTS / "toy" / "lm").glob("*.json")), tmp_path / "toy" / "lm" / "run.json")
+    _copy(next((RESULTS / "toy" / "lm").glob("arith-*.json")), tmp_path / "toy" / "lm" / "run.json")
     rows = {r["folder"]: r for r in answers.toy_extras(tmp_path)}
     assert rows["results/toy/kl/"]["result"].startswith("equal ") and "(n=2)" in rows["results/toy/kl/"]["result"]
     assert rows["results/toy/tau/"]["result"] == answers.NOT_RUN
     assert rows["results/toy/lm/"]["result"] != answers.NOT_RUN and "CPU" in rows["results/toy/lm/"]["scale"]
+
+
+def test_table7_reads_the_tau_summary(tmp_path):
+    _copy(RESULTS / "toy" / "tau" / "summary.json", tmp_path / "toy" / "tau" / "summary.json")
+    row = {r["claim"]: r for r in answers.verdicts(tmp_path)}["Table 7"]
+    summary = json.loads((RESULTS / "toy" / "tau" / "summary.json").read_text())
+    taus = [r for r in summary["rows"] if r["arm"] != "equal"]
+    assert row["verdict"] == ("partly reproduced" if any(r["ci_low"] > 0 for r in taus) else "not reproduced")
+    for r in taus:
+        assert f"{r['delta_vs_equal']:+.3f}" in row["our evidence"]
+    assert "results/toy/tau" in row["scale"]

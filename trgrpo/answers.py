@@ -236,23 +236,36 @@ def table4(claim: Claim, root: Path) -> dict:
                 "toy: " + _scale_of(groups["tr-surrogate"]))
 
 
-def table7(claim: Claim, root: Path) -> dict:
-    from . import toy
+def _tau_of(arm: str) -> float | None:
+    """The tau in an arm label such as ``tr-surrogate-tau2`` (``tr-surrogate`` alone is the main run, tau = 9)."""
+    if "-tau" in arm:
+        try:
+            return float(arm.rsplit("-tau", 1)[1])
+        except ValueError:
+            return None
+    return 9.0 if arm.startswith("tr") else None
 
-    runs = [r for r in _records(root / "toy" / "tau") + _records(root / "toy" / "micro") if r.get("task") == "addition"]
-    groups = toy.group_runs(runs)
-    rows = [r for r in toy.tau_table(groups) if r["placement"] == "surrogate"] if "equal" in groups else []
+
+def table7(claim: Claim, root: Path) -> dict:
+    """The toy tau sweep (results/toy/tau/summary.json): each tau minus GRPO on the same seeds, with t-intervals."""
+    rec = _json(root / "toy" / "tau" / "summary.json")
+    rows = [r for r in (rec or {}).get("rows", []) if r.get("delta_vs_equal") is not None and _tau_of(r["arm"])]
     if len(rows) < 2:
-        return _not_run(claim, "a toy tau sweep writes results/toy/tau/ (or results/toy/micro/)")
-    best = max(rows, key=lambda r: r["mean"])
-    low = next((r for r in rows if r["tau"] == 0.5), None)
-    same = low is not None and low.get("Δ vs GRPO") == 0
-    evidence = ("greedy accuracy by tau: " + ", ".join(f"{r['tau']:g}: {r['mean']:.3f}" for r in rows)
-                + f"; best tau {best['tau']:g}" + ("; tau = 0.5 gives exactly GRPO's runs" if same else ""))
-    verdict = "reproduced" if best["tau"] == 9.0 and same else "partly reproduced" if same else "not reproduced"
-    n = min(r["n"] for r in rows)
-    tau_runs = [r for label, rs in groups.items() if label.startswith("tr-surrogate") for r in rs]
-    return _row(claim, verdict, f"weak ({n} seed(s) per tau, toy scale)", evidence, "toy: " + _scale_of(tau_runs))
+        return _not_run(claim, "python -m trgrpo.toy_controls run tau writes results/toy/tau/")
+    rows.sort(key=lambda r: _tau_of(r["arm"]))
+    up = [r for r in rows if r.get("ci_low", math.nan) > 0]
+    down = [r for r in rows if r.get("ci_high", math.nan) < 0]
+    n = min(int(r.get("n") or 0) for r in rows)
+    mde = max((r.get("mde") or math.nan) for r in rows)
+    evidence = (f"{rec.get('metric', 'accuracy')}, each tau minus GRPO on the same seeds: "
+                + ", ".join(f"{_tau_of(r['arm']):g}: {r['delta_vs_equal']:+.3f} [{r['ci_low']:+.3f}, "
+                            f"{r['ci_high']:+.3f}]" for r in rows)
+                + "; tau = 0.5 gives w = 1 for every token, i.e. GRPO itself (notebook 02)")
+    verdict = "partly reproduced" if up else "not reproduced"
+    strength = (f"{'moderate' if n >= 5 else 'weak'} ({n} paired seeds per tau; {len(up)} tau above and "
+                f"{len(down)} below GRPO; an effect below about {mde:.3f} would go unseen)")
+    return _row(claim, verdict, strength, evidence,
+                f"toy: 1M-parameter model, 2-digit addition, CPU (results/toy/tau, steps {rec.get('eval_steps', '?')})")
 
 
 def table8(claim: Claim, root: Path) -> dict:
@@ -306,7 +319,7 @@ def verdicts(results_dir: Path | str) -> list[dict]:
 
 
 def toy_extras(results_dir: Path | str) -> list[dict]:
-    """The science runs beside the claims: toy KL variants, tau sweep and SmolLM2 K&K runs (``not run yet`` when
+    """The science runs beside the claims: toy KL variants, tau sweep and SmolLM2 Part B runs (``not run yet`` when
     their folder holds no record)."""
     from . import toy
     from .analysis import final_metric, mean_std
@@ -314,7 +327,7 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
     root = Path(results_dir)
     out = []
     for sub, what in (("kl", "KL weighting variants (Eq. 6 / 10 / 12)"), ("tau", "tau sweep (Table 7)"),
-                      ("lm", "SmolLM2-135M on K&K (Table 1 pipeline)")):
+                      ("lm", "SmolLM2-135M-Instruct on two-number addition (notebook 03, Part B)")):
         runs = _records(root / "toy" / sub)
         if not runs:
             out.append({"runs": what, "folder": f"results/toy/{sub}/", "result": NOT_RUN, "scale": "—"})
