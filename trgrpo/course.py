@@ -10,7 +10,8 @@ The notebooks carry cell tags (``cell.metadata.tags``) that this module reads:
 * ``explanation`` a long explanation in a main notebook (markdown only) that a student copy leaves out;
 * ``derivation``  a main-notebook code cell that writes an equation out as a function (the only cells allowed a
                   ``def``), followed by a cell that checks it against the library; the student copy keeps each
-                  function's signature and first comment line and replaces its body by ``NotImplementedError``.
+                  function's signature and first comment line and replaces its body by ``NotImplementedError``
+                  (a derivation cell without a ``def``, a step of notebook 00's walk-through, stays as it is).
 
 ``python -m trgrpo.course student --out student`` (``make student``) writes the student copy:
 ``<out>/NN_*.ipynb`` (every main notebook without its ``explanation`` cells) and
@@ -126,7 +127,8 @@ CONCLUSION_TEXT = (
 def student_notebook(nb: Any) -> Any:
     """A main notebook for students: the same code cells, without ``explanation`` and ``solution`` cells; each run of
     removed ``explanation`` cells becomes one "write your conclusion" markdown cell (tag ``conclusion``), and each
-    ``derivation`` cell is turned into an exercise (:func:`derivation_stub`; the check after it stays)."""
+    ``derivation`` cell that defines a function is turned into an exercise (:func:`derivation_stub`; the check after
+    it stays)."""
     out = copy.deepcopy(nb)
     cells: list[Any] = []
     for c in out.cells:
@@ -137,11 +139,17 @@ def student_notebook(nb: Any) -> Any:
             continue
         if SOLUTION in t:
             continue
-        if DERIVATION in t and c.cell_type == "code":
-            c.source = derivation_stub(c.source)
+        if DERIVATION in t and c.cell_type == "code" and _defines_function(c.source):
+            c.source = derivation_stub(c.source)  # a walk-through derivation without a def (notebook 00) stays
         cells.append(c)
     out.cells = cells
     return out
+
+
+def _defines_function(source: str) -> bool:
+    import ast
+
+    return any(isinstance(n, ast.FunctionDef) for n in ast.parse(source).body)
 
 
 def derivation_stub(source: str) -> str:

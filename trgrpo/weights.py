@@ -9,6 +9,12 @@ How tau enters is the first of the paper's open readings (docs/design.md, "The t
 Ablations (Section 4.3, Table 4): ``"equal"`` (w = 1, plain GRPO), ``"random"`` (uniform on
 [0.5, 1.5]), ``"reverse"`` (2 - w).
 
+Controls that split TR's effect into scale and regulation (notebook 03); both are functions of the whole batch,
+so they need the ``mask`` of valid tokens (:func:`batch_weights`):
+  * ``"const"``   every valid token gets m = mean of the Eq. 11 weights over the batch's valid tokens
+                  (TR's overall scale, no regulation between tokens);
+  * ``"tr_norm"`` w / m (TR's regulation between tokens, mean 1: no scale).
+
 Extension point: :func:`register_scheme` adds a named scheme ``w = fn(p)`` (e.g. a Lopti-style linear weight
 ``0.3 p + 0.7``) that every consumer accepts by name, as it accepts the built-ins: :func:`token_weights`,
 :func:`validate_weight_params`, :class:`WeightParams`, :class:`trgrpo.TRGRPOConfig` (``weight_scheme``),
@@ -27,7 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-SCHEMES = ("tr", "equal", "random", "reverse")  # the built-in schemes (paper Eq. 11 and Table 4)
+BATCH_SCHEMES = ("const", "tr_norm")  # controls: TR's batch-mean scale alone, TR's regulation alone
+SCHEMES = ("tr", "equal", "random", "reverse", *BATCH_SCHEMES)  # built-ins (paper Eq. 11, Table 4, controls)
 TAU_MODES = ("scale", "divide")
 RANDOM_RANGE = (0.5, 1.5)  # Table 4: "sampled uniformly from [0.5, 1.5]"
 
@@ -215,8 +222,12 @@ def token_weights(
     upper: float = 1.4,
     tau_mode: str = "scale",
     generator: torch.Generator | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token weights w for token probabilities ``probs`` (any shape), detached.
+
+    ``mask`` (same shape, 1 for valid tokens) is required by the batch schemes ``"const"`` and ``"tr_norm"``
+    (:func:`batch_weights`) and ignored by the others.
 
     ``scheme="random"`` draws from ``generator`` only (never the global RNG, so sampling of
     rollouts is not perturbed); it is required for that scheme. A scheme added with :func:`register_scheme`
@@ -241,7 +252,34 @@ def token_weights(
     w = tr_weight(probs, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
     if scheme == "reverse":
         return 2.0 - w  # Table 4: "assigns it 2 - w"
+    if scheme in BATCH_SCHEMES:
+        return batch_weights(w, mask, scheme)
     return w
+
+
+def batch_weights(tr_weights: torch.Tensor, mask: torch.Tensor | None, scheme: str) -> torch.Tensor:
+    """The controls from Eq. 11 weights of a batch and its ``mask`` of valid tokens:
+    m = sum(w * mask) / sum(mask); ``"const"`` -> m everywhere, ``"tr_norm"`` -> w / m.
+
+    The mean runs over the tensor given: in the trainer, the batch the loss sees (one process's micro-batch).
+    """
+    if scheme not in BATCH_SCHEMES:
+        raise ValueError(f"scheme must be one of {BATCH_SCHEMES} for batch_weights, got {scheme!r}")
+    if mask is None:
+        raise ValueError(f"scheme {scheme!r} needs mask= (1 for valid tokens): its weights use the batch mean")
+    if not torch.is_tensor(mask) or tuple(mask.shape) != tuple(tr_weights.shape):
+        raise ValueError(
+            f"mask must be a tensor of the weights' shape {tuple(tr_weights.shape)}, got "
+            f"{tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__}"
+        )
+    valid = mask.detach().to(tr_weights.dtype)
+    n = valid.sum()
+    if float(n) <= 0:
+        raise ValueError(f"mask selects no token: scheme {scheme!r} needs the mean weight over valid tokens")
+    m = (tr_weights * valid).sum() / n
+    if scheme == "const":
+        return torch.full_like(tr_weights, 1.0) * m
+    return tr_weights / m
 
 
 def _registered_weights(scheme: str, probs: torch.Tensor) -> torch.Tensor:
@@ -277,6 +315,10 @@ def weight_range(
 ) -> tuple[float, float]:
     """The (min, max) of w over p in [0, 1] (w is monotone in p, so the endpoints decide; a registered scheme
     need not be, so it is evaluated on a grid of 1001 points)."""
+    if scheme == "const":  # the batch mean of weights in [L, U]
+        return float(lower), float(upper)
+    if scheme == "tr_norm":  # w / mean with both in [L, U]
+        return lower / upper, upper / lower
     p = torch.tensor([0.0, 1.0], dtype=torch.float64)
     if is_registered_scheme(scheme):
         p = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64)
