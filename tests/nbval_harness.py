@@ -21,11 +21,8 @@ Refresh a checked output on purpose: ``python -m tests.nbexec refresh notebooks/
 
 from __future__ import annotations
 
-import os
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,21 +55,6 @@ def smoke_env() -> dict[str, str]:
     from trgrpo import batch
 
     return {"TRGRPO_SMOKE": "1", **batch.HEADLESS_ENV, **batch.OFFLINE_ENV}
-
-
-@contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables (a kernel started inside inherits them), restore the previous values after."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def time_limit(name: str) -> float:
@@ -151,7 +133,9 @@ def pytest_runtest_setup(item: pytest.Item):
     # the first cell of a notebook: nbval starts the kernel in this setup, with our environment
     _RUN.start[_key(item)] = time.monotonic()
     _RUN.noisy[_key(item)] = False
-    with environment(smoke_env()):
+    from trgrpo import batch
+
+    with batch.environment(**smoke_env()):
         return (yield)
 
 
