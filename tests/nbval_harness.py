@@ -37,13 +37,10 @@ DEFAULT_TIME_LIMIT = 900
 # Noise that must not reach a reader: library FutureWarnings and tracebacks printed by caught exceptions.
 NOISE_RE = re.compile(r"FutureWarning|Traceback \(most recent call last\)")
 
-# Notebooks whose smoke run may still print such noise: issue 17 reports transformers FutureWarnings in the runs
-# of 05-07 (their trainers; the toy runs of 03 filter them). The "teach" work cleans them at the source; then this
-# list is emptied. A noisy cell of a listed notebook is reported as xfail (with the noise); a listed notebook that
-# runs clean raises a warning asking to remove it. Every other notebook fails on noise.
-NOISY_NOTEBOOKS: frozenset[str] = frozenset(
-    {"05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb", "07_agentic_search.ipynb"}
-)
+# Notebooks whose smoke run may still print such noise (reported as xfail; a listed notebook that runs clean raises
+# a warning asking to remove it). Empty: every notebook fails on noise (05-07 were listed until their output was
+# cleaned at the source, trgrpo/output.py).
+NOISY_NOTEBOOKS: frozenset[str] = frozenset()
 
 
 class StaleAllowListWarning(UserWarning):

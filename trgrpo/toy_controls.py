@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -500,9 +499,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif a.cmd == "summary":
         for g in a.grids:
             SUMMARIES[g](a.results_dir)
-            print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}", file=sys.stderr)
+            print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}")
     elif a.cmd == "readme":
-        print("README changed" if update_readme() else "README unchanged", file=sys.stderr)
+        print("README changed" if update_readme() else "README unchanged")
     elif a.cmd == "hist":
         from .experiment import git_dirty
 
