@@ -3,10 +3,11 @@ math sets under Table 2's names (issue 15, item 7)."""
 
 import pandas as pd
 import pytest
+import yaml
 from datasets import Dataset
 
-from trgrpo.experiment import TASKS, RunSpec, Task, register_task, run
-from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs
+from trgrpo.experiment import ROOT, TASKS, RunSpec, Task, register_task, run
+from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
 from trgrpo.tasks import kk
 from trgrpo.tasks import math as tm
 
@@ -153,6 +154,16 @@ def test_full_scale_kk_prefills_think_and_says_so():
     assert kk_specs(prefill_think=False)[0].task_options["prefill_think"] is False
     source = TASKS["kk"].data_source(specs[0], [0], [0])
     assert source["prefill_think"] is True
+    params = {
+        "MODEL": "m", "SCHEMES": ["tr"], "SEEDS": [0], "STEPS": 1, "PROMPTS_PER_STEP": 64, "GROUP_SIZE": 8,
+        "MAX_COMPLETION_LENGTH": 16, "N_TRAIN": 8, "N_EVAL_PER_SIZE": 1, "KK_EVAL_PATH": "x/test_new.parquet",
+    }  # notebook 05's parameters cell: the pre-fill is on unless PREFILL_THINK says otherwise
+    (s,) = kk_specs_from_parameters(params, use_vllm=False)
+    assert s.task_options["prefill_think"] is True and s.task_options["eval_path"] == "x/test_new.parquet"
+    (s,) = kk_specs_from_parameters({**params, "PREFILL_THINK": False}, use_vllm=False)
+    assert s.task_options["prefill_think"] is False
+    plan = yaml.safe_load((ROOT / "experiments" / "train_kk_qwen3b.yaml").read_text())
+    assert plan["base"]["task_options"]["prefill_think"] is True  # Table 1's plan
 
 
 def test_prefill_appears_in_the_prompt(tiny_model_dir):
