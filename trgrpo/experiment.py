@@ -211,11 +211,16 @@ def _check_spec_types(spec: RunSpec) -> None:
 
 @dataclass
 class Task:
-    """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records); rewards; evaluation."""
+    """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records); rewards; evaluation.
+
+    ``data_source(spec, train_dataset, eval_records)``, when given, says where the data came from (a path or the
+    offline generator, split, size); the run record carries it as ``data_source``.
+    """
 
     build: Callable[[RunSpec, Any], tuple[Any, list]]
     reward_funcs: Callable[[RunSpec], list]
     evaluate: Callable[[Any, Any, list, RunSpec], dict]
+    data_source: Callable[[RunSpec, Any, Any], dict] | None = None
 
 
 TASKS: dict[str, Task] = {}
@@ -225,20 +230,48 @@ def register_task(name: str, task: Task) -> None:
     TASKS[name] = task
 
 
+def _kk_files(opts: dict, key: str, n: int, n_people) -> list[dict]:
+    from .tasks import kk
+
+    try:
+        return kk.load_kk_files(opts[key], n=n, n_people=n_people)
+    except (OSError, ValueError, TypeError) as e:
+        raise type(e)(f"task_options.{key}: {e}") from e
+
+
 def _kk_build(spec: RunSpec, tokenizer):
+    """K&K data: the Logic-RL parquet files when ``train_path`` / ``eval_path`` are given (the paper's splits,
+    ``test_new`` for evaluation), reasoning-gym's generator offline otherwise."""
     from .tasks import kk
 
     opts = spec.task_options
     n_people = opts.get("n_people", (3, 4, 5, 6, 7))
     eval_people = opts.get("eval_n_people", n_people)
-    train, _ = kk.kk_splits(spec.n_train, 0, n_people=n_people, seed=spec.seed if opts.get("seed_data") else 0)
-    _, test = kk.kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
+    if opts.get("train_path"):
+        train = _kk_files(opts, "train_path", spec.n_train, n_people)
+    else:
+        train, _ = kk.kk_splits(spec.n_train, 0, n_people=n_people, seed=spec.seed if opts.get("seed_data") else 0)
+    if opts.get("eval_path"):
+        test = _kk_files(opts, "eval_path", spec.n_eval, eval_people)
+    else:
+        _, test = kk.kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
     train_keys = {r["quiz"] for r in train}
     test = [r for r in test if r["quiz"] not in train_keys]
     prefill = bool(opts.get("prefill_think", False))
     # TRL always adds a generation prompt to chat prompts: a pre-filled <think> needs text prompts.
     ds = kk.kk_dataset(train, prefill_think=prefill, tokenizer=tokenizer if prefill else None)
     return ds, test
+
+
+def _kk_data_source(spec: RunSpec, train_ds, records) -> dict:
+    from .tasks import kk
+
+    opts = spec.task_options
+    return {
+        "train": kk.kk_source(opts.get("train_path"), "train", len(train_ds)),
+        "eval": kk.kk_source(opts.get("eval_path"), "test", len(records)),
+        "prefill_think": bool(opts.get("prefill_think", False)),
+    }
 
 
 def _kk_rewards(spec: RunSpec):
@@ -287,6 +320,18 @@ def _math_build(spec: RunSpec, tokenizer):
         records = _load_math_source(name, spec.n_eval, 99_999)
         evals[Path(name).stem] = [r for r in records if r["problem"] not in seen]
     return tm.math_dataset(train), evals
+
+
+def _math_data_source(spec: RunSpec, train_ds, evals) -> dict:
+    """Each set under the name Table 2 gives it, with its source; generated arithmetic is marked a substitute."""
+    from .tasks import math as tm
+
+    opts = spec.task_options
+    names = opts.get("eval_sets", ["generated"])
+    return {
+        "train": tm.math_source(opts.get("train", "generated"), len(train_ds)),
+        "eval": {Path(n).stem: tm.math_source(n, len(evals.get(Path(n).stem, []))) for n in names},
+    }
 
 
 def _math_rewards(spec: RunSpec):
@@ -354,8 +399,8 @@ def _arith_eval(model, tokenizer, records, spec: RunSpec) -> dict:
     )
 
 
-register_task("kk", Task(_kk_build, _kk_rewards, _kk_eval))
-register_task("math", Task(_math_build, _math_rewards, _math_eval))
+register_task("kk", Task(_kk_build, _kk_rewards, _kk_eval, _kk_data_source))
+register_task("math", Task(_math_build, _math_rewards, _math_eval, _math_data_source))
 register_task("arith", Task(_arith_build, _arith_rewards, _arith_eval))
 
 
@@ -712,6 +757,7 @@ def run(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_ds, eval_records = task.build(spec, tokenizer)
+    data_source = task.data_source(spec, train_ds, eval_records) if task.data_source else None
     logs = live_log_dir(spec, results_dir)
     if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
@@ -754,6 +800,7 @@ def run(
         "model": spec.model,
         "steps": spec.steps,
         "spec": dataclasses.asdict(spec),
+        "data_source": data_source,
         "history": history,
         "initial": initial,
         "final": final,

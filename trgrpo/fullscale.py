@@ -43,6 +43,9 @@ def kk_specs(
     n_train: int = 5000,
     n_eval_per_size: int = 100,
     n_people=(3, 4, 5, 6, 7),
+    prefill_think: bool = True,
+    train_path=None,
+    eval_path=None,
     placement: str = "ratio",
     tau_mode: str = "scale",
     use_vllm: bool = False,
@@ -55,8 +58,15 @@ def kk_specs(
     Batch: 64 prompts x 8 completions per optimizer step, one update (Table 6 as read in
     :data:`trgrpo.experiment.BATCH_READING`), micro-batches of ``micro_batch_size`` completions per device, gradient
     checkpointing on.
+
+    Data as the paper's: with ``train_path`` / ``eval_path`` (a Logic-RL parquet file or a list of them, the
+    ``test_new`` splits for evaluation) the puzzles come from those files, otherwise from reasoning-gym's generator
+    offline; the record's ``data_source`` says which. ``prefill_think`` opens the assistant turn with ``<think>`` as
+    Logic-RL's prompt does (on by default here).
     """
     group = group or f"kk/{short_model_name(model)}"
+    data = {"prefill_think": bool(prefill_think)}
+    data.update({k: v for k, v in (("train_path", train_path), ("eval_path", eval_path)) if v})
     common = dict(
         task="kk",
         model=model,
@@ -75,7 +85,7 @@ def kk_specs(
         learning_rate=1e-6,
         beta=0.001,
         temperature=0.7,
-        task_options={"n_people": list(n_people), "eval_n_people": list(n_people)},
+        task_options={"n_people": list(n_people), "eval_n_people": list(n_people), **data},
     )
     for key, value in extra.items():
         if key == "task_options":
@@ -167,6 +177,9 @@ def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> l
         gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
         n_train=int(params["N_TRAIN"]),
         n_eval_per_size=int(params["N_EVAL_PER_SIZE"]),
+        prefill_think=bool(_get(params, "PREFILL_THINK", True)),
+        train_path=params.get("KK_TRAIN_PATH"),
+        eval_path=params.get("KK_EVAL_PATH"),
         placement=_get(params, "PLACEMENT", "ratio"),
         tau_mode=_get(params, "TAU_MODE", "scale"),
         use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,

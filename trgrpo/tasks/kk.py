@@ -365,6 +365,62 @@ def load_kk_file(
     return records
 
 
+def _balanced(records: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` records taken round robin over the puzzle sizes (file order kept within a size)."""
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_size.setdefault(int(r["n_people"]), []).append(r)
+    queues = [list(reversed(v)) for _, v in sorted(by_size.items())]
+    out: list[dict[str, Any]] = []
+    while len(out) < n and any(queues):
+        for q in queues:
+            if q and len(out) < n:
+                out.append(q.pop())
+    return out
+
+
+def load_kk_files(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    n: int | None = None,
+    n_people: int | Iterable[int] | None = None,
+) -> list[dict[str, Any]]:
+    """K&K records from one or several Logic-RL files (e.g. one ``test_new.parquet`` per puzzle size).
+
+    ``n_people`` filters the sizes; ``n`` keeps at most ``n`` records, taken round robin over the sizes so that a
+    cut keeps every size (Table 1 reports each). Errors name the file and the row or field (:func:`load_kk_file`).
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise ValueError("load_kk_files needs at least one path")
+    records: list[dict[str, Any]] = []
+    for path in items:
+        records.extend(load_kk_file(path, allow_empty=True))
+    if n_people is not None:
+        keep = set(_n_people_tuple(n_people, lo=1, hi=10_000))
+        records = [r for r in records if r["n_people"] in keep]
+    if not records:
+        sizes = f" with n_people in {n_people}" if n_people is not None else ""
+        raise ValueError(f"{', '.join(map(str, items))}: no K&K puzzle{sizes}")
+    return records if n is None else _balanced(records, n)
+
+
+def kk_source(
+    paths: str | os.PathLike | Sequence[str | os.PathLike] | None, split: str, size: int
+) -> dict[str, Any]:
+    """Where a run's K&K split came from, for the run record: the file(s) (split = their names) or reasoning-gym."""
+    if not paths:
+        return {"source": "reasoning-gym", "generator": "knights_knaves (knight/knave wording)", "split": split,
+                "size": size}
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    return {
+        "source": "logic-rl-file",
+        "path": [str(p) for p in items],
+        "split": sorted({os.path.splitext(os.path.basename(str(p)))[0] for p in items}),
+        "size": size,
+    }
+
+
 def load_kk_hub(
     n_people: int | Iterable[int] = DEFAULT_N_PEOPLE, split: str = "test", *, repo: str = HUB_REPO
 ) -> list[dict[str, Any]]:

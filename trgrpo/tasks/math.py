@@ -912,6 +912,32 @@ MATH_HUB: dict[str, tuple[str, str | None, str]] = {
 }
 
 
+# The names Table 2 and Section 4.1 give the sets (DSR / ORZ for the training sets).
+MATH_PAPER_NAMES: dict[str, str] = {
+    "deepscaler": "DeepScaleR (DSR)",
+    "orz": "Open-Reasoner-Zero (ORZ)",
+    "math500": "MATH 500",
+    "minerva": "Minerva",
+    "olympiadbench": "Olympiad Bench",
+    "amc": "AMC",
+    "aime24": "AIME",
+}
+
+
+def math_source(name: str, size: int) -> dict[str, Any]:
+    """Where a math set came from, for the run record: the paper's name and the hub repository, a local file, or
+    generated arithmetic, which is stated as an offline substitute for the paper's sets."""
+    if name == "generated":
+        return {"name": "generated arithmetic", "source": "generated", "substitute": True,
+                "note": "offline substitute for the paper's sets (no hub access)", "size": size}
+    if name in MATH_HUB:
+        repo, config, split = MATH_HUB[name]
+        return {"name": MATH_PAPER_NAMES[name], "source": repo, "config": config, "split": split,
+                "substitute": False, "size": size}
+    return {"name": os.path.splitext(os.path.basename(str(name)))[0], "source": str(name), "substitute": False,
+            "size": size}
+
+
 def load_math_hub(name: str, *, split: str | None = None) -> list[dict[str, str]]:
     """A dataset of :data:`MATH_HUB` from the hub as [{"problem", "answer"}, ...] (needs a network).
 

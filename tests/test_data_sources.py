@@ -1,0 +1,197 @@
+"""Data as the paper's: Logic-RL parquet files for K&K, the source in the run record, the <think> pre-fill,
+math sets under Table 2's names (issue 15, item 7)."""
+
+import pandas as pd
+import pytest
+import yaml
+from datasets import Dataset
+
+from trgrpo.experiment import ROOT, TASKS, RunSpec, Task, register_task, run
+from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
+from trgrpo.tasks import kk
+from trgrpo.tasks import math as tm
+
+QUIZ3 = "A very special island is inhabited only by knights and knaves. You meet 3 inhabitants: Zoey, Oliver, and Ava."
+QUIZ4 = "A very special island is inhabited only by knights and knaves. You meet 4 inhabitants: Zoey, Max, Eli, Liam."
+GOLD3 = "(1) Zoey is a knight\n(2) Oliver is a knave\n(3) Ava is a knight"
+GOLD4 = "(1) Zoey is a knave\n(2) Max is a knave\n(3) Eli is a knight\n(4) Liam is a knight"
+
+
+def logic_rl_row(quiz: str, gold: str, index: int) -> dict:
+    """A row as Logic-RL's verl preprocessing writes it: the rendered prompt, the gold in the reward model."""
+    content = (
+        f"<|im_start|>system\n{kk.KK_SYSTEM_PROMPT}\n<|im_end|>\n<|im_start|>user\n{quiz}\n<|im_end|>\n"
+        "<|im_start|>assistant\n<think>"
+    )
+    return {
+        "data_source": "kk_logic",
+        "prompt": [{"role": "user", "content": content}],
+        "ability": "logic",
+        "reward_model": {"style": "rule", "ground_truth": {"solution_text_format": gold, "statements": "[]"}},
+        "extra_info": {"split": "test", "index": index},
+    }
+
+
+@pytest.fixture
+def logic_rl_parquet(tmp_path):
+    rows = [logic_rl_row(QUIZ3 + f" #{i}", GOLD3, i) for i in range(3)]
+    rows += [logic_rl_row(QUIZ4 + f" #{i}", GOLD4, 3 + i) for i in range(3)]
+    path = tmp_path / "test_new.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def test_logic_rl_parquet_rows_load(logic_rl_parquet):
+    records = kk.load_kk_files(logic_rl_parquet)
+    assert len(records) == 6
+    assert records[0]["quiz"] == QUIZ3 + " #0"  # taken out of the rendered user turn
+    assert records[0]["names"] == ["Zoey", "Oliver", "Ava"]
+    assert records[0]["solution"] == [True, False, True]
+    assert records[3]["solution"] == [False, False, True, True]
+
+
+def test_raw_kk_schema_parquet_loads(tmp_path):
+    path = tmp_path / "train.parquet"
+    row = {"quiz": QUIZ3, "names": ["Zoey", "Oliver", "Ava"], "solution": [True, False, True]}
+    pd.DataFrame([{**row, "solution_text_format": GOLD3}]).to_parquet(path)
+    (record,) = kk.load_kk_files([path])
+    assert record["solution_text"] == GOLD3 and record["n_people"] == 3
+
+
+def test_a_cut_keeps_every_size(logic_rl_parquet):
+    records = kk.load_kk_files(logic_rl_parquet, n=4)
+    assert [r["n_people"] for r in records] == [3, 4, 3, 4]
+    assert [r["n_people"] for r in kk.load_kk_files(logic_rl_parquet, n_people=[4])] == [4, 4, 4]
+
+
+def test_missing_path_names_the_file_and_the_option(tmp_path):
+    missing = tmp_path / "nowhere" / "test_new.parquet"
+    with pytest.raises(FileNotFoundError, match="nowhere/test_new.parquet"):
+        kk.load_kk_files(missing)
+    spec = RunSpec(task="kk", model="embedded", n_train=2, n_eval=2, task_options={"eval_path": str(missing)})
+    with pytest.raises(FileNotFoundError, match=r"task_options\.eval_path: .*test_new\.parquet"):
+        TASKS["kk"].build(spec, None)
+
+
+def test_bad_column_names_the_file_and_the_field(tmp_path):
+    path = tmp_path / "test_new.parquet"
+    pd.DataFrame([{"question": QUIZ3, "solution_text_format": GOLD3}]).to_parquet(path)
+    with pytest.raises(ValueError, match=r"test_new\.parquet: row 0: .*needs a quiz"):
+        kk.load_kk_files(path)
+    pd.DataFrame([{"quiz": QUIZ3, "answer": "Zoey"}]).to_parquet(path)
+    with pytest.raises(ValueError, match=r"test_new\.parquet: row 0: .*solution_text_format"):
+        kk.load_kk_files(path)
+
+
+def test_kk_build_reads_the_file_and_states_the_source(logic_rl_parquet, tmp_path):
+    train_path = tmp_path / "train.parquet"
+    pd.DataFrame([logic_rl_row(QUIZ3 + f" train {i}", GOLD3, i) for i in range(5)]).to_parquet(train_path)
+    spec = RunSpec(
+        task="kk",
+        model="embedded",
+        n_train=4,
+        n_eval=4,
+        task_options={"train_path": str(train_path), "eval_path": [str(logic_rl_parquet)], "n_people": [3, 4]},
+    )
+    task = TASKS["kk"]
+    train_ds, test = task.build(spec, None)
+    assert len(test) == 4 and {r["n_people"] for r in test} == {3, 4}
+    source = task.data_source(spec, train_ds, test)
+    assert source["eval"] == {
+        "source": "logic-rl-file",
+        "path": [str(logic_rl_parquet)],
+        "split": ["test_new"],
+        "size": 4,
+    }
+    assert source["train"]["source"] == "logic-rl-file" and source["train"]["size"] == len(train_ds) == 4
+    assert source["train"]["split"] == ["train"]
+    assert source["prefill_think"] is False
+
+
+def test_kk_without_a_path_states_reasoning_gym():
+    spec = RunSpec(task="kk", model="embedded", n_train=2, n_eval=2, task_options={"n_people": [3]})
+    source = TASKS["kk"].data_source(spec, [0, 0], [0, 0])
+    assert source["train"]["source"] == source["eval"]["source"] == "reasoning-gym"
+    assert (source["train"]["split"], source["eval"]["split"], source["eval"]["size"]) == ("train", "test", 2)
+
+
+def _build(spec, tokenizer):
+    return Dataset.from_dict({"prompt": ["Count to 3:"] * 4}), ["Count to 3: 1 2 3"]
+
+
+def _source(spec, train_ds, records):
+    return {"train": {"source": "unit", "size": len(train_ds)}, "eval": {"size": len(records)}}
+
+
+register_task(
+    "data-source-test",
+    Task(_build, lambda spec: [lambda completions, **kw: [0.0] * len(completions)], lambda *a: {}, _source),
+)
+
+
+def test_record_carries_data_source(tiny_model_dir, tmp_path):
+    spec = RunSpec(
+        task="data-source-test",
+        model=tiny_model_dir,
+        steps=1,
+        prompts_per_step=2,
+        num_generations=2,
+        max_completion_length=4,
+        n_train=4,
+        n_eval=0,
+        group="unit",
+        name="ds",
+    )
+    record = run(spec, results_dir=tmp_path / "r", checkpoint_dir=tmp_path / "c", verbose=False)
+    assert record["data_source"] == {"train": {"source": "unit", "size": 4}, "eval": {"size": 1}}
+
+
+def test_full_scale_kk_prefills_think_and_says_so():
+    specs = kk_specs(seeds=(0,), schemes=("tr",), eval_path="data/kk/test_new.parquet")
+    opts = specs[0].task_options
+    assert opts["prefill_think"] is True and opts["eval_path"] == "data/kk/test_new.parquet"
+    assert "train_path" not in opts  # reasoning-gym for training when no file is given
+    assert kk_specs(prefill_think=False)[0].task_options["prefill_think"] is False
+    source = TASKS["kk"].data_source(specs[0], [0], [0])
+    assert source["prefill_think"] is True
+    params = {
+        "MODEL": "m", "SCHEMES": ["tr"], "SEEDS": [0], "STEPS": 1, "PROMPTS_PER_STEP": 64, "GROUP_SIZE": 8,
+        "MAX_COMPLETION_LENGTH": 16, "N_TRAIN": 8, "N_EVAL_PER_SIZE": 1, "KK_EVAL_PATH": "x/test_new.parquet",
+    }  # notebook 05's parameters cell: the pre-fill is on unless PREFILL_THINK says otherwise
+    (s,) = kk_specs_from_parameters(params, use_vllm=False)
+    assert s.task_options["prefill_think"] is True and s.task_options["eval_path"] == "x/test_new.parquet"
+    (s,) = kk_specs_from_parameters({**params, "PREFILL_THINK": False}, use_vllm=False)
+    assert s.task_options["prefill_think"] is False
+    plan = yaml.safe_load((ROOT / "experiments" / "train_kk_qwen3b.yaml").read_text())
+    assert plan["base"]["task_options"]["prefill_think"] is True  # Table 1's plan
+
+
+def test_prefill_appears_in_the_prompt(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    record = kk.make_record(QUIZ3, ["Zoey", "Oliver", "Ava"], [True, False, True])
+    ds = kk.kk_dataset([record], prefill_think=True, tokenizer=tok)
+    prompt = ds[0]["prompt"]
+    assert isinstance(prompt, str) and prompt.rstrip().endswith("<think>")
+    assert prompt.endswith("<|im_start|>assistant\n<think>")  # the assistant turn is open, not closed
+    assert prompt.count("<think>") == kk.KK_SYSTEM_PROMPT.count("<think>") + 1  # the system prompt names the tag
+    plain = kk.kk_dataset([record], prefill_think=False, tokenizer=tok)[0]["prompt"]
+    assert not plain.rstrip().endswith("<think>")
+
+
+def test_math_sets_carry_table2_names_and_substitutes_are_stated():
+    names = {name: tm.math_source(name, 10)["name"] for name in TABLE2_EVAL_SETS}
+    assert names == {
+        "olympiadbench": "Olympiad Bench",
+        "minerva": "Minerva",
+        "math500": "MATH 500",
+        "amc": "AMC",
+        "aime24": "AIME",
+    }
+    assert not any(tm.math_source(n, 1)["substitute"] for n in TABLE2_EVAL_SETS)
+    generated = tm.math_source("generated", 5)
+    assert generated["substitute"] is True and "substitute" in generated["note"] and generated["size"] == 5
+    spec = RunSpec(task="math", model="embedded", task_options={"train": "generated", "eval_sets": ["generated"]})
+    source = TASKS["math"].data_source(spec, [0, 0], {"generated": [0]})
+    assert source["train"]["substitute"] and source["eval"]["generated"]["size"] == 1
