@@ -94,7 +94,7 @@ def test_run_command_paths_are_absolute(tmp_path, monkeypatch):
     assert one[:3] == [sys.executable, "-m", "trgrpo.train"]
 
 
-@pytest.mark.slow  # 95 s and 495 s wall on the shared 2-core VM (load 12-15), ~50 s process CPU: make test-slow
+# 23 s wall on the 2-core VM with two other processes running (95-495 s under load 12-15): part of make test
 def test_launch_two_cpu_processes(tiny_model_dir, tmp_path, monkeypatch):
     """accelerate launch, 2 processes on CPU (gloo), 2 steps: the global batch is the spec's, not 2x it, and the
     record lands where launch() reads it (an absolute results path given as a relative one)."""
