@@ -39,3 +39,13 @@ def test_all_truncated_micro_batch_matches_trl(tiny_model_dir, tmp_path):
         assert a["loss"] == b["loss"] == 0.0
         assert a["grad_norm"] == pytest.approx(b["grad_norm"]) and a["grad_norm"] == 0.0
         assert a["tr/weight_mean"] == 0.0  # no valid token: the diagnostics log zeros, as TRL's own metrics do
+
+
+def test_weight_rng_file_is_per_process_under_several_processes():
+    from types import SimpleNamespace
+
+    from trgrpo.trainer import weight_rng_file
+
+    assert weight_rng_file(SimpleNamespace(world_size=1, process_index=0)) == "trgrpo_weight_rng.pt"
+    names = {weight_rng_file(SimpleNamespace(world_size=4, process_index=r)) for r in range(4)}
+    assert len(names) == 4 and "trgrpo_weight_rng_3.pt" in names

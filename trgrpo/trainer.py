@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -122,6 +123,13 @@ def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
     return dict.fromkeys(keys, 0.0)
 
 
+def weight_rng_file(args: Any) -> str:
+    """The file of the random-weight generator's state in a checkpoint: one per process under several processes
+    (as HF's ``rng_state_{rank}.pth``), so that ranks neither overwrite each other nor resume from rank 0's state."""
+    world = int(getattr(args, "world_size", 1) or 1)
+    return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
+
+
 class TRGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is :func:`trgrpo.loss.tr_grpo_loss` with Eq. 11 token weights."""
 
@@ -147,12 +155,12 @@ class TRGRPOTrainer(GRPOTrainer):
     # Checkpoint/resume: keep the random-weight generator state with the trainer state.
     def _save_rng_state(self, output_dir):
         super()._save_rng_state(output_dir)
-        torch.save(self._weight_generator.get_state(), os.path.join(output_dir, "trgrpo_weight_rng.pt"))
+        torch.save(self._weight_generator.get_state(), os.path.join(output_dir, weight_rng_file(self.args)))
 
     def _load_rng_state(self, checkpoint):
         super()._load_rng_state(checkpoint)
         if checkpoint is not None:
-            path = os.path.join(checkpoint, "trgrpo_weight_rng.pt")
+            path = os.path.join(checkpoint, weight_rng_file(self.args))
             if os.path.exists(path):
                 self._weight_generator.set_state(torch.load(path))
 
