@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from trgrpo import batch
+from trgrpo.batch import environment
 
-from .nbval_harness import environment, is_checked, smoke_env, time_limit
+from .nbval_harness import is_checked, smoke_env, time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 STRIP_KEYS = "metadata.papermill cell.metadata.papermill cell.metadata.execution"  # as `make strip`
@@ -60,7 +61,7 @@ def refresh_checked_outputs(path: Path) -> list[int]:
     nb = nbformat.read(str(path), as_version=4)
     run = copy.deepcopy(nb)
     env = {**smoke_env(), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    with environment(env):
+    with environment(**env):
         where = {"metadata": {"path": str(path.parent)}}  # the kernel's cwd, as nbval and papermill set it
         NotebookClient(run, timeout=int(time_limit(path.name)), kernel_name="python3", resources=where).execute()
     checked = []
