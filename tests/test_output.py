@@ -63,3 +63,32 @@ def test_status_lines_go_to_stdout():
                 on_stderr.append(f"{path.relative_to(ROOT)}:{call.lineno}")
     assert found >= 5, "no status line found: has the [tag] convention changed?"
     assert not on_stderr, f"status lines printed to stderr: {on_stderr}"
+
+
+def test_save_headline_writes_everything_and_prints_at_most_ten_lines(tmp_path, capsys):
+    import json
+    import math
+
+    import pytest
+
+    from trgrpo.output import save_headline
+
+    headline = {f"s{i}": i + 0.123456 for i in range(12)}
+    headline["nested"] = {"a": [1, 2, 3], "b": {"c": 1}}
+    headline["nan"] = math.nan
+    path = tmp_path / "sub" / "h.json"
+    text = save_headline(headline, path)
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed == text.splitlines() and len(printed) <= 10
+    assert printed[0] == f"saved to {path}"
+    assert "  s0: 0.1235" in printed and not any("nested" in line for line in printed)
+    assert printed[-1] == "  (+6 more entries in the file)"
+    rec = json.loads(path.read_text())
+    assert rec["nested"] == headline["nested"] and rec["nan"] is None and len(rec) == 14
+    save_headline(headline, path, keys=["s3", "nested", "s1"])
+    shown = capsys.readouterr().out.splitlines()[1:]
+    assert shown == ["  s3: 3.123", "  s1: 1.123", "  (+12 more entries in the file)"]
+    with pytest.raises(KeyError, match="missing"):
+        save_headline(headline, path, keys=["missing"])
+    with pytest.raises(TypeError, match="headline"):
+        save_headline([1], tmp_path / "x.json")

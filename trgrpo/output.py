@@ -31,3 +31,33 @@ def configure() -> None:
 
         if "transformers" in sys.modules:  # imported before trgrpo: its bar switch was read already
             sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | None = None, max_items: int = 8) -> str:
+    """Write a notebook's ``headline`` record to ``path`` (atomic JSON, NaN -> null) and print a short summary:
+    a ``saved to PATH`` line, then ``key: value`` for at most ``max_items`` top-level scalar entries (those named in
+    ``keys``, in that order, else the first ones; nested entries are in the file, not on screen). Returns the text."""
+    from pathlib import Path
+
+    from .experiment import write_json
+
+    if not isinstance(headline, dict):
+        raise TypeError(f"headline must be a dict, got {type(headline).__name__}")
+    saved = write_json(Path(path), headline)
+    unknown = [k for k in keys or [] if k not in headline]
+    if unknown:
+        raise KeyError(f"keys not in headline: {unknown}")
+    items = [(k, headline[k]) for k in keys] if keys else list(headline.items())
+    scalars = [(k, v) for k, v in items if v is None or isinstance(v, (bool, int, float, str))]
+    lines = [f"saved to {saved}"] + [f"  {k}: {_short(v)}" for k, v in scalars[:max_items]]
+    rest = len(headline) - min(len(scalars), max_items)
+    if rest:
+        lines.append(f"  (+{rest} more entries in the file)")
+    text = "\n".join(lines)
+    print(text)
+    return text

@@ -68,6 +68,43 @@ def show(fig_or_path: Figure | str | os.PathLike, *, dpi: int = 100):
     return Image(data=buf.getvalue(), format="png")
 
 
+def _has_data(ax) -> bool:
+    """True if ``ax`` draws something visible: a line through two finite points, a bar of finite non-zero height,
+    a non-empty scatter/collection or an image (a one-step run draws single points, which do not show)."""
+    for line in ax.get_lines():
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        if (np.isfinite(x) & np.isfinite(y)).sum() >= 2:
+            return True
+    for patch in ax.patches:
+        h = getattr(patch, "get_height", lambda: 0.0)()
+        if np.isfinite(h) and h != 0:
+            return True
+    return bool(ax.images) or any(len(c.get_offsets()) or len(c.get_paths()) for c in ax.collections)
+
+
+def mark_smoke(fig, what: str, path: str | os.PathLike | None = None, *, smoke: bool = True):
+    """Label a figure from a smoke run: its title (the suptitle if it has one, else each axis title) gets a line
+    ``(smoke run: <what>)`` and each axis that draws nothing a note that it is empty by design. ``smoke=False``
+    returns ``fig`` unchanged; ``path`` re-saves it."""
+    if not smoke:
+        return fig
+    label = f"(smoke run: {what})"
+    sup = fig.get_suptitle()
+    if sup:
+        fig.suptitle(f"{sup}\n{label}")
+    for ax in fig.axes:
+        if not sup:
+            ax.set_title(f"{ax.get_title()}\n{label}" if ax.get_title() else label)
+        if not _has_data(ax):
+            ax.text(0.5, 0.5, "empty by design in a smoke run (too few steps to draw)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=8, color="gray")
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
 def _axes(ax, figsize=(5.0, 3.6)):
     if ax is not None:
         return ax.figure, ax

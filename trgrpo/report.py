@@ -106,29 +106,37 @@ def trajectories(records: Iterable[dict], key: str) -> dict[str, list[list[float
     return dict(out)
 
 
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D")
+
+
 def plot_trajectories(
     records: Iterable[dict], key: str, *, ax=None, title: str | None = None, ylabel: str | None = None
 ):
-    """Figure 3 (key='grad_norm') / Figure 4 (key='reward') analog: seeds faint, median bold."""
+    """Figure 3 (key='grad_norm') / Figure 4 (key='reward') analog: seeds faint, median bold. Each variant has its
+    own colour, line style and marker, so equal curves (GRPO and TR-GRPO often coincide early) stay both visible."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
     for i, (name, runs) in enumerate(sorted(trajectories(records, key).items())):
-        color = f"C{i}"
+        color, style, marker = f"C{i}", LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
         n = min(len(s) for s in runs) if runs else 0
         if n == 0:
             continue
         arr = np.array([s[:n] for s in runs], dtype=float)
         x = np.arange(1, n + 1)
         for s in arr:
-            ax.plot(x, s, color=color, alpha=0.25, lw=0.8)
-        ax.plot(x, np.nanmedian(arr, axis=0), color=color, lw=2.0, label=f"{name} (n={len(runs)})")
+            ax.plot(x, s, color=color, ls=style, alpha=0.25, lw=0.8)
+        every = max(1, n // 10)  # markers staggered between variants so they do not sit on each other
+        ax.plot(x, np.nanmedian(arr, axis=0), color=color, ls=style, lw=2.0, marker=marker, ms=4,
+                markevery=((i * every // 2) % every, every), label=f"{name} (n={len(runs)})")
     ax.set_xlabel("training step")
     ax.set_ylabel(ylabel or key)
     ax.set_title(title or key)
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a constrained figure of several panels lays itself out
+        fig.tight_layout()
     return fig
 
 
