@@ -1,7 +1,10 @@
 """Rewards that never break: arbitrary text, 1 MB inputs, tag soup, thousands of ``\\boxed{``, unicode and control
 characters. A reward never raises, always returns a value of its allowed set (Table 5 sums for K&K, {0, 1} for
-math, App. B.1.2), and a 1 MB completion costs less than 50 ms of CPU time (best of 5 runs; the worst CPU and
-wall-clock figures, and the inputs that gave them, are printed at the end).
+math, App. B.1.2), and a 1 MB completion costs less than 150 ms of CPU time (best of 5 runs; the worst CPU and
+wall-clock figures, and the inputs that gave them, are printed at the end). The bound was 50 ms until the K&K
+look-alike guard learned combining marks, variation selectors, tag characters and Unicode spaces (issue 16): a
+1 MB answer of astral characters now takes about 100 ms for the two calls the K&K check makes (parts + total) on
+the 2-core CI machine, idle. Still linear: a 1 MB input is far beyond any completion length.
 
 The math reward's cost has two parts: the scan, which grows with the input and is what the 1 MB bound is about,
 and sympy's parse + verify of the final boxed answer (at most 1000 characters), which does not grow with the input
@@ -21,7 +24,7 @@ from trgrpo.tasks import kk
 from trgrpo.tasks import math as mt
 
 MB = 1 << 20
-BOUND_S = 0.050  # the promised worst case for a 1 MB input
+BOUND_S = 0.150  # the promised worst case for a 1 MB input (see the module docstring)
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
 GOLD = "(1) Emma is a knight\n(2) Liam is a knave\n(3) Olivia is a knave"
