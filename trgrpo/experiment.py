@@ -473,6 +473,21 @@ def write_result(group: str, name: str, record: dict, results_dir: Path | str | 
     return write_json(Path(results_dir or RESULTS_DIR) / group / f"{name}.json", record)
 
 
+def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bool:
+    """Replace the text between the markers ``start`` and ``end`` of the file at ``path`` with ``body`` (a generated
+    README block); True if the file changed. Raises ValueError naming the file when a marker is missing."""
+    path = Path(path)
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{path} lacks the markers {start!r} ... {end!r}")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{start}\n{body}{end}{tail}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
 def write_json(path: Path | str, record: Any) -> Path:
     """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
     share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or

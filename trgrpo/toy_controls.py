@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .experiment import RESULTS_DIR, write_result
+from .experiment import RESULTS_DIR, update_marked_block, write_result
 
 TASK = "addition"
 CONTROLS_GROUP = "toy/controls"
@@ -788,15 +788,7 @@ def tau_sentence(tau: dict) -> str:
 def update_readme(results_dir: Path | str | None = None, readme: Path | None = None) -> bool:
     """Replace the README block between :data:`README_START` and :data:`README_END`; True if it changed."""
     readme = readme or Path(__file__).resolve().parents[1] / "README.md"
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise ValueError(f"{readme} lacks the markers {README_START!r} ... {README_END!r}")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    new = f"{head}{README_START}\n{verdict_markdown(results_dir)}\n{README_END}{tail}"
-    if new != text:
-        readme.write_text(new)
-    return new != text
+    return update_marked_block(readme, README_START, README_END, verdict_markdown(results_dir) + "\n")
 
 
 if __name__ == "__main__":

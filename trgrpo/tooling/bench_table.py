@@ -322,12 +322,6 @@ def readme_table(results_dir: Path | str = RESULTS_DIR) -> str:
 
 def update_readme(results_dir: Path | str = RESULTS_DIR, readme: Path = README) -> bool:
     """Replace the block between the README's bench markers with :func:`readme_table`; True if it changed."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise ValueError(f"{readme} lacks the markers {README_START!r} ... {README_END!r}")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    new = f"{head}{README_START}\n{readme_table(results_dir)}{README_END}{tail}"
-    if new != text:
-        readme.write_text(new)
-    return new != text
+    from ..experiment import update_marked_block
+
+    return update_marked_block(readme, README_START, README_END, readme_table(results_dir))
