@@ -6,9 +6,9 @@ its strength, the evidence in one sentence, and the command that would test the 
 number in the text comes from a record; nothing here is typed by hand except the paper's own claims.
 
 Records read when present (each evaluator says "not run yet" when its records are absent):
-``results/notebooks/01_*.json`` and ``04_*.json`` (notebooks 01, 04), ``results/toy/micro/`` (the toy grid),
+``results/notebooks/01_*.json`` and ``04_*.json`` (notebooks 01, 04),
 ``results/toy/controls/summary.json`` (the toy grid's control summary: primary metric, paired deltas vs GRPO),
-``results/toy/tau/`` and ``results/toy/kl/`` (toy tau sweep and KL variants), ``results/toy/lm/`` (SmolLM2 on K&K),
+``results/toy/tau/`` and ``results/toy/kl/`` (toy tau sweep and KL variants), ``results/toy/lm/`` (SmolLM2 Part B),
 ``results/kk``, ``results/math``, ``results/search`` (trainer runs), ``results/bench/`` (``make bench``).
 """
 
@@ -214,26 +214,7 @@ def table4(claim: Claim, root: Path) -> dict:
             return _row(claim, verdict, _strength(int(tr.get("n") or 0), ci), evidence,
                         f"toy: 1M-parameter model, 2-digit addition, CPU (results/toy/controls, steps "
                         f"{ctrl.get('eval_steps', '?')})")
-    runs = [r for r in _records(root / "toy" / "micro") if r.get("task") == "addition"]
-    from . import toy
-    from .analysis import final_metric, paired_by_seed, paired_comparison
-
-    groups = toy.group_runs(runs)
-    if "equal" not in groups or "tr-surrogate" not in groups:
-        return _not_run(claim, "notebook 03's toy grid writes results/toy/micro/")
-    parts, main = [], None
-    for label in ("tr-surrogate", "tr-ratio", "reverse-surrogate", "random"):
-        if label not in groups:
-            continue
-        t, c, _ = paired_by_seed(groups[label], groups["equal"], lambda r: final_metric(r, "greedy_accuracy"))
-        cmp = paired_comparison(t, c)
-        main = main or cmp
-        parts.append(f"{label} {cmp['mean_diff']:+.3f} [{cmp['boot_ci'][0]:+.3f}, {cmp['boot_ci'][1]:+.3f}] "
-                     f"({cmp['wins']}/{cmp['n']} up)")
-    verdict = "reproduced" if main["boot_ci"][0] > 0 else "not reproduced"
-    return _row(claim, verdict, _strength(main["n"], main["boot_ci"]),
-                "greedy accuracy minus GRPO on the same seed: " + "; ".join(parts),
-                "toy: " + _scale_of(groups["tr-surrogate"]))
+    return _not_run(claim, "python -m trgrpo.toy_controls run controls, then summary, writes results/toy/controls/")
 
 
 def _tau_of(arm: str) -> float | None:

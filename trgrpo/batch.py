@@ -1,4 +1,4 @@
-"""Batch execution of notebooks with papermill (DESIGN.md "Scale-out"; issue "fullscale").
+"""Batch execution of notebooks with papermill (docs/design.md, "The scale-out path").
 
 ``python -m trgrpo.batch experiments/<name>.yaml`` executes the notebooks a YAML file lists, each with
 its parameters, into ``runs/<name>/`` (executed notebook + log), goes on past a notebook that fails and
