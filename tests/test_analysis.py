@@ -89,8 +89,56 @@ def test_weighted_norm_spread_and_binned():
     assert out["mean"] == pytest.approx(7 / 3) and out["mean_weight"] == pytest.approx(4 / 3)
     assert out["std"] == pytest.approx(np.std([2, 2, 3], ddof=1))
     assert out["std_per_mean_weight"] == pytest.approx(np.std([2, 2, 3], ddof=1) / (4 / 3))
-    b = an.binned([0.05, 0.06, 0.95], [1.0, 3.0, 5.0], bins=2)
-    assert b["centers"] == [0.25, 0.75] and b["mean"] == [2.0, 5.0] and b["count"] == [2, 1]
+    b = an.binned_means([0.05, 0.06, 0.95], [1.0, 3.0, 5.0], bins=2)
+    assert b["center"].tolist() == [0.25, 0.75] and b["mean"].tolist() == [2.0, 5.0] and b["count"].tolist() == [2, 1]
+    assert b["std"].tolist() == pytest.approx([math.sqrt(2), 0.0])  # (1, 3): ddof = 1 -> sqrt(2), not 1
+
+
+# ---------------------------------------------------------------- one binning, one spread convention
+
+
+def test_bin_edges_and_index_by_hand():
+    assert an.bin_edges(4).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert an.bin_edges(2, 1.0, 1.4).tolist() == pytest.approx([1.0, 1.2, 1.4])
+    assert an.bin_edges([0.0, 0.3, 1.0]).tolist() == [0.0, 0.3, 1.0]
+    edges = an.bin_edges(4)
+    # an edge belongs to the bin on its right; the top edge to the last bin; outside values to the end bins
+    x = [0.0, 0.1, 0.25, 0.49, 0.5, 0.99, 1.0, -0.2, 1.3]
+    assert an.bin_index(x, edges).tolist() == [0, 0, 1, 1, 2, 3, 3, 0, 3]
+    counts, e = an.bin_counts([0.0, 0.1, 0.25, 0.5, 1.0], 4)
+    assert counts.tolist() == [2, 1, 1, 1] and e.tolist() == edges.tolist()
+    for bad in (0, -1, [0.5], [0.0, 0.5, 0.5], [1.0, 0.0]):
+        with pytest.raises(ValueError, match="bins"):
+            an.bin_edges(bad)
+
+
+def test_bin_counts_agree_with_numpy_histogram_inside_the_range():
+    x = np.random.default_rng(0).random(2000)
+    x[:3] = [0.0, 1.0, 0.5]  # edges included
+    for bins, lo, hi in ((10, 0.0, 1.0), (7, 0.0, 1.0), (20, 0.2, 0.9)):
+        inside = x[(x >= lo) & (x <= hi)]
+        counts, edges = an.bin_counts(inside, bins, lo, hi)
+        assert counts.tolist() == np.histogram(inside, bins=edges)[0].tolist()
+
+
+def test_one_spread_convention_is_ddof_one():
+    values = [1.0, 2.0, 3.0, 4.0]
+    m, sd, n = an.mean_std(values)
+    assert (m, n) == (2.5, 4) and sd == pytest.approx(math.sqrt(5 / 3))  # sum of squares 5 over n - 1 = 3
+    assert sd != pytest.approx(np.std(values))  # not ddof = 0 (sqrt(5 / 4))
+    assert an.mean_std([7.0]) == (7.0, 0.0, 1) and an.mean_std([float("nan"), None, 1.0, 3.0])[1:] == (
+        pytest.approx(math.sqrt(2)), 2)  # fmt: skip
+    s = an.spread_stats(values)
+    assert s["std"] == sd and s["cv"] == pytest.approx(sd / 2.5) and s["max_over_median"] == pytest.approx(1.6)
+    # every spread of the project uses it: across steps, across tokens, within bins
+    assert an.trajectory_stats(values)["std"] == sd and an.weighted_norm_spread(values, [1.0] * 4)["std"] == sd
+    assert an.binned_means([0.1] * 4, values, bins=2)["std"].tolist() == [sd]
+
+
+def test_theory_uses_the_statistics_module():
+    from trgrpo import theory
+
+    assert theory.spread_stats is an.spread_stats and theory.binned_means is an.binned_means
 
 
 def test_comparison_table_pairs_by_seed():

@@ -7,6 +7,7 @@ import torch
 
 from trgrpo import plots, readings, theory
 from trgrpo.theory import TokenBatch
+from trgrpo.weights import WeightParams
 
 SQRT2 = math.sqrt(2)
 
@@ -394,7 +395,7 @@ def test_weight_explorer_widget_redraws():
     finally:
         plots.plot_weight_explorer = real
     assert n0 >= 1 and len(calls) == n0 + 3
-    assert calls[-1]["tau_mode"] == "divide" and calls[-1]["placement"] == "surrogate"
+    assert calls[-1]["params"] == WeightParams(tau=2.0, tau_mode="divide") and calls[-1]["placement"] == "surrogate"
     assert set(box.controls) == {"alpha", "mu", "tau", "lower", "upper", "tau_mode", "placement"}
 
 

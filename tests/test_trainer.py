@@ -7,6 +7,7 @@ import torch
 from datasets import Dataset
 
 from trgrpo import TRGRPOConfig, TRGRPOTrainer
+from trgrpo.weights import WeightParams, token_weights
 
 PROMPTS = [f"Count to {i}:" for i in range(8)]
 
@@ -110,6 +111,18 @@ def test_paper_defaults():
     assert (cfg.weight_scheme, cfg.weight_alpha, cfg.weight_mu, cfg.weight_tau) == ("tr", 2.0, 0.25, 9.0)
     assert (cfg.weight_lower, cfg.weight_upper, cfg.weight_tau_mode) == (1.0, 1.4, "scale")
     assert (cfg.weight_placement, cfg.kl_weighting) == ("ratio", "eq10")
+    assert cfg.weight_params == WeightParams()  # the flat weight_* fields as one object
+
+
+def test_config_weight_params_follow_the_flat_fields():
+    cfg = TRGRPOConfig(
+        output_dir="/tmp/trgrpo-wp", report_to="none", use_cpu=True, weight_scheme="reverse", weight_alpha=1.5,
+        weight_mu=0.1, weight_tau=3.0, weight_lower=0.9, weight_upper=1.3, weight_tau_mode="divide",
+    )  # fmt: skip
+    expected = WeightParams(scheme="reverse", alpha=1.5, mu=0.1, tau=3.0, lower=0.9, upper=1.3, tau_mode="divide")
+    assert cfg.weight_params == expected
+    p = torch.rand(50, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(token_weights(p, cfg.weight_params), token_weights(p, "reverse", **expected.eq11()))
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trgrpo import token_weights, weight_range
-from trgrpo.weights import WeightParams
+from trgrpo.weights import WeightParams, validate_weight_params
 
 from .reference import weight as ref_weight
 
@@ -343,3 +343,58 @@ def test_config_and_toy_accept_batch_schemes():
         assert cfg.weight_scheme == scheme
         spec = toy.toy_spec(scheme, 3, placement="surrogate")
         assert spec["name"] == f"addition-micro-{scheme}-surrogate-seed3"
+
+
+# ---------------------------------------------------------------- WeightParams: one object for Eq. 11's parameters
+
+
+def test_weight_params_and_keywords_give_the_same_weights():
+    p = torch.rand(300, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    for fields in ({}, dict(tau=3.0, tau_mode="divide"), dict(alpha=1.5, mu=0.1, lower=0.8, upper=1.2)):
+        for scheme in ("tr", "reverse", "equal"):
+            params = WeightParams(scheme=scheme, **fields)
+            assert torch.equal(token_weights(p, params), token_weights(p, scheme, **fields))
+            assert weight_range(params) == weight_range(scheme=scheme, **fields)
+    # keywords given with a WeightParams change that field only
+    base = WeightParams(tau=3.0)
+    assert torch.equal(token_weights(p, base, upper=1.2), token_weights(p, WeightParams(tau=3.0, upper=1.2)))
+
+
+def test_weight_params_are_validated_once(monkeypatch):
+    """A WeightParams is checked when it is made; passing it on does not check it again."""
+    import trgrpo.weights as weights
+
+    params = WeightParams(tau=2.0)
+    calls = []
+    real = weights.validate_weight_params
+    monkeypatch.setattr(weights, "validate_weight_params", lambda *a, **k: calls.append(1) or real(*a, **k))
+    token_weights(torch.rand(4), params)
+    weight_range(params)
+    assert calls == []
+    token_weights(torch.rand(4), "tr", tau=2.0)  # the keyword style builds (and checks) one
+    assert calls == [1]
+
+
+def test_weight_params_replace_and_eq11():
+    params = WeightParams(scheme="reverse", tau=3.0)
+    assert params.replace(tau=4.0) == WeightParams(scheme="reverse", tau=4.0) and params.tau == 3.0
+    assert params.eq11() == {"alpha": 2.0, "mu": 0.25, "tau": 3.0, "lower": 1.0, "upper": 1.4, "tau_mode": "scale"}
+    with pytest.raises(ValueError, match="upper"):  # 2 - w must stay > 0
+        params.replace(upper=2.0)
+    with pytest.raises(TypeError, match=r"unknown weight parameter\(s\) \['taus'\]"):
+        params.replace(taus=3.0)
+    with pytest.raises(TypeError, match="taus"):
+        token_weights(torch.rand(3), taus=3.0)
+    with pytest.raises(ValueError, match="tau"):
+        validate_weight_params(tau=-1.0)
+
+
+def test_validate_reads_prefixed_fields_and_names_them():
+    class Flat:  # the trainer config's flat fields
+        weight_scheme, weight_alpha, weight_mu, weight_tau = "tr", 2.0, 0.25, 9.0
+        weight_lower, weight_upper, weight_tau_mode = 1.2, 1.1, "scale"
+
+    with pytest.raises(ValueError, match=r"weight_lower must be <= weight_upper"):
+        validate_weight_params(Flat(), prefix="weight_")
+    Flat.weight_upper = 1.3
+    validate_weight_params(Flat(), prefix="weight_")

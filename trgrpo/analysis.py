@@ -15,13 +15,36 @@ import numpy as np
 
 
 def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
-    """(mean, sample std with ddof=1 -- 0 for a single value, n); NaNs are dropped."""
-    x = np.asarray([v for v in values if v is not None], dtype=float)
+    """(mean, sample std, n): THE spread convention of the project, used for seeds, steps, tokens and bins alike.
+
+    The std is the sample standard deviation with ddof = 1, sqrt(sum (x - mean)^2 / (n - 1)) -- 0 for a single
+    value; ``None``, NaN and inf are dropped (n counts what is left; mean and std are NaN when nothing is)."""
+    x = np.asarray([v for v in values if v is not None], dtype=float).ravel()
     x = x[np.isfinite(x)]
     n = int(x.size)
     if n == 0:
         return math.nan, math.nan, 0
     return float(x.mean()), float(x.std(ddof=1)) if n > 1 else 0.0, n
+
+
+def spread_stats(values) -> dict[str, float]:
+    """Spread of a sample (the coefficient of variation of Theorem 3.2 in notebooks 01 and 03): n, mean, std
+    (ddof = 1, :func:`mean_std`), cv = std / mean, median, max, max / median. Non-finite values are dropped."""
+    x = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        raise ValueError("spread_stats needs at least one finite value")
+    mean, std, n = mean_std(x)
+    med, top = float(np.median(x)), float(x.max())
+    return {
+        "n": n,
+        "mean": mean,
+        "std": std,
+        "cv": std / mean if mean != 0 else math.nan,
+        "median": med,
+        "max": top,
+        "max_over_median": top / med if med != 0 else math.nan,
+    }
 
 
 def fmt_mean_std(values: Iterable[float], digits: int = 2, n: bool = False) -> str:
@@ -225,53 +248,96 @@ def rolling_mean(x: Sequence[float], window: int) -> np.ndarray:
 
 
 def trajectory_stats(values: Sequence[float], *, spike_k: float = 3.0) -> dict:
-    """Mean, std and coefficient of variation over steps, mean absolute step-to-step change, and spikes:
+    """Mean, std (ddof = 1) and coefficient of variation over steps, mean absolute step-to-step change, and spikes:
     steps above median + ``spike_k`` x MAD (the "fewer spikes" of Figure 3)."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     if x.size == 0:
         return {"mean": math.nan, "std": math.nan, "cv": math.nan, "mean_abs_change": math.nan, "spikes": 0}
-    med = float(np.median(x))
+    s = spread_stats(x)
+    med = s["median"]
     mad = float(np.median(np.abs(x - med))) * 1.4826
     return {
-        "mean": float(x.mean()),
-        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-        "cv": float(x.std(ddof=1) / x.mean()) if x.size > 1 and x.mean() != 0 else math.nan,
+        "mean": s["mean"],
+        "std": s["std"],
+        "cv": s["cv"] if x.size > 1 else math.nan,
         "mean_abs_change": float(np.abs(np.diff(x)).mean()) if x.size > 1 else 0.0,
         "spikes": int((x > med + spike_k * mad).sum()) if mad > 0 else 0,
     }
 
 
 def weighted_norm_spread(grad_norms: Sequence[float], weights: Sequence[float]) -> dict:
-    """Spread of per-token ||g_t|| = w_t ||grad log pi(o_t)|| (Eq. 13 with |gamma| = 1): mean, std and coefficient
-    of variation, raw and with the mean weight divided out (Theorem 3.2: w (1 - p) varies less)."""
+    """Spread of per-token ||g_t|| = w_t ||grad log pi(o_t)|| (Eq. 13 with |gamma| = 1): mean, std (ddof = 1) and
+    coefficient of variation (:func:`spread_stats`), raw and with the mean weight divided out (Theorem 3.2:
+    w (1 - p) varies less)."""
     g = np.asarray(grad_norms, dtype=float) * np.asarray(weights, dtype=float)
+    s = spread_stats(g)
     wm = float(np.mean(weights))
     return {
-        "mean": float(g.mean()),
-        "std": float(g.std(ddof=1)) if g.size > 1 else 0.0,
-        "cv": float(g.std(ddof=1) / g.mean()) if g.size > 1 and g.mean() != 0 else math.nan,
+        "mean": s["mean"],
+        "std": s["std"],
+        "cv": s["cv"] if g.size > 1 else math.nan,
         "mean_weight": wm,
-        "std_per_mean_weight": float(g.std(ddof=1) / wm) if g.size > 1 else 0.0,
+        "std_per_mean_weight": s["std"] / wm,
     }
 
 
-def binned(x: Sequence[float], y: Sequence[float], bins: int | Sequence[float] = 10) -> dict:
-    """Mean, std and count of ``y`` in bins of ``x`` (equal-width on [0, 1] by default)."""
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
-    edges = np.linspace(0, 1, bins + 1) if isinstance(bins, int) else np.asarray(bins, dtype=float)
-    idx = np.clip(np.digitize(x, edges[1:-1]), 0, edges.size - 2)
-    out = {"centers": [], "mean": [], "std": [], "count": []}
-    for k in range(edges.size - 1):
-        sel = y[idx == k]
-        if sel.size == 0:
+# ---------------------------------------------------------------------------------------------------------------
+# Binning: one convention for every binned mean and histogram
+
+
+def bin_edges(bins: int | Sequence[float] = 10, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
+    """The edges of ``bins`` equal-width bins of [lo, hi] (``bins + 1`` numbers), or ``bins`` itself when it is a
+    sequence of edges (at least two, increasing)."""
+    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
+        if bins < 1:
+            raise ValueError(f"bins must be >= 1, got {bins}")
+        if not lo < hi:
+            raise ValueError(f"bin range needs lo < hi, got lo={lo}, hi={hi}")
+        return np.linspace(lo, hi, int(bins) + 1)
+    edges = np.asarray(bins, dtype=float)
+    if edges.ndim != 1 or edges.size < 2 or not np.all(np.diff(edges) > 0):
+        raise ValueError(f"bins must be an int >= 1 or at least two increasing edges, got {bins!r}")
+    return edges
+
+
+def bin_index(x, edges: np.ndarray) -> np.ndarray:
+    """The bin of each value of ``x``: bin k holds edges[k] <= x < edges[k + 1], and the last bin also its right
+    edge (as :func:`numpy.histogram`); values outside the edges are counted in the first or last bin."""
+    return np.clip(np.searchsorted(edges, np.asarray(x, dtype=float), side="right") - 1, 0, len(edges) - 2)
+
+
+def bin_counts(x, bins: int | Sequence[float] = 10, lo: float = 0.0, hi: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, edges): a histogram of ``x`` with the bins of :func:`bin_edges` and :func:`bin_index`."""
+    edges = bin_edges(bins, lo, hi)
+    return np.bincount(bin_index(x, edges), minlength=len(edges) - 1), edges
+
+
+def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) -> dict[str, np.ndarray]:
+    """Mean, std (ddof = 1, :func:`mean_std`), standard error and count of ``y`` in bins of ``x`` (equal-width on
+    [0, 1] for an int; :func:`bin_index`).
+
+    Bins with fewer than ``min_count`` points are dropped. Returns arrays ``left, right, center, x_mean,
+    mean, std, sem, count``.
+    """
+    x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=float).ravel()
+    y = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y, dtype=float).ravel()
+    edges = bin_edges(bins)
+    idx = bin_index(x, edges)
+    rows = []
+    for b in range(len(edges) - 1):
+        sel = idx == b
+        c = int(sel.sum())
+        if c < max(min_count, 1):
             continue
-        out["centers"].append(float((edges[k] + edges[k + 1]) / 2))
-        out["mean"].append(float(sel.mean()))
-        out["std"].append(float(sel.std()) if sel.size > 1 else 0.0)
-        out["count"].append(int(sel.size))
-    return out
+        mean, sd, _ = mean_std(y[sel])
+        rows.append((edges[b], edges[b + 1], 0.5 * (edges[b] + edges[b + 1]), x[sel].mean(), mean, sd,
+                     sd / math.sqrt(c), c))  # fmt: skip
+    names = ("left", "right", "center", "x_mean", "mean", "std", "sem", "count")
+    if not rows:
+        return {k: np.zeros(0) for k in names}
+    arr = np.array(rows, dtype=np.float64)
+    return {k: (arr[:, i].astype(int) if k == "count" else arr[:, i]) for i, k in enumerate(names)}
 
 
 # ---------------------------------------------------------------------------------------------------------------

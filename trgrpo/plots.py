@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,10 +21,9 @@ from matplotlib.figure import Figure
 
 from .loss import zero_gradient_mask
 from .paper import TABLE7_LU, TABLE7_TAUS
-from .weights import token_weights
+from .weights import WeightParams, as_weight_params, token_weights
 
-DEFAULTS = {"alpha": 2.0, "mu": 0.25, "tau": 9.0, "lower": 1.0, "upper": 1.4, "tau_mode": "scale"}
-WEIGHT_KEYS = tuple(DEFAULTS)
+DEFAULTS = WeightParams()  # the paper's Eq. 11 hyperparameters (App. B.2)
 SCHEME_COLORS = {"equal": "tab:green", "tr": "tab:blue", "reverse": "tab:orange", "random": "tab:gray"}
 SCHEME_LABELS = {"equal": "GRPO (w = 1)", "tr": "TR-GRPO", "reverse": "Reverse (2 - w)", "random": "Random"}
 
@@ -122,9 +122,12 @@ def _p_grid(n: int = 1001) -> torch.Tensor:
     return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
 
 
-def _weights(p: torch.Tensor, scheme: str = "tr", **kw) -> np.ndarray:
-    params = {k: kw[k] for k in WEIGHT_KEYS if k in kw}
-    return token_weights(p, scheme, generator=torch.Generator().manual_seed(int(kw.get("seed", 0))), **params).numpy()
+def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *, seed: int = 0) -> np.ndarray:
+    """Weights of ``params`` (its scheme, or ``scheme``) as numpy; ``"random"`` draws from a generator seeded
+    ``seed``."""
+    if scheme is not None and scheme != params.scheme:
+        params = params.replace(scheme=scheme)
+    return token_weights(p, params, generator=torch.Generator().manual_seed(int(seed))).numpy()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,7 +170,8 @@ def plot_grad_norm_vs_prob(
     max_points: int = 5000,
 ) -> Figure:
     """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
-    from .theory import binned_means, fit_proportional
+    from .analysis import binned_means
+    from .theory import fit_proportional
 
     fig, ax = _axes(ax, (5.4, 3.8))
     p, g = _np(probs), _np(grad_norms)
@@ -192,18 +196,26 @@ def plot_grad_norm_vs_prob(
 
 
 def plot_theorem32_spread(
-    grad_norms, probs, *, tau_modes: Sequence[str] = ("scale", "divide"), ax=None, **weight_kwargs
+    grad_norms,
+    probs,
+    *,
+    tau_modes: Sequence[str] = ("scale", "divide"),
+    ax=None,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> Figure:
-    """Eq. 13: box plots of w ||grad log pi|| / mean for GRPO, TR-GRPO and Reverse under each tau reading."""
-    from .theory import spread_stats
+    """Eq. 13: box plots of w ||grad log pi|| / mean for GRPO, TR-GRPO and Reverse under each tau reading
+    (the other Eq. 11 hyperparameters from ``params`` / ``fields``)."""
+    from .analysis import spread_stats
 
     fig, ax = _axes(ax, (6.4, 3.8))
     g = torch.as_tensor(_np(grad_norms))
     p = torch.as_tensor(_np(probs)).clamp(0, 1)
+    base = as_weight_params(params, **fields)
     data, labels, colors = [], [], []
     for mode in tau_modes:
         for scheme in ("equal", "tr", "reverse"):
-            w = token_weights(p, scheme, tau_mode=mode, **weight_kwargs)
+            w = token_weights(p, base.replace(scheme=scheme, tau_mode=mode))
             v = (w * g).numpy()
             s = spread_stats(v)
             data.append(v / s["mean"])
@@ -224,22 +236,27 @@ def plot_theorem32_spread(
 # --------------------------------------------------------------------------------------------------
 
 
+def _label(params: WeightParams) -> str:
+    """The fields of ``params`` that differ from the paper defaults, ``"defaults"`` when none do."""
+    changed = {k: v for k, v in vars(params).items() if v != getattr(DEFAULTS, k)}
+    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
+
+
 def plot_weight_function(
-    settings: Sequence[dict] | None = None,
+    settings: Sequence[WeightParams | dict] | None = None,
     *,
     labels: Sequence[str] | None = None,
     ax=None,
     title: str = "Eq. 11: w(p)",
 ) -> Figure:
-    """w(p) on [0, 1] for each dict of Eq. 11 parameters (missing keys take the paper defaults)."""
+    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields (missing
+    keys take the paper defaults)."""
     fig, ax = _axes(ax)
-    settings = list(settings) if settings is not None else [{}]
+    settings = list(settings) if settings is not None else [DEFAULTS]
     p = _p_grid()
     for i, s in enumerate(settings):
-        kw = {**DEFAULTS, **s}
-        scheme = s.get("scheme", "tr")
-        lab = labels[i] if labels is not None else ", ".join(f"{k}={v}" for k, v in s.items()) or "defaults"
-        ax.plot(p.numpy(), _weights(p, scheme, **kw), label=lab)
+        params = s if isinstance(s, WeightParams) else as_weight_params(**s)
+        ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else _label(params))
     ax.set_xlabel("p = pi(o_t)")
     ax.set_ylabel("w")
     ax.set_title(title, fontsize=10)
@@ -247,36 +264,44 @@ def plot_weight_function(
     return fig
 
 
-def plot_tau_sweep(taus: Sequence[float] = TABLE7_TAUS, *, tau_mode: str = "scale", ax=None, **weight_kwargs) -> Figure:
-    """w(p) for each tau of Table 7 under one reading of tau."""
-    form = "sigmoid(tau p)" if tau_mode == "scale" else "sigmoid(p / tau)"
+def plot_tau_sweep(
+    taus: Sequence[float] = TABLE7_TAUS, *, ax=None, params: WeightParams | str = "tr", **fields: Any
+) -> Figure:
+    """w(p) for each tau of Table 7 under one reading of tau (``params.tau_mode``, or the keyword ``tau_mode``)."""
+    base = as_weight_params(params, **fields)
+    form = "sigmoid(tau p)" if base.tau_mode == "scale" else "sigmoid(p / tau)"
     return plot_weight_function(
-        [{**weight_kwargs, "tau": t, "tau_mode": tau_mode} for t in taus],
+        [base.replace(tau=t) for t in taus],
         labels=[f"tau = {t:g}" for t in taus],
         ax=ax,
-        title=f"Table 7 tau sweep, tau_mode='{tau_mode}': {form}",
+        title=f"Table 7 tau sweep, tau_mode='{base.tau_mode}': {form}",
     )
 
 
-def plot_lu_ranges(ranges: Sequence[tuple[float, float]] = TABLE7_LU, *, ax=None, **weight_kwargs) -> Figure:
+def plot_lu_ranges(
+    ranges: Sequence[tuple[float, float]] = TABLE7_LU, *, ax=None, params: WeightParams | str = "tr", **fields: Any
+) -> Figure:
     """w(p) for each (L, U) of Table 7."""
+    base = as_weight_params(params, **fields)
     return plot_weight_function(
-        [{**weight_kwargs, "lower": lo, "upper": up} for lo, up in ranges],
+        [base.replace(lower=lo, upper=up) for lo, up in ranges],
         labels=[f"(L, U) = ({lo:g}, {up:g})" for lo, up in ranges],
         ax=ax,
         title="Table 7 clip ranges (L, U)",
     )
 
 
-def plot_schemes(*, ax=None, seed: int = 0, n_random: int = 400, **weight_kwargs) -> Figure:
+def plot_schemes(
+    *, ax=None, seed: int = 0, n_random: int = 400, params: WeightParams | str = "tr", **fields: Any
+) -> Figure:
     """TR-GRPO, Reverse (2 - w), Equal and Random (uniform on [0.5, 1.5]) weights against p (Table 4)."""
     fig, ax = _axes(ax)
     p = _p_grid()
-    kw = {**DEFAULTS, **weight_kwargs}
+    base = as_weight_params(params, **fields)
     for scheme in ("tr", "reverse", "equal"):
-        ax.plot(p.numpy(), _weights(p, scheme, **kw), color=SCHEME_COLORS[scheme], label=SCHEME_LABELS[scheme])
+        ax.plot(p.numpy(), _weights(p, base, scheme), color=SCHEME_COLORS[scheme], label=SCHEME_LABELS[scheme])
     pr = torch.rand(n_random, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    ax.scatter(pr.numpy(), _weights(pr, "random", seed=seed, **kw), s=4, alpha=0.4,
+    ax.scatter(pr.numpy(), _weights(pr, base, "random", seed=seed), s=4, alpha=0.4,
                color=SCHEME_COLORS["random"], label="Random (U[0.5, 1.5])")  # fmt: skip
     ax.set_xlabel("p = pi(o_t)")
     ax.set_ylabel("w")
@@ -285,17 +310,17 @@ def plot_schemes(*, ax=None, seed: int = 0, n_random: int = 400, **weight_kwargs
     return fig
 
 
-def plot_eq13_factor(*, ax=None, **weight_kwargs) -> Figure:
+def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """The factor of Eq. 13: w (1 - p) for TR-GRPO and Reverse against the bare 1 - p of Eq. 8."""
     fig, ax = _axes(ax)
     p = _p_grid()
-    kw = {**DEFAULTS, **weight_kwargs}
+    base = as_weight_params(params, **fields)
     for scheme in ("equal", "tr", "reverse"):
-        w = _weights(p, scheme, **kw)
+        w = _weights(p, base, scheme)
         ax.plot(p.numpy(), w * (1 - p.numpy()), color=SCHEME_COLORS[scheme], label=f"{SCHEME_LABELS[scheme]}")
     ax.set_xlabel("p = pi(o_t)")
     ax.set_ylabel("w (1 - p)")
-    ax.set_title(f"Eq. 13 factor w(1 - p), tau_mode='{kw['tau_mode']}'", fontsize=10)
+    ax.set_title(f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'", fontsize=10)
     ax.legend(fontsize=7)
     return fig
 
@@ -307,14 +332,14 @@ def plot_zero_gradient(
     eps_low: float = 0.2,
     eps_high: float = 0.24,
     ax=None,
-    **weight_kwargs,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> Figure:
     """Reading 2 (Eq. 9): the clipped quantity (w r or r) against p, the trust band [1 - eps_l, 1 + eps_h],
     and the p where a token with A > 0 (red) or A < 0 (blue) gets no policy gradient."""
     fig, ax = _axes(ax)
     p = _p_grid()
-    kw = {**DEFAULTS, **weight_kwargs}
-    w = torch.as_tensor(_weights(p, "tr", **kw))
+    w = torch.as_tensor(_weights(p, as_weight_params(params, **fields), "tr"))
     r = torch.full_like(p, float(ratio))
     x = (w * r) if placement == "ratio" else r
     ax.plot(p.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
@@ -332,15 +357,14 @@ def plot_zero_gradient(
     return fig
 
 
-def plot_kl_offset(*, ax=None, **weight_kwargs) -> Figure:
+def plot_kl_offset(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """Reading 3: at pi = pi_ref, the value of Eq. 10 (w - log w - 1) and its slope in log pi (1 - w),
     against the 'outside' form (Eq. 12's gradient) and Eq. 6, both 0 there."""
     from .readings import kl_offset_table
 
     fig, ax = _axes(ax)
-    kw = {k: v for k, v in {**DEFAULTS, **weight_kwargs}.items() if k in WEIGHT_KEYS}
     p = np.linspace(0.001, 1.0, 400)
-    rows = kl_offset_table(p.tolist(), **kw)
+    rows = kl_offset_table(p.tolist(), params=as_weight_params(params, **fields).replace(scheme="tr"))
     ax.plot(p, [r["eq10_value"] for r in rows], color="tab:purple", label="Eq. 10 value: w - log w - 1")
     ax.plot(p, [r["eq10_dlogpi"] for r in rows], color="tab:purple", ls="--", label="Eq. 10 d/dlog pi: 1 - w")
     ax.plot(p, [r["outside_value"] for r in rows], color="tab:gray", label="'outside' / Eq. 6: value and slope 0")
@@ -353,33 +377,32 @@ def plot_kl_offset(*, ax=None, **weight_kwargs) -> Figure:
 
 
 def plot_weight_explorer(
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
+    params: WeightParams | str = "tr",
+    *,
     placement: str = "ratio",
     eps_low: float = 0.2,
     eps_high: float = 0.24,
+    **fields: Any,
 ) -> Figure:
-    """Three panels for one setting: w(p) (paper default dashed), the Eq. 13 factor w(1 - p), and the
-    zero-gradient regions of Eq. 9 at r = 1 under ``placement``. The callback of :func:`weight_explorer`."""
+    """Three panels for one setting (``params``, or the Eq. 11 keywords ``fields``): w(p) (paper default dashed),
+    the Eq. 13 factor w(1 - p), and the zero-gradient regions of Eq. 9 at r = 1 under ``placement``.
+    The callback of :func:`weight_explorer`."""
     fig = Figure(figsize=(12.0, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
-    kw = {"alpha": alpha, "mu": mu, "tau": tau, "lower": lower, "upper": upper, "tau_mode": tau_mode}
+    params = as_weight_params(params, **fields)
     p = _p_grid()
-    axes[0].plot(p.numpy(), _weights(p, "tr", **DEFAULTS), "k--", lw=1, label="paper default")
-    axes[0].plot(p.numpy(), _weights(p, "tr", **kw), color="tab:blue", lw=2, label="this setting")
-    axes[0].plot(p.numpy(), _weights(p, "reverse", **kw), color="tab:orange", lw=1, label="Reverse 2 - w")
+    w = _weights(p, params, "tr")
+    axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
+    axes[0].plot(p.numpy(), w, color="tab:blue", lw=2, label="this setting")
+    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color="tab:orange", lw=1, label="Reverse 2 - w")
     axes[0].set_xlabel("p")
     axes[0].set_ylabel("w")
-    flat = bool(np.allclose(_weights(p, "tr", **kw), 1.0))
-    axes[0].set_title(f"w(p): tau_mode='{tau_mode}'" + (" (w = 1 = 2 - w: lines coincide)" if flat else ""),
+    flat = bool(np.allclose(w, 1.0))
+    axes[0].set_title(f"w(p): tau_mode='{params.tau_mode}'" + (" (w = 1 = 2 - w: lines coincide)" if flat else ""),
                       fontsize=10)
     axes[0].legend(fontsize=7)
-    plot_eq13_factor(ax=axes[1], **kw)
-    plot_zero_gradient(ax=axes[2], placement=placement, eps_low=eps_low, eps_high=eps_high, **kw)
+    plot_eq13_factor(ax=axes[1], params=params)
+    plot_zero_gradient(ax=axes[2], placement=placement, eps_low=eps_low, eps_high=eps_high, params=params)
     return fig
 
 
@@ -397,13 +420,18 @@ def explorer_sample_probs(n: int = 2400, seed: int = 0) -> torch.Tensor:
 
 
 def explorer_readout(
-    placement: str = "ratio", eps_low: float = 0.2, eps_high: float = 0.24, sample=None, **weight_kwargs
+    placement: str = "ratio",
+    eps_low: float = 0.2,
+    eps_high: float = 0.24,
+    sample=None,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> str:
     """One line for the explorer: the cut-off probability above which a token with A > 0 gets no gradient (and below
     which one with A < 0 gets none) at r = 1 under ``placement``, and the share of a sample batch silenced."""
     from .readings import zero_gradient_fraction, zero_gradient_thresholds
 
-    kw = {k: v for k, v in {**DEFAULTS, **weight_kwargs}.items() if k in WEIGHT_KEYS}
+    kw = {"params": as_weight_params(params, **fields).replace(scheme="tr")}
     th = zero_gradient_thresholds(eps_low=eps_low, eps_high=eps_high, resolution=1e-4, **kw)[placement]
     sample = explorer_sample_probs() if sample is None else torch.as_tensor(sample, dtype=torch.float64)
     frac = zero_gradient_fraction(sample, eps_low=eps_low, eps_high=eps_high, **kw)
@@ -423,7 +451,7 @@ def weight_explorer(**defaults):
     import ipywidgets as widgets
     from IPython.display import display
 
-    d = {**DEFAULTS, "placement": "ratio", **defaults}
+    d = {**vars(DEFAULTS), "placement": "ratio", **defaults}
     style = {"description_width": "initial"}  # the whole label, never "tau_m..."
     controls = {
         "alpha": widgets.FloatSlider(value=d["alpha"], min=0.5, max=4.0, step=0.1, description="alpha", style=style),
@@ -451,9 +479,10 @@ def weight_explorer(**defaults):
             if kw["lower"] > kw["upper"]:
                 print(f"L = {kw['lower']} > U = {kw['upper']}: move L below U")
                 return
-            weight_kw = {k: v for k, v in kw.items() if k != "placement"}
-            print(explorer_readout(kw["placement"], sample=sample, **weight_kw))
-            display(show(plot_weight_explorer(**kw)))
+            placement = kw.pop("placement")
+            params = as_weight_params(**kw)  # the sliders' values, validated once
+            print(explorer_readout(placement, sample=sample, params=params))
+            display(show(plot_weight_explorer(params=params, placement=placement)))
 
     widgets.interactive_output(redraw, controls)
     box = widgets.VBox(

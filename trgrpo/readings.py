@@ -15,12 +15,13 @@ All weights come from :func:`trgrpo.token_weights`; nothing here re-implements E
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from .loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, zero_gradient_mask
 from .paper import KK_COLUMNS, TABLE7_LU, TABLE7_TAUS, table7_accuracy
-from .weights import TAU_MODES, token_weights, weight_range
+from .weights import TAU_MODES, WeightParams, as_weight_params, token_weights, weight_range
 
 DEFAULT_EPS_LOW = 0.2  # Table 6
 DEFAULT_EPS_HIGH = 0.24  # Table 6 (clip-higher)
@@ -39,24 +40,23 @@ def first_p(condition: torch.Tensor, p: torch.Tensor) -> float | None:
 
 
 def weight_thresholds(
-    *,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
-    resolution: float = 1e-5,
+    params: WeightParams | str = "tr", *, resolution: float = 1e-5, **fields: Any
 ) -> dict[str, float | None]:
-    """Where Eq. 11 leaves its clip bounds: the smallest p with w > L and the smallest p with w = U (grid)."""
+    """Where Eq. 11 leaves its clip bounds: the smallest p with w > L and the smallest p with w = U (grid).
+
+    ``params``: a :class:`~trgrpo.weights.WeightParams`, or the Eq. 11 keywords ``fields`` (paper defaults)."""
+    params = as_weight_params(params, **fields)
     p = _grid(resolution)
-    w = token_weights(p, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
-    return {"p_above_lower": first_p(w > lower + 1e-12, p), "p_at_upper": first_p(w >= upper - 1e-12, p)}
+    w = token_weights(p, params)
+    return {
+        "p_above_lower": first_p(w > params.lower + 1e-12, p),
+        "p_at_upper": first_p(w >= params.upper - 1e-12, p),
+    }
 
 
-def _weight_columns(prefix: str, **kw) -> dict:
-    lo, hi = weight_range(**kw)
-    th = weight_thresholds(**kw)
+def _weight_columns(prefix: str, params: WeightParams) -> dict:
+    lo, hi = weight_range(params)
+    th = weight_thresholds(params)
     return {
         f"{prefix}w_min": lo,
         f"{prefix}w_max": hi,
@@ -71,25 +71,23 @@ def _paper_columns(acc: dict[str, float]) -> dict:
 
 def tau_table(
     taus: Sequence[float] = TABLE7_TAUS,
+    params: WeightParams | str = "tr",
     *,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    lower: float = 1.0,
-    upper: float = 1.4,
     tau_modes: Sequence[str] = TAU_MODES,
+    **fields: Any,
 ) -> list[dict]:
     """Table 7's tau sweep: per tau, w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
 
+    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults).
     Keys: ``tau``, ``{mode}_w_min``, ``{mode}_w_max``, ``{mode}_p_above_L``, ``{mode}_p_at_U`` for each mode,
     ``paper_3`` .. ``paper_7``, ``paper_avg`` (``None`` for a tau the paper did not run).
     """
+    base = as_weight_params(params, **fields)
     rows = []
     for tau in taus:
         row: dict = {"tau": float(tau)}
         for mode in tau_modes:
-            row.update(
-                _weight_columns(f"{mode}_", alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=mode)
-            )
+            row.update(_weight_columns(f"{mode}_", base.replace(tau=tau, tau_mode=mode)))
         try:
             row.update(_paper_columns(table7_accuracy(tau=float(tau))))
         except KeyError:
@@ -100,20 +98,20 @@ def tau_table(
 
 def lu_table(
     ranges: Sequence[tuple[float, float]] = TABLE7_LU,
+    params: WeightParams | str = "tr",
     *,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
     tau_modes: Sequence[str] = TAU_MODES,
+    **fields: Any,
 ) -> list[dict]:
-    """Table 7's (L, U) ranges: w range and thresholds under each ``tau_mode``, next to the paper's accuracy."""
+    """Table 7's (L, U) ranges: w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
+
+    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults)."""
+    base = as_weight_params(params, **fields)
     rows = []
     for lower, upper in ranges:
         row: dict = {"lower": float(lower), "upper": float(upper)}
         for mode in tau_modes:
-            row.update(
-                _weight_columns(f"{mode}_", alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=mode)
-            )
+            row.update(_weight_columns(f"{mode}_", base.replace(lower=lower, upper=upper, tau_mode=mode)))
         try:
             row.update(_paper_columns(table7_accuracy(lu=(float(lower), float(upper)))))
         except KeyError:
@@ -128,8 +126,8 @@ def zero_gradient_table(
     ratio: float = 1.0,
     eps_low: float = DEFAULT_EPS_LOW,
     eps_high: float = DEFAULT_EPS_HIGH,
-    scheme: str = "tr",
-    **weight_kwargs,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> list[dict]:
     """Reading 2 (Eq. 9): for each p, does a token lose its whole policy gradient, by placement and sign of A?
 
@@ -137,7 +135,7 @@ def zero_gradient_table(
     ``{placement}_{pos|neg}`` (True = zero policy gradient: the clipped branch of min(.) is active).
     """
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
-    w = token_weights(p, scheme, **weight_kwargs)
+    w = token_weights(p, params, **fields)
     r = torch.full_like(p, float(ratio))
     rows = [{"p": float(p[i]), "w": float(w[i]), "w_times_r": float(w[i] * r[i])} for i in range(len(p))]
     for placement in PLACEMENTS:
@@ -154,13 +152,13 @@ def zero_gradient_thresholds(
     eps_low: float = DEFAULT_EPS_LOW,
     eps_high: float = DEFAULT_EPS_HIGH,
     resolution: float = 1e-5,
-    scheme: str = "tr",
-    **weight_kwargs,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> dict[str, dict[str, float | None]]:
     """For each placement: the smallest p whose A > 0 token gets no policy gradient, and the largest p whose
     A < 0 token gets none (``None``: no such p), at importance ratio ``ratio``."""
     p = _grid(resolution)
-    w = token_weights(p, scheme, **weight_kwargs)
+    w = token_weights(p, params, **fields)
     r = torch.full_like(p, float(ratio))
     out = {}
     for placement in PLACEMENTS:
@@ -180,13 +178,13 @@ def zero_gradient_fraction(
     ratio: float = 1.0,
     eps_low: float = DEFAULT_EPS_LOW,
     eps_high: float = DEFAULT_EPS_HIGH,
-    scheme: str = "tr",
-    **weight_kwargs,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> dict[str, float]:
     """Share of the given tokens (probabilities ``probs``) that would get no policy gradient at ratio ``ratio``,
     per placement, if their advantage were positive (``{placement}_pos``) or negative (``{placement}_neg``)."""
     p = torch.as_tensor(probs, dtype=torch.float64).flatten()
-    w = token_weights(p, scheme, **weight_kwargs)
+    w = token_weights(p, params, **fields)
     r = torch.full_like(p, float(ratio))
     out = {}
     for placement in PLACEMENTS:
@@ -200,8 +198,8 @@ def kl_offset_table(
     probs: Sequence[float] = PROBE_PROBS,
     *,
     kl_weightings: Sequence[str] = KL_WEIGHTINGS,
-    scheme: str = "tr",
-    **weight_kwargs,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> list[dict]:
     """Reading 3 (Eq. 10 vs Eq. 12) at pi = pi_ref: value of each KL form and its derivative in log pi.
 
@@ -211,7 +209,7 @@ def kl_offset_table(
     (more than 1 for p > 1 / w).
     """
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
-    w = token_weights(p, scheme, **weight_kwargs)
+    w = token_weights(p, params, **fields)
     ref = p.log()
     rows = [
         {"p": float(p[i]), "w": float(w[i]), "eq10_target_ratio": float(w[i]), "eq10_target_p": float(w[i] * p[i])}

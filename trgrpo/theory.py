@@ -17,8 +17,10 @@ This module gives:
     of the bounds: :func:`random_distributions`, :func:`pick_tokens`, :func:`theorem31_samples`;
   * per-token gradient norms ||grad_theta log pi(o_t)|| of a real causal LM over a stated parameter
     subset, with pi(o_t): :func:`sample_completions`, :func:`per_token_grad_norms`;
-  * statistics: :func:`spearman`, :func:`binned_means`, :func:`fit_proportional`,
-    :func:`spread_stats`, :func:`theorem32_spread` (weights from :func:`trgrpo.token_weights`).
+  * statistics: :func:`spearman`, :func:`fit_proportional`, :func:`theorem32_spread` (weights from
+    :func:`trgrpo.token_weights`); the binning and the spread are those of :mod:`trgrpo.analysis`
+    (:func:`~trgrpo.analysis.binned_means`, :func:`~trgrpo.analysis.spread_stats`, std with ddof = 1),
+    importable from here too.
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from .weights import token_weights
+# the one statistics module (std with ddof = 1); binned_means is re-exported for notebook 01
+from .analysis import binned_means as binned_means
+from .analysis import spread_stats
+from .weights import WeightParams, as_weight_params, token_weights
 
 # --------------------------------------------------------------------------------------------------
 # Theorem 3.1: the identity and the bounds on random distributions
@@ -480,7 +486,7 @@ def _per_token_sq_norms(
 
 
 # --------------------------------------------------------------------------------------------------
-# Statistics: Spearman, binned means, proportional fit, spread (Theorem 3.2)
+# Statistics: Spearman, proportional fit, spread of the weighted norms (Theorem 3.2)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -498,32 +504,6 @@ def spearman(x, y) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
-def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) -> dict[str, np.ndarray]:
-    """Mean, std, standard error and count of ``y`` in bins of ``x`` (equal-width on [0, 1] for an int).
-
-    Bins with fewer than ``min_count`` points are dropped. Returns arrays ``left, right, center, x_mean,
-    mean, std, sem, count``.
-    """
-    x, y = _np(x), _np(y)
-    edges = np.linspace(0.0, 1.0, int(bins) + 1) if isinstance(bins, int) else np.asarray(bins, dtype=np.float64)
-    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
-    rows = []
-    for b in range(len(edges) - 1):
-        sel = idx == b
-        c = int(sel.sum())
-        if c < max(min_count, 1):
-            continue
-        yy = y[sel]
-        sd = float(yy.std(ddof=1)) if c > 1 else 0.0
-        rows.append((edges[b], edges[b + 1], 0.5 * (edges[b] + edges[b + 1]), x[sel].mean(), yy.mean(), sd,
-                     sd / math.sqrt(c), c))  # fmt: skip
-    names = ("left", "right", "center", "x_mean", "mean", "std", "sem", "count")
-    if not rows:
-        return {k: np.zeros(0) for k in names}
-    arr = np.array(rows, dtype=np.float64)
-    return {k: (arr[:, i].astype(int) if k == "count" else arr[:, i]) for i, k in enumerate(names)}
-
-
 def fit_proportional(x, y) -> tuple[float, float]:
     """Least squares y ~ c x through the origin (the 1 - pi trend of Eq. 8): returns (c, R^2 about the mean)."""
     x, y = _np(x), _np(y)
@@ -533,39 +513,20 @@ def fit_proportional(x, y) -> tuple[float, float]:
     return c, (1 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
 
 
-def spread_stats(values) -> dict[str, float]:
-    """Spread of a sample: n, mean, std (ddof=1, the one convention of :func:`trgrpo.analysis.mean_std`),
-    cv = std / mean, median, max, max / median."""
-    from .analysis import mean_std
-
-    v = _np(values).ravel()
-    if v.size == 0:
-        raise ValueError("spread_stats needs at least one value")
-    med = float(np.median(v))
-    mean, std, _ = mean_std(v.tolist())
-    return {
-        "n": int(v.size),
-        "mean": mean,
-        "std": std,
-        "cv": std / mean if mean != 0 else float("nan"),
-        "median": med,
-        "max": float(v.max()),
-        "max_over_median": float(v.max()) / med if med != 0 else float("nan"),
-    }
-
-
 def theorem32_spread(
     grad_norms,
     probs,
     *,
     tau_modes: Sequence[str] = ("scale", "divide"),
     schemes: Sequence[str] = ("equal", "tr", "reverse"),
-    **weight_kwargs,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> list[dict]:
     """Eq. 13: spread of w * ||grad log pi|| for each weight scheme under each tau reading.
 
     ``grad_norms``: ||grad log pi(o_t)|| per token (or 1 - pi for the bare factor of Eq. 13); ``probs``:
-    pi(o_t). Weights come from :func:`trgrpo.token_weights` (``equal`` = plain GRPO, w = 1). The factor
+    pi(o_t). Weights come from :func:`trgrpo.token_weights` (``equal`` = plain GRPO, w = 1) with the other Eq. 11
+    hyperparameters of ``params`` (or the keywords ``fields``; paper defaults). The factor
     |gamma| of Eq. 13 is left out: it is one number per completion (|A| on-policy, beta -> 0).
     Rows: ``tau_mode, scheme, w_mean, w_min, w_max`` and the keys of :func:`spread_stats`.
     """
@@ -573,10 +534,11 @@ def theorem32_spread(
     p = torch.as_tensor(_np(probs)).clamp(0, 1)
     if g.shape != p.shape:
         raise ValueError(f"grad_norms and probs must have the same shape, got {tuple(g.shape)} and {tuple(p.shape)}")
+    base = as_weight_params(params, **fields)
     rows = []
     for mode in tau_modes:
         for scheme in schemes:
-            w = token_weights(p, scheme, tau_mode=mode, **weight_kwargs)
+            w = token_weights(p, base.replace(scheme=scheme, tau_mode=mode))
             rows.append(
                 {
                     "tau_mode": mode,

@@ -16,7 +16,10 @@ import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # weights imports torch; this module loads it only where it is needed
+    from .weights import WeightParams
 
 CATEGORIES = ("operator", "bracket", "number", "name", "tag/format", "punctuation", "word", "other")
 _OPERATORS = set("+-*/=<>^%|&!~") | {"==", "!=", "<=", ">=", "->", "=>", "×", "÷", "±", "≤", "≥", "≠", "∧", "∨", "¬"}
@@ -314,15 +317,14 @@ def weight_histogram(
     model: str,
     n_bins: int = 20,
     n_weight_bins: int = 20,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
+    params: WeightParams | str = "tr",
     atol: float = 1e-6,
+    **fields: Any,
 ) -> dict[str, Any]:
     """Histograms of sampled-token probabilities and of their TR weights (Eq. 11), and where the weights sit.
+
+    The Eq. 11 hyperparameters come from ``params`` (a :class:`~trgrpo.weights.WeightParams`; its scheme is
+    ignored: these are TR's weights) or the keywords ``fields`` (paper defaults).
 
     ``share_at_lower``: tokens with w = L (|w - L| <= atol), ``share_at_upper``: w = U, ``share_between``: strictly
     between (the three add up to 1). Probabilities are binned on ``n_bins`` equal bins of [0, 1], weights on
@@ -331,18 +333,19 @@ def weight_histogram(
     import numpy as np
     import torch
 
-    from .weights import token_weights
+    from .analysis import bin_counts
+    from .weights import as_weight_params, token_weights
 
     if n_bins < 1 or n_weight_bins < 1:
         raise ValueError(f"n_bins and n_weight_bins must be >= 1, got {n_bins} and {n_weight_bins}")
     p = torch.as_tensor(list(probs), dtype=torch.float64)
     if p.numel() == 0:
         raise ValueError("probs is empty: no sampled tokens to histogram")
-    w = token_weights(p, "tr", alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode).numpy()
-    bins = np.linspace(0.0, 1.0, n_bins + 1)
-    weight_bins = np.linspace(lower, upper, n_weight_bins + 1)
-    prob_counts, _ = np.histogram(p.numpy(), bins=bins)
-    weight_counts, _ = np.histogram(w, bins=weight_bins)
+    params = as_weight_params(params, **fields).replace(scheme="tr")
+    lower, upper = params.lower, params.upper
+    w = token_weights(p, params).numpy()
+    prob_counts, bins = bin_counts(p.numpy(), n_bins)  # the binning of trgrpo.analysis (top edge inclusive)
+    weight_counts, weight_bins = bin_counts(w, n_weight_bins, lower, upper)
     n = int(p.numel())
     at_lower = int(np.sum(np.abs(w - lower) <= atol))
     at_upper = int(np.sum(np.abs(w - upper) <= atol))
@@ -357,7 +360,7 @@ def weight_histogram(
         "share_between": (n - at_lower - at_upper) / n,
         "share_at_upper": at_upper / n,
         "n_tokens": n,
-        "weight_params": {"alpha": alpha, "mu": mu, "tau": tau, "lower": lower, "upper": upper, "tau_mode": tau_mode},
+        "weight_params": params.eq11(),
     }
 
 

@@ -131,8 +131,8 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     ax = axes[0]
     ax.scatter(p, g, s=6, alpha=0.35, color="tab:blue", lw=0)
-    b = an.binned(p, g, bins)
-    ax.errorbar(b["centers"], b["mean"], yerr=b["std"], color="black", marker="o", ms=4, lw=1.5, label="bin mean ± std")
+    b = an.binned_means(p, g, bins)
+    ax.errorbar(b["center"], b["mean"], yerr=b["std"], color="black", marker="o", ms=4, lw=1.5, label="bin mean ± std")
     ax.set(
         xlabel="token probability π(o_t)",
         ylabel="||∇θ log π(o_t)||",
@@ -144,10 +144,10 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
     pt = torch.tensor(p)
     for scheme, label in (("equal", "equal"), ("tr", "tr-surrogate"), ("reverse", "reverse-surrogate")):
         w = token_weights(pt, scheme).numpy()
-        bw = an.binned(p, w / w.mean() * g, bins)
+        bw = an.binned_means(p, w / w.mean() * g, bins)
         cv = record.get("weighted_spread", {}).get(scheme, {}).get("cv", float("nan"))
         ax.plot(
-            bw["centers"], bw["mean"], marker="o", ms=4, color=color(label), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
+            bw["center"], bw["mean"], marker="o", ms=4, color=color(label), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
         )
     ax.set(
         xlabel="token probability π(o_t)",

@@ -17,7 +17,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from .loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
-from .weights import SCHEMES, TAU_MODES, token_weights, validate_weight_params
+from .weights import SCHEMES, TAU_MODES, WeightParams, token_weights, validate_weight_params
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
 
@@ -55,16 +55,7 @@ class TRGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         # Validate our fields before anything heavy happens (no model is loaded yet).
-        validate_weight_params(
-            scheme=self.weight_scheme,
-            alpha=self.weight_alpha,
-            mu=self.weight_mu,
-            tau=self.weight_tau,
-            lower=self.weight_lower,
-            upper=self.weight_upper,
-            tau_mode=self.weight_tau_mode,
-            prefix="weight_",
-        )
+        validate_weight_params(self, prefix="weight_")  # reads weight_scheme, weight_alpha, ...; names them so
         validate_loss_options(
             placement=self.weight_placement,
             kl_weighting=self.kl_weighting,
@@ -82,9 +73,12 @@ class TRGRPOConfig(GRPOConfig):
             )
         super().__post_init__()
 
-    def weight_kwargs(self) -> dict:
-        """Keyword arguments for :func:`trgrpo.weights.token_weights`."""
-        return dict(
+    @property
+    def weight_params(self) -> WeightParams:
+        """The Eq. 11 hyperparameters of the flat ``weight_*`` fields as one :class:`~trgrpo.weights.WeightParams`
+        (the fields stay flat: TRL parses configs from the command line and YAML)."""
+        return WeightParams(
+            scheme=self.weight_scheme,
             alpha=self.weight_alpha,
             mu=self.weight_mu,
             tau=self.weight_tau,
@@ -187,9 +181,7 @@ class TRGRPOTrainer(GRPOTrainer):
         # Eq. 11: the weight sees the current policy's probability, detached (sg[.]).
         probs = per_token_logps.detach().exp().clamp(0.0, 1.0)
         # const / tr_norm take the mean over this batch's valid tokens (mask).
-        weights = token_weights(
-            probs, args.weight_scheme, generator=self._weight_generator, mask=mask, **args.weight_kwargs()
-        )
+        weights = token_weights(probs, args.weight_params, generator=self._weight_generator, mask=mask)
 
         # Factors TRL applies to the policy term only (off-policy sequence mask, vLLM IS correction).
         policy_scale = None

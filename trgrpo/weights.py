@@ -25,11 +25,13 @@ trains. Built-in names cannot be overwritten.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -97,7 +99,12 @@ def is_registered_scheme(name: str) -> bool:
 
 @dataclass(frozen=True)
 class WeightParams:
-    """The hyperparameters of Eq. 11 (paper defaults, App. B.2), validated on construction."""
+    """The hyperparameters of Eq. 11 (paper defaults, App. B.2), validated once, on construction.
+
+    Pass one object wherever the weights are computed: ``token_weights(p, params)``. Variants are copies:
+    ``params.replace(tau=3.0)`` (validated again). :attr:`trgrpo.TRGRPOConfig.weight_params` builds one from the
+    config's flat ``weight_*`` fields.
+    """
 
     scheme: str = "tr"
     alpha: float = 2.0
@@ -108,15 +115,37 @@ class WeightParams:
     tau_mode: str = "scale"
 
     def __post_init__(self) -> None:
-        validate_weight_params(
-            scheme=self.scheme,
-            alpha=self.alpha,
-            mu=self.mu,
-            tau=self.tau,
-            lower=self.lower,
-            upper=self.upper,
-            tau_mode=self.tau_mode,
-        )
+        validate_weight_params(self)
+
+    def replace(self, **fields: Any) -> WeightParams:
+        """A copy with ``fields`` changed (``TypeError`` naming an unknown field), validated."""
+        _check_field_names(fields)
+        return dataclasses.replace(self, **fields)
+
+    def eq11(self) -> dict[str, float | str]:
+        """The six Eq. 11 hyperparameters (every field but ``scheme``) as a dict, e.g. for a record."""
+        return {f: getattr(self, f) for f in EQ11_FIELDS}
+
+
+WEIGHT_FIELDS = tuple(f.name for f in dataclasses.fields(WeightParams))  # scheme + the six of Eq. 11
+EQ11_FIELDS = WEIGHT_FIELDS[1:]  # alpha, mu, tau, lower, upper, tau_mode
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(WeightParams)}
+
+
+def _check_field_names(fields: dict) -> None:
+    unknown = sorted(set(fields) - set(WEIGHT_FIELDS))
+    if unknown:
+        raise TypeError(f"unknown weight parameter(s) {unknown}; WeightParams has {WEIGHT_FIELDS}")
+
+
+def as_weight_params(params: WeightParams | str = "tr", /, **fields: Any) -> WeightParams:
+    """``params`` as a :class:`WeightParams`: one given is returned as is (already validated) or copied with
+    ``fields`` changed; a scheme name (the older keyword style ``token_weights(p, "tr", tau=3.0)``) is combined
+    with ``fields``, the missing ones taking the paper defaults."""
+    if isinstance(params, WeightParams):
+        return params.replace(**fields) if fields else params
+    _check_field_names(fields)
+    return WeightParams(**{"scheme": params, **fields})
 
 
 _FLOAT32_MAX = 3.4028234663852886e38  # the weights are float32 tensors: a larger value becomes inf there
@@ -132,21 +161,19 @@ def _finite(name: str, value: float) -> float:
     return v
 
 
-def validate_weight_params(
-    *,
-    scheme: str = "tr",
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
-    prefix: str = "",
-) -> None:
-    """Raise ``ValueError`` naming the field and its allowed range for any bad hyperparameter.
+def validate_weight_params(params: object | None = None, /, *, prefix: str = "", **fields: Any) -> None:
+    """Raise ``ValueError`` naming the field and its allowed range for any bad hyperparameter of Eq. 11.
 
-    ``prefix`` is prepended to field names (the trainer config uses ``weight_``).
+    The fields are read from ``params``, any object with the attributes ``prefix + name`` (a
+    :class:`WeightParams`, whose construction calls this; the trainer config with ``prefix="weight_"``, whose flat
+    fields are ``weight_alpha``, ...), else from the keywords ``fields``; missing ones take the paper defaults.
+    Error messages name the field as ``prefix + name``.
     """
+    _check_field_names(fields)
+    values = dict(_DEFAULTS, **fields)
+    if params is not None:
+        values.update({f: getattr(params, prefix + f) for f in WEIGHT_FIELDS if hasattr(params, prefix + f)})
+    scheme, tau_mode = values["scheme"], values["tau_mode"]
     if not isinstance(scheme, str) or (scheme not in SCHEMES and scheme not in _REGISTRY):
         raise ValueError(
             f"{prefix}scheme must be a built-in scheme {SCHEMES} or a registered one {registered_schemes()} "
@@ -154,11 +181,7 @@ def validate_weight_params(
         )
     if not isinstance(tau_mode, str) or tau_mode not in TAU_MODES:
         raise ValueError(f"{prefix}tau_mode must be one of {TAU_MODES}, got {tau_mode!r}")
-    alpha = _finite(f"{prefix}alpha", alpha)
-    mu = _finite(f"{prefix}mu", mu)
-    tau = _finite(f"{prefix}tau", tau)
-    lower = _finite(f"{prefix}lower", lower)
-    upper = _finite(f"{prefix}upper", upper)
+    alpha, mu, tau, lower, upper = (_finite(prefix + f, values[f]) for f in ("alpha", "mu", "tau", "lower", "upper"))
     if tau <= 0:
         raise ValueError(f"{prefix}tau must be > 0 (it scales or divides the probability), got {tau}")
     if alpha <= 0:
@@ -195,36 +218,25 @@ def _check_probs(probs: torch.Tensor) -> None:
         )
 
 
-def tr_weight(
-    probs: torch.Tensor,
-    *,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
-) -> torch.Tensor:
-    """Eq. 11 on already-validated inputs: clip(alpha * (sigmoid(tau-scaled p) - mu), L, U)."""
+def tr_weight(probs: torch.Tensor, params: WeightParams) -> torch.Tensor:
+    """Eq. 11 with validated ``params``: clip(alpha * (sigmoid(tau-scaled p) - mu), L, U)."""
     p = probs.detach()  # sg[.] in Eq. 11
-    z = p * tau if tau_mode == "scale" else p / tau  # a new tensor: the in-place ops below stay local
-    return z.sigmoid_().sub_(mu).mul_(alpha).clamp_(lower, upper)
+    z = p * params.tau if params.tau_mode == "scale" else p / params.tau  # a new tensor: in-place ops stay local
+    return z.sigmoid_().sub_(params.mu).mul_(params.alpha).clamp_(params.lower, params.upper)
 
 
 def token_weights(
     probs: torch.Tensor,
-    scheme: str = "tr",
+    params: WeightParams | str = "tr",
     *,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
     generator: torch.Generator | None = None,
     mask: torch.Tensor | None = None,
+    **fields: Any,
 ) -> torch.Tensor:
     """Per-token weights w for token probabilities ``probs`` (any shape), detached.
+
+    ``params``: a :class:`WeightParams` (``token_weights(p, params)``), or a scheme name with the Eq. 11
+    hyperparameters as keywords ``fields`` (``token_weights(p, "tr", tau=3.0)``; missing ones: paper defaults).
 
     ``mask`` (same shape, 1 for valid tokens) is required by the batch schemes ``"const"`` and ``"tr_norm"``
     (:func:`batch_weights`) and ignored by the others.
@@ -234,7 +246,8 @@ def token_weights(
     gets a detached copy of ``probs``; its output is checked (same shape, finite, > 0) and returned detached,
     in ``probs``'s dtype and device.
     """
-    validate_weight_params(scheme=scheme, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
+    params = as_weight_params(params, **fields)  # validated once, when the WeightParams was made
+    scheme = params.scheme
     _check_probs(probs)
     if scheme in _REGISTRY:
         return _registered_weights(scheme, probs)
@@ -249,7 +262,7 @@ def token_weights(
         lo, hi = RANDOM_RANGE
         u = torch.rand(probs.shape, generator=generator, device=generator.device, dtype=torch.float32)
         return (lo + (hi - lo) * u).to(device=probs.device, dtype=probs.dtype)
-    w = tr_weight(probs, alpha=alpha, mu=mu, tau=tau, lower=lower, upper=upper, tau_mode=tau_mode)
+    w = tr_weight(probs, params)
     if scheme == "reverse":
         return 2.0 - w  # Table 4: "assigns it 2 - w"
     if scheme in BATCH_SCHEMES:
@@ -303,36 +316,19 @@ def _registered_weights(scheme: str, probs: torch.Tensor) -> torch.Tensor:
     return w
 
 
-def weight_range(
-    *,
-    alpha: float = 2.0,
-    mu: float = 0.25,
-    tau: float = 9.0,
-    lower: float = 1.0,
-    upper: float = 1.4,
-    tau_mode: str = "scale",
-    scheme: str = "tr",
-) -> tuple[float, float]:
+def weight_range(params: WeightParams | str = "tr", **fields: Any) -> tuple[float, float]:
     """The (min, max) of w over p in [0, 1] (w is monotone in p, so the endpoints decide; a registered scheme
-    need not be, so it is evaluated on a grid of 1001 points)."""
-    if scheme == "const":  # the batch mean of weights in [L, U]
-        return float(lower), float(upper)
-    if scheme == "tr_norm":  # w / mean with both in [L, U]
-        return lower / upper, upper / lower
-    p = torch.tensor([0.0, 1.0], dtype=torch.float64)
-    if is_registered_scheme(scheme):
-        p = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64)
-    w = token_weights(
-        p,
-        scheme,
-        alpha=alpha,
-        mu=mu,
-        tau=tau,
-        lower=lower,
-        upper=upper,
-        tau_mode=tau_mode,
-        generator=torch.Generator().manual_seed(0),
-    )
-    if scheme == "random":
+    need not be, so it is evaluated on a grid of 1001 points). ``params`` and ``fields`` as in
+    :func:`token_weights`: ``weight_range(params)`` or ``weight_range(tau=0.5, tau_mode="divide")``."""
+    params = as_weight_params(params, **fields)
+    if params.scheme == "const":  # the batch mean of weights in [L, U]
+        return float(params.lower), float(params.upper)
+    if params.scheme == "tr_norm":  # w / mean with both in [L, U]
+        return params.lower / params.upper, params.upper / params.lower
+    if params.scheme == "random":
         return RANDOM_RANGE
+    p = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    if is_registered_scheme(params.scheme):
+        p = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64)
+    w = token_weights(p, params)
     return float(w.min()), float(w.max())
