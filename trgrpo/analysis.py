@@ -85,31 +85,21 @@ def paired_comparison(
     n_boot: int = 10_000,
     seed: int = 0,
 ) -> dict:
-    """Treatment minus control, paired by position (same seed, same warm start): mean difference, its std,
-    a t interval and the paired t-test p-value, a percentile-bootstrap interval, and the sign count."""
-    from scipy import stats
+    """Treatment minus control, paired by position (same seed, same warm start): :func:`paired_t`'s mean
+    difference, its std, t interval and p-value, plus a percentile-bootstrap interval and the sign count.
 
-    a = np.asarray(treatment, dtype=float)
-    b = np.asarray(control, dtype=float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired samples must have the same length, got {a.size} and {b.size}")
-    d = a - b
-    n = int(d.size)
-    out = {"n": n, "mean_diff": float(d.mean()) if n else math.nan, "std_diff": float(d.std(ddof=1)) if n > 1 else 0.0}
+    Where the t-test cannot judge (n < 2, or every difference equal) the interval is the mean difference itself,
+    ``t_stat`` is NaN and ``p_value`` is 1 when the differences are all 0, NaN otherwise."""
+    t = paired_t(treatment, control, level=level)
+    n, mean = t["n"], t["mean_diff"]
+    out = {"n": n, "mean_diff": mean, "std_diff": t["sd_diff"] if n > 1 else 0.0}
     if n > 1 and out["std_diff"] > 0:
-        se = out["std_diff"] / math.sqrt(n)
-        q = stats.t.ppf(0.5 + level / 2, n - 1)
-        out["t_ci"] = (out["mean_diff"] - q * se, out["mean_diff"] + q * se)
-        out["t_stat"] = out["mean_diff"] / se
-        out["p_value"] = float(2 * stats.t.sf(abs(out["t_stat"]), n - 1))
+        out.update(t_ci=t["ci"], t_stat=t["t"], p_value=t["p"])
     else:
-        out["t_ci"] = (out["mean_diff"], out["mean_diff"])
-        out["t_stat"] = math.nan
-        # no spread in the differences: identical runs (p = 1) or a constant shift the t-test cannot judge
-        out["p_value"] = 1.0 if n >= 2 and out["mean_diff"] == 0 else math.nan
+        out.update(t_ci=(mean, mean), t_stat=math.nan, p_value=1.0 if n >= 2 and mean == 0 else math.nan)
+    d = np.asarray(treatment, dtype=float) - np.asarray(control, dtype=float)
     out["boot_ci"] = bootstrap_ci(d, n_boot=n_boot, level=level, seed=seed)
-    out["wins"] = int((d > 0).sum())
-    out["losses"] = int((d < 0).sum())
+    out["wins"], out["losses"] = t["higher"], t["lower"]
     return out
 
 
