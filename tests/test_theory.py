@@ -427,3 +427,21 @@ def test_head_terms_chunking_is_exact():
     gw, gb = torch.autograd.grad(lp, (w, b))
     assert float(gw.pow(2).sum() + gb.pow(2).sum()) == pytest.approx(float(head_sq[3]), rel=1e-10)
     assert logp[3].item() == pytest.approx(lp.item(), rel=1e-12)
+
+
+def test_readings_and_theory_take_one_weight_params():
+    """The tables of notebooks 01/02 give the same rows for a WeightParams as for its fields as keywords."""
+    params = WeightParams(alpha=1.5, mu=0.1, lower=0.9, upper=1.3)
+    kw = params.eq11()
+    assert readings.tau_table((0.5, 9.0), params) == readings.tau_table((0.5, 9.0), alpha=1.5, mu=0.1, lower=0.9,
+                                                                        upper=1.3)  # fmt: skip
+    assert readings.lu_table(((1.0, 1.2),), params) == readings.lu_table(((1.0, 1.2),), alpha=1.5, mu=0.1)
+    assert readings.weight_thresholds(params) == readings.weight_thresholds(**kw)
+    assert readings.kl_offset_table(params=params.replace(scheme="reverse")) == readings.kl_offset_table(
+        scheme="reverse", **kw)  # fmt: skip
+    assert readings.zero_gradient_fraction([0.1, 0.5], params=params) == readings.zero_gradient_fraction(
+        [0.1, 0.5], **kw)  # fmt: skip
+    g, p = [2.0, 1.0, 0.5], [0.0, 0.5, 0.9]
+    assert theory.theorem32_spread(g, p, params=params) == theory.theorem32_spread(g, p, **kw)
+    # tau_table sweeps tau and tau_mode over the given setting: its rows differ from the defaults' rows
+    assert readings.tau_table((9.0,), params) != readings.tau_table((9.0,))

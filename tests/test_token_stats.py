@@ -109,6 +109,11 @@ def test_weight_histogram_follows_the_weight_parameters():
     # with U = 2 no token reaches the cap: p = 0.99 gives 2 (sigmoid(8.91) - 0.25) = 1.4997
     h = weight_histogram([0.05, 0.99], task="t", model="m", upper=2.0)
     assert h["share_at_upper"] == 0.0 and h["share_between"] == 0.5
+    # the same setting as one WeightParams (its scheme is ignored: the histogram is of TR's weights)
+    from trgrpo.weights import WeightParams
+
+    g = weight_histogram([0.05, 0.99], task="t", model="m", params=WeightParams(scheme="equal", upper=2.0))
+    assert g == h and g["weight_params"] == WeightParams(upper=2.0).eq11() and g["weight_bins"][-1] == 2.0
 
 
 def test_weight_histogram_errors():

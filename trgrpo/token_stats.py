@@ -427,9 +427,11 @@ def arith_token_histogram(
     max_new_tokens: int = 8,
     temperature: float = 1.0,
     seed: int = 0,
-    **weight_kw: Any,
+    params: WeightParams | str = "tr",
+    **fields: Any,
 ) -> dict[str, Any]:
-    """:func:`weight_histogram` of a chat model's own sampled tokens on the addition task (notebook 03, Part B).
+    """:func:`weight_histogram` of a chat model's own sampled tokens on the addition task (notebook 03, Part B),
+    with the Eq. 11 hyperparameters of ``params`` (or the keywords ``fields``; paper defaults).
 
     The model answers ``n_prompts`` training pairs of :mod:`trgrpo.tasks.arith` (the prompts its GRPO runs start
     from) ``samples_per_prompt`` times at ``temperature``, as in one GRPO step; every completion token counts.
@@ -449,7 +451,7 @@ def arith_token_histogram(
         batch_size=16,
         seed=seed,
     )
-    rec = weight_histogram(occ.probs, task="arith", model=str(model_name), **weight_kw)
+    rec = weight_histogram(occ.probs, task="arith", model=str(model_name), params=params, **fields)
     rec.update(
         n_prompts=n_prompts,
         samples_per_prompt=samples_per_prompt,
