@@ -445,3 +445,11 @@ def test_readings_and_theory_take_one_weight_params():
     assert theory.theorem32_spread(g, p, params=params) == theory.theorem32_spread(g, p, **kw)
     # tau_table sweeps tau and tau_mode over the given setting: its rows differ from the defaults' rows
     assert readings.tau_table((9.0,), params) != readings.tau_table((9.0,))
+
+
+def test_readings_sweep_eq11_whatever_the_scheme_given():
+    """Table 7's tables and the clip thresholds are about Eq. 11 itself: a params object of another scheme gives
+    the same rows as scheme "tr" (not 2 - w or w = 1)."""
+    for scheme in ("reverse", "equal"):
+        assert readings.tau_table((2.0, 9.0), WeightParams(scheme=scheme)) == readings.tau_table((2.0, 9.0))
+        assert readings.weight_thresholds(WeightParams(scheme=scheme)) == readings.weight_thresholds()

@@ -9,7 +9,9 @@
   gradient is (1 - w) grad log pi; the ``outside`` form (Eq. 12's gradient) and Eq. 6 are 0 there
   (via :func:`trgrpo.loss.kl_term`).
 
-All weights come from :func:`trgrpo.token_weights`; nothing here re-implements Eq. 9-11.
+All weights come from :func:`trgrpo.token_weights`; nothing here re-implements Eq. 9-11. Every function takes the
+weight setting as one :class:`~trgrpo.weights.WeightParams` (``params=``) or as its fields by keyword
+(``tau=3.0, tau_mode="divide"``; the rest keep the paper's defaults).
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def weight_thresholds(
 ) -> dict[str, float | None]:
     """Where Eq. 11 leaves its clip bounds: the smallest p with w > L and the smallest p with w = U (grid).
 
-    ``params``: a :class:`~trgrpo.weights.WeightParams`, or the Eq. 11 keywords ``fields`` (paper defaults)."""
-    params = as_weight_params(params, **fields)
+    ``params``: a :class:`~trgrpo.weights.WeightParams` (its scheme is ignored: these are Eq. 11's weights), or the
+    Eq. 11 keywords ``fields`` (paper defaults)."""
+    params = as_weight_params(params, **fields).replace(scheme="tr")
     p = _grid(resolution)
     w = token_weights(p, params)
     return {
@@ -78,11 +81,11 @@ def tau_table(
 ) -> list[dict]:
     """Table 7's tau sweep: per tau, w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
 
-    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults).
+    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults; the scheme is ``"tr"``).
     Keys: ``tau``, ``{mode}_w_min``, ``{mode}_w_max``, ``{mode}_p_above_L``, ``{mode}_p_at_U`` for each mode,
     ``paper_3`` .. ``paper_7``, ``paper_avg`` (``None`` for a tau the paper did not run).
     """
-    base = as_weight_params(params, **fields)
+    base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
     rows = []
     for tau in taus:
         row: dict = {"tau": float(tau)}
@@ -105,8 +108,8 @@ def lu_table(
 ) -> list[dict]:
     """Table 7's (L, U) ranges: w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
 
-    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults)."""
-    base = as_weight_params(params, **fields)
+    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults; the scheme is ``"tr"``)."""
+    base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
     rows = []
     for lower, upper in ranges:
         row: dict = {"lower": float(lower), "upper": float(upper)}
