@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trgrpo.tasks import kk
+from trgrpo.tasks import kk, kk_eval
 
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
@@ -556,7 +556,7 @@ def test_accuracy_of_gold_answers_is_one(monkeypatch, generated):
         by_quiz = {r["quiz"]: r for r in generated}
         return [completion(by_quiz[p[1]["content"]]["solution_text"]) for p in prompts]
 
-    monkeypatch.setattr(kk, "greedy_generate", fake_generate)
+    monkeypatch.setattr(kk_eval, "greedy_generate", fake_generate)
     res = kk.evaluate_kk(None, None, generated, batch_size=3)
     assert res["by_n_people"] == {3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}
     assert res["avg"] == 1.0 and res["overall"] == 1.0 and res["format_rate"] == 1.0 and res["n"] == 10
@@ -588,3 +588,25 @@ def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
     assert all(0.0 <= v <= 1.0 for v in res["by_n_people"].values())
     assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5
     assert len(res["completions"]) == 5 and all(isinstance(c, str) for c in res["completions"])
+
+
+KK_PARTS = ("kk_data", "kk_files", "kk_prompts", "kk_reward", "kk_guard", "kk_eval")
+
+
+def test_kk_facade_keeps_every_public_name_of_its_parts():
+    import importlib
+    import re
+    from pathlib import Path
+
+    assert all(hasattr(kk, n) for n in kk.__all__)
+    for part in KK_PARTS:
+        mod = importlib.import_module(f"trgrpo.tasks.{part}")
+        public = [
+            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
+        ]
+        assert public, part
+        missing = [n for n in public if getattr(kk, n, None) is not getattr(mod, n)]
+        assert not missing, f"trgrpo.tasks.kk lacks {missing} of {part}"
+        lines = Path(mod.__file__).read_text().splitlines()
+        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
+        assert re.search(r"App\. B\.1\.1|Table \d|Section \d", mod.__doc__ or ""), f"{part}: docstring names no section"
