@@ -172,6 +172,40 @@ def test_ordinary_non_ascii_text_in_the_answer_is_fine(extra):
     assert parts(completion(GOLD_ANSWER + extra)) == (1.0, 2.0)
 
 
+# The astral part of the guard runs only when the answer's UTF-8 bytes hold a first byte (F0/F3) and a second byte
+# (9D/9F/A0) of an astral disguise (a memchr each): other astral characters are cheap to wave through.
+ASTRAL_JUNK = "\U0001114b"  # F0 91 85 8B: astral, yet no second byte of a disguise
+
+
+def test_byte_gate_lets_every_astral_disguise_through():
+    from trgrpo.tasks import kk_guard
+
+    leads, seconds = kk_guard._astral_gate()
+    for lo, hi in kk_guard._disguise_sets()[1]:
+        for cp in range(lo, hi + 1):
+            enc = chr(cp).encode()
+            assert enc[:1] in leads and enc[1:2] in seconds, hex(cp)
+            text = f"{ASTRAL_JUNK}Emma is a kn{chr(cp)}ave"
+            assert kk.disguised_letters(text) and kk.disguised_letters(text, text.encode()), hex(cp)
+    # the one tag character U+E0041 behind a BMP-only prefix: found through the gate, also at the very end
+    assert kk.disguised_letters("\u0130" * 1000 + "kn\U000e0041ave")
+    assert parts(completion(f"Emma is a kn\U000e0041ave. {GOLD_ANSWER}")) == (1.0, -2.0)
+
+
+@pytest.mark.parametrize(
+    "junk", [ASTRAL_JUNK, "\U0001f4a5", "\U0001d7ff", "\U000e01f0", "\U0001d3ff", "\U0001f146", "\U0010ffff", "\ud835"]
+)
+def test_byte_gate_agrees_with_the_full_scan(junk):
+    from trgrpo.tasks import kk_guard
+
+    bmp, astral = kk_guard._disguise_re()
+    for text in (junk * 50 + GOLD_ANSWER, GOLD_ANSWER + junk, f"{junk}\u0130{junk} {GOLD_ANSWER}"):
+        full = bmp.search(text) is not None or astral.search(text) is not None
+        assert kk.disguised_letters(text) is full is kk.disguised_letters(text, text.encode("utf-8", "surrogatepass"))
+        assert not full  # none of these is a disguise
+        assert parts(completion(text)) == (1.0, 2.0)
+
+
 def test_a_hedge_in_words_is_not_seen():
     """Known limit of the paper's pattern reward, kept as it is: a hedge in plain words adds no knight/knave
     mention, so "..., or vice versa" is graded on the assignment it states first."""

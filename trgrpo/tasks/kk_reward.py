@@ -152,8 +152,9 @@ def _kelvin_as_k(text: str) -> str:
 
 def _parse_answer(answer: str, names: Sequence[str]) -> dict[str, bool] | None:
     answer = _kelvin_as_k(answer)
-    parsed = _parse_answer_bytes(_utf8(answer), names)
-    if parsed is not None and disguised_letters(answer):
+    data = _utf8(answer)
+    parsed = _parse_answer_bytes(data, names)
+    if parsed is not None and disguised_letters(answer, data):
         return None  # a role the count may miss, e.g. "Zoey is a ｋｎａｖｅ. Zoey is a knight."
     return parsed
 
