@@ -1,4 +1,4 @@
-"""The plan and grids of the toy controls (notebook 03, Part A; paper Section 4.3, Table 7 and Readings 1-3).
+"""The plan and grids of the toy controls (notebook 03, Part A; paper Section 4.3: Tables 4 and 7).
 
 Fixed before any run: the task (``addition``, chosen for its share of sampled tokens strictly between the weight
 bounds L and U, :func:`task_choice`), the primary metric and the evaluation steps (:data:`PLAN`), and three grids
@@ -7,7 +7,7 @@ of :func:`trgrpo.toy.toy_spec` dicts:
 * :func:`controls_grid` -- GRPO (``equal``), TR with the weight outside the clip (``surrogate``) and inside it
   (``ratio``, Eq. 9 as printed), ``const`` (TR's batch-mean scale, no regulation), ``tr_norm`` (TR's regulation,
   no scale) and ``reverse`` (2 - w), paired by seed: the same seed gives the same warm start and data order;
-* :func:`kl_grid` -- Reading 3: ``kl_weighting`` eq10 / outside / plain under TR (surrogate) at two betas;
+* :func:`kl_grid` -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under TR (surrogate) at two betas;
 * :func:`tau_grid` -- Table 7's tau sweep; its GRPO baseline and tau = 9 are the controls grid's runs.
 """
 

@@ -1,4 +1,4 @@
-"""Prose rendered from the toy controls summaries (notebook 03, Part A; paper Table 7, Readings 1-3).
+"""Prose rendered from the toy controls summaries (notebook 03, Part A; paper Section 4.3, Tables 4 and 7).
 
 The README's toy-findings block (between :data:`README_START` and :data:`README_END`, rewritten by
 :func:`update_readme`) and notebook 03's verdict are :func:`verdict_markdown`: every number comes from the

@@ -1,4 +1,4 @@
-"""Summaries of the toy controls grids (notebook 03, Part A; paper Table 7, Readings 2 and 3), from their records.
+"""Summaries of the toy controls grids (notebook 03, Part A; paper Section 4.3), from their records.
 
 The plan's primary metric of a run (:func:`primary_metric`), and per grid one ``summary.json``: each arm's mean and
 its paired difference to the baseline on common seeds, with the t-interval, p, Holm's adjustment, the sign count
