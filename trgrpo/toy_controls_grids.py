@@ -7,7 +7,8 @@ of :func:`trgrpo.toy.toy_spec` dicts:
 * :func:`controls_grid` -- GRPO (``equal``), TR with the weight outside the clip (``surrogate``) and inside it
   (``ratio``, Eq. 9 as printed), ``const`` (TR's batch-mean scale, no regulation), ``tr_norm`` (TR's regulation,
   no scale) and ``reverse`` (2 - w), paired by seed: the same seed gives the same warm start and data order;
-* :func:`kl_grid` -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under TR (surrogate) at two betas;
+* :func:`kl_grid` -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under TR (surrogate) at
+  two betas;
 * :func:`tau_grid` -- Table 7's tau sweep; its GRPO baseline and tau = 9 are the controls grid's runs.
 """
 
