@@ -3,8 +3,12 @@ characters. A reward never raises, always returns a value of its allowed set (Ta
 math, App. B.1.2), and a 1 MB completion costs less than 150 ms of CPU time (best of 5 runs; the worst CPU and
 wall-clock figures, and the inputs that gave them, are printed at the end). The bound was 50 ms until the K&K
 look-alike guard learned combining marks, variation selectors, tag characters and Unicode spaces (issue 16): a
-1 MB answer of astral characters now takes about 100 ms for the two calls the K&K check makes (parts + total) on
-the 2-core CI machine, idle. Still linear: a 1 MB input is far beyond any completion length.
+1 MB answer of astral characters took about 100 ms for the two calls the K&K check makes (parts + total) on
+the 2-core CI machine, idle. Since then the guard's astral scan runs only when the answer's UTF-8 bytes hold a
+first and a second byte of an astral disguise (kk_guard._astral_gate): astral characters such as U+1114B and
+non-ASCII BMP text skip it. An answer of emoji (F0 9F ..., the second byte of the enclosed letters) still takes
+the full scan and is the worst K&K shape here, so the bound stays. Still linear: a 1 MB input is far beyond any
+completion length.
 
 The math reward's cost has two parts: the scan, which grows with the input and is what the 1 MB bound is about,
 and sympy's parse + verify of the final boxed answer (at most 1000 characters), which does not grow with the input
@@ -266,6 +270,7 @@ def _big_cases() -> dict[str, str]:
         "well-formed, names repeated": "<think>t</think><answer>" + "Emma Liam " * (MB // 10) + GOLD + "</answer>",
         "well-formed, names glued": "<think>t</think><answer>" + "Emma" * (MB // 4) + "</answer>",
         "well-formed, 1 MB answer of astral chars": "<think>t</think><answer>" + "\U0001114b" * MB + GOLD + "</answer>",
+        "well-formed, 1 MB answer of emoji": "<think>t</think><answer>" + "\U0001f4a5" * MB + GOLD + "</answer>",
         "well-formed, 1 MB answer of dotted capital I": "<think>t</think><answer>" + "İ" * MB + GOLD + "</answer>",
         "1M knights": "<think>t</think><answer>" + "knight" * (MB // 6) + "</answer>",
         "NUL bytes": "\x00" * MB,
@@ -294,6 +299,7 @@ def test_expected_scores_survive_megabyte_padding():
     assert kk_check(cases["well-formed, name then 1 MB of spaces"]) == 3.0
     assert kk_check(cases["1M knights"]) == -1.0
     assert kk_check(cases["well-formed, 1 MB answer of astral chars"]) == 3.0
+    assert kk_check(cases["well-formed, 1 MB answer of emoji"]) == 3.0
     assert kk_check(cases["well-formed, 1 MB answer of dotted capital I"]) == 3.0
     assert math_check(cases["gold after 1 MB of text"]) == 1.0
     assert math_check(cases["\\boxed{ openings, then an answer"]) == 1.0

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trgrpo.tasks import kk
+from trgrpo.tasks import kk, kk_eval
 
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
@@ -170,6 +170,40 @@ def test_kelvin_sign_reads_as_k_like_logic_rl():
 def test_ordinary_non_ascii_text_in_the_answer_is_fine(extra):
     assert not kk.disguised_letters(GOLD_ANSWER + extra)
     assert parts(completion(GOLD_ANSWER + extra)) == (1.0, 2.0)
+
+
+# The astral part of the guard runs only when the answer's UTF-8 bytes hold a first byte (F0/F3) and a second byte
+# (9D/9F/A0) of an astral disguise (a memchr each): other astral characters are cheap to wave through.
+ASTRAL_JUNK = "\U0001114b"  # F0 91 85 8B: astral, yet no second byte of a disguise
+
+
+def test_byte_gate_lets_every_astral_disguise_through():
+    from trgrpo.tasks import kk_guard
+
+    leads, seconds = kk_guard._astral_gate()
+    for lo, hi in kk_guard._disguise_sets()[1]:
+        for cp in range(lo, hi + 1):
+            enc = chr(cp).encode()
+            assert enc[:1] in leads and enc[1:2] in seconds, hex(cp)
+            text = f"{ASTRAL_JUNK}Emma is a kn{chr(cp)}ave"
+            assert kk.disguised_letters(text) and kk.disguised_letters(text, text.encode()), hex(cp)
+    # the one tag character U+E0041 behind a BMP-only prefix: found through the gate, also at the very end
+    assert kk.disguised_letters("\u0130" * 1000 + "kn\U000e0041ave")
+    assert parts(completion(f"Emma is a kn\U000e0041ave. {GOLD_ANSWER}")) == (1.0, -2.0)
+
+
+@pytest.mark.parametrize(
+    "junk", [ASTRAL_JUNK, "\U0001f4a5", "\U0001d7ff", "\U000e01f0", "\U0001d3ff", "\U0001f146", "\U0010ffff", "\ud835"]
+)
+def test_byte_gate_agrees_with_the_full_scan(junk):
+    from trgrpo.tasks import kk_guard
+
+    bmp, astral = kk_guard._disguise_re()
+    for text in (junk * 50 + GOLD_ANSWER, GOLD_ANSWER + junk, f"{junk}\u0130{junk} {GOLD_ANSWER}"):
+        full = bmp.search(text) is not None or astral.search(text) is not None
+        assert kk.disguised_letters(text) is full is kk.disguised_letters(text, text.encode("utf-8", "surrogatepass"))
+        assert not full  # none of these is a disguise
+        assert parts(completion(text)) == (1.0, 2.0)
 
 
 def test_a_hedge_in_words_is_not_seen():
@@ -556,7 +590,7 @@ def test_accuracy_of_gold_answers_is_one(monkeypatch, generated):
         by_quiz = {r["quiz"]: r for r in generated}
         return [completion(by_quiz[p[1]["content"]]["solution_text"]) for p in prompts]
 
-    monkeypatch.setattr(kk, "greedy_generate", fake_generate)
+    monkeypatch.setattr(kk_eval, "greedy_generate", fake_generate)
     res = kk.evaluate_kk(None, None, generated, batch_size=3)
     assert res["by_n_people"] == {3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}
     assert res["avg"] == 1.0 and res["overall"] == 1.0 and res["format_rate"] == 1.0 and res["n"] == 10
@@ -588,3 +622,25 @@ def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
     assert all(0.0 <= v <= 1.0 for v in res["by_n_people"].values())
     assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5
     assert len(res["completions"]) == 5 and all(isinstance(c, str) for c in res["completions"])
+
+
+KK_PARTS = ("kk_data", "kk_files", "kk_prompts", "kk_reward", "kk_guard", "kk_eval")
+
+
+def test_kk_facade_keeps_every_public_name_of_its_parts():
+    import importlib
+    import re
+    from pathlib import Path
+
+    assert all(hasattr(kk, n) for n in kk.__all__)
+    for part in KK_PARTS:
+        mod = importlib.import_module(f"trgrpo.tasks.{part}")
+        public = [
+            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
+        ]
+        assert public, part
+        missing = [n for n in public if getattr(kk, n, None) is not getattr(mod, n)]
+        assert not missing, f"trgrpo.tasks.kk lacks {missing} of {part}"
+        lines = Path(mod.__file__).read_text().splitlines()
+        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
+        assert re.search(r"App\. B\.1\.1|Table \d|Section \d", mod.__doc__ or ""), f"{part}: docstring names no section"

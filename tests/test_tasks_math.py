@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pytest
 
-from trgrpo.tasks import common
+from trgrpo.tasks import common, math_eval, math_verifier
 from trgrpo.tasks import math as mt
 
 from .test_tasks_kk import build_tiny_lm
@@ -156,7 +156,7 @@ def test_deep_nesting_is_refused_and_the_parser_is_cut_anyway():
     t0 = time.perf_counter()
     with pytest.raises(mt.BudgetExceeded):  # antlr4 is exponential in brace depth: the budget cuts it
         with mt.time_budget(0.1):
-            mt._equivalent("{" * 40 + "42" + "}" * 40, "42")
+            math_verifier._equivalent("{" * 40 + "42" + "}" * 40, "42")
     assert time.perf_counter() - t0 < 1.5
 
 
@@ -421,7 +421,7 @@ def test_greedy_accuracy_with_a_fake_generate(monkeypatch):
         assert prompts == [mt.math_prompt(r) for r in RECORDS]
         return ["\\boxed{5}", "\\boxed{15}"]
 
-    monkeypatch.setattr(mt, "greedy_generate", fake)
+    monkeypatch.setattr(math_eval, "greedy_generate", fake)
     assert mt.evaluate_math(None, None, RECORDS) == {"accuracy": 0.5, "n": 2}
 
 
@@ -430,7 +430,7 @@ def test_sampled_avg_and_pass_at_k_with_a_fake_generate(monkeypatch):
         assert do_sample and num_return_sequences == 16
         return [["\\boxed{5}"] * 4 + ["\\boxed{6}"] * 12, ["\\boxed{1}"] * 16]
 
-    monkeypatch.setattr(mt, "generate_completions", fake)
+    monkeypatch.setattr(math_eval, "generate_completions", fake)
     res = mt.evaluate_math_sampled(None, None, RECORDS, pass_ks=(1, 4))
     assert res["avg@16"] == pytest.approx(0.125) and res["pass@16"] == pytest.approx(0.5)
     assert res["pass@1"] == pytest.approx(0.125)
@@ -464,3 +464,40 @@ def test_generate_rejects_bad_settings(tiny_lm):
         common.generate_completions(model, tok, ["x"], batch_size=0)
     with pytest.raises(TypeError):
         common.generate_completions(model, tok, [[]])
+
+
+MATH_PARTS = (
+    "math_extract", "math_budget", "math_gold", "math_blowup", "math_verifier", "math_reward", "math_data", "math_eval"
+)
+
+
+def test_math_facade_keeps_every_public_name_of_its_parts():
+    import importlib
+    from pathlib import Path
+
+    assert all(hasattr(mt, n) for n in mt.__all__)
+    for part in MATH_PARTS:
+        mod = importlib.import_module(f"trgrpo.tasks.{part}")
+        public = [
+            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
+        ]
+        missing = [n for n in public if getattr(mt, n, None) is not getattr(mod, n)]
+        assert not missing, f"trgrpo.tasks.math lacks {missing} of {part}"
+        lines = Path(mod.__file__).read_text().splitlines()
+        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
+        assert re.search(r"App\. B\.1\.2|Table \d|Section \d", mod.__doc__ or ""), f"{part}: docstring names no section"
+
+
+def test_every_math_module_is_interruptible_by_the_budget_and_logs_as_the_task():
+    """The budget raises preferably in the parser/verifier's frames, the task's own modules included; the split
+    modules log under the task's logger name."""
+    import importlib
+
+    from trgrpo.tasks import math_budget
+
+    for part in MATH_PARTS:
+        assert f"trgrpo.tasks.{part}".startswith(math_budget._INTERRUPTIBLE), part
+    assert not "trgrpo.tasks.kk_reward".startswith(math_budget._INTERRUPTIBLE)
+    for part in ("math_gold", "math_reward"):
+        assert importlib.import_module(f"trgrpo.tasks.{part}").logger is mt.logger
+    assert mt.logger.name == "trgrpo.tasks.math"

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from trgrpo import toy_controls as tc
+from trgrpo import toy_controls_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -242,10 +243,37 @@ def test_classify_uses_holm_and_made_of_reads_the_controls():
     assert tc.classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
     assert tc.strength(_row(0.0, 0.5)).startswith("no evidence") and tc.strength(_row(0.1, 0.001)) == "strong evidence"
     rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
-    assert tc._made_of(rows).startswith("neither")
+    assert toy_controls_readme._made_of(rows).startswith("neither")
     rows["const-surrogate"] = _row(0.03, 0.01)
-    assert tc._made_of(rows).startswith("scale")
+    assert toy_controls_readme._made_of(rows).startswith("scale")
     rows["tr_norm-surrogate"] = _row(-0.03, 0.01)
-    assert tc._made_of(rows).startswith("scale and regulation")
+    assert toy_controls_readme._made_of(rows).startswith("scale and regulation")
     rows = {"tr-surrogate": _row(0.03, 0.01), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
-    assert tc._made_of(rows).startswith("undecided")
+    assert toy_controls_readme._made_of(rows).startswith("undecided")
+
+
+CONTROLS_PARTS = ("toy_controls_grids", "toy_controls_summary", "toy_controls_readme", "toy_controls_cli")
+
+
+def test_toy_controls_facade_keeps_every_public_name_and_the_command_line():
+    import importlib
+    import subprocess
+    import sys
+
+    assert all(hasattr(tc, n) for n in tc.__all__)
+    for part in CONTROLS_PARTS:
+        mod = importlib.import_module(f"trgrpo.{part}")
+        public = [
+            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
+        ]
+        missing = [n for n in public if getattr(tc, n, None) is not getattr(mod, n)]
+        assert not missing, f"trgrpo.toy_controls lacks {missing} of {part}"
+        lines = Path(mod.__file__).read_text().splitlines()
+        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
+        assert "notebook 03" in (mod.__doc__ or ""), f"{part}: docstring names no notebook/section"
+    cli = importlib.import_module("trgrpo.toy_controls_cli")
+    assert cli.DESCRIPTION == tc.__doc__.split("\n")[0]  # --help reads as before the split
+    r = subprocess.run(
+        [sys.executable, "-m", "trgrpo.toy_controls", "run", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "{controls,kl,kl_high,kl_low,tau}" in r.stdout, r.stderr[-2000:]
