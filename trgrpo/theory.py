@@ -33,9 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-# the one statistics module (std with ddof = 1); binned_means is re-exported for notebook 01
 from .analysis import binned_means as binned_means
 from .analysis import spread_stats
+
+# the one statistics module (std with ddof = 1); binned_means is re-exported for notebook 01
+from .sampling import sample_batch
 from .weights import WeightParams, as_weight_params, token_weights
 
 # --------------------------------------------------------------------------------------------------
@@ -210,23 +212,8 @@ def sample_completions(
         + prefill
         for m in messages
     ]
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    finally:
-        tokenizer.padding_side = old_side
     torch.manual_seed(seed)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    out = model.generate(
-        **enc,
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=pad,
-    )
+    enc, out = sample_batch(model, tokenizer, texts, max_new_tokens=max_new_tokens, temperature=temperature)
     s_prompt = enc["input_ids"].shape[1]
     completion = out[:, s_prompt:]
     is_eos = completion == tokenizer.eos_token_id

@@ -55,54 +55,47 @@ def sample_token_probabilities(
     """
     import torch
 
+    from .sampling import sample_batch
     from .tasks.common import render_prompt
 
     if samples_per_prompt < 1 or max_new_tokens < 1:
         raise ValueError("samples_per_prompt and max_new_tokens must be >= 1")
     texts = [render_prompt(tokenizer, p)[0] for p in prompts]
-    pad_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     out = TokenOccurrences([], [], [])
     gen = torch.Generator().manual_seed(seed)
     model.eval()
-    try:
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start : start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-            with torch.no_grad():
-                seqs = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_k=0,
-                    top_p=1.0,
-                    max_new_tokens=max_new_tokens,
-                    num_return_sequences=samples_per_prompt,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                attn = (seqs != tokenizer.pad_token_id).long()
-                prompt_len = enc["input_ids"].shape[1]
-                attn[:, :prompt_len] = enc["attention_mask"].repeat_interleave(samples_per_prompt, dim=0)
-                logits = model(input_ids=seqs, attention_mask=attn).logits[:, prompt_len - 1 : -1].float()
-                logp = torch.log_softmax(logits / temperature, dim=-1)
-                comp = seqs[:, prompt_len:]
-                tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
-            for row_ids, row_lp in zip(comp.tolist(), tok_logp.tolist()):
-                row = (out.completion[-1] + 1) if out.completion else 0
-                for tid, lp in zip(row_ids, row_lp):
-                    if tid == tokenizer.pad_token_id:
-                        break
-                    out.token_ids.append(tid)
-                    out.texts.append(tokenizer.decode([tid]))
-                    out.probs.append(float(torch.tensor(lp).exp()))
-                    out.completion.append(row)
-                    if tid == tokenizer.eos_token_id:
-                        break
-    finally:
-        tokenizer.padding_side = pad_side
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        enc, seqs = sample_batch(
+            model,
+            tokenizer,
+            chunk,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            num_return_sequences=samples_per_prompt,
+        )
+        with torch.no_grad():
+            attn = (seqs != tokenizer.pad_token_id).long()
+            prompt_len = enc["input_ids"].shape[1]
+            attn[:, :prompt_len] = enc["attention_mask"].repeat_interleave(samples_per_prompt, dim=0)
+            logits = model(input_ids=seqs, attention_mask=attn).logits[:, prompt_len - 1 : -1].float()
+            logp = torch.log_softmax(logits / temperature, dim=-1)
+            comp = seqs[:, prompt_len:]
+            tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+        for row_ids, row_lp in zip(comp.tolist(), tok_logp.tolist()):
+            row = (out.completion[-1] + 1) if out.completion else 0
+            for tid, lp in zip(row_ids, row_lp):
+                if tid == tokenizer.pad_token_id:
+                    break
+                out.token_ids.append(tid)
+                out.texts.append(tokenizer.decode([tid]))
+                out.probs.append(float(torch.tensor(lp).exp()))
+                out.completion.append(row)
+                if tid == tokenizer.eos_token_id:
+                    break
     return out
 
 
