@@ -40,6 +40,8 @@ def test_tag_and_paths(tmp_path, monkeypatch):
     monkeypatch.delenv("TRGRPO_FIGURES", raising=False)
     full, smoke = Notebook("02_w", False, tmp_path), Notebook("02_w", True, tmp_path)
     assert (full.tag, smoke.tag) == ("", "_smoke")
+    assert full.results == ROOT / "results", "no results/ here: the committed records of the package's checkout"
+    (tmp_path / "results").mkdir()
     assert full.results == smoke.results == tmp_path / "results"
     assert full.runs == tmp_path / "results" and smoke.runs == tmp_path / "runs" / "smoke-results"
     assert full.figures == tmp_path / "figures"

@@ -8,12 +8,14 @@ into it; ``SMOKE = os.environ.get("TRGRPO_SMOKE", ...)`` there, so the cell runs
                 (``notebooks/``, ``notebooks/solutions/``, ``student/``, ``student/exercises/``), else the working
                 folder itself (a notebook copied elsewhere writes beside itself);
 * ``results``   ``root/results``: the committed records (notebooks 03 and 08 read them; full runs write them);
-* ``runs``      where this run writes run records: ``results`` in full mode, ``root/runs/smoke-results`` in
+                when the root has none (a student copy outside the checkout), the ``results/`` of the checkout
+                that holds the imported package;
+* ``runs``      where this run writes run records: ``root/results`` in full mode, ``root/runs/smoke-results`` in
                 smoke mode (git-ignored: a smoke run leaves the committed records alone);
 * ``figures``   ``$TRGRPO_FIGURES``, else ``root/figures``;
 * ``tag``       ``"_smoke"`` in smoke mode, else ``""``: figure and headline names say the scale they came from
                 (``figures/*smoke*`` and ``results/notebooks/*_smoke.json`` are git-ignored);
-* :meth:`Notebook.save_headline` writes ``results/notebooks/<name><tag>.json`` and prints a short summary.
+* :meth:`Notebook.save_headline` writes ``root/results/notebooks/<name><tag>.json`` and prints a short summary.
 
 The package must be importable in the kernel (``make setup`` installs it, editable, into the ``.venv`` whose kernel
 the notebooks use); no notebook edits ``sys.path``.
@@ -88,11 +90,13 @@ class Notebook:
 
     @property
     def results(self) -> Path:
-        return self.root / "results"
+        own = self.root / "results"
+        package_checkout = Path(__file__).resolve().parents[1] / "results"
+        return own if own.is_dir() or not package_checkout.is_dir() else package_checkout
 
     @property
     def runs(self) -> Path:
-        return self.root / "runs" / "smoke-results" if self.smoke else self.results
+        return self.root / "runs" / "smoke-results" if self.smoke else self.root / "results"
 
     @property
     def figures(self) -> Path:
@@ -100,7 +104,7 @@ class Notebook:
 
     @property
     def headline_path(self) -> Path:
-        return self.results / "notebooks" / f"{self.name}{self.tag}.json"
+        return self.root / "results" / "notebooks" / f"{self.name}{self.tag}.json"
 
     def elapsed(self) -> float:
         """Seconds since :func:`setup`."""
