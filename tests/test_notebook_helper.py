@@ -107,3 +107,38 @@ def test_cpu_threads_sets_torch(monkeypatch):
         assert notebook.cpu_threads(0) in (1, 2)
     finally:
         torch.set_num_threads(before)
+# ---------------------------------------------------------------- the notebooks use it
+
+OLD_BOILERPLATE = {
+    "sys.path.insert": re.compile(r"sys\.path\.insert"),
+    "ROOT from the working folder": re.compile(r"Path\.cwd\(\)\.parents?\b"),
+    "a hand-made TAG": re.compile(r"^TAG\s*=", re.M),
+    "a start time by hand": re.compile(r"^T0\s*=\s*time\.time\(\)", re.M),
+    "a JSON dump of the headline": re.compile(r"json\.dumps\(headline|print\(headline\)"),
+    "a headline path by hand": re.compile(r"((?<!nb\.)save_headline\(|write_text\(json\.dumps)"),
+    "smoke results by a relative path": re.compile(r"\.\./runs/smoke-results|\.\./results"),
+    "__import__": re.compile(r"__import__\("),
+    "a one- or two-letter alias of a trgrpo module": re.compile(
+        r"^(from trgrpo\S* import \w+|import trgrpo\S*) as [A-Za-z]{1,2}$", re.M
+    ),
+    "several modules on one import line": re.compile(r"^import \w+(\.\w+)*, ", re.M),
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_notebook_keeps_the_old_boilerplate(path):
+    cells = [c for c in course.read(path).cells if c.cell_type == "code"]
+    code = "\n".join([c.source for c in cells] + [course.wrong_answer(c) or "" for c in cells])  # checks' probes too
+    found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(code)]
+    assert not found, f"{path.name}: {found} (use trgrpo.notebook: setup, versions, nb.save_headline)"
+    assert re.search(rf"""\bsetup\(\s*["']{re.escape(path.stem)}["']""", code), (
+        f"{path.name}: call setup({path.stem!r}, SMOKE) after the parameters cell"
+    )
+
+
+def test_the_boilerplate_check_can_fail():
+    old = "ROOT = Path.cwd().parent\nsys.path.insert(0, str(ROOT))\n"
+    old += "from trgrpo.tasks import search as S\nimport numpy as np\n"
+    found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(old)]
+    assert found == ["sys.path.insert", "ROOT from the working folder", "a one- or two-letter alias of a trgrpo module"]
+    assert not [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search("_ = nb.save_headline(headline)")]
