@@ -89,3 +89,18 @@ def test_table7_reads_the_tau_summary(tmp_path):
     for r in taus:
         assert f"{r['delta_vs_equal']:+.3f}" in row["our evidence"]
     assert "results/toy/tau" in row["scale"]
+
+
+@pytest.mark.parametrize(("table", "task"), [(1, "kk"), (2, "math"), (3, "search"), (4, "kk"), (7, "kk"), (9, "kk")])
+def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
+    """Notebook 08's tables (moved here from an assert of the notebook): every printed row of the paper's table,
+    with the committed records or none, each cell 'paper / ours'."""
+    from trgrpo import paper, report
+    from trgrpo.experiment import load_results
+
+    for records in (load_results(task, str(RESULTS)), []):
+        rows = report.paper_vs_ours(table, records)
+        assert len(rows) == len(paper.table(table).rows), (table, len(records))
+        assert all(" / " in str(row[c]) for row in rows for c in paper.table(table).columns)
+        if not records:
+            assert all(row["ours"] == report.NO_RUN for row in rows)

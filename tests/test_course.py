@@ -291,6 +291,11 @@ def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
     if path.name.startswith("03_"):  # exercise 3.2 used to echo the library's summary and answer its own question
         src = next(c.source for c in checks if "'3.2'" in c.source)
         assert "loses on every seed" not in src and "(label, summary)" not in src and "v < 0" not in src
+    if path.name.startswith("07_"):  # 7.2 listed the tool's replies, 7.5 a hand-computed F1 list: now hashes
+        src = next(c.source for c in checks if "'7.2'" in c.source)
+        assert "Error:" not in src and "[1, 1, 1" not in src and "course.fingerprint(" in src
+        src = next(c.source for c in checks if "'7.5'" in c.source)
+        assert "2 / 3" not in src and "0.8" not in src and "1 / 3" not in src and "course.fingerprint(" in src
 
 
 @pytest.mark.notebook
@@ -364,6 +369,8 @@ def test_notebook_links_glossary_previous_and_next(path):
 def test_solutions_link_the_glossary(path):
     src = course.read(path).cells[0].source
     assert "../../docs/glossary.md" in src and not [p for p in _links(src, path.parent) if not p.exists()]
+    assert "Previous: [" in src and "Next: [" in src, f"{path.name}: previous / next links in the first cell"
+    assert f"(../{path.name.replace('_solutions', '')})" in src, f"{path.name}: links the notebook it solves"
 
 
 @pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])

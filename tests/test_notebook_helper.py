@@ -1,0 +1,144 @@
+"""trgrpo.notebook: the one helper that replaced each notebook's ROOT / sys.path / SMOKE / TAG / headline lines
+(issue 13, deliverable 4), and a check that no notebook went back to them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from trgrpo import course, notebook
+from trgrpo.notebook import Notebook, find_root, setup, smoke_from_env, versions
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
+
+
+@pytest.mark.parametrize(("value", "smoke"), [(None, False), ("", False), ("0", False), ("false", False),
+                                              ("False", False), ("1", True), ("true", True), ("yes", True)])
+def test_smoke_from_env(monkeypatch, value, smoke):
+    if value is None:
+        monkeypatch.delenv("TRGRPO_SMOKE", raising=False)
+    else:
+        monkeypatch.setenv("TRGRPO_SMOKE", value)
+    assert smoke_from_env() is smoke
+
+
+def test_setup_reads_the_environment_unless_told(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TRGRPO_SMOKE", "1")
+    assert setup("01_x", root=tmp_path).smoke is True
+    assert setup("01_x", False, root=tmp_path).smoke is False  # a papermill parameter wins over the environment
+    monkeypatch.setenv("TRGRPO_SMOKE", "0")
+    assert setup("01_x", root=tmp_path).smoke is False
+    assert setup("01_x", True, root=tmp_path).smoke is True
+    assert "01_x: smoke mode" in capsys.readouterr().out
+
+
+def test_tag_and_paths(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRGRPO_FIGURES", raising=False)
+    full, smoke = Notebook("02_w", False, tmp_path), Notebook("02_w", True, tmp_path)
+    assert (full.tag, smoke.tag) == ("", "_smoke")
+    assert full.results == ROOT / "results", "no results/ here: the committed records of the package's checkout"
+    (tmp_path / "results").mkdir()
+    assert full.results == smoke.results == tmp_path / "results"
+    assert full.runs == tmp_path / "results" and smoke.runs == tmp_path / "runs" / "smoke-results"
+    assert full.figures == tmp_path / "figures"
+    assert full.headline_path == tmp_path / "results" / "notebooks" / "02_w.json"
+    assert smoke.headline_path == tmp_path / "results" / "notebooks" / "02_w_smoke.json"  # git-ignored
+    monkeypatch.setenv("TRGRPO_FIGURES", str(tmp_path / "elsewhere"))
+    assert full.figures == tmp_path / "elsewhere"
+
+
+def test_root_is_the_checkout_from_any_notebook_folder(tmp_path, monkeypatch):
+    (tmp_path / "trgrpo").mkdir()
+    (tmp_path / "trgrpo" / "__init__.py").write_text("")
+    for sub in ("notebooks", "notebooks/solutions", "student", "student/exercises"):
+        (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+        assert find_root(tmp_path / sub) == tmp_path.resolve(), sub
+        monkeypatch.chdir(tmp_path / sub)
+        assert setup("03_x").root == tmp_path.resolve()
+    outside = tmp_path.parent / f"{tmp_path.name}-copy"
+    outside.mkdir()
+    assert find_root(outside) == outside.resolve(), "outside a checkout a notebook writes beside itself"
+    assert find_root(ROOT / "notebooks" / "solutions") == ROOT
+
+
+def test_save_headline_writes_the_tagged_file_and_prints_a_short_summary(tmp_path, capsys):
+    nb = Notebook("05_k", True, tmp_path)
+    headline = {"smoke": True, "model": "m", **{f"k{i}": i for i in range(30)}, "nested": {"a": [1, 2]}}
+    path = nb.save_headline(headline, keys=["smoke", "model"])
+    assert path == tmp_path / "results" / "notebooks" / "05_k_smoke.json"
+    assert json.loads(path.read_text()) == headline
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == f"saved to {path}" and len(out) <= 10, out
+    assert "k29" not in "\n".join(out)
+
+
+def test_setup_names_a_bad_name():
+    for bad in ("", "notebooks/01_x", "01_x.ipynb", None):
+        with pytest.raises(ValueError, match="name"):
+            setup(bad)
+
+
+def test_elapsed_counts_from_setup():
+    nb = Notebook("00_p", False, ROOT, started=0.0)
+    assert nb.elapsed() > 1e9
+
+
+def test_versions_names_python_each_package_and_trgrpo():
+    line = versions("torch", "numpy")
+    import numpy
+    import torch
+
+    assert line.startswith("python ") and f"numpy {numpy.__version__}" in line and line.endswith("trgrpo 0.1.0")
+    assert re.search(rf"torch {re.escape(torch.__version__)} \((CPU|\d+ CUDA devices?)\)", line), line
+    with pytest.raises(ModuleNotFoundError):
+        versions("no_such_package_xyz")
+
+
+def test_cpu_threads_sets_torch(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        assert notebook.cpu_threads(1) == 1 and torch.get_num_threads() == 1
+        assert notebook.cpu_threads(0) in (1, 2)
+    finally:
+        torch.set_num_threads(before)
+# ---------------------------------------------------------------- the notebooks use it
+
+OLD_BOILERPLATE = {
+    "sys.path.insert": re.compile(r"sys\.path\.insert"),
+    "ROOT from the working folder": re.compile(r"Path\.cwd\(\)\.parents?\b"),
+    "a hand-made TAG": re.compile(r"^TAG\s*=", re.M),
+    "a start time by hand": re.compile(r"^T0\s*=\s*time\.time\(\)", re.M),
+    "a JSON dump of the headline": re.compile(r"json\.dumps\(headline|print\(headline\)"),
+    "a headline path by hand": re.compile(r"((?<!nb\.)save_headline\(|write_text\(json\.dumps)"),
+    "smoke results by a relative path": re.compile(r"\.\./runs/smoke-results|\.\./results"),
+    "__import__": re.compile(r"__import__\("),
+    "a one- or two-letter alias of a trgrpo module": re.compile(
+        r"^(from trgrpo\S* import \w+|import trgrpo\S*) as [A-Za-z]{1,2}$", re.M
+    ),
+    "several modules on one import line": re.compile(r"^import \w+(\.\w+)*, ", re.M),
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_notebook_keeps_the_old_boilerplate(path):
+    cells = [c for c in course.read(path).cells if c.cell_type == "code"]
+    code = "\n".join([c.source for c in cells] + [course.wrong_answer(c) or "" for c in cells])  # checks' probes too
+    found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(code)]
+    assert not found, f"{path.name}: {found} (use trgrpo.notebook: setup, versions, nb.save_headline)"
+    assert re.search(rf"""\bsetup\(\s*["']{re.escape(path.stem)}["']""", code), (
+        f"{path.name}: call setup({path.stem!r}, SMOKE) after the parameters cell"
+    )
+
+
+def test_the_boilerplate_check_can_fail():
+    old = "ROOT = Path.cwd().parent\nsys.path.insert(0, str(ROOT))\n"
+    old += "from trgrpo.tasks import search as S\nimport numpy as np\n"
+    found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(old)]
+    assert found == ["sys.path.insert", "ROOT from the working folder", "a one- or two-letter alias of a trgrpo module"]
+    assert not [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search("_ = nb.save_headline(headline)")]
