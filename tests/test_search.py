@@ -262,3 +262,44 @@ def test_table3_layout():
         "Avg.",
     ]
     assert real.iloc[0, -1] == pytest.approx(24.9)
+
+
+def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
+    """run_search builds its record with trgrpo.records.build_record and writes it once through write_result."""
+    from pathlib import Path
+
+    from trgrpo import records as R
+
+    model = S.micro_model(corpus, tool, hidden=32, layers=1, heads=2, path=tmp_path / "micro")
+    train = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
+    spec = S.SearchSpec(
+        scheme="tr",
+        model=model,
+        steps=1,
+        prompts_per_step=2,
+        num_generations=2,
+        max_completion_length=24,
+        max_tool_calls=1,
+        template="compact",
+        scale="unit",
+        group="unit-search",
+    )
+    writes: list[Path] = []
+    real = R.write_json
+    monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
+    rec = S.run_search(
+        spec,
+        train_records=train,
+        eval_records=corpus.questions["test"][:2],
+        tool=tool,
+        results_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+        verbose=False,
+    )
+    path = tmp_path / "unit-search" / f"{spec.name}.json"
+    assert writes == [path]
+    saved = R.read_record(path)
+    R.validate_record(saved, str(path), strict_unknown=True)
+    assert (saved["task"], saved["method"], saved["kind"]) == ("search", "TR-GRPO", "run")
+    assert [e["step"] for e in saved["eval_curve"]] == [0, 1] and saved["example_rollout"]["text"]
+    assert [r["name"] for r in R.load_results("unit-search", tmp_path)] == [rec["name"]]

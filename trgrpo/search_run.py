@@ -176,15 +176,8 @@ def run_search(
 
     import torch
 
-    from .experiment import (
-        CHECKPOINT_DIR,
-        git_commit,
-        history_from_log,
-        machine_info,
-        package_versions,
-        peak_memory_mb,
-        write_result,
-    )
+    from .experiment import CHECKPOINT_DIR, history_from_log
+    from .records import build_record, write_result
 
     t0 = time.time()
     out_dir = Path(checkpoint_dir or CHECKPOINT_DIR) / spec.group / spec.name
@@ -226,25 +219,28 @@ def run_search(
     if not eval_curve or eval_curve[-1]["step"] != spec.steps:
         eval_curve.append({"step": spec.steps, "em": final["em"]})
     example = trl_rollouts(trainer, list(eval_records[:1]), greedy=True)[0] if eval_records else None
-    record = {
-        "name": spec.name,
-        "group": spec.group,
-        "task": "search",
-        "scheme": spec.scheme,
-        "method": SCHEME_LABELS.get(spec.scheme, spec.scheme),
-        "seed": spec.seed,
-        "model": spec.model,
-        "init_model": spec.init_model,
-        "steps": spec.steps,
-        "scale": spec.scale,
-        "spec": dataclasses.asdict(spec),
-        "history": history,
-        "eval_curve": eval_curve,
-        "baseline_no_search": baseline,
-        "warm_start": {k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
-        "initial": initial,
-        "final": final,
-        "example_rollout": None
+    record = build_record(
+        name=spec.name,
+        group=spec.group,
+        task="search",
+        scheme=spec.scheme,
+        seed=spec.seed,
+        model=spec.model,
+        steps=spec.steps,
+        spec=dataclasses.asdict(spec),
+        history=history,
+        initial=initial,
+        final=final,
+        train_time_s=train_s,
+        steps_run=len(history),
+        t0=t0,
+        method=SCHEME_LABELS.get(spec.scheme, spec.scheme),
+        init_model=spec.init_model,
+        scale=spec.scale,
+        eval_curve=eval_curve,
+        baseline_no_search=baseline,
+        warm_start={k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
+        example_rollout=None
         if example is None
         else {
             "question": example["record"]["question"],
@@ -254,17 +250,9 @@ def run_search(
             "text": rollout_text(trainer.processing_class, example),
             "em": example["em"],
         },
-        "n_train": len(train_records),
-        "n_eval": len(eval_records),
-        "train_time_s": train_s,
-        "seconds_per_step": train_s / max(1, len(history)),
-        "wall_time_s": time.time() - t0,
-        "peak_memory": peak_memory_mb(),
-        "machine": machine_info(),
-        "versions": package_versions(),
-        "git_commit": git_commit(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+        n_train=len(train_records),
+        n_eval=len(eval_records),
+    )
     path = write_result(spec.group, spec.name, record, results_dir)
     if verbose:
         print(
