@@ -125,6 +125,7 @@ PIPELINE_MODULES = [
         "toy_run.py",
         "toy_analysis.py",
         "warm_start.py",
+        "sft.py",
         "search_run.py",
         "tasks/registry.py",
         "tasks/paper_tasks.py",

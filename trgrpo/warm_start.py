@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .models import cache_dir
+from .sft import pad_batch, sft_step
 from .tasks.addition import TASK_NAMES, evaluate_accuracy, records, splits
 from .toy_model import MICRO_CONFIG, TOY_DEFAULTS, build_model, build_tokenizer, n_parameters
 
@@ -26,23 +27,13 @@ class WarmStartError(RuntimeError):
 
 
 def _sft_batch(tokenizer, rows: Sequence[dict]):
-    import torch
-
-    seqs, labels = [], []
+    """Teacher-forcing batch of ``prompt`` -> ``target`` + EOS rows; the loss covers the completion only."""
+    examples = []
     for r in rows:
         p = tokenizer(r["prompt"])["input_ids"]
         c = tokenizer(r["target"])["input_ids"] + [tokenizer.eos_token_id]
-        seqs.append(p + c)
-        labels.append([-100] * len(p) + c)
-    n = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), n), tokenizer.pad_token_id)
-    lab = torch.full((len(seqs), n), -100)
-    att = torch.zeros((len(seqs), n), dtype=torch.long)
-    for i, (s, lb) in enumerate(zip(seqs, labels)):  # right padding for teacher forcing
-        ids[i, : len(s)] = torch.tensor(s)
-        lab[i, : len(lb)] = torch.tensor(lb)
-        att[i, : len(s)] = 1
-    return ids, att, lab
+        examples.append((p + c, [0] * len(p) + [1] * len(c)))
+    return pad_batch(examples, tokenizer.pad_token_id)
 
 
 def warm_start_key(task: str, seed: int, threshold: float, config: dict) -> str:
@@ -99,15 +90,11 @@ def warm_start(
     step, reached = 0, None
     while step < max_steps:
         batch = rng.sample(train, batch_size)
-        ids, att, lab = _sft_batch(tok, batch)
-        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = sft_step(model, opt, _sft_batch(tok, batch))
         step += 1
         if step % check_every == 0 or step == max_steps:
             acc = evaluate_accuracy(model, tok, val, task=task, sampled=False)
-            history.append({"step": step, "loss": loss.item(), "greedy_accuracy": acc["greedy_accuracy"]})
+            history.append({"step": step, "loss": loss, "greedy_accuracy": acc["greedy_accuracy"]})
             if acc[metric] >= threshold:
                 reached = step
                 break
