@@ -130,6 +130,7 @@ PIPELINE_MODULES = [
         "tasks/registry.py",
         "tasks/paper_tasks.py",
         "tasks/addition.py",
+        "tasks/search_task.py",
     )
 ]
 

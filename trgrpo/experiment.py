@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .records import (  # noqa: F401  (re-exported: the record's IO and provenance lived here)
     RESULTS_DIR,
@@ -225,11 +226,16 @@ def run(
     keep_checkpoints: bool = True,
     verbose: bool = True,
     record_extras: Callable[[dict], dict] | None = None,
+    trainer_ready: Callable[[Any], None] | None = None,
+    task: Task | None = None,
 ) -> dict:
     """Train and evaluate one spec; write its results record once (validated, :mod:`trgrpo.records`) and return it.
 
     ``callbacks`` go to the trainer; ``record_extras(record)``, called after the final evaluation, returns fields
-    to add to or replace in the record before it is written (declared in :data:`trgrpo.records.OPTIONAL_FIELDS`)."""
+    to add to or replace in the record before it is written (declared in :data:`trgrpo.records.OPTIONAL_FIELDS`);
+    ``trainer_ready(trainer)`` sees the trainer once it is built (a callback that evaluates through it); ``task``
+    replaces the registered task of ``spec.task`` (data held in objects, e.g. :func:`trgrpo.search_run.run_search`'s
+    records and tool)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -237,14 +243,14 @@ def run(
     from .trainer import TRGRPOTrainer
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
-    task = TASKS[spec.task]
+    task = task or TASKS[spec.task]
     model_path = resolve_model(spec.model)
     out_dir = Path(checkpoint_dir or CHECKPOINT_DIR) / spec.group / spec.name
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
     t0 = time.time()
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = task.tokenizer(model_path, spec) if task.tokenizer else AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_ds, eval_records = task.build(spec, tokenizer)
@@ -262,7 +268,10 @@ def run(
         train_dataset=train_ds,
         processing_class=tokenizer,
         callbacks=callbacks,
+        **(task.trainer_kwargs(spec) if task.trainer_kwargs else {}),
     )
+    if trainer_ready is not None:
+        trainer_ready(trainer)
     if not verbose:  # transformers prints every step's log dict otherwise
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -394,6 +403,8 @@ class VLLMGenerate:
 
 
 def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engine=None) -> dict:
+    if task.evaluate_with_trainer:  # rollouts through the trainer's own generation (search: its tool loop)
+        return task.evaluate(trainer, tokenizer, records, spec)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if engine is not None:  # vLLM batches itself: hand it every prompt at once
         opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}
