@@ -1,8 +1,10 @@
 """One agentic-search run (paper Table 3): a :class:`trgrpo.TRGRPOTrainer` with the search tool, TR-GRPO or GRPO
 from a (warm-started) model, greedy EM before and after, ``results/<group>/<name>.json``.
 
-The task itself (retrievers, tool, prompts, reward, evaluation) lives in :mod:`trgrpo.tasks.search`; this
-run loop sits outside ``tasks/`` because it builds the trainer (a task never imports it)."""
+The task itself (retrievers, tool, prompts, reward, evaluation) lives in :mod:`trgrpo.tasks.search`, its run-task
+form in :mod:`trgrpo.tasks.search_task`; :func:`run_search` maps a :class:`SearchSpec` onto a run spec and trains it
+through :func:`trgrpo.experiment.run` like every other task (one record schema, one writer). The trainer factory
+sits outside ``tasks/`` because it builds the trainer (a task never imports it)."""
 
 from __future__ import annotations
 
