@@ -262,3 +262,108 @@ def test_table3_layout():
         "Avg.",
     ]
     assert real.iloc[0, -1] == pytest.approx(24.9)
+
+
+def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
+    """run_search builds its record with trgrpo.records.build_record and writes it once through write_result."""
+    from pathlib import Path
+
+    from trgrpo import records as R
+
+    model = S.micro_model(corpus, tool, hidden=32, layers=1, heads=2, path=tmp_path / "micro")
+    train = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
+    spec = S.SearchSpec(
+        scheme="tr",
+        model=model,
+        steps=1,
+        prompts_per_step=2,
+        num_generations=2,
+        max_completion_length=24,
+        max_tool_calls=1,
+        template="compact",
+        scale="unit",
+        group="unit-search",
+    )
+    writes: list[Path] = []
+    real = R.write_json
+    monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
+    rec = S.run_search(
+        spec,
+        train_records=train,
+        eval_records=corpus.questions["test"][:2],
+        tool=tool,
+        results_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+        verbose=False,
+    )
+    path = tmp_path / "unit-search" / f"{spec.name}.json"
+    assert writes == [path]
+    saved = R.read_record(path)
+    R.validate_record(saved, str(path), strict_unknown=True)
+    assert (saved["task"], saved["method"], saved["kind"]) == ("search", "TR-GRPO", "run")
+    assert [e["step"] for e in saved["eval_curve"]] == [0, 1] and saved["example_rollout"]["text"]
+    assert [r["name"] for r in R.load_results("unit-search", tmp_path)] == [rec["name"]]
+
+
+def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
+    """run_search goes through experiment.run: its config (experiment.make_config + the search overrides) equals
+    the one make_search_trainer builds (TRL's defaults for gradient checkpointing and bf16 included)."""
+    from trgrpo.experiment import make_config
+    from trgrpo.search_run import search_config_overrides, search_run_spec
+    from trgrpo.trainer import TRGRPOConfig
+
+    spec = S.SearchSpec(
+        scheme="reverse",
+        steps=3,
+        prompts_per_step=2,
+        num_generations=4,
+        max_completion_length=64,
+        max_tool_calls=2,
+        temperature=0.8,
+        learning_rate=1e-5,
+        seed=3,
+        config={"weight_placement": "surrogate"},
+    )
+    run_cfg = make_config(search_run_spec(spec, 4, 2), tmp_path, world_size=1, **search_config_overrides(spec))
+    cuda = torch.cuda.is_available()
+    ref = TRGRPOConfig(  # make_search_trainer's keyword arguments for this spec
+        output_dir=str(tmp_path),
+        seed=3,
+        data_seed=3,
+        max_steps=3,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=64,
+        max_tool_calling_iterations=2,
+        temperature=0.8,
+        learning_rate=1e-5,
+        weight_scheme="reverse",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=not cuda,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+        weight_placement="surrogate",
+    )
+    a, b = run_cfg.to_dict(), ref.to_dict()
+    ignore = {"save_total_limit", "save_only_model", "save_steps"}  # no checkpoints either way (save_strategy "no")
+    assert {k: a[k] for k in a if k not in ignore} == {k: b[k] for k in b if k not in ignore}
+    assert (a["bf16"], a["gradient_checkpointing"]) == (b["bf16"], b["gradient_checkpointing"])
+
+
+def test_search_is_a_registered_run_task():
+    """``task: search`` in a run spec (python -m trgrpo.train) builds the offline corpus, its questions and the tool
+    from ``task_options``; an unknown corpus is named."""
+    from trgrpo.experiment import TASKS, RunSpec
+
+    spec = RunSpec(task="search", n_train=3, n_eval=2, task_options={"top_k": 1, "template": "compact"})
+    task = TASKS["search"]
+    train, evals = task.build(spec, None)
+    assert len(train) == 3 and len(evals) == 2 and "prompt" in train.column_names
+    (tool,) = task.trainer_kwargs(spec)["tools"]
+    assert tool.__name__ == "search" and "Doc 1" in tool(evals[0]["question"])
+    assert task.evaluate_with_trainer and task.reward_funcs(spec) == [S.search_reward]
+    with pytest.raises(ValueError, match="task_options.corpus"):
+        task.build(RunSpec(task="search", task_options={"corpus": "wiki-2018"}), None)

@@ -1,6 +1,7 @@
 """The CPU toy (notebook 03): tokenizer, task, rewards, warm start, one run through experiment.run, the grid."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -95,12 +96,19 @@ def test_tasks_are_registered():
     assert {"addition", "addition_trace"} <= set(TASKS)
 
 
-def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path):
+def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monkeypatch):
+    from trgrpo import records
+
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path / "ws", model_overrides=TINY)
     spec = toy.toy_spec("tr", 0, placement="ratio", steps=2, prompts_per_step=2, num_generations=4, n_eval=16)
+    writes: list[Path] = []
+    real = records.write_json
+    monkeypatch.setattr(records, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
     rec = toy.run_toy(spec, results_dir=tmp_path / "res", warm_kwargs=warm, eval_every=1, threads=1)
     path = tmp_path / "res" / "toy" / "micro" / f"{spec['name']}.json"
-    saved = json.loads(path.read_text())
+    assert writes == [path]  # one pipeline: the record is written once, complete (no second edit-and-rewrite)
+    saved = records.read_record(path)  # validated against the schema
+    assert saved == json.loads(json.dumps(records.jsonable(rec))) and saved["kind"] == "run"
     assert saved["name"] == rec["name"] == "addition-micro-tr-ratio-seed0"
     assert (saved["scheme"], saved["seed"], saved["steps"], saved["placement"]) == ("tr", 0, 2, "ratio")
     assert saved["model"].startswith("micro-qwen2") and saved["machine"]["cpu_count"] >= 1

@@ -1,9 +1,11 @@
 """One run, one entry point: a run spec -> train with TRGRPOTrainer -> evaluate -> ``results/<group>/<run>.json``.
 
-Notebooks (in-process), the CLI (``python -m trgrpo.train --config experiments/x.yaml``) and
-``accelerate launch`` for several GPUs all go through :func:`run`. Hyperparameters default to the
-paper's Table 6 per task; every record carries the spec, per-step metrics, the final evaluation,
-wall time, peak memory, machine, package versions and the git commit.
+Notebooks (in-process), the CLI (``python -m trgrpo.train --config experiments/x.yaml``), the toy grid
+(:func:`trgrpo.toy_run.run_toy`) and ``accelerate launch`` for several GPUs all go through :func:`run`, for every
+registered task (:mod:`trgrpo.tasks.registry`). Hyperparameters default to the paper's Table 6 per task
+(:class:`trgrpo.spec.RunSpec`); every record follows one schema (:mod:`trgrpo.records`) and carries the spec,
+per-step metrics, the final evaluation, wall time, peak memory, machine, package versions and the git commit.
+It is written once, complete: a caller adds its own fields through ``record_extras``.
 
 A run checkpoints every ``save_steps`` steps (App. B.2: every 20). Started again with the same spec,
 it resumes from its last checkpoint and ends with the same metrics as an uninterrupted run.
@@ -11,568 +13,39 @@ it resumes from its last checkpoint and ends with the same metrics as an uninter
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import math
-import numbers
 import os
-import platform
-import re
-import resource
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
-CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
-
-# Table 6: sampling temperature per task.
-TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
-
-
-@dataclass
-class RunSpec:
-    """Everything that defines a run. Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
-
-    task: str = "kk"
-    model: str = "embedded"
-    scheme: str = "tr"
-    tau: float = 9.0
-    tau_mode: str = "scale"
-    alpha: float = 2.0
-    mu: float = 0.25
-    lower: float = 1.0
-    upper: float = 1.4
-    placement: str = "ratio"
-    kl_weighting: str = "eq10"
-    seed: int = 0
-    steps: int = 20
-    prompts_per_step: int = 2
-    num_generations: int = 8
-    max_completion_length: int = 4096
-    max_eval_tokens: int | None = None
-    temperature: float | None = None  # None -> Table 6 value for the task
-    learning_rate: float = 1e-6
-    beta: float = 0.001
-    epsilon: float = 0.2
-    epsilon_high: float = 0.24
-    gradient_accumulation_steps: int = 1
-    micro_batch_size: int | None = None  # completions per device per forward pass (None: from accumulation)
-    n_train: int = 1000
-    n_eval: int = 100
-    eval_before: bool = False
-    save_steps: int = 20
-    use_vllm: bool = False
-    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    report_to: str = "none"  # "tensorboard" / "trackio": live logs beside the results JSON (<run>.logs/)
-    task_options: dict = field(default_factory=dict)
-    group: str = "runs"
-    name: str | None = None
-
-    def __post_init__(self) -> None:
-        from .loss import validate_loss_options
-        from .weights import validate_weight_params
-
-        validate_weight_params(
-            scheme=self.scheme,
-            alpha=self.alpha,
-            mu=self.mu,
-            tau=self.tau,
-            lower=self.lower,
-            upper=self.upper,
-            tau_mode=self.tau_mode,
-        )
-        validate_loss_options(
-            placement=self.placement,
-            kl_weighting=self.kl_weighting,
-            beta=self.beta,
-            eps_low=self.epsilon,
-            eps_high=self.epsilon_high,
-            names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
-        )
-        _check_spec_types(self)
-        for name in (
-            "steps",
-            "prompts_per_step",
-            "num_generations",
-            "max_completion_length",
-            "n_train",
-            "n_eval",
-            "save_steps",
-            "gradient_accumulation_steps",
-        ):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < (0 if name == "n_eval" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.micro_batch_size is not None and (
-            not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1
-        ):
-            raise ValueError(f"micro_batch_size must be a positive integer or None, got {self.micro_batch_size!r}")
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
-        if self.name is None:
-            self.name = self.default_name()
-
-    def default_name(self) -> str:
-        scheme = self.scheme
-        if self.scheme in ("tr", "reverse"):
-            scheme += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
-        return f"{self.task}-{Path(str(self.model)).name}-{scheme}-seed{self.seed}"
-
-    @property
-    def sampling_temperature(self) -> float:
-        return self.temperature if self.temperature is not None else TEMPERATURES.get(self.task, 1.0)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> RunSpec:
-        """A spec from a dict (a YAML file): numbers that PyYAML leaves as strings (``1e-6``, ``1e1``: YAML 1.1 wants
-        a dot and a signed exponent) are read as numbers for the numeric fields."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(known)}")
-        return cls(**{k: _yaml_number(k, v) for k, v in d.items()})
-
-
-_FLOAT_FIELDS = ("tau", "alpha", "mu", "lower", "upper", "learning_rate", "beta", "epsilon", "epsilon_high")
-_FLOAT_FIELDS += ("temperature",)
-_INT_FIELDS = (
-    "seed",
-    "steps",
-    "prompts_per_step",
-    "num_generations",
-    "max_completion_length",
-    "max_eval_tokens",
-    "n_train",
-    "n_eval",
-    "save_steps",
-    "gradient_accumulation_steps",
+from .records import (  # noqa: F401  (re-exported: the record's IO and provenance lived here)
+    RESULTS_DIR,
+    ROOT,
+    RecordError,
+    build_record,
+    file_lock,
+    git_commit,
+    git_dirty,
+    jsonable,
+    load_results,
+    machine_info,
+    package_versions,
+    peak_memory_mb,
+    read_record,
+    update_json,
+    update_marked_block,
+    validate_record,
+    write_json,
+    write_result,
 )
-_BOOL_FIELDS = ("eval_before", "use_vllm", "bf16", "gradient_checkpointing")
-_STR_FIELDS = ("task", "model", "scheme", "tau_mode", "placement", "kl_weighting", "group")
-_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-def _yaml_number(name: str, value: Any) -> Any:
-    """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field; anything else unchanged."""
-    if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value.strip()):
-        return value
-    number = float(value)
-    if name in _FLOAT_FIELDS:
-        return number
-    if name in _INT_FIELDS and number.is_integer():
-        return int(number)
-    return value
-
-
-def _check_spec_types(spec: RunSpec) -> None:
-    """Type, finiteness and range of the fields :func:`validate_weight_params` / ``validate_loss_options`` do not
-    cover (ValueError naming the field)."""
-    for name in ("learning_rate", "temperature"):
-        v = getattr(spec, name)
-        if v is None and name == "temperature":
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
-    for name in _INT_FIELDS:
-        v = getattr(spec, name)
-        if v is None and name == "max_eval_tokens":
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ValueError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
-    if spec.seed < 0:
-        raise ValueError(f"seed must be >= 0, got {spec.seed}")
-    if spec.max_eval_tokens is not None and spec.max_eval_tokens < 1:
-        raise ValueError(f"max_eval_tokens must be >= 1 (or None), got {spec.max_eval_tokens}")
-    for name in _BOOL_FIELDS:
-        if not isinstance(getattr(spec, name), bool):
-            raise ValueError(f"{name} must be true or false, got {getattr(spec, name)!r}")
-    for name in _STR_FIELDS:
-        if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
-            raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
-    if spec.name is not None and (not isinstance(spec.name, str) or not spec.name):
-        raise ValueError(f"name must be a non-empty string (or None), got {spec.name!r}")
-    if not isinstance(spec.task_options, dict):
-        raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Tasks: each provides data, reward functions and an evaluation. Others (toy, search) register their own.
-
-
-@dataclass
-class Task:
-    """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records); rewards; evaluation.
-
-    ``data_source(spec, train_dataset, eval_records)``, when given, says where the data came from (a path or the
-    offline generator, split, size); the run record carries it as ``data_source``.
-    """
-
-    build: Callable[[RunSpec, Any], tuple[Any, list]]
-    reward_funcs: Callable[[RunSpec], list]
-    evaluate: Callable[[Any, Any, list, RunSpec], dict]
-    data_source: Callable[[RunSpec, Any, Any], dict] | None = None
-
-
-TASKS: dict[str, Task] = {}
-
-
-def register_task(name: str, task: Task) -> None:
-    TASKS[name] = task
-
-
-def _kk_files(opts: dict, key: str, n: int, n_people) -> list[dict]:
-    from .tasks import kk
-
-    try:
-        return kk.load_kk_files(opts[key], n=n, n_people=n_people)
-    except (OSError, ValueError, TypeError) as e:
-        raise type(e)(f"task_options.{key}: {e}") from e
-
-
-def _kk_build(spec: RunSpec, tokenizer):
-    """K&K data: the Logic-RL parquet files when ``train_path`` / ``eval_path`` are given (the paper's splits,
-    ``test_new`` for evaluation), reasoning-gym's generator offline otherwise."""
-    from .tasks import kk
-
-    opts = spec.task_options
-    n_people = opts.get("n_people", (3, 4, 5, 6, 7))
-    eval_people = opts.get("eval_n_people", n_people)
-    if opts.get("train_path"):
-        train = _kk_files(opts, "train_path", spec.n_train, n_people)
-    else:
-        train, _ = kk.kk_splits(spec.n_train, 0, n_people=n_people, seed=spec.seed if opts.get("seed_data") else 0)
-    if opts.get("eval_path"):
-        test = _kk_files(opts, "eval_path", spec.n_eval, eval_people)
-    else:
-        _, test = kk.kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
-    train_keys = {r["quiz"] for r in train}
-    test = [r for r in test if r["quiz"] not in train_keys]
-    prefill = bool(opts.get("prefill_think", False))
-    # TRL always adds a generation prompt to chat prompts: a pre-filled <think> needs text prompts.
-    ds = kk.kk_dataset(train, prefill_think=prefill, tokenizer=tokenizer if prefill else None)
-    return ds, test
-
-
-def _kk_data_source(spec: RunSpec, train_ds, records) -> dict:
-    from .tasks import kk
-
-    opts = spec.task_options
-    return {
-        "train": kk.kk_source(opts.get("train_path"), "train", len(train_ds)),
-        "eval": kk.kk_source(opts.get("eval_path"), "test", len(records)),
-        "prefill_think": bool(opts.get("prefill_think", False)),
-    }
-
-
-def _kk_rewards(spec: RunSpec):
-    from .tasks import kk
-
-    return kk.make_kk_reward_funcs(prefilled_think=bool(spec.task_options.get("prefill_think", False)))
-
-
-def _kk_eval(model, tokenizer, records, spec: RunSpec) -> dict:
-    from .tasks import kk
-
-    res = kk.evaluate_kk(
-        model,
-        tokenizer,
-        records,
-        batch_size=spec.task_options.get("eval_batch_size", 8),
-        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
-        prefill_think=bool(spec.task_options.get("prefill_think", False)),
-    )
-    res["accuracy"] = res["avg"]
-    return res
-
-
-SAMPLED_MATH_SETS = ("amc", "aime24")  # Section 4.1: avg@16 (and pass@16 for AIME) instead of greedy
-
-
-def _load_math_source(source: str, n: int, seed: int) -> list[dict]:
-    from .tasks import math as tm
-
-    if source == "generated":
-        return tm.generate_math(n, seed=seed)
-    if source in tm.MATH_HUB:
-        return tm.load_math_hub(source)[:n]
-    return tm.load_math_file(source)[:n]
-
-
-def _math_build(spec: RunSpec, tokenizer):
-    """Train on generated arithmetic offline, or a file / hub set (``train``: deepscaler, orz, a path)."""
-    from .tasks import math as tm
-
-    opts = spec.task_options
-    train = _load_math_source(opts.get("train", "generated"), spec.n_train, spec.seed + 1000)
-    seen = {r["problem"] for r in train}
-    evals = {}
-    for name in opts.get("eval_sets", ["generated"]):
-        records = _load_math_source(name, spec.n_eval, 99_999)
-        evals[Path(name).stem] = [r for r in records if r["problem"] not in seen]
-    return tm.math_dataset(train), evals
-
-
-def _math_data_source(spec: RunSpec, train_ds, evals) -> dict:
-    """Each set under the name Table 2 gives it, with its source; generated arithmetic is marked a substitute."""
-    from .tasks import math as tm
-
-    opts = spec.task_options
-    names = opts.get("eval_sets", ["generated"])
-    return {
-        "train": tm.math_source(opts.get("train", "generated"), len(train_ds)),
-        "eval": {Path(n).stem: tm.math_source(n, len(evals.get(Path(n).stem, []))) for n in names},
-    }
-
-
-def _math_rewards(spec: RunSpec):
-    from .tasks import math as tm
-
-    return [tm.make_math_reward_func()]
-
-
-def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
-    """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
-    from .tasks import math as tm
-
-    opts = spec.task_options
-    max_new = spec.max_eval_tokens or spec.max_completion_length
-    out: dict[str, Any] = {"by_set": {}}
-    for name, records in evals.items():
-        if not records:
-            continue
-        if name in SAMPLED_MATH_SETS:
-            k = int(opts.get("sampled_k", 16))
-            res = tm.evaluate_math_sampled(
-                model,
-                tokenizer,
-                records,
-                k=k,
-                max_new_tokens=max_new,
-                seed=spec.seed,
-                batch_size=opts.get("eval_batch_size", 2),
-            )
-            out["by_set"][name] = {key: v for key, v in res.items() if key.startswith(("avg@", "pass@"))}
-        else:
-            res = tm.evaluate_math(
-                model, tokenizer, records, batch_size=opts.get("eval_batch_size", 8), max_new_tokens=max_new
-            )
-            out["by_set"][name] = {"accuracy": res["accuracy"]}
-    scores = [next(iter(v.values())) for v in out["by_set"].values()]
-    out["accuracy"] = sum(scores) / len(scores) if scores else None
-    return out
-
-
-def _arith_build(spec: RunSpec, tokenizer):
-    """Two-number addition for a small chat model (notebook 03, Part B): train and held-out pairs are disjoint."""
-    from .tasks import arith
-
-    low, high = spec.task_options.get("range", arith.DEFAULT_RANGE)
-    train, test = arith.split_problems(spec.n_train, spec.n_eval, seed=0, low=int(low), high=int(high))
-    return arith.arith_dataset(train, tokenizer), test
-
-
-def _arith_rewards(spec: RunSpec):
-    from .tasks import arith
-
-    return arith.make_arith_reward_funcs()
-
-
-def _arith_eval(model, tokenizer, records, spec: RunSpec) -> dict:
-    from .tasks import arith
-
-    return arith.evaluate_arith(
-        model,
-        tokenizer,
-        records,
-        batch_size=spec.task_options.get("eval_batch_size", 32),
-        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
-    )
-
-
-register_task("kk", Task(_kk_build, _kk_rewards, _kk_eval, _kk_data_source))
-register_task("math", Task(_math_build, _math_rewards, _math_eval, _math_data_source))
-register_task("arith", Task(_arith_build, _arith_rewards, _arith_eval))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Provenance
-
-
-def machine_info() -> dict:
-    import torch
-
-    info = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_count"] = torch.cuda.device_count()
-    return info
-
-
-def package_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for pkg in ("trgrpo", "torch", "transformers", "trl", "accelerate", "datasets", "papermill", "vllm"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
-    if "trgrpo" not in out:  # run from the source tree, not installed
-        from . import __version__
-
-        out["trgrpo"] = __version__
-    return out
-
-
-def _git(*args: str) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_commit() -> str | None:
-    out = _git("rev-parse", "HEAD")
-    return (out.stdout.strip() or None) if out is not None else None
-
-
-def git_dirty() -> bool | None:
-    """True if tracked files differ from the commit (numbers then belong to a tree no commit names); None if unknown."""
-    out = _git("status", "--porcelain", "--untracked-files=no")
-    return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
-
-
-def peak_memory_mb() -> dict:
-    import torch
-
-    out = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if torch.cuda.is_available():
-        out["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return out
-
-
-def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
-    """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook)."""
-    return write_json(Path(results_dir or RESULTS_DIR) / group / f"{name}.json", record)
-
-
-def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bool:
-    """Replace the text between the markers ``start`` and ``end`` of the file at ``path`` with ``body`` (a generated
-    README block); True if the file changed. Raises ValueError naming the file when a marker is missing."""
-    path = Path(path)
-    text = path.read_text()
-    if start not in text or end not in text:
-        raise ValueError(f"{path} lacks the markers {start!r} ... {end!r}")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    new = f"{head}{start}\n{body}{end}{tail}"
-    if new != text:
-        path.write_text(new)
-    return new != text
-
-
-def write_json(path: Path | str, record: Any) -> Path:
-    """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
-    share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or
-    the new one, never a part; a killed write leaves at most a stray temporary file."""
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(jsonable(record), indent=1, sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    return path
-
-
-@contextlib.contextmanager
-def file_lock(path: Path | str) -> Iterator[None]:
-    """An exclusive lock (``fcntl.flock``) on the sidecar file ``<path>.lock``, for read-modify-write updates."""
-    import fcntl
-
-    lock = Path(f"{path}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def update_json(path: Path | str, update: Callable[[Any], Any], default: Any = None) -> Any:
-    """Read ``path`` (``default`` when it does not exist), apply ``update``, write the result atomically, all under
-    :func:`file_lock`: concurrent updaters (two grids appending to ``grid-summary.json``) lose no update."""
-    path = Path(path)
-    with file_lock(path):
-        current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
-        new = update(current)
-        write_json(path, new)
-    return new
-
-
-def load_results(
-    group: str, results_dir: Path | str | None = None, *, require: tuple[str, ...] = ("scheme", "history")
-) -> list[dict]:
-    """Every run record under ``results/<group>/`` (recursively, sorted by path).
-
-    Files without the ``require`` keys (auxiliary analyses stored beside the runs) are skipped.
-    """
-    base = Path(results_dir or RESULTS_DIR) / group
-    if not base.exists():
-        return []
-    out = []
-    for p in sorted(base.rglob("*.json")):
-        rec = json.loads(p.read_text())
-        if isinstance(rec, dict) and all(k in rec for k in require):
-            out.append(rec)
-    return out
-
-
-def jsonable(x):
-    """Plain JSON values: tuples to lists, tensors/numpy scalars to numbers, non-finite floats to null."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item") and callable(x.item):
-        return jsonable(x.item())
-    return x
+from .spec import TEMPERATURES, RunSpec  # noqa: F401
+from .tasks.paper_tasks import SAMPLED_MATH_SETS  # noqa: F401
+from .tasks.registry import TASKS, Task, register_task  # noqa: F401
+
+CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -752,8 +225,17 @@ def run(
     config_overrides: dict | None = None,
     keep_checkpoints: bool = True,
     verbose: bool = True,
+    record_extras: Callable[[dict], dict] | None = None,
+    trainer_ready: Callable[[Any], None] | None = None,
+    task: Task | None = None,
 ) -> dict:
-    """Train and evaluate one spec; write and return its results record."""
+    """Train and evaluate one spec; write its results record once (validated, :mod:`trgrpo.records`) and return it.
+
+    ``callbacks`` go to the trainer; ``record_extras(record)``, called after the final evaluation, returns fields
+    to add to or replace in the record before it is written (declared in :data:`trgrpo.records.OPTIONAL_FIELDS`);
+    ``trainer_ready(trainer)`` sees the trainer once it is built (a callback that evaluates through it); ``task``
+    replaces the registered task of ``spec.task`` (data held in objects, e.g. :func:`trgrpo.search_run.run_search`'s
+    records and tool)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -761,14 +243,14 @@ def run(
     from .trainer import TRGRPOTrainer
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
-    task = TASKS[spec.task]
+    task = task or TASKS[spec.task]
     model_path = resolve_model(spec.model)
     out_dir = Path(checkpoint_dir or CHECKPOINT_DIR) / spec.group / spec.name
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
     t0 = time.time()
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = task.tokenizer(model_path, spec) if task.tokenizer else AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_ds, eval_records = task.build(spec, tokenizer)
@@ -786,7 +268,10 @@ def run(
         train_dataset=train_ds,
         processing_class=tokenizer,
         callbacks=callbacks,
+        **(task.trainer_kwargs(spec) if task.trainer_kwargs else {}),
     )
+    if trainer_ready is not None:
+        trainer_ready(trainer)
     if not verbose:  # transformers prints every step's log dict otherwise
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -806,39 +291,35 @@ def run(
     history = history_from_log(trainer.state.log_history)
     steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
     layout = batch_layout(spec, trainer.accelerator.num_processes)
-    record = {
-        "name": spec.name,
-        "group": spec.group,
-        "task": spec.task,
-        "scheme": spec.scheme,
-        "seed": spec.seed,
-        "model": spec.model,
-        "steps": spec.steps,
-        "spec": dataclasses.asdict(spec),
-        "data_source": data_source,
-        "history": history,
-        "initial": initial,
-        "final": final,
-        "train_time_s": train_s,
-        "seconds_per_step": train_s / max(1, steps_run),
-        "steps_run": steps_run,
-        "batch": {**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
-        "wall_time_s": time.time() - t0,
-        "peak_memory": peak_memory_mb(),
-        "resumed_from": ckpt,
-        "live_logs": str(logs) if logs is not None else None,
-        "machine": machine_info(),
-        "versions": package_versions(),
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    record = build_record(
+        name=spec.name,
+        group=spec.group,
+        task=spec.task,
+        scheme=spec.scheme,
+        seed=spec.seed,
+        model=spec.model,
+        steps=spec.steps,
+        spec=dataclasses.asdict(spec),
+        history=history,
+        initial=initial,
+        final=final,
+        train_time_s=train_s,
+        steps_run=steps_run,
+        t0=t0,
+        data_source=data_source,
+        batch={**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
+        resumed_from=ckpt,
+        live_logs=str(logs) if logs is not None else None,
+    )
+    if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
+        record.update(record_extras(record))
     path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
     if verbose and main_process:
         acc = final.get("accuracy")
         print(
             f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
-            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}")
+            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}"
+        )
     if not keep_checkpoints:
         import shutil
 
@@ -922,6 +403,8 @@ class VLLMGenerate:
 
 
 def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engine=None) -> dict:
+    if task.evaluate_with_trainer:  # rollouts through the trainer's own generation (search: its tool loop)
+        return task.evaluate(trainer, tokenizer, records, spec)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if engine is not None:  # vLLM batches itself: hand it every prompt at once
         opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}

@@ -1,19 +1,21 @@
 """One agentic-search run (paper Table 3): a :class:`trgrpo.TRGRPOTrainer` with the search tool, TR-GRPO or GRPO
 from a (warm-started) model, greedy EM before and after, ``results/<group>/<name>.json``.
 
-The task itself (retrievers, tool, prompts, reward, evaluation) lives in :mod:`trgrpo.tasks.search`; this
-run loop sits outside ``tasks/`` because it builds the trainer (a task never imports it)."""
+The task itself (retrievers, tool, prompts, reward, evaluation) lives in :mod:`trgrpo.tasks.search`, its run-task
+form in :mod:`trgrpo.tasks.search_task`; :func:`run_search` maps a :class:`SearchSpec` onto a run spec and trains it
+through :func:`trgrpo.experiment.run` like every other task (one record schema, one writer). The trainer factory
+sits outside ``tasks/`` because it builds the trainer (a task never imports it)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .records import RESULTS_DIR
 from .tasks.search_eval import evaluate_search, trl_rollouts
 from .tasks.search_micro import load_tokenizer
 from .tasks.search_prompts import search_dataset
@@ -45,43 +47,37 @@ def make_search_trainer(
     **config: Any,
 ):
     """A :class:`trgrpo.TRGRPOTrainer` with the search tool (Eq. 14 reward, Table 6 search settings by default:
-    G = 8, temperature 0.8, lr 1e-6, beta 0.001, clip 0.20/0.24, max response 4096)."""
-    import torch
-
+    G = 8, temperature 0.8, lr 1e-6, beta 0.001, clip 0.20/0.24, max response 4096), its config built as a
+    :func:`run_search` builds it (:func:`trgrpo.experiment.make_config` + :func:`search_config_overrides`)."""
+    from .experiment import make_config
     from .models import resolve_model
-    from .trainer import TRGRPOConfig, TRGRPOTrainer
+    from .trainer import TRGRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     path = resolve_model(model)
-    tokenizer = load_tokenizer(path, template)
-    cuda = torch.cuda.is_available()
-    kw = dict(
-        output_dir=str(output_dir),
+    spec = SearchSpec(
+        scheme=scheme,
         seed=seed,
-        data_seed=seed,
-        max_steps=steps,
-        per_device_train_batch_size=prompts_per_step * num_generations,
+        model=str(path),
+        steps=steps,
+        prompts_per_step=prompts_per_step,
         num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        max_tool_calling_iterations=max_tool_calls,
         temperature=temperature,
         learning_rate=learning_rate,
-        weight_scheme=scheme,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=not cuda,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        lr_scheduler_type="constant",
+        max_completion_length=max_completion_length,
+        max_tool_calls=max_tool_calls,
+        template=template,
+        config=config,
     )
-    kw.update(config)
+    args = make_config(
+        search_run_spec(spec, max(1, len(train_records)), 0), output_dir, world_size=1, **search_config_overrides(spec)
+    )
     trainer = TRGRPOTrainer(
         model=path,
         reward_funcs=[search_reward],
-        args=TRGRPOConfig(**kw),
+        args=args,
         train_dataset=search_dataset(train_records),
-        processing_class=tokenizer,
+        processing_class=load_tokenizer(path, template),
         tools=[tool],
         callbacks=callbacks,
     )
@@ -154,6 +150,46 @@ def _eval_callback(records: list[dict[str, Any]], every: int):
     return EvalCallback()
 
 
+def search_run_spec(spec: SearchSpec, n_train: int, n_eval: int, *, eval_before: bool = True):
+    """The :class:`trgrpo.spec.RunSpec` of a search run (task ``search``, its retriever / corpus / template in
+    ``task_options``), trained from ``init_model`` when there is one."""
+    from .spec import RunSpec
+
+    options = {k: getattr(spec, k) for k in ("retriever", "top_k", "template", "corpus", "corpus_seed", "scale")}
+    return RunSpec(
+        task="search",
+        model=str(spec.init_model or spec.model),
+        scheme=spec.scheme,
+        seed=spec.seed,
+        steps=spec.steps,
+        prompts_per_step=spec.prompts_per_step,
+        num_generations=spec.num_generations,
+        max_completion_length=spec.max_completion_length,
+        temperature=spec.temperature,
+        learning_rate=spec.learning_rate,
+        n_train=n_train,
+        n_eval=n_eval,
+        eval_before=eval_before,
+        task_options={**options, "max_tool_calls": spec.max_tool_calls},
+        group=spec.group,
+        name=spec.name,
+    )
+
+
+def search_config_overrides(spec: SearchSpec) -> dict[str, Any]:
+    """What a search run's trainer config sets beyond :func:`trgrpo.experiment.make_config`: the tool-call budget,
+    no checkpoints or progress bars, TRL's own defaults for gradient checkpointing and bf16 (the committed search
+    records were trained with them), then ``spec.config``."""
+    return dict(
+        max_tool_calling_iterations=spec.max_tool_calls,
+        save_strategy="no",
+        disable_tqdm=True,
+        gradient_checkpointing=True,
+        bf16=None,
+        **spec.config,
+    )
+
+
 def run_search(
     spec: SearchSpec,
     *,
@@ -168,109 +204,78 @@ def run_search(
     checkpoint_dir: str | os.PathLike | None = None,
     verbose: bool = True,
 ) -> dict[str, Any]:
-    """Train one scheme with TRL's tool loop, evaluate greedy EM before/after, write
-    ``results/<group>/<name>.json`` (scheme, seed, model, steps, history with reward/grad_norm/em, final
-    with em/accuracy per type, wall time, machine). ``initial`` skips the evaluation before training when
-    it is already known (the same start for every scheme)."""
-    import shutil
-
+    """Train one scheme with TRL's tool loop through :func:`trgrpo.experiment.run` (the task of
+    :func:`trgrpo.tasks.search_task.search_task` over these records and tool), evaluate greedy EM before/after,
+    write ``results/<group>/<name>.json`` once (scheme, seed, model, steps, history with reward/grad_norm/em, final
+    with em/accuracy per type, the EM curve, one example rollout, wall time, machine). ``initial`` skips the
+    evaluation before training when it is already known (the same start for every scheme)."""
     import torch
 
-    from .experiment import (
-        CHECKPOINT_DIR,
-        git_commit,
-        history_from_log,
-        machine_info,
-        package_versions,
-        peak_memory_mb,
-        write_result,
-    )
+    from .experiment import run
+    from .tasks.search_task import search_task
 
-    t0 = time.time()
-    out_dir = Path(checkpoint_dir or CHECKPOINT_DIR) / spec.group / spec.name
-    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     callback = _eval_callback(list(eval_records), eval_every) if eval_every else None
+    held: dict[str, Any] = {}
+
+    def ready(trainer) -> None:
+        held["trainer"] = trainer
+        if callback is not None:
+            callback.trainer = trainer
+
+    def extras(record: dict[str, Any]) -> dict[str, Any]:
+        """Search's fields: training EM per step, the EM curve, one greedy rollout, the start it came from."""
+        trainer, final = held.pop("trainer"), record["final"]
+        start = initial if initial is not None else record["initial"]
+        for h in record["history"]:
+            if "reward" in h:
+                h["em"] = (h["reward"] + 1.0) / 2.0  # Eq. 14 rewards are +-1: the training EM of the step's rollouts
+        eval_curve = [{"step": 0, "em": start["em"]}, *(callback.points if callback else [])]
+        if eval_curve[-1]["step"] != spec.steps:
+            eval_curve.append({"step": spec.steps, "em": final["em"]})
+        example = trl_rollouts(trainer, list(eval_records[:1]), greedy=True)[0] if eval_records else None
+        return dict(
+            model=spec.model,
+            spec=dataclasses.asdict(spec),
+            initial=start,
+            method=SCHEME_LABELS.get(spec.scheme, spec.scheme),
+            init_model=spec.init_model,
+            scale=spec.scale,
+            eval_curve=eval_curve,
+            baseline_no_search=baseline,
+            warm_start={k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
+            example_rollout=None
+            if example is None
+            else {
+                "question": example["record"]["question"],
+                "answers": example["record"]["answers"],
+                "completion_ids": example["completion_ids"],
+                "tool_mask": example["tool_mask"],
+                "text": rollout_text(trainer.processing_class, example),
+                "em": example["em"],
+            },
+            n_train=len(train_records),
+            n_eval=len(eval_records),
+        )
+
     torch.manual_seed(spec.seed)
-    trainer = make_search_trainer(
-        spec.init_model or spec.model,
-        train_records,
-        tool,
-        output_dir=out_dir,
-        scheme=spec.scheme,
-        steps=spec.steps,
-        prompts_per_step=spec.prompts_per_step,
-        num_generations=spec.num_generations,
-        temperature=spec.temperature,
-        learning_rate=spec.learning_rate,
-        max_completion_length=spec.max_completion_length,
-        max_tool_calls=spec.max_tool_calls,
-        seed=spec.seed,
-        template=spec.template,
+    record = run(
+        search_run_spec(spec, len(train_records), len(eval_records), eval_before=initial is None),
+        task=search_task(train_records, eval_records, tool, template=spec.template),
+        results_dir=results_dir,
+        checkpoint_dir=checkpoint_dir,
+        resume=False,
         callbacks=[callback] if callback else None,
-        **spec.config,
+        config_overrides=search_config_overrides(spec),
+        keep_checkpoints=False,
+        verbose=False,
+        record_extras=extras,
+        trainer_ready=ready,
     )
-    if callback is not None:
-        callback.trainer = trainer
-    if initial is None:
-        initial = evaluate_search(trainer, eval_records)
-    train_t0 = time.time()
-    trainer.train()
-    train_s = time.time() - train_t0
-    final = evaluate_search(trainer, eval_records)
-    history = history_from_log(trainer.state.log_history)
-    for h in history:
-        if "reward" in h:
-            h["em"] = (h["reward"] + 1.0) / 2.0  # Eq. 14 rewards are +-1: the training EM of the step's rollouts
-    eval_curve = [{"step": 0, "em": initial["em"]}]
-    eval_curve += callback.points if callback else []
-    if not eval_curve or eval_curve[-1]["step"] != spec.steps:
-        eval_curve.append({"step": spec.steps, "em": final["em"]})
-    example = trl_rollouts(trainer, list(eval_records[:1]), greedy=True)[0] if eval_records else None
-    record = {
-        "name": spec.name,
-        "group": spec.group,
-        "task": "search",
-        "scheme": spec.scheme,
-        "method": SCHEME_LABELS.get(spec.scheme, spec.scheme),
-        "seed": spec.seed,
-        "model": spec.model,
-        "init_model": spec.init_model,
-        "steps": spec.steps,
-        "scale": spec.scale,
-        "spec": dataclasses.asdict(spec),
-        "history": history,
-        "eval_curve": eval_curve,
-        "baseline_no_search": baseline,
-        "warm_start": {k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
-        "initial": initial,
-        "final": final,
-        "example_rollout": None
-        if example is None
-        else {
-            "question": example["record"]["question"],
-            "answers": example["record"]["answers"],
-            "completion_ids": example["completion_ids"],
-            "tool_mask": example["tool_mask"],
-            "text": rollout_text(trainer.processing_class, example),
-            "em": example["em"],
-        },
-        "n_train": len(train_records),
-        "n_eval": len(eval_records),
-        "train_time_s": train_s,
-        "seconds_per_step": train_s / max(1, len(history)),
-        "wall_time_s": time.time() - t0,
-        "peak_memory": peak_memory_mb(),
-        "machine": machine_info(),
-        "versions": package_versions(),
-        "git_commit": git_commit(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    path = write_result(spec.group, spec.name, record, results_dir)
     if verbose:
         print(
-            f"[search] {spec.name}: EM {initial['em']:.3f} -> {final['em']:.3f} in {len(history)} steps, "
-            f"{record['wall_time_s']:.0f} s -> {path}"
+            f"[search] {spec.name}: EM {record['initial']['em']:.3f} -> {record['final']['em']:.3f} in "
+            f"{len(record['history'])} steps, {record['wall_time_s']:.0f} s -> "
+            f"{Path(results_dir or RESULTS_DIR) / spec.group / spec.name}.json"
         )
-    del trainer
-    shutil.rmtree(out_dir, ignore_errors=True)
     return record

@@ -221,6 +221,7 @@ def warm_start(
     from transformers import AutoModelForCausalLM
 
     from ..models import cache_dir, resolve_model
+    from ..sft import pad_batch, sft_step
 
     path = resolve_model(model)
     tokenizer = load_tokenizer(path, template)
@@ -253,20 +254,7 @@ def warm_start(
         if len(order) < batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(batch_size)]
-        width = max(len(x) for x, _ in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        att = torch.zeros((len(batch), width), dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        for i, (x, m) in enumerate(batch):
-            ids[i, : len(x)] = torch.tensor(x)
-            att[i, : len(x)] = 1
-            labels[i, : len(x)] = torch.tensor([t if k else -100 for t, k in zip(x, m)])
-        loss = net(input_ids=ids, attention_mask=att, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
+        losses.append(sft_step(net, opt, pad_batch(batch, pad), clip_norm=1.0))
         if verbose and (step % 10 == 0 or step == steps - 1):
             print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}")
     target.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,161 @@
+"""One run-record schema (trgrpo.records): checked when a record is written and when it is read, with errors that
+name the file and the field; every committed run record follows it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from trgrpo import records as R
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _record(**over) -> dict:
+    rec = {
+        "kind": "run",
+        "name": "r",
+        "group": "g",
+        "task": "addition",
+        "scheme": "tr",
+        "seed": 0,
+        "model": "m",
+        "steps": 2,
+        "spec": {"scheme": "tr"},
+        "history": [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 1.0}],
+        "initial": None,
+        "final": {"accuracy": 0.5},
+        "train_time_s": 1.0,
+        "seconds_per_step": 0.5,
+        "wall_time_s": 2,
+        "peak_memory": {},
+        "machine": {},
+        "versions": {},
+        "git_commit": "abc",
+        "finished_at": "2026-01-01T00:00:00Z",
+    }
+    rec.update(over)
+    return rec
+
+
+def test_a_complete_record_passes():
+    assert R.validate_record(_record()) == _record()
+
+
+@pytest.mark.parametrize("field", sorted(R.RUN_FIELDS))
+def test_a_missing_required_field_is_named(field):
+    rec = _record()
+    del rec[field]
+    with pytest.raises(R.RecordError, match=f"where: missing required field '{field}'"):
+        R.validate_record(rec, "where")
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("seed", "0"),
+        ("seed", True),
+        ("steps", 2.0),
+        ("history", {}),
+        ("final", None),
+        ("wall_time_s", "1"),
+        ("git_dirty", "no"),
+        ("eval_history", {"step": 0}),
+        ("tau", "9"),
+    ],
+)
+def test_a_wrong_type_is_named(field, value):
+    with pytest.raises(R.RecordError, match=f"field '{field}' must be"):
+        R.validate_record(_record(**{field: value}), "where")
+
+
+@pytest.mark.parametrize("key", ["history", "eval_history", "eval_curve"])
+def test_step_rows_need_an_integer_step(key):
+    with pytest.raises(R.RecordError, match=rf"field '{key}\[1\]'"):
+        R.validate_record(_record(**{key: [{"step": 1}, {"reward": 1.0}]}))
+
+
+def test_unmarked_records_need_the_core_fields_only_and_other_kinds_are_not_runs():
+    core = {k: v for k, v in _record().items() if k in R.CORE_FIELDS}
+    assert R.validate_record(core) == core
+    with pytest.raises(R.RecordError, match="missing required field 'history'"):
+        R.validate_record({k: v for k, v in core.items() if k != "history"})
+    assert R.is_run_record(core) and R.is_run_record(_record())
+    assert not R.is_run_record({"kind": "grid_summary", "history": []}) and not R.is_run_record({"rows": []})
+    with pytest.raises(R.RecordError, match="field 'kind' is 'plan'"):
+        R.validate_record({"kind": "plan"})
+
+
+def test_write_result_validates_and_writes_nothing_when_the_record_is_bad(tmp_path):
+    with pytest.raises(R.RecordError, match=r"g/bad.json \(not written\): missing required field 'final'"):
+        R.write_result("g", "bad", {k: v for k, v in _record().items() if k != "final"}, tmp_path)
+    with pytest.raises(R.RecordError, match="unknown field 'extra'"):
+        R.write_result("g", "bad", _record(extra=1), tmp_path)
+    assert not (tmp_path / "g" / "bad.json").exists()
+    R.write_result("g", "summary", {"kind": "summary", "anything": 1}, tmp_path)  # other kinds: as they are
+    path = R.write_result("g", "ok", _record(), tmp_path)
+    assert R.read_record(path) == _record()
+
+
+def test_readers_name_the_file_and_the_field(tmp_path):
+    R.write_result("g", "ok", _record(), tmp_path)
+    R.write_json(tmp_path / "g" / "summary.json", {"kind": "grid_summary", "invocations": []})
+    assert [r["name"] for r in R.load_results("g", tmp_path)] == ["r"]
+    broken = _record(name="broken")
+    broken["history"] = "not a list"
+    R.write_json(tmp_path / "g" / "broken.json", broken)  # a writer that bypassed the schema
+    with pytest.raises(R.RecordError, match=r"g/broken.json: field 'history' must be list"):
+        R.load_results("g", tmp_path)
+    (tmp_path / "g" / "broken.json").write_text('{"name": "cut off')
+    with pytest.raises(R.RecordError, match=r"g/broken.json: not valid JSON"):
+        R.load_results("g", tmp_path)
+    with pytest.raises(R.RecordError, match=r"broken.json: not valid JSON"):
+        R.read_record(tmp_path / "g" / "broken.json")
+
+
+def test_build_record_makes_a_record_the_writer_accepts(tmp_path):
+    import time
+
+    rec = R.build_record(
+        **{k: v for k, v in _record().items() if k in R.CORE_FIELDS},
+        task="addition",
+        model="m",
+        initial=None,
+        final={},
+        train_time_s=1.0,
+        steps_run=2,
+        t0=time.time(),
+        method="TR-GRPO",
+    )
+    assert rec["seconds_per_step"] == 0.5 and rec["kind"] == "run" and rec["machine"]["cpu_count"] >= 1
+    assert R.read_record(R.write_result("g", "built", rec, tmp_path))["method"] == "TR-GRPO"
+
+
+def _committed_run_records() -> list[Path]:
+    paths = sorted((ROOT / "results").rglob("*.json"))
+    return [p for p in paths if R.is_run_record(json.loads(p.read_text()))]
+
+
+def test_every_committed_run_record_follows_the_schema():
+    paths = _committed_run_records()
+    assert len(paths) >= 100  # the toy grids (controls, kl, tau), the SmolLM2 addition runs, the search toy
+    for p in paths:
+        rec = R.read_record(p)
+        assert rec["kind"] == "run", f"{p}: unmarked (run python -m trgrpo.records)"
+        R.validate_record(rec, str(p), strict_unknown=True)
+    groups = {str(p.parent.relative_to(ROOT / "results")) for p in paths}
+    loaded = sum(len(R.load_results(g, ROOT / "results")) for g in groups)
+    assert loaded == len(paths)
+
+
+def test_migration_marks_unmarked_records_once(tmp_path):
+    old = {k: v for k, v in _record().items() if k != "kind"}
+    R.write_json(tmp_path / "g" / "old.json", old)
+    R.write_json(tmp_path / "g" / "summary.json", {"kind": "summary"})
+    assert R.migrate_results(tmp_path) == [tmp_path / "g" / "old.json"]
+    assert json.loads((tmp_path / "g" / "old.json").read_text()) == {"kind": "run", **copy.deepcopy(old)}
+    assert list(json.loads((tmp_path / "g" / "old.json").read_text()))[0] == "kind"
+    assert R.migrate_results(tmp_path) == []
