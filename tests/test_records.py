@@ -1,4 +1,5 @@
-"""One run-record schema (trgrpo.records): checked when a record is written and when it is read, with errors that
+"""One run-record schema (trgrpo.pipeline.records): checked when a record is written and when it is read, with errors
+that
 name the file and the field; every committed run record follows it."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import records as R
+from trgrpo.pipeline import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 
