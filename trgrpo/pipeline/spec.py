@@ -66,15 +66,7 @@ class RunSpec:
         from ..core.loss import validate_loss_options
         from ..core.weights import validate_weight_params
 
-        validate_weight_params(
-            scheme=self.scheme,
-            alpha=self.alpha,
-            mu=self.mu,
-            tau=self.tau,
-            lower=self.lower,
-            upper=self.upper,
-            tau_mode=self.tau_mode,
-        )
+        validate_weight_params(self)  # Eq. 11's fields (scheme, alpha, mu, tau, lower, upper, tau_mode), named as here
         validate_loss_options(
             placement=self.placement,
             kl_weighting=self.kl_weighting,
