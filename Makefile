@@ -83,7 +83,7 @@ student: $(STAMP)
 clean:
 	rm -rf $(VENV) runs student
 
-# The prepared GPU check (trgrpo/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
+# The prepared GPU check (trgrpo/tooling/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
 # It installs TRL and the other pure-Python needs from wheels/ when missing and writes results/gpu/check.json.
 # `make gpu-wheels` fills wheels/ where a network is (same Python version and platform as the GPU machine).
 GPU_PY ?= python3
@@ -94,4 +94,4 @@ gpu-check:
 gpu-wheels:
 	$(GPU_PY) -m pip download -q -d wheels $(GPU_CHECK_PKGS)
 	rm -f wheels/torch-* wheels/nvidia_* wheels/triton-* wheels/transformers-* wheels/accelerate-*
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -c "from trgrpo.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('wheels/tokenizer')"
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -c "from trgrpo.pipeline.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('wheels/tokenizer')"

@@ -1,4 +1,5 @@
-"""The answer page (notebook 08): one verdict per claim of the paper, computed from records (trgrpo/answers.py)."""
+"""The answer page (notebook 08): one verdict per claim of the paper, computed from records
+(trgrpo/results/answers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import answers
+from trgrpo.results import answers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -95,8 +96,8 @@ def test_table7_reads_the_tau_summary(tmp_path):
 def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
     """Notebook 08's tables (moved here from an assert of the notebook): every printed row of the paper's table,
     with the committed records or none, each cell 'paper / ours'."""
-    from trgrpo import paper, report
-    from trgrpo.experiment import load_results
+    from trgrpo.pipeline.experiment import load_results
+    from trgrpo.results import paper, report
 
     for records in (load_results(task, str(RESULTS)), []):
         rows = report.paper_vs_ours(table, records)

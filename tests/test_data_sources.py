@@ -6,8 +6,8 @@ import pytest
 import yaml
 from datasets import Dataset
 
-from trgrpo.experiment import ROOT, TASKS, RunSpec, Task, register_task, run
-from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
+from trgrpo.pipeline.experiment import ROOT, TASKS, RunSpec, Task, register_task, run
+from trgrpo.pipeline.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
 from trgrpo.tasks import kk
 from trgrpo.tasks import math as tm
 

@@ -1,4 +1,5 @@
-"""trgrpo.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2 checkpoints)."""
+"""trgrpo.pipeline.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
+checkpoints)."""
 
 import json
 
@@ -7,7 +8,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trgrpo.experiment import RunSpec, Task, load_results, register_task, run
+from trgrpo.pipeline.experiment import RunSpec, Task, load_results, register_task, run
 
 PROMPTS = [f"Count to {i}:" for i in range(16)]
 
@@ -152,7 +153,7 @@ def test_unknown_field_in_dict():
 
 def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, monkeypatch):
     """Smoke runs of notebooks 05/06 pass keep_checkpoints=False: a finished run leaves its result, no checkpoint."""
-    from trgrpo import experiment, fullscale
+    from trgrpo.pipeline import experiment, fullscale
 
     monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
     specs = [spec(tiny_model_dir, "dropped", steps=2), spec(tiny_model_dir, "kept", steps=2)]

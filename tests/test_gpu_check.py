@@ -59,7 +59,8 @@ def test_makefile_has_gpu_check_targets():
 
 
 def test_gpu_check_cpu_mode_passes(tmp_path, monkeypatch):
-    from trgrpo import experiment, gpu_check
+    from trgrpo.pipeline import experiment
+    from trgrpo.tooling import gpu_check
 
     monkeypatch.setattr(experiment, "CHECKPOINT_DIR", experiment.CHECKPOINT_DIR)  # main() redirects it: restore
     out = tmp_path / "check.json"
@@ -80,7 +81,7 @@ def test_gpu_check_cpu_mode_passes(tmp_path, monkeypatch):
 def test_gpu_mode_refuses_without_cuda(capsys):
     import torch
 
-    from trgrpo import gpu_check
+    from trgrpo.tooling import gpu_check
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")

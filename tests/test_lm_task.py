@@ -73,7 +73,7 @@ def test_reward_funcs_are_logged_apart_and_need_the_answer_column():
 
 
 def test_task_is_registered_with_temperature_one():
-    from trgrpo.experiment import TASKS, RunSpec
+    from trgrpo.pipeline.experiment import TASKS, RunSpec
 
     assert "arith" in TASKS
     spec = RunSpec(task="arith", steps=1, max_completion_length=8)
@@ -81,7 +81,7 @@ def test_task_is_registered_with_temperature_one():
 
 
 def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
-    from trgrpo.models import embedded_tokenizer
+    from trgrpo.pipeline.models import embedded_tokenizer
 
     try:
         tok = embedded_tokenizer()
@@ -129,7 +129,7 @@ def test_first_last_and_run_summary_by_hand():
 def test_committed_smollm2_runs_learn():
     """Issue 14: results/toy/lm holds SmolLM2 runs of GRPO and TR-GRPO, >= 2 seeds each, each with a higher mean
     reward over its last 5 logged steps than over its first 5, made on a clean committed tree."""
-    from trgrpo.experiment import ROOT, load_results
+    from trgrpo.pipeline.experiment import ROOT, load_results
 
     records = [r for r in load_results("toy/lm", ROOT / "results") if r["task"] == "arith"]
     seeds = {s: {r["seed"] for r in records if r["scheme"] == s} for s in ("equal", "tr")}
@@ -144,8 +144,8 @@ def test_committed_smollm2_runs_learn():
 def test_committed_token_histogram_follows_the_schema():
     import json
 
-    from trgrpo.experiment import ROOT
-    from trgrpo.token_stats import HIST_KEYS, check_histogram
+    from trgrpo.pipeline.experiment import ROOT
+    from trgrpo.results.token_stats import HIST_KEYS, check_histogram
 
     rec = check_histogram(json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text()))
     assert set(HIST_KEYS) <= set(rec) and rec["task"] == "arith" and rec["n_tokens"] > 500

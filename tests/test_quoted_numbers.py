@@ -1,6 +1,6 @@
 """Numbers quoted in prose agree with the records they come from.
 
-* The README's toy-findings block is exactly what :func:`trgrpo.toy_controls.verdict_markdown` renders from the
+* The README's toy-findings block is exactly what :func:`trgrpo.pipeline.toy_controls.verdict_markdown` renders from the
   committed summaries (regenerate with ``python -m trgrpo.toy_controls readme``).
 * Notebook 03 renders its verdict from the records (no result typed into its markdown): every decimal number in
   its Part A markdown is a setting or a constant of the method, and no "k of n" seed count is typed there.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import toy_controls as tc
+from trgrpo.pipeline import toy_controls as tc
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -1,4 +1,5 @@
-"""One run-record schema (trgrpo.records): checked when a record is written and when it is read, with errors that
+"""One run-record schema (trgrpo.pipeline.records): checked when a record is written and when it is read, with errors
+that
 name the file and the field; every committed run record follows it."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import records as R
+from trgrpo.pipeline import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,7 +145,7 @@ def test_every_committed_run_record_follows_the_schema():
     assert len(paths) >= 100  # the toy grids (controls, kl, tau), the SmolLM2 addition runs, the search toy
     for p in paths:
         rec = R.read_record(p)
-        assert rec["kind"] == "run", f"{p}: unmarked (run python -m trgrpo.records)"
+        assert rec["kind"] == "run", f"{p}: unmarked (run python -m trgrpo.pipeline.records)"
         R.validate_record(rec, str(p), strict_unknown=True)
     groups = {str(p.parent.relative_to(ROOT / "results")) for p in paths}
     loaded = sum(len(R.load_results(g, ROOT / "results")) for g in groups)

@@ -116,7 +116,7 @@ def _scripted_generate(trainer, tok, answers_by_question):
 
 
 def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, monkeypatch):
-    import trgrpo.trainer as trainer_module
+    import trgrpo.core.trainer as trainer_module
 
     records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
     trainer = S.make_search_trainer(
@@ -265,10 +265,11 @@ def test_table3_layout():
 
 
 def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
-    """run_search builds its record with trgrpo.records.build_record and writes it once through write_result."""
+    """run_search builds its record with trgrpo.pipeline.records.build_record and writes it once through
+    write_result."""
     from pathlib import Path
 
-    from trgrpo import records as R
+    from trgrpo.pipeline import records as R
 
     model = S.micro_model(corpus, tool, hidden=32, layers=1, heads=2, path=tmp_path / "micro")
     train = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
@@ -308,9 +309,9 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
 def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     """run_search goes through experiment.run: its config (experiment.make_config + the search overrides) equals
     the one make_search_trainer builds (TRL's defaults for gradient checkpointing and bf16 included)."""
-    from trgrpo.experiment import make_config
-    from trgrpo.search_run import search_config_overrides, search_run_spec
-    from trgrpo.trainer import TRGRPOConfig
+    from trgrpo.core.trainer import TRGRPOConfig
+    from trgrpo.pipeline.experiment import make_config
+    from trgrpo.pipeline.search_run import search_config_overrides, search_run_spec
 
     spec = S.SearchSpec(
         scheme="reverse",
@@ -356,7 +357,7 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
 def test_search_is_a_registered_run_task():
     """``task: search`` in a run spec (python -m trgrpo.train) builds the offline corpus, its questions and the tool
     from ``task_options``; an unknown corpus is named."""
-    from trgrpo.experiment import TASKS, RunSpec
+    from trgrpo.pipeline.experiment import TASKS, RunSpec
 
     spec = RunSpec(task="search", n_train=3, n_eval=2, task_options={"top_k": 1, "template": "compact"})
     task = TASKS["search"]

@@ -1,10 +1,10 @@
-"""The one supervised loop of the warm starts (trgrpo.sft): padding, labels, one step."""
+"""The one supervised loop of the warm starts (trgrpo.pipeline.sft): padding, labels, one step."""
 
 import pytest
 import torch
 
-from trgrpo import toy
-from trgrpo.sft import pad_batch, sft_step
+from trgrpo.pipeline import toy
+from trgrpo.pipeline.sft import pad_batch, sft_step
 
 
 def test_pad_batch_right_pads_and_labels_only_the_masked_tokens():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import toy
+from trgrpo.pipeline import toy
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
 
@@ -91,13 +91,13 @@ def test_warm_start_reaches_threshold_and_is_cached(tmp_path):
 
 
 def test_tasks_are_registered():
-    from trgrpo.experiment import TASKS
+    from trgrpo.pipeline.experiment import TASKS
 
     assert {"addition", "addition_trace"} <= set(TASKS)
 
 
 def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monkeypatch):
-    from trgrpo import records
+    from trgrpo.pipeline import records
 
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path / "ws", model_overrides=TINY)
     spec = toy.toy_spec("tr", 0, placement="ratio", steps=2, prompts_per_step=2, num_generations=4, n_eval=16)

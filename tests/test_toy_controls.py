@@ -1,5 +1,5 @@
-"""The controls experiments (trgrpo.toy_controls): grids, metrics, and the committed summaries recomputed
-independently from the records they name (scipy only, no trgrpo.analysis)."""
+"""The controls experiments (trgrpo.pipeline.toy_controls): grids, metrics, and the committed summaries recomputed
+independently from the records they name (scipy only, no trgrpo.results.analysis)."""
 
 import json
 import math
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trgrpo import toy_controls as tc
-from trgrpo import toy_controls_readme
+from trgrpo.pipeline import toy_controls as tc
+from trgrpo.results import toy_controls_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -166,7 +166,7 @@ def test_tau_summary_recomputes_from_its_records():
 
 def _fake_records(tmp_path, rng_seed=0):
     """Records shaped like run_toy's, with synthetic accuracies: enough to exercise summaries and prose."""
-    from trgrpo.experiment import write_result
+    from trgrpo.pipeline.experiment import write_result
 
     rng = np.random.default_rng(rng_seed)
     shift = {
@@ -267,11 +267,11 @@ def test_toy_controls_facade_keeps_every_public_name_and_the_command_line():
             n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
         ]
         missing = [n for n in public if getattr(tc, n, None) is not getattr(mod, n)]
-        assert not missing, f"trgrpo.toy_controls lacks {missing} of {part}"
+        assert not missing, f"trgrpo.pipeline.toy_controls lacks {missing} of {part}"
         lines = Path(mod.__file__).read_text().splitlines()
         assert len(lines) <= 500, f"{part} has {len(lines)} lines"
         assert "notebook 03" in (mod.__doc__ or ""), f"{part}: docstring names no notebook/section"
-    cli = importlib.import_module("trgrpo.toy_controls_cli")
+    cli = importlib.import_module("trgrpo.pipeline.toy_controls_cli")
     assert cli.DESCRIPTION == tc.__doc__.split("\n")[0]  # --help reads as before the split
     r = subprocess.run(
         [sys.executable, "-m", "trgrpo.toy_controls", "run", "--help"], cwd=ROOT, capture_output=True, text=True

@@ -1,4 +1,5 @@
-"""The paper's tasks registered for :func:`trgrpo.experiment.run`: Knights & Knaves (``kk``, App. B.1.1, Table 1),
+"""The paper's tasks registered for :func:`trgrpo.pipeline.experiment.run`: Knights & Knaves (``kk``, App. B.1.1, Table
+1),
 math (``math``, App. B.1.2, Table 2) and two-number addition for a small chat model (``arith``, notebook 03 Part B).
 
 Each registration maps a run spec (``n_train``, ``n_eval``, ``task_options``) onto the task module's own data,
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .registry import Task, register_task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..spec import RunSpec
+    from ..pipeline.spec import RunSpec
 
 
 def _kk_files(opts: dict, key: str, n: int, n_people) -> list[dict]:

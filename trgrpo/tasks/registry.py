@@ -1,5 +1,5 @@
 """The task registry: a task registers its data, reward functions and evaluation under a name, and
-:func:`trgrpo.experiment.run` trains any registered task the same way (a run spec's ``task`` field names it).
+:func:`trgrpo.pipeline.experiment.run` trains any registered task the same way (a run spec's ``task`` field names it).
 
 Built in: ``kk``, ``math``, ``arith`` (:mod:`trgrpo.tasks.paper_tasks`), ``search`` (:mod:`trgrpo.tasks.search_task`)
 and the toy's ``addition`` / ``addition_trace`` (:mod:`trgrpo.tasks.addition`); they register when this module is
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..spec import RunSpec
+    from ..pipeline.spec import RunSpec
 
 
 @dataclass

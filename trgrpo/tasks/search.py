@@ -29,8 +29,9 @@ Layout: :mod:`~trgrpo.tasks.search_retrieval` (retrievers), :mod:`~trgrpo.tasks.
 :mod:`~trgrpo.tasks.search_prompts` (chat templates, prompts, dataset), :mod:`~trgrpo.tasks.search_micro` (word
 tokenizer, micro model, warm start), :mod:`~trgrpo.tasks.search_reward` (Eq. 14),
 :mod:`~trgrpo.tasks.search_eval` (rollouts, EM), :mod:`~trgrpo.tasks.search_render` (HTML, Table 3 layout), and
-the run loop with the trainer in :mod:`trgrpo.search_run` (outside ``tasks/``: a task never imports the trainer).
-This module re-exports all of them; the run-loop names load from :mod:`trgrpo.search_run` on first access.
+the run loop with the trainer in :mod:`trgrpo.pipeline.search_run` (outside ``tasks/``: a task never imports the
+trainer).
+This module re-exports all of them; the run-loop names load from :mod:`trgrpo.pipeline.search_run` on first access.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ __all__ = [
     "scripted_turns",
     "encode_trajectory",
     "warm_start",
-    "make_search_trainer",  # noqa: F822 - loaded from trgrpo.search_run by __getattr__
+    "make_search_trainer",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
     "trl_rollouts",
     "evaluate_search",
     "evaluate_no_search",
@@ -123,13 +124,13 @@ __all__ = [
     "summarise_em",
     "mean_results",
     "table3",
-    "SearchSpec",  # noqa: F822 - loaded from trgrpo.search_run by __getattr__
-    "run_search",  # noqa: F822 - loaded from trgrpo.search_run by __getattr__
+    "SearchSpec",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
+    "run_search",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
     "make_corpus",
     "Corpus",
     "TABLE3_DATASETS",
     "TABLE3_LABELS",
-    "SCHEME_LABELS",  # noqa: F822 - loaded from trgrpo.search_run by __getattr__
+    "SCHEME_LABELS",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
     "MALFORMED_KEY",
     "NO_SEARCH_SYSTEM_PROMPT",
     "RETRIEVERS",
@@ -144,14 +145,14 @@ __all__ = [
     "tool_call_text",
 ]
 
-# The run loop builds the trainer, so it lives in trgrpo.search_run; its names stay reachable from here, loaded
+# The run loop builds the trainer, so it lives in trgrpo.pipeline.search_run; its names stay reachable from here, loaded
 # only when asked for (importing this task module never imports the trainer).
 _RUN_NAMES = ("SCHEME_LABELS", "SearchSpec", "make_search_trainer", "run_search")
 
 
 def __getattr__(name: str) -> Any:
     if name in _RUN_NAMES:
-        from .. import search_run
+        from ..pipeline import search_run
 
         return getattr(search_run, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -90,7 +90,7 @@ def micro_model(
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ..models import cache_dir
+    from ..pipeline.models import cache_dir
 
     texts = corpus_texts(corpus, tool)
     key = hashlib.sha256(json.dumps([texts, hidden, layers, heads, seed]).encode()).hexdigest()[:16]
@@ -220,8 +220,8 @@ def warm_start(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ..models import cache_dir, resolve_model
-    from ..sft import pad_batch, sft_step
+    from ..pipeline.models import cache_dir, resolve_model
+    from ..pipeline.sft import pad_batch, sft_step
 
     path = resolve_model(model)
     tokenizer = load_tokenizer(path, template)

@@ -84,7 +84,7 @@ class DenseRetriever:
         self._encode = encoder if encoder is not None else _minilm_encoder(batch_size)
         texts = [passage_prefix + _passage_contents(p) for p in self.passages]
         key = hashlib.sha256(json.dumps([encoder_name, texts]).encode()).hexdigest()[:20]
-        from ..models import cache_dir as project_cache
+        from ..pipeline.models import cache_dir as project_cache
 
         cache = Path(cache_dir) if cache_dir is not None else project_cache() / "search" / "embeddings"
         path = cache / f"{encoder_name.replace('/', '_')}-{key}.npy"

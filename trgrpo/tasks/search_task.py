@@ -1,8 +1,9 @@
-"""Agentic search as a run task (``task: search``) for :func:`trgrpo.experiment.run`: the data, the Eq. 14 reward,
+"""Agentic search as a run task (``task: search``) for :func:`trgrpo.pipeline.experiment.run`: the data, the Eq. 14
+reward,
 the tool the trainer calls, and greedy EM through the trainer's own tool loop.
 
 :func:`search_task` makes the task over records and a tool the caller already built
-(:func:`trgrpo.search_run.run_search`, notebook 07); the registered ``search`` task builds them from the spec's
+(:func:`trgrpo.pipeline.search_run.run_search`, notebook 07); the registered ``search`` task builds them from the spec's
 ``task_options`` (``corpus_seed``, ``retriever``, ``top_k``, ``template``) on the offline synthetic corpus: the
 first ``n_train`` train and ``n_eval`` test questions.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .registry import Task, register_task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..spec import RunSpec
+    from ..pipeline.spec import RunSpec
 
 
 def search_task(

@@ -69,7 +69,8 @@ LOSS_METHOD = (
     "-min, + beta * k3, masked sum / normalizer); grpo_trl_metrics adds its kl / clip-ratio metrics. Variants "
     "alternate block by block ({iters} calls per block, {repeats} blocks); a block's value is its mean time per "
     "call; the table shows the median over blocks [min-max] and per-block paired ratios. On CPU the process "
-    "keeps freed heap memory (glibc mallopt, see trgrpo.bench.steady_allocator), as a GPU caching allocator would, "
+    "keeps freed heap memory (glibc mallopt, see trgrpo.tooling.bench.steady_allocator), as a GPU caching "
+    "allocator would, "
     "so page faults of fresh allocations do not blur the comparison. saved_mb: bytes autograd saves for backward "
     "(saved_tensors_hooks, deduplicated by storage)."
 )
@@ -163,10 +164,10 @@ def paired_ratios(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
 def machine_meta() -> dict[str, Any]:
     """Machine, package versions, git commit, threads and load: what every result file carries.
 
-    The common part comes from :mod:`trgrpo.experiment` (as in every run record); the benchmark adds the CPU
+    The common part comes from :mod:`trgrpo.pipeline.experiment` (as in every run record); the benchmark adds the CPU
     model, memory, load average and thread settings, which decide how far its timings can be trusted.
     """
-    from ..experiment import git_commit, machine_info, package_versions
+    from ..pipeline.experiment import git_commit, machine_info, package_versions
 
     info: dict[str, Any] = machine_info()
     try:

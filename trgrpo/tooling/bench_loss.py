@@ -137,8 +137,8 @@ def tr_loss_call(
     ``lib``: a module with ``tr_grpo_loss`` and ``token_weights`` (default: :mod:`trgrpo`), e.g. a patched copy.
     """
     if lib is None:
-        from .. import loss as _loss
-        from .. import weights as _weights
+        from ..core import loss as _loss
+        from ..core import weights as _weights
 
         tr_grpo_loss, token_weights = _loss.tr_grpo_loss, _weights.token_weights
     else:

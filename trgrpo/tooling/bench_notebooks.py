@@ -17,7 +17,7 @@ from .bench_common import ROOT, SCHEMA_VERSION, _print, _say, machine_meta
 
 def notebook_plan(root: Path = ROOT) -> list[tuple[Path, str]]:
     """Every numbered notebook with its CPU default mode ('smoke' for the GPU notebooks 05-07, as `make run`)."""
-    from ..run_all import GPU_NOTEBOOKS, notebooks
+    from .run_all import GPU_NOTEBOOKS, notebooks
 
     return [(nb, "smoke" if nb.name.startswith(GPU_NOTEBOOKS) else "default") for nb in notebooks(root)]
 
@@ -36,7 +36,7 @@ def run_notebook_bench(
     ``in_copy``: execute in a temporary copy of the project (without .venv, .git, runs), so that what the
     notebooks write (figures/, results/) leaves the working tree as it was.
     """
-    from ..batch import run_notebook
+    from .batch import run_notebook
 
     t0 = time.perf_counter()
     out_dir = Path(out_dir or root / "runs" / "bench-notebooks")
@@ -85,7 +85,8 @@ def run_notebook_bench(
         "benchmark": "notebooks",
         "schema": SCHEMA_VERSION,
         **machine_meta(),
-        "method": "papermill (trgrpo.batch.run_notebook), kernel python3 of the project's venv; wall time of the "
+        "method": "papermill (trgrpo.tooling.batch.run_notebook), kernel python3 of the project's venv; wall time of "
+        "the "
         "whole execution incl. kernel start; children_cpu_s = CPU time of reaped child processes (the kernel) "
         "during it. Notebooks 05-07 run in smoke mode at their CPU default (as `make run`), so that row is reused. "
         + (

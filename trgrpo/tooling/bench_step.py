@@ -100,7 +100,7 @@ def _step_trainer(cfg: StepBenchConfig, variant: str, output_dir: str):
     """Build the trainer of one variant (TRL's GRPOTrainer or TRGRPOTrainer) with the shared config."""
     from datasets import Dataset
 
-    from ..models import resolve_model
+    from ..pipeline.models import resolve_model
 
     cuda = _cuda_available()
     spec = STEP_VARIANTS[variant]
@@ -135,7 +135,7 @@ def _step_trainer(cfg: StepBenchConfig, variant: str, output_dir: str):
 
         config, trainer_cls = GRPOConfig(**common), GRPOTrainer
     else:
-        from ..trainer import TRGRPOConfig, TRGRPOTrainer
+        from ..core.trainer import TRGRPOConfig, TRGRPOTrainer
 
         extra = {k: v for k, v in spec.items() if k != "trainer"}
         config, trainer_cls = TRGRPOConfig(**common, **extra), TRGRPOTrainer
@@ -376,7 +376,7 @@ def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str],
 
 def child_step(cfg_path: str, variant: str, repeat: str, out_path: str) -> int:
     """The ``--child-step`` entry point: one :func:`step_run`, its record written to ``out_path``."""
-    from ..experiment import write_json
+    from ..pipeline.experiment import write_json
 
     cfg = StepBenchConfig(**json.loads(Path(cfg_path).read_text()))
     rec = step_run(cfg, variant, int(repeat))

@@ -14,8 +14,8 @@ from .bench_common import PAPER_TABLE8, PHASE_LABELS, RESULTS_DIR, ROOT, STEP_PH
 
 
 def write_json(record: dict[str, Any], path: Path | str) -> Path:
-    """Write a result record atomically (:func:`trgrpo.experiment.write_json`)."""
-    from ..experiment import write_json as _write
+    """Write a result record atomically (:func:`trgrpo.pipeline.experiment.write_json`)."""
+    from ..pipeline.experiment import write_json as _write
 
     return _write(path, record)
 
@@ -255,7 +255,7 @@ def table_markdown(results_dir: Path | str = RESULTS_DIR, results: dict[str, dic
     patch = res.get("loss_patch")
     if patch:
         out += [
-            "### A speed-up of trgrpo/loss.py and weights.py, measured before it was applied to the library",
+            "### A speed-up of trgrpo/core/loss.py and weights.py, measured before it was applied to the library",
             "",
             "Library vs a patched copy, same process, blocks alternating; ms per forward + backward (process CPU), "
             "median [min–max]. Loss, gradient and metrics of the copy equal the library's (max |diff| column). "
@@ -322,6 +322,6 @@ def readme_table(results_dir: Path | str = RESULTS_DIR) -> str:
 
 def update_readme(results_dir: Path | str = RESULTS_DIR, readme: Path = README) -> bool:
     """Replace the block between the README's bench markers with :func:`readme_table`; True if it changed."""
-    from ..experiment import update_marked_block
+    from ..pipeline.experiment import update_marked_block
 
     return update_marked_block(readme, README_START, README_END, readme_table(results_dir))

@@ -1,0 +1,183 @@
+"""The run spec: every setting that defines one run (:class:`RunSpec`), checked when it is made.
+
+Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap; hyperparameters default to the paper's
+Table 6. A bad value raises ``ValueError`` naming the field; a YAML file's numbers are read as numbers
+(:meth:`RunSpec.from_dict`). The task must be registered (:mod:`trgrpo.tasks.registry`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..tasks.registry import TASKS
+
+# Table 6: sampling temperature per task.
+TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
+
+
+@dataclass
+class RunSpec:
+    """Everything that defines a run. Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
+
+    task: str = "kk"
+    model: str = "embedded"
+    scheme: str = "tr"
+    tau: float = 9.0
+    tau_mode: str = "scale"
+    alpha: float = 2.0
+    mu: float = 0.25
+    lower: float = 1.0
+    upper: float = 1.4
+    placement: str = "ratio"
+    kl_weighting: str = "eq10"
+    seed: int = 0
+    steps: int = 20
+    prompts_per_step: int = 2
+    num_generations: int = 8
+    max_completion_length: int = 4096
+    max_eval_tokens: int | None = None
+    temperature: float | None = None  # None -> Table 6 value for the task
+    learning_rate: float = 1e-6
+    beta: float = 0.001
+    epsilon: float = 0.2
+    epsilon_high: float = 0.24
+    gradient_accumulation_steps: int = 1
+    micro_batch_size: int | None = None  # completions per device per forward pass (None: from accumulation)
+    n_train: int = 1000
+    n_eval: int = 100
+    eval_before: bool = False
+    save_steps: int = 20
+    use_vllm: bool = False
+    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    report_to: str = "none"  # "tensorboard" / "trackio": live logs beside the results JSON (<run>.logs/)
+    task_options: dict = field(default_factory=dict)
+    group: str = "runs"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        from ..core.loss import validate_loss_options
+        from ..core.weights import validate_weight_params
+
+        validate_weight_params(self)  # Eq. 11's fields (scheme, alpha, mu, tau, lower, upper, tau_mode), named as here
+        validate_loss_options(
+            placement=self.placement,
+            kl_weighting=self.kl_weighting,
+            beta=self.beta,
+            eps_low=self.epsilon,
+            eps_high=self.epsilon_high,
+            names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
+        )
+        _check_spec_types(self)
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "num_generations",
+            "max_completion_length",
+            "n_train",
+            "n_eval",
+            "save_steps",
+            "gradient_accumulation_steps",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < (0 if name == "n_eval" else 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.micro_batch_size is not None and (
+            not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1
+        ):
+            raise ValueError(f"micro_batch_size must be a positive integer or None, got {self.micro_batch_size!r}")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        if self.name is None:
+            self.name = self.default_name()
+
+    def default_name(self) -> str:
+        scheme = self.scheme
+        if self.scheme in ("tr", "reverse"):
+            scheme += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
+        return f"{self.task}-{Path(str(self.model)).name}-{scheme}-seed{self.seed}"
+
+    @property
+    def sampling_temperature(self) -> float:
+        return self.temperature if self.temperature is not None else TEMPERATURES.get(self.task, 1.0)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSpec:
+        """A spec from a dict (a YAML file): numbers that PyYAML leaves as strings (``1e-6``, ``1e1``: YAML 1.1 wants
+        a dot and a signed exponent) are read as numbers for the numeric fields."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(known)}")
+        return cls(**{k: _yaml_number(k, v) for k, v in d.items()})
+
+
+_FLOAT_FIELDS = ("tau", "alpha", "mu", "lower", "upper", "learning_rate", "beta", "epsilon", "epsilon_high")
+_FLOAT_FIELDS += ("temperature",)
+_INT_FIELDS = (
+    "seed",
+    "steps",
+    "prompts_per_step",
+    "num_generations",
+    "max_completion_length",
+    "max_eval_tokens",
+    "n_train",
+    "n_eval",
+    "save_steps",
+    "gradient_accumulation_steps",
+)
+_BOOL_FIELDS = ("eval_before", "use_vllm", "bf16", "gradient_checkpointing")
+_STR_FIELDS = ("task", "model", "scheme", "tau_mode", "placement", "kl_weighting", "group")
+_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _yaml_number(name: str, value: Any) -> Any:
+    """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field; anything else unchanged."""
+    if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value.strip()):
+        return value
+    number = float(value)
+    if name in _FLOAT_FIELDS:
+        return number
+    if name in _INT_FIELDS and number.is_integer():
+        return int(number)
+    return value
+
+
+def _check_spec_types(spec: RunSpec) -> None:
+    """Type, finiteness and range of the fields :func:`validate_weight_params` / ``validate_loss_options`` do not
+    cover (ValueError naming the field)."""
+    for name in ("learning_rate", "temperature"):
+        v = getattr(spec, name)
+        if v is None and name == "temperature":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
+    for name in _INT_FIELDS:
+        v = getattr(spec, name)
+        if v is None and name == "max_eval_tokens":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+    if spec.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {spec.seed}")
+    if spec.max_eval_tokens is not None and spec.max_eval_tokens < 1:
+        raise ValueError(f"max_eval_tokens must be >= 1 (or None), got {spec.max_eval_tokens}")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(spec, name), bool):
+            raise ValueError(f"{name} must be true or false, got {getattr(spec, name)!r}")
+    for name in _STR_FIELDS:
+        if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
+            raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
+    if spec.name is not None and (not isinstance(spec.name, str) or not spec.name):
+        raise ValueError(f"name must be a non-empty string (or None), got {spec.name!r}")
+    if not isinstance(spec.task_options, dict):
+        raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")

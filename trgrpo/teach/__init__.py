@@ -1,0 +1,2 @@
+"""The course around the notebooks: checks for exercises, the GRPO primer, the notebook helper, clean notebook
+output."""
