@@ -252,7 +252,12 @@ def test_classify_uses_holm_and_made_of_reads_the_controls():
     assert toy_controls_readme._made_of(rows).startswith("undecided")
 
 
-CONTROLS_PARTS = ("toy_controls_grids", "toy_controls_summary", "toy_controls_readme", "toy_controls_cli")
+CONTROLS_PARTS = (
+    "pipeline.toy_controls_grids",
+    "results.toy_controls_summary",
+    "results.toy_controls_readme",
+    "pipeline.toy_controls_cli",
+)
 
 
 def test_toy_controls_facade_keeps_every_public_name_and_the_command_line():
