@@ -1,13 +1,16 @@
 """Rewards that never break: arbitrary text, 1 MB inputs, tag soup, thousands of ``\\boxed{``, unicode and control
 characters. A reward never raises, always returns a value of its allowed set (Table 5 sums for K&K, {0, 1} for
-math, App. B.1.2), and a 1 MB completion costs less than 150 ms of CPU time (best of 5 runs; the worst CPU and
+math, App. B.1.2), and a 1 MB completion costs less than 250 ms of CPU time (best of 5 runs; the worst CPU and
 wall-clock figures, and the inputs that gave them, are printed at the end). The bound was 50 ms until the K&K
 look-alike guard learned combining marks, variation selectors, tag characters and Unicode spaces (issue 16): a
 1 MB answer of astral characters took about 100 ms for the two calls the K&K check makes (parts + total) on
 the 2-core CI machine, idle. Since then the guard's astral scan runs only when the answer's UTF-8 bytes hold a
 first and a second byte of an astral disguise (kk_guard._astral_gate): astral characters such as U+1114B and
 non-ASCII BMP text skip it. An answer of emoji (F0 9F ..., the second byte of the enclosed letters) still takes
-the full scan and is the worst K&K shape here, so the bound stays. Still linear: a 1 MB input is far beyond any
+the full scan and is the worst K&K shape here: about 125 ms on an idle clean-clone CI run (the UTF-8 text is 4 MB),
+close to the old 150 ms bound, which is therefore 250 ms, so a busy CI machine does not fail a linear cost. A
+regex gate on the exact three-byte prefixes was tried and was slower (an alternation scans every byte). The
+bound still catches a super-linear scan, which costs seconds at this size. A 1 MB input is far beyond any
 completion length.
 
 The math reward's cost has two parts: the scan, which grows with the input and is what the 1 MB bound is about,
@@ -28,7 +31,7 @@ from trgrpo.tasks import kk
 from trgrpo.tasks import math as mt
 
 MB = 1 << 20
-BOUND_S = 0.150  # the promised worst case for a 1 MB input (see the module docstring)
+BOUND_S = 0.250  # the promised worst case for a 1 MB input (see the module docstring)
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
 GOLD = "(1) Emma is a knight\n(2) Liam is a knave\n(3) Olivia is a knave"
