@@ -105,13 +105,13 @@ def generate_completions(
     """
     import torch
 
+    from ..core.sampling import pad_token_id
+
     if batch_size < 1 or max_new_tokens < 1 or num_return_sequences < 1:
         raise ValueError("batch_size, max_new_tokens and num_return_sequences must be >= 1")
     if not do_sample and num_return_sequences > 1:
         raise ValueError("greedy decoding gives one completion per prompt: set do_sample=True for several")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad_id is None:
-        raise ValueError("the tokenizer has neither a pad token nor an eos token to pad with")
+    pad_id = pad_token_id(tokenizer)
     encoded: list[list[int]] = []
     for prompt in prompts:
         text, templated = render_prompt(tokenizer, prompt)
