@@ -7,7 +7,7 @@ from trgrpo.tasks import arith
 
 def test_problems_distinct_in_range_and_seeded():
     ps = arith.make_problems(200, seed=3, low=10, high=49)
-    pairs = [(p["a"], p["b"]) for p in ps]
+    pairs = [tuple(p["terms"]) for p in ps]
     assert len(set(pairs)) == 200
     assert all(10 <= a <= 49 and 10 <= b <= 49 and p["answer"] == a + b for (a, b), p in zip(pairs, ps))
     assert ps == arith.make_problems(200, seed=3, low=10, high=49)
@@ -17,7 +17,27 @@ def test_problems_distinct_in_range_and_seeded():
 def test_split_is_disjoint():
     train, test = arith.split_problems(300, 100, seed=0)
     assert len(train) == 300 and len(test) == 100
-    assert not {(p["a"], p["b"]) for p in train} & {(p["a"], p["b"]) for p in test}
+    assert not {tuple(p["terms"]) for p in train} & {tuple(p["terms"]) for p in test}
+
+
+@pytest.mark.parametrize("kind,answer", [("add3", lambda t: t[0] + t[1] + t[2]), ("mul", lambda t: t[0] * t[1])])
+def test_other_kinds(kind, answer):
+    ps = arith.make_problems(300, seed=1, low=10, high=99, kind=kind)
+    assert len({tuple(p["terms"]) for p in ps}) == 300 and all(p["answer"] == answer(p["terms"]) for p in ps)
+    if kind == "mul":
+        assert all(10 <= p["terms"][0] <= 99 and 2 <= p["terms"][1] <= 9 for p in ps)
+        assert arith.arith_prompt(ps[0])[2]["content"] == f"{ps[0]['terms'][0]} * {ps[0]['terms'][1]} ="
+    else:
+        assert len(ps[0]["terms"]) == 3 and arith.question(ps[0]).count(" + ") == 2
+    with pytest.raises(ValueError, match="kind"):
+        arith.make_problems(3, kind="div")
+
+
+def test_answer_only_reward():
+    (answer,) = arith.make_arith_reward_funcs("answer")
+    assert answer(completions=[" 68", "68 apples", "7"], answer=[68, 68, 68]) == [1.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="reward"):
+        arith.make_arith_reward_funcs("format")
 
 
 @pytest.mark.parametrize("kw", [dict(n=-1), dict(n=5, low=9, high=3), dict(n=17, low=1, high=4)])
@@ -28,7 +48,7 @@ def test_problem_errors_name_the_field(kw):
 
 
 def test_prompt_prefills_the_assistant_turn():
-    msgs = arith.arith_prompt({"a": 23, "b": 45, "answer": 68})
+    msgs = arith.arith_prompt({"terms": [23, 45], "op": "+", "answer": 68})
     assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
     assert msgs[1]["content"] == "23 + 45" and msgs[2]["content"] == "23 + 45 ="
 
@@ -91,7 +111,7 @@ def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
     assert ds.column_names == ["prompt", "answer"]
     text = ds[0]["prompt"]
     p = arith.make_problems(3, seed=0)[0]
-    assert text.rstrip().endswith(f"{p['a']} + {p['b']} =") and "You are a calculator." in text
+    assert text.rstrip().endswith(f"{p['terms'][0]} + {p['terms'][1]} =") and "You are a calculator." in text
     assert ds[0]["answer"] == p["answer"]
 
 
@@ -149,3 +169,21 @@ def test_committed_token_histogram_follows_the_schema():
 
     rec = check_histogram(json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text()))
     assert set(HIST_KEYS) <= set(rec) and rec["task"] == "arith" and rec["n_tokens"] > 500
+
+
+def test_stage0_plan_builds_its_probes_and_rule():
+    """The committed stage-0 plan of the real-LM experiment: each candidate gives a valid run spec; the rule."""
+    from pathlib import Path
+
+    import yaml
+
+    from trgrpo.pipeline import lm_science
+
+    plan = yaml.safe_load((Path(__file__).parents[1] / "results/lm/stage0/plan.yaml").read_text())
+    specs = [lm_science.probe_spec(plan, c) for c in plan["candidates"]]
+    assert [s.task_options["kind"] for s in specs] == ["add", "add3", "mul"] and {s.scheme for s in specs} == {"equal"}
+    ok = {"sampled_accuracy": 0.4, "share_between": 0.3}
+    assert lm_science.accepted(plan, {"before": ok, "after": {"share_between": 0.2}})
+    assert not lm_science.accepted(plan, {"before": ok, "after": {"share_between": 0.19}})
+    assert not lm_science.accepted(plan, {"before": {**ok, "sampled_accuracy": 0.61}, "after": ok})
+    assert not lm_science.accepted(plan, {"before": {**ok, "share_between": 0.24}, "after": ok})

@@ -85,6 +85,19 @@ def test_tr_weights_change_the_gradient(tiny_model_dir, tmp_path):
     assert not math.isclose(eq[0]["grad_norm"], tr[0]["grad_norm"], rel_tol=1e-4)
 
 
+def test_eq11_shares_are_logged_whatever_the_scheme(tiny_model_dir, tmp_path):
+    """Where TR can act: the shares of tokens with Eq. 11's weight at L, between, at U are TR's, for every arm."""
+    keys = ("tr/eq11_at_lower", "tr/eq11_between", "tr/eq11_at_upper")
+    runs = {}
+    for scheme in ("equal", "tr"):
+        cfg = TRGRPOConfig(**common(tmp_path / scheme, max_steps=1), weight_scheme=scheme, weight_tau=1e5)
+        runs[scheme] = train(TRGRPOTrainer, cfg, tiny_model_dir)[1][0]
+    assert [runs["equal"][k] for k in keys] == pytest.approx([runs["tr"][k] for k in keys])  # same rollouts
+    assert all(0.0 <= runs["equal"][k] <= 1.0 for k in keys) and sum(runs["equal"][k] for k in keys) == pytest.approx(1)
+    # tau = 1e5 puts this random model's tiny probabilities (~2e-5) on Eq. 11's slope
+    assert runs["equal"]["tr/eq11_between"] > 0.5 and runs["equal"]["tr/weight_mean"] == 1.0
+
+
 def test_random_scheme_runs_and_logs(tiny_model_dir, tmp_path):
     _, logs = train(
         TRGRPOTrainer, TRGRPOConfig(**common(tmp_path, max_steps=1), weight_scheme="random"), tiny_model_dir
@@ -96,6 +109,7 @@ def test_random_scheme_runs_and_logs(tiny_model_dir, tmp_path):
         "tr/zero_grad_frac_neg_adv",
         "tr/kl_mean",
         "tr/weight_at_upper",
+        "tr/eq11_between",
         "grad_norm",
         "reward",
         "kl",

@@ -17,7 +17,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from .loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
-from .weights import SCHEMES, TAU_MODES, WeightParams, token_weights, validate_weight_params
+from .weights import SCHEMES, TAU_MODES, WeightParams, token_weights, tr_weight, validate_weight_params
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
 
@@ -213,7 +213,7 @@ class TRGRPOTrainer(GRPOTrainer):
         if not bool(mask.any()):
             # Every completion of this micro-batch was truncated and masked (mask_truncated_completions): TRL's own
             # loss is then 0 (its token count is clamped to >= 1); do the same, keeping the graph, and log zeros.
-            self._log_tr_metrics(mode, _empty_metrics(args), per_token_logps, old, inputs, mask, entropies)
+            self._log_tr_metrics(mode, _empty_metrics(args), per_token_logps, old, inputs, mask, entropies, probs)
             return (per_token_logps * mask).sum()
         out = tr_grpo_loss(
             per_token_logps,
@@ -231,11 +231,14 @@ class TRGRPOTrainer(GRPOTrainer):
             normalizer=normalizer,
             policy_scale=policy_scale,
         )
-        self._log_tr_metrics(mode, out.metrics, per_token_logps, old, inputs, mask, entropies)
+        self._log_tr_metrics(mode, out.metrics, per_token_logps, old, inputs, mask, entropies, probs)
         return out.loss
 
-    def _log_tr_metrics(self, mode, metrics, logps, old, inputs, mask, entropies) -> None:
-        """TRL's own metrics (kl, entropy, clip ratios) plus the weight diagnostics under ``tr/``."""
+    def _log_tr_metrics(self, mode, metrics, logps, old, inputs, mask, entropies, probs) -> None:
+        """TRL's own metrics (kl, entropy, clip ratios) plus the weight diagnostics under ``tr/``.
+
+        ``tr/eq11_at_lower``, ``tr/eq11_between``, ``tr/eq11_at_upper``: the shares of the batch's tokens whose
+        Eq. 11 weight (TR's, whatever scheme trains) is L, strictly between L and U, and U: where TR can act."""
         store = self._metrics[mode]
 
         def global_masked_mean(x: torch.Tensor) -> float:
@@ -255,6 +258,14 @@ class TRGRPOTrainer(GRPOTrainer):
         store["clip_ratio/low_mean"].append(global_masked_mean(low))
         store["clip_ratio/high_mean"].append(global_masked_mean(high))
         store["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
+        params = self.args.weight_params  # tr_weight reads Eq. 11's fields only, not the scheme
+        w = tr_weight(probs, params)
+        at_lower = w <= params.lower + 1e-6
+        at_upper = (w >= params.upper - 1e-6) & ~at_lower
+        at_lower, at_upper = at_lower.float(), at_upper.float()
+        store["tr/eq11_at_lower"].append(global_masked_mean(at_lower))
+        store["tr/eq11_between"].append(global_masked_mean(1.0 - at_lower - at_upper))
+        store["tr/eq11_at_upper"].append(global_masked_mean(at_upper))
         # one gather and one host sync for all weight diagnostics: (processes, metrics) -> mean over processes
         keys = list(metrics)
         local = torch.tensor([[metrics[k] for k in keys]], device=self.accelerator.device, dtype=torch.float32)

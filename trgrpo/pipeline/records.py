@@ -87,6 +87,8 @@ OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     "example_rollout": _OPT_DICT,
     "n_train": (int,),
     "n_eval": (int,),
+    # the real-LM experiment's task calibration (trgrpo.pipeline.lm_science.stage0)
+    "calibration": (dict,),
 }
 STEP_LISTS = ("history", "eval_history", "eval_curve")  # lists of dicts, each with an int "step"
 

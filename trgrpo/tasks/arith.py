@@ -1,22 +1,26 @@
-"""Two-number addition for a small chat model on a CPU: data, prompt, format and answer rewards, evaluation.
+"""Small-number arithmetic for a small chat model on a CPU: data, prompt, format and answer rewards, evaluation.
 
 Not a task of the paper. It exists so that a real language model (the embedded SmolLM2-135M-Instruct) gets a
 reward that is neither always 0 nor always 1 within a few completion tokens, so the group advantages of Eq. 4 are
 not all zero and GRPO / TR-GRPO have something to learn in a CPU budget (notebook 03, Part B).
 
+* Problems (:data:`KINDS`, task option ``kind``): two-number addition ``add`` (the default), three-operand sums
+  ``add3`` and two-digit by one-digit products ``mul``; operands in the task option ``range``.
 * Prompt. A chat: the system message ``You are a calculator.``, the user turn ``23 + 45`` and an assistant turn
   pre-filled with ``23 + 45 =`` (32 tokens in all); the model continues it (rendered to text, so that TRL does
   not add a second generation prompt, as for K&K's pre-filled ``<think>``).
 * Rewards, logged apart (TRL sums them):
   - format: 1.0 if the completion is a single integer and nothing else (the model stopped after the number),
     else 0.0;
-  - answer: 1.0 if the first integer of the completion equals the sum, else 0.0.
+  - answer: 1.0 if the first integer of the completion equals the result, else 0.0.
+  The task option ``reward="answer"`` keeps the answer term alone (the pre-fill already fixes the format).
   Both never raise: anything that is not a string scores 0.
 * Evaluation. Greedy decoding on held-out pairs: accuracy (answer reward), format rate and their mean reward.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -25,50 +29,71 @@ from typing import Any
 from .common import completion_text, greedy_generate, render_prompt
 
 SYSTEM = "You are a calculator."
-QUESTION = "{a} + {b}"  # short: on a CPU the prompt tokens dominate the cost of a GRPO step
-PREFILL = "{a} + {b} ="
 DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1
+# kind -> (operator, number of operands, range of the last operand or None for [low, high]); the question is the
+# operands joined by the operator (``23 + 45``, short: on a CPU the prompt tokens dominate the cost of a GRPO step),
+# the pre-fill that question followed by `` =``
+KINDS = {"add": ("+", 2, None), "add3": ("+", 3, None), "mul": ("*", 2, (2, 9))}
+REWARDS = ("answer+format", "answer")  # task option ``reward``: both terms (default), or the answer term alone
 MAX_SCAN_CHARS = 200  # the rewards look at the first 200 characters only (bounded cost on any completion)
 _INT = re.compile(r"-?\d{1,12}")
 _ONLY_INT = re.compile(r"\s*(-?\d{1,12})\s*\.?\s*")
 
 
-def make_problems(n: int, *, seed: int = 0, low: int = DEFAULT_RANGE[0], high: int = DEFAULT_RANGE[1]) -> list[dict]:
-    """``n`` distinct pairs ``{"a", "b", "answer"}`` with operands in [low, high], drawn with ``seed``."""
+def make_problems(
+    n: int, *, seed: int = 0, low: int = DEFAULT_RANGE[0], high: int = DEFAULT_RANGE[1], kind: str = "add"
+) -> list[dict]:
+    """``n`` distinct problems ``{"terms", "op", "answer"}`` of ``kind`` (:data:`KINDS`) with operands in
+    [low, high] (a ``mul`` problem's second factor in [2, 9]), drawn with ``seed``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     if not (isinstance(low, int) and isinstance(high, int)) or low > high or low < 0:
         raise ValueError(f"low and high must be integers with 0 <= low <= high, got low={low!r}, high={high!r}")
-    n_pairs = (high - low + 1) ** 2
-    if n > n_pairs:
-        raise ValueError(f"n = {n} exceeds the {n_pairs} distinct pairs with operands in [{low}, {high}]")
+    op, arity, last = KINDS[kind]
+    ranges = [(low, high)] * (arity - 1) + [last or (low, high)]
+    n_distinct = math.prod(hi - lo + 1 for lo, hi in ranges)
+    if n > n_distinct:
+        raise ValueError(f"n = {n} exceeds the {n_distinct} distinct {kind} problems with operands in [{low}, {high}]")
     rng = random.Random(seed)
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, ...]] = set()
     out = []
     while len(out) < n:
-        a, b = rng.randint(low, high), rng.randint(low, high)
-        if (a, b) in seen:
+        terms = tuple(rng.randint(lo, hi) for lo, hi in ranges)
+        if terms in seen:
             continue
-        seen.add((a, b))
-        out.append({"a": a, "b": b, "answer": a + b})
+        seen.add(terms)
+        out.append({"terms": list(terms), "op": op, "answer": sum(terms) if op == "+" else math.prod(terms)})
     return out
 
 
 def split_problems(
-    n_train: int, n_eval: int, *, seed: int = 0, low: int = DEFAULT_RANGE[0], high: int = DEFAULT_RANGE[1]
+    n_train: int,
+    n_eval: int,
+    *,
+    seed: int = 0,
+    low: int = DEFAULT_RANGE[0],
+    high: int = DEFAULT_RANGE[1],
+    kind: str = "add",
 ) -> tuple[list[dict], list[dict]]:
-    """Disjoint train and held-out sets: one draw of ``n_train + n_eval`` distinct pairs, split in two."""
-    pairs = make_problems(n_train + n_eval, seed=seed, low=low, high=high)
-    return pairs[:n_train], pairs[n_train:]
+    """Disjoint train and held-out sets: one draw of ``n_train + n_eval`` distinct problems, split in two."""
+    problems = make_problems(n_train + n_eval, seed=seed, low=low, high=high, kind=kind)
+    return problems[:n_train], problems[n_train:]
+
+
+def question(problem: dict) -> str:
+    """``23 + 45``: the operands joined by the operator."""
+    return f" {problem['op']} ".join(str(t) for t in problem["terms"])
 
 
 def arith_prompt(problem: dict) -> list[dict[str, str]]:
-    """The chat messages of one problem, ending with the pre-filled assistant turn ``a + b =``."""
-    a, b = problem["a"], problem["b"]
+    """The chat messages of one problem, ending with the pre-filled assistant turn ``23 + 45 =``."""
+    q = question(problem)
     return [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": QUESTION.format(a=a, b=b)},
-        {"role": "assistant", "content": PREFILL.format(a=a, b=b)},
+        {"role": "user", "content": q},
+        {"role": "assistant", "content": f"{q} ="},
     ]
 
 
@@ -109,8 +134,11 @@ def answer_reward(completion: Any, answer: Any) -> float:
         return 0.0
 
 
-def make_arith_reward_funcs() -> list[Callable[..., list[float]]]:
-    """Two TRL reward functions, ``arith_format_reward`` and ``arith_answer_reward`` (logged apart, summed)."""
+def make_arith_reward_funcs(reward: str = "answer+format") -> list[Callable[..., list[float]]]:
+    """TRL reward functions ``arith_format_reward`` and ``arith_answer_reward`` (logged apart, summed), or with
+    ``reward="answer"`` the answer term alone."""
+    if reward not in REWARDS:
+        raise ValueError(f"task option reward must be one of {REWARDS}, got {reward!r}")
 
     def arith_format_reward(
         prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
@@ -129,7 +157,7 @@ def make_arith_reward_funcs() -> list[Callable[..., list[float]]]:
             raise ValueError(f"completions ({len(completions)}) and answer ({len(answers)}) differ in length")
         return [answer_reward(c, a) for c, a in zip(completions, answers)]
 
-    return [arith_format_reward, arith_answer_reward]
+    return [arith_format_reward, arith_answer_reward] if reward == "answer+format" else [arith_answer_reward]
 
 
 def evaluate_arith(

@@ -160,18 +160,19 @@ def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
 
 
 def _arith_build(spec: RunSpec, tokenizer):
-    """Two-number addition for a small chat model (notebook 03, Part B): train and held-out pairs are disjoint."""
+    """Small arithmetic for a small chat model (notebook 03, Part B): train and held-out problems are disjoint."""
     from . import arith
 
     low, high = spec.task_options.get("range", arith.DEFAULT_RANGE)
-    train, test = arith.split_problems(spec.n_train, spec.n_eval, seed=0, low=int(low), high=int(high))
+    kind = spec.task_options.get("kind", "add")
+    train, test = arith.split_problems(spec.n_train, spec.n_eval, seed=0, low=int(low), high=int(high), kind=kind)
     return arith.arith_dataset(train, tokenizer), test
 
 
 def _arith_rewards(spec: RunSpec):
     from . import arith
 
-    return arith.make_arith_reward_funcs()
+    return arith.make_arith_reward_funcs(spec.task_options.get("reward", "answer+format"))
 
 
 def _arith_eval(model, tokenizer, records, spec: RunSpec) -> dict:
