@@ -187,3 +187,13 @@ def test_stage0_plan_builds_its_probes_and_rule():
     assert not lm_science.accepted(plan, {"before": ok, "after": {"share_between": 0.19}})
     assert not lm_science.accepted(plan, {"before": {**ok, "sampled_accuracy": 0.61}, "after": ok})
     assert not lm_science.accepted(plan, {"before": {**ok, "share_between": 0.24}, "after": ok})
+
+
+def test_grid_specs_go_seed_by_seed_with_the_arms_settings():
+    from trgrpo.pipeline import lm_science
+
+    plan = {"group": "lm/x", "seeds": [0, 1], "base": {"task": "arith", "steps": 5},
+            "arms": [{"id": "grpo", "scheme": "equal"}, {"id": "tr", "scheme": "tr", "set": {"placement": "surrogate"}}]}
+    specs = lm_science.grid_specs(plan)
+    assert [s.name for s in specs] == ["grpo-seed0", "tr-seed0", "grpo-seed1", "tr-seed1"]
+    assert [s.placement for s in specs[:2]] == ["ratio", "surrogate"] and {s.group for s in specs} == {"lm/x"}

@@ -7,7 +7,14 @@ record carries ``calibration``: the sampled accuracy at the training temperature
 on Eq. 11's curve (shares at L, strictly between, at U), measured the same way on the model before and after the
 probe (:func:`measure`). ``decision.json`` applies the plan's acceptance rule: the first candidate that passes.
 
+Later stages (:func:`grid`): the plan's ``base`` run spec, its ``arms`` (a scheme and overrides each) and ``seeds``;
+each run evaluates greedily on the fixed held-out set at the plan's ``eval_steps`` and after its last step
+(``eval_history``), and its history holds per step the shares of tokens at L / between / at U of Eq. 11
+(``tr/eq11_*``) and the pre-clip gradient norm (``grad_norm``). Runs go seed by seed, all arms of a seed together,
+so that a stopped grid leaves complete pairs.
+
 ``python -m trgrpo.pipeline.lm_science stage0 results/lm/stage0/plan.yaml``
+``python -m trgrpo.pipeline.lm_science grid results/lm/stage1/plan.yaml``
 """
 
 from __future__ import annotations
@@ -121,6 +128,56 @@ def _probe(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
     run(spec, results_dir=results, trainer_ready=before, record_extras=after, keep_checkpoints=False)
 
 
+def grid_specs(plan: dict) -> list[RunSpec]:
+    """The plan's runs, seed by seed: ``<arm>-seed<k>`` in ``plan["group"]``."""
+    return [
+        RunSpec.from_dict({**plan["base"], **arm.get("set", {}), "scheme": arm["scheme"], "seed": seed,
+                           "group": plan["group"], "name": f"{arm['id']}-seed{seed}"})
+        for seed in plan["seeds"]
+        for arm in plan["arms"]
+    ]
+
+
+def grid(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
+    """Run every run of the plan that has no record yet (a killed run starts again from its beginning)."""
+    plan = yaml.safe_load(Path(plan_path).read_text())
+    results = Path(results_dir or RESULTS_DIR)
+    specs = grid_specs(plan)
+    for k, spec in enumerate(specs, 1):
+        if not (results / spec.group / f"{spec.name}.json").exists():
+            print(f"[grid] {k}/{len(specs)} {spec.name}", flush=True)
+            _grid_run(spec, plan["eval_steps"], results)
+
+
+def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
+    """One run with greedy held-out evaluations at ``eval_steps`` (greedy: nothing drawn from the sampling RNG)."""
+    from transformers import TrainerCallback
+
+    from ..tasks.registry import TASKS
+    from .experiment import run
+
+    task, rows, held = TASKS[spec.task], [], {}
+
+    class HeldOut(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if state.global_step in eval_steps:
+                model.eval()
+                acc = task.evaluate(model, processing_class, held["records"], spec)["accuracy"]
+                model.train()
+                rows.append({"step": state.global_step, "accuracy": acc})
+                print(f"[grid] {spec.name} step {state.global_step}: accuracy {acc:.3f}", flush=True)
+
+    def ready(trainer):
+        held["records"] = task.build(spec, trainer.processing_class)[1]  # the run's own held-out set
+
+    def extras(record):
+        start = [{"step": 0, "accuracy": record["initial"]["accuracy"]}] if record.get("initial") else []
+        return {"eval_history": [*start, *rows, {"step": spec.steps, "accuracy": record["final"]["accuracy"]}]}
+
+    run(spec, results_dir=results, callbacks=[HeldOut()], trainer_ready=ready, record_extras=extras,
+        keep_checkpoints=False)
+
+
 def _fmt(m: dict) -> str:
     return (f"sampled accuracy {m['sampled_accuracy']:.3f}, tokens at L {m['share_at_lower']:.3f}, between "
             f"{m['share_between']:.3f}, at U {m['share_at_upper']:.3f} ({m['n_tokens']} tokens)")
@@ -128,11 +185,11 @@ def _fmt(m: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The real-LM experiment, one stage from its committed plan")
-    ap.add_argument("stage", choices=["stage0"])
+    ap.add_argument("stage", choices=["stage0", "grid"])
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
-    stage0(args.plan, args.results)
+    (stage0 if args.stage == "stage0" else grid)(args.plan, args.results)
     return 0
 
 
