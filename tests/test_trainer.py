@@ -51,19 +51,124 @@ def train(trainer_cls, config, model_dir):
     return trainer, logs
 
 
+CLIP_KEYS = ("clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max")
+
+
+def assert_same_steps(ours, theirs, n_steps, keys=()):
+    """Our log equals TRL's step by step: same rollouts, loss, grad-norm, KL and the given keys."""
+    assert len(ours) == len(theirs) == n_steps
+    for a, b in zip(ours, theirs):
+        assert a.get("reward") == b.get("reward")  # identical rollouts (none logged on a reused batch)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-9)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+        for key in ("kl", *keys):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-9), key
+    assert any(h["grad_norm"] > 0 for h in ours)
+    assert ours[0]["tr/weight_mean"] == 1.0
+
+
 def test_equal_weights_reproduce_trl_grpo(tiny_model_dir, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
     _, ours = train(TRGRPOTrainer, TRGRPOConfig(**common(tmp_path / "a"), weight_scheme="equal"), tiny_model_dir)
     _, theirs = train(GRPOTrainer, GRPOConfig(**common(tmp_path / "b")), tiny_model_dir)
-    assert len(ours) == len(theirs) == 3
-    for a, b in zip(ours, theirs):
-        assert a["reward"] == b["reward"]  # identical rollouts
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-9)
-        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
-        assert a["kl"] == pytest.approx(b["kl"], rel=1e-5, abs=1e-9)
-    assert any(h["grad_norm"] > 0 for h in ours)
-    assert ours[0]["tr/weight_mean"] == 1.0
+    assert_same_steps(ours, theirs, 3, CLIP_KEYS)
+
+
+def test_bias_corrected_kl_matches_trl_at_equal_weights(tiny_model_dir, tmp_path):
+    """use_bias_correction_kl: the k3 KL times the ratio r, as TRL. Two iterations on one batch: the second is
+    off-policy (r != 1, some tokens clipped), so the clip-ratio extremes are compared where they are not all 0."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    kw = dict(max_steps=2, num_iterations=2, use_bias_correction_kl=True, beta=0.5, learning_rate=2e-2)
+    _, ours = train(TRGRPOTrainer, TRGRPOConfig(**common(tmp_path / "a", **kw), weight_scheme="equal"), tiny_model_dir)
+    _, theirs = train(GRPOTrainer, GRPOConfig(**common(tmp_path / "b", **kw)), tiny_model_dir)
+    assert_same_steps(ours, theirs, 2, CLIP_KEYS)
+    assert ours[1]["clip_ratio/high_max"] > 0 and ours[1]["kl"] > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_moe_dir(tiny_model_dir, tmp_path_factory):
+    """A tiny Qwen3 mixture-of-experts model with the tiny Llama's tokenizer (router aux loss weighted 0.1)."""
+    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)
+    cfg = Qwen3MoeConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_experts=4,
+        num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+        router_aux_loss_coef=0.1, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("tiny-qwen3-moe")
+    Qwen3MoeForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_equal_weights_reproduce_trl_grpo_on_a_moe_model(tiny_moe_dir, tmp_path):
+    """TRL adds router_aux_loss_coef x the router's load-balancing loss and logs it; so must we."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    kw = dict(max_steps=2)
+    _, ours = train(TRGRPOTrainer, TRGRPOConfig(**common(tmp_path / "a", **kw), weight_scheme="equal"), tiny_moe_dir)
+    _, theirs = train(GRPOTrainer, GRPOConfig(**common(tmp_path / "b", **kw)), tiny_moe_dir)
+    assert_same_steps(ours, theirs, 2, ("aux_loss",))
+    assert ours[0]["aux_loss"] > 0
+
+
+def test_trainer_without_args_builds_the_paper_default_config(tiny_model_dir, tmp_path, monkeypatch):
+    """As TRL: no args gives a default config named after the model, here TRGRPOConfig with the paper's defaults."""
+    import transformers.training_args
+
+    # TRL's default config asks for bf16, which a CPU-only machine refuses; pretend a bf16 GPU (nothing trains here)
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.chdir(tmp_path)
+    trainer = TRGRPOTrainer(
+        model=tiny_model_dir, reward_funcs=ids_reward, train_dataset=Dataset.from_dict({"prompt": PROMPTS})
+    )
+    args = trainer.args
+    assert type(args) is TRGRPOConfig and args.output_dir == "tiny-llama0-TR-GRPO"
+    assert args.to_dict() == TRGRPOConfig(output_dir="tiny-llama0-TR-GRPO").to_dict()
+    assert (args.weight_scheme, args.beta, args.epsilon_high, args.learning_rate) == ("tr", 0.001, 0.24, 1e-6)
+
+
+def test_image_inputs_reach_the_log_prob_call_as_in_trl(tiny_model_dir, tmp_path):
+    """Vision-language batches: pixel_values, image_grid_thw, ... go to the log-prob call exactly as TRL passes them."""
+    from trl import GRPOTrainer
+
+    from trgrpo.core.trainer import IMAGE_INPUTS
+
+    trainer = TRGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=ids_reward,
+        args=TRGRPOConfig(**common(tmp_path), weight_scheme="equal"),
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+    )
+    calls = []
+
+    def logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        calls.append(kwargs)
+        logps = torch.full((input_ids.size(0), logits_to_keep), -1.0, requires_grad=True)
+        return logps, torch.zeros_like(logps), None
+
+    trainer._get_per_token_logps_and_entropies = logps_and_entropies
+    images = {key: torch.rand(3) for key in IMAGE_INPUTS} | {"num_images": [1, 1]}
+    inputs = {
+        "prompt_ids": torch.ones(2, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(2, 2, dtype=torch.long),
+        "completion_ids": torch.ones(2, 3, dtype=torch.long),
+        "completion_mask": torch.ones(2, 3, dtype=torch.long),
+        "advantages": torch.tensor([1.0, -1.0]),
+        "num_items_in_batch": torch.tensor(6.0),
+        "ref_per_token_logps": torch.full((2, 3), -1.1),
+        **images,
+    }
+    trainer._compute_loss(trainer.model, inputs)
+    GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    ours, theirs = calls
+    assert ours.keys() == theirs.keys() and all(ours[k] is theirs[k] for k in ours)
+    assert all(ours[key] is images[key] for key in ("pixel_values", "image_grid_thw", "mm_token_type_ids"))
 
 
 def test_tr_weights_change_the_gradient(tiny_model_dir, tmp_path):

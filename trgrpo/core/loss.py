@@ -146,6 +146,7 @@ def tr_grpo_loss(
     upper: float | None = None,
     normalizer: float | torch.Tensor | None = None,
     policy_scale: torch.Tensor | None = None,
+    bias_correction_kl: bool = False,
 ) -> LossOutput:
     """Minus the TR-GRPO objective (Eq. 9 with the KL of Eq. 10), token-level normalised (Eq. 5).
 
@@ -161,6 +162,9 @@ def tr_grpo_loss(
             (the trainer passes the token count of the whole global batch, as TRL's "dapo" does).
         policy_scale: optional (B, T) or (B, 1) factor on the policy term only (TRL's off-policy mask
             and vLLM importance-sampling correction); the KL term is not scaled.
+        bias_correction_kl: multiply the per-token KL (whichever ``kl_weighting``) by the ratio r, differentiable,
+            as TRL's ``use_bias_correction_kl``: the estimate under pi_theta of tokens sampled from pi_old (the
+            KL's gradient becomes the unbiased reverse-KL gradient). Off by default: Eq. 6 and 10 have no r.
     """
     validate_loss_options(placement=placement, kl_weighting=kl_weighting, beta=beta, eps_low=eps_low, eps_high=eps_high)
     if not torch.is_tensor(logps) or logps.dim() != 2:
@@ -210,6 +214,8 @@ def tr_grpo_loss(
     kl = None
     if beta > 0:
         kl = kl_term(logps, _as_2d("ref_logps", ref_logps, shape).detach(), weights, kl_weighting)
+        if bias_correction_kl:
+            kl = kl * ratio
         objective = objective - beta * kl
     per_token = -objective * mask
     denom = n_valid if normalizer is None else normalizer

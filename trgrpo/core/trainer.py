@@ -15,11 +15,25 @@ from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
 from .loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
 from .weights import SCHEMES, TAU_MODES, WeightParams, token_weights, tr_weight, validate_weight_params
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
+# Vision-language inputs TRL's GRPOTrainer forwards from the batch to the log-prob call (its _compute_loss).
+IMAGE_INPUTS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 @dataclass
@@ -128,24 +142,24 @@ def weight_rng_file(args: Any) -> str:
 class TRGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is :func:`trgrpo.core.loss.tr_grpo_loss` with Eq. 11 token weights."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        cfg = kwargs.get("args")
-        if cfg is None and len(args) > 2:
-            cfg = args[2]
-        if not isinstance(cfg, TRGRPOConfig):
+    def __init__(self, model, reward_funcs=None, args: TRGRPOConfig | None = None, *rest, **kwargs) -> None:
+        if args is None:  # as TRL: a default config named after the model, here with the paper's defaults
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = TRGRPOConfig(output_dir=f"{model_name.split('/')[-1]}-TR-GRPO")
+        if not isinstance(args, TRGRPOConfig):
             raise TypeError("TRGRPOTrainer needs args=TRGRPOConfig(...) (the token-weight options live there)")
         for name, value, allowed in (
-            ("importance_sampling_level", cfg.importance_sampling_level, ("token",)),
-            ("top_entropy_quantile", cfg.top_entropy_quantile, (1.0,)),
-            ("entropy_coef", cfg.entropy_coef, (0.0,)),
-            ("use_adaptive_entropy", cfg.use_adaptive_entropy, (False,)),
-            ("delta", cfg.delta, (None,)),
+            ("importance_sampling_level", args.importance_sampling_level, ("token",)),
+            ("top_entropy_quantile", args.top_entropy_quantile, (1.0,)),
+            ("entropy_coef", args.entropy_coef, (0.0,)),
+            ("use_adaptive_entropy", args.use_adaptive_entropy, (False,)),
+            ("delta", args.delta, (None,)),
         ):
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not supported by TRGRPOTrainer (allowed: {allowed})")
-        super().__init__(*args, **kwargs)
+        super().__init__(model, reward_funcs, args, *rest, **kwargs)
         # The random ablation draws from its own generator so rollout sampling (global RNG) is untouched.
-        self._weight_generator = torch.Generator().manual_seed(int(cfg.seed) + 7919 * self.accelerator.process_index)
+        self._weight_generator = torch.Generator().manual_seed(int(args.seed) + 7919 * self.accelerator.process_index)
 
     # Checkpoint/resume: keep the random-weight generator state with the trainer state.
     def _save_rng_state(self, output_dir):
@@ -169,12 +183,14 @@ class TRGRPOTrainer(GRPOTrainer):
         # Tool output never gets a gradient (agentic search): keep TRL's tool mask.
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
 
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
             logits_to_keep,
             compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,  # MoE router load balancing, set up by TRL
+            **{key: inputs.get(key) for key in IMAGE_INPUTS},
         )
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old
@@ -213,26 +229,34 @@ class TRGRPOTrainer(GRPOTrainer):
         if not bool(mask.any()):
             # Every completion of this micro-batch was truncated and masked (mask_truncated_completions): TRL's own
             # loss is then 0 (its token count is clamped to >= 1); do the same, keeping the graph, and log zeros.
-            self._log_tr_metrics(mode, _empty_metrics(args), per_token_logps, old, inputs, mask, entropies, probs)
-            return (per_token_logps * mask).sum()
-        out = tr_grpo_loss(
-            per_token_logps,
-            old,
-            inputs["advantages"],
-            mask,
-            weights,
-            ref_logps=inputs.get("ref_per_token_logps"),
-            beta=self.beta,
-            eps_low=self.epsilon_low,
-            eps_high=self.epsilon_high,
-            placement=args.weight_placement,
-            kl_weighting=args.kl_weighting,
-            upper=args.weight_upper,
-            normalizer=normalizer,
-            policy_scale=policy_scale,
-        )
-        self._log_tr_metrics(mode, out.metrics, per_token_logps, old, inputs, mask, entropies, probs)
-        return out.loss
+            loss, metrics = (per_token_logps * mask).sum(), _empty_metrics(args)
+        else:
+            out = tr_grpo_loss(
+                per_token_logps,
+                old,
+                inputs["advantages"],
+                mask,
+                weights,
+                ref_logps=inputs.get("ref_per_token_logps"),
+                beta=self.beta,
+                eps_low=self.epsilon_low,
+                eps_high=self.epsilon_high,
+                placement=args.weight_placement,
+                kl_weighting=args.kl_weighting,
+                upper=args.weight_upper,
+                normalizer=normalizer,
+                bias_correction_kl=args.use_bias_correction_kl,
+                policy_scale=policy_scale,
+            )
+            loss, metrics = out.loss, out.metrics
+        # As TRL: the router's load-balancing loss, scaled for gradient accumulation like the loss above
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / (
+                self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            )
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        self._log_tr_metrics(mode, metrics, per_token_logps, old, inputs, mask, entropies, probs)
+        return loss
 
     def _log_tr_metrics(self, mode, metrics, logps, old, inputs, mask, entropies, probs) -> None:
         """TRL's own metrics (kl, entropy, clip ratios) plus the weight diagnostics under ``tr/``.
@@ -246,18 +270,22 @@ class TRGRPOTrainer(GRPOTrainer):
             return (totals[0] / totals[1].clamp(min=1.0)).item()
 
         logps = logps.detach()
-        if self.beta != 0.0:  # TRL's "kl": the plain k3 estimate of Eq. 6, whatever the weighting
+        ratio = torch.exp(logps - old)
+        if self.beta != 0.0:  # TRL's "kl": the k3 estimate of Eq. 6 (times r if bias-corrected), whatever the weighting
             log_rho = inputs["ref_per_token_logps"] - logps
-            store["kl"].append(global_masked_mean(torch.exp(log_rho) - log_rho - 1))
+            k3 = torch.exp(log_rho) - log_rho - 1
+            store["kl"].append(global_masked_mean(k3 * ratio if self.args.use_bias_correction_kl else k3))
         store["entropy"].append(global_masked_mean(entropies))
         advantages = inputs["advantages"]
         adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-        ratio = torch.exp(logps - old)
         low = ((ratio < 1 - self.epsilon_low) & (adv < 0)).float()
         high = ((ratio > 1 + self.epsilon_high) & (adv > 0)).float()
         store["clip_ratio/low_mean"].append(global_masked_mean(low))
         store["clip_ratio/high_mean"].append(global_masked_mean(high))
         store["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
+        # per completion, then the min / max over the global batch (NaN for a completion without valid tokens)
+        store["clip_ratio/low_min"].append(nanmin(self.accelerator.gather((low * mask).sum(-1) / mask.sum(-1))).item())
+        store["clip_ratio/high_max"].append(nanmax(self.accelerator.gather((high * mask).sum(-1) / mask.sum(-1))).item())
         params = self.args.weight_params  # tr_weight reads Eq. 11's fields only, not the scheme
         w = tr_weight(probs, params)
         at_lower = w <= params.lower + 1e-6
