@@ -135,10 +135,12 @@ def test_trainer_without_args_builds_the_paper_default_config(tiny_model_dir, tm
 
 def test_image_inputs_reach_the_log_prob_call_as_in_trl(tiny_model_dir, tmp_path):
     """Vision-language batches: pixel_values, image_grid_thw, ... go to the log-prob call exactly as TRL passes them."""
+    import inspect
+
     from trl import GRPOTrainer
 
-    from trgrpo.core.trainer import IMAGE_INPUTS
-
+    params = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    image_inputs = params[params.index("compute_aux_loss") + 1 :]  # pixel_values, image_grid_thw, ...
     trainer = TRGRPOTrainer(
         model=tiny_model_dir,
         reward_funcs=ids_reward,
@@ -153,7 +155,7 @@ def test_image_inputs_reach_the_log_prob_call_as_in_trl(tiny_model_dir, tmp_path
         return logps, torch.zeros_like(logps), None
 
     trainer._get_per_token_logps_and_entropies = logps_and_entropies
-    images = {key: torch.rand(3) for key in IMAGE_INPUTS} | {"num_images": [1, 1]}
+    images = {key: torch.rand(3) for key in image_inputs} | {"num_images": [1, 1]}
     inputs = {
         "prompt_ids": torch.ones(2, 2, dtype=torch.long),
         "prompt_mask": torch.ones(2, 2, dtype=torch.long),

@@ -284,8 +284,9 @@ class TRGRPOTrainer(GRPOTrainer):
         store["clip_ratio/high_mean"].append(global_masked_mean(high))
         store["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
         # per completion, then the min / max over the global batch (NaN for a completion without valid tokens)
-        store["clip_ratio/low_min"].append(nanmin(self.accelerator.gather((low * mask).sum(-1) / mask.sum(-1))).item())
-        store["clip_ratio/high_max"].append(nanmax(self.accelerator.gather((high * mask).sum(-1) / mask.sum(-1))).item())
+        per_completion = self.accelerator.gather(torch.stack([low * mask, high * mask]).sum(-1) / mask.sum(-1))
+        store["clip_ratio/low_min"].append(nanmin(per_completion[0]).item())
+        store["clip_ratio/high_max"].append(nanmax(per_completion[1]).item())
         params = self.args.weight_params  # tr_weight reads Eq. 11's fields only, not the scheme
         w = tr_weight(probs, params)
         at_lower = w <= params.lower + 1e-6
