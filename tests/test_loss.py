@@ -122,6 +122,31 @@ def test_equal_weights_reduce_to_grpo_eq5():
         assert out.loss.item() == pytest.approx(expected.item(), rel=1e-12)
 
 
+@pytest.mark.parametrize("off_policy", [True, False])
+def test_bias_corrected_kl_is_trls_at_equal_weights(off_policy):
+    """bias_correction_kl (TRL's use_bias_correction_kl): k3 times the differentiable ratio r; with w = 1 the loss and
+    its gradient are TRL's, also on-policy, where r = 1 but its gradient is not zero; any KL weighting times r."""
+    logps, old, ref, adv, mask = make_batch(5, off_policy=off_policy)
+    x = logps.clone().requires_grad_(True)
+    r = torch.exp(x - (old if off_policy else x.detach()))
+    kl = torch.exp(ref - x) - (ref - x) - 1
+    j = torch.min(r * adv[:, None], r.clamp(0.8, 1.24) * adv[:, None]) - 0.04 * kl * r
+    (expected_grad,) = torch.autograd.grad(-(j * mask).sum() / mask.sum(), x)
+    old_arg = old if off_policy else None
+    out = tr_grpo_loss(x, old_arg, adv, mask, torch.ones_like(logps), ref_logps=ref, beta=0.04, bias_correction_kl=True)
+    (grad,) = torch.autograd.grad(out.loss, x)
+    assert torch.allclose(grad, expected_grad, atol=1e-12)
+    w = token_weights(logps.exp())
+    ratio = torch.exp(logps - old) if off_policy else torch.ones_like(logps)
+    policy = tr_grpo_loss(logps, old_arg, adv, mask, w).per_token
+    for klw in KLS:
+        plain, corrected = (
+            tr_grpo_loss(logps, old_arg, adv, mask, w, ref_logps=ref, beta=1.0, kl_weighting=klw, bias_correction_kl=b)
+            for b in (False, True)
+        )
+        assert torch.allclose(corrected.per_token - policy, (plain.per_token - policy) * ratio, atol=1e-12)
+
+
 def test_ratio_placement_zeroes_high_probability_tokens_on_policy():
     """Reading 2: at r = 1, A > 0 and w > 1 + eps_h, Eq. 9 as printed gives no policy gradient."""
     p = torch.tensor([[0.05, 0.2, 0.6, 0.95]], dtype=torch.float64)
