@@ -110,10 +110,10 @@ def test_equal_weights_reproduce_trl_grpo_on_a_moe_model(tiny_moe_dir, tmp_path)
     """TRL adds router_aux_loss_coef x the router's load-balancing loss and logs it; so must we."""
     from trl import GRPOConfig, GRPOTrainer
 
-    kw = dict(max_steps=2)
+    kw = dict(max_steps=1)
     _, ours = train(TRGRPOTrainer, TRGRPOConfig(**common(tmp_path / "a", **kw), weight_scheme="equal"), tiny_moe_dir)
     _, theirs = train(GRPOTrainer, GRPOConfig(**common(tmp_path / "b", **kw)), tiny_moe_dir)
-    assert_same_steps(ours, theirs, 2, ("aux_loss",))
+    assert_same_steps(ours, theirs, 1, ("aux_loss",))
     assert ours[0]["aux_loss"] > 0
 
 
