@@ -64,7 +64,9 @@ class TRGRPOConfig(GRPOConfig):
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
     epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
-    use_bias_correction_kl: bool = field(default=False, metadata={"help": "Plain k3 KL as in Eq. 6."})
+    use_bias_correction_kl: bool = field(
+        default=False, metadata={"help": "False: the KL of Eq. 6/10/12 as printed; True: times the ratio r, as TRL."}
+    )
     loss_type: str = field(default="dapo", metadata={"help": f"Token-level normalisation: {SUPPORTED_LOSS_TYPES}."})
 
     def __post_init__(self) -> None:
