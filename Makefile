@@ -84,12 +84,15 @@ clean:
 	rm -rf $(VENV) runs student
 
 # The prepared GPU check (trgrpo/tooling/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
-# It installs TRL and the other pure-Python needs from wheels/ when missing and writes results/gpu/check.json.
+# It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training
+# run in its own process and writes results/gpu/check.json. Without CUDA it stops with one line;
+# `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/test_gpu_check.py runs it).
 # `make gpu-wheels` fills wheels/ where a network is (same Python version and platform as the GPU machine).
 GPU_PY ?= python3
-GPU_CHECK_PKGS := trl==1.16.0 datasets pyyaml tqdm gguf reasoning-gym math-verify pandas scipy matplotlib nbformat
+GPU_CHECK_ARGS ?=
+GPU_CHECK_PKGS := trl==1.16.0 datasets pyyaml tqdm
 gpu-check:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -m trgrpo.gpu_check
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -m trgrpo.gpu_check $(GPU_CHECK_ARGS)
 
 gpu-wheels:
 	$(GPU_PY) -m pip download -q -d wheels $(GPU_CHECK_PKGS)
