@@ -194,6 +194,7 @@ def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> l
         temperature=float(_get(params, "TEMPERATURE", 0.7)),
         max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
         report_to=_get(params, "REPORT_TO", "none"),
+        save_steps=int(_get(params, "SAVE_STEPS", 20)),
     )
 
 
@@ -219,6 +220,7 @@ def math_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) ->
         bf16=bool(_get(params, "BF16", True)),
         max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
         report_to=_get(params, "REPORT_TO", "none"),
+        save_steps=int(_get(params, "SAVE_STEPS", 20)),
     )
 
 
