@@ -8,11 +8,11 @@ import re
 import signal
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import requires
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 from packaging.version import Version
 
@@ -114,3 +114,35 @@ def test_make_gpu_check_without_cuda_stops_with_one_line():
     error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "CUDA" in error[0] and "GPU_CHECK_ARGS=--cpu" in error[0], r.stderr
     assert (committed.stat().st_mtime_ns if committed.exists() else None) == before
+
+
+@pytest.mark.slow
+def test_offline_install_into_a_fresh_environment(tmp_path):
+    """`make gpu-wheels` for a fresh environment holding only torch, transformers and accelerate (its pip freeze),
+    then `make gpu-check` there, with pip's configured sources switched off: the check installs what it imports from
+    the wheel folder alone (--no-index) and passes its CPU mode."""
+    _no_cuda()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    from importlib.metadata import version
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    base = [f"torch=={version('torch')}", next(d for d in deps if d.startswith("transformers")), "accelerate"]
+    subprocess.run([py, "-m", "pip", "install", "-q", *base], check=True)
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text(subprocess.run([py, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout)
+    wheels = tmp_path / "wheels"
+    cmd = ["make", "-s", "gpu-wheels", f"WHEELS_PY={sys.executable}", f"GPU_FREEZE={freeze}", f"WHEELS={wheels}"]
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=900)
+    names = {w.name.split("-")[0].lower() for w in wheels.glob("*.whl")}
+    assert "trl" in names and not names & {"torch", "transformers", "accelerate", "nvidia_cublas_cu12"}
+    offline = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    offline.update(PIP_CONFIG_FILE=os.devnull, OMP_NUM_THREADS="1", TRGRPO_CACHE=str(tmp_path / "cache"))
+    out = tmp_path / "check.json"
+    args = f"--cpu --wheels {wheels} --tokenizer {wheels / 'tokenizer'} --out {out}"
+    cmd = ["make", "-s", "gpu-check", f"GPU_PY={py}", f"GPU_CHECK_ARGS={args}"]
+    r = subprocess.run(cmd, cwd=ROOT, env=offline, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["ok"] and "trl==1.16.0" in rec["installed_from_wheels"]

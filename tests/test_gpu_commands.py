@@ -107,3 +107,15 @@ def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypat
     assert processes(one, None) == (None, None) and processes(two, None) == (1, None)
     monkeypatch.setattr(fullscale, "n_devices", lambda: 0)
     assert processes(two, None) == (0, None)
+
+
+# notebooks 05 and 06 in smoke mode under papermill: ~2 minutes on 2 cores, and `make test` executes both notebooks
+# already (nbval); the command itself is checked here, in the slow tier
+@pytest.mark.slow
+def test_batch_smoke_plan(tmp_path):
+    """`python -m trgrpo.batch experiments/smoke.yaml` as typed: both notebooks run, the summary says so."""
+    r = _python_m(["trgrpo.batch", "experiments/smoke.yaml"], tmp_path, TRGRPO_FIGURES=str(tmp_path / "figures"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = json.loads((tmp_path / "runs" / "smoke" / "summary.json").read_text())
+    assert [row["notebook"] for row in rows] == ["05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb"]
+    assert all(row["ok"] and row["smoke"] for row in rows)

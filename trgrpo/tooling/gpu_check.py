@@ -80,6 +80,33 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
     return missing
 
 
+def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: str) -> list[str]:
+    """``make gpu-wheels``: into ``dest``, the wheels of :data:`PURE_PYTHON` and of their dependencies that the GPU
+    machine lacks, for its platform and Python. ``freeze`` is that machine's ``pip freeze``: the resolution keeps its
+    versions (torch, transformers, accelerate, huggingface_hub, ...) and downloads none of them. Returns the wheels'
+    requirements."""
+    import re
+
+    pinned = {}
+    for line in Path(freeze).read_text().splitlines():
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip())
+        if m:
+            pinned[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(0)
+    dest.mkdir(parents=True, exist_ok=True)
+    target = ["--only-binary=:all:", "--platform", platform, "--python-version", python_version]
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
+        constraints.write_text("\n".join(pinned.values()) + "\n")
+        pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report)]
+        subprocess.run([*pip, *target, "-c", str(constraints), *PURE_PYTHON.values()], check=True)
+        resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
+    need = [f"{m['name']}=={m['version']}" for m in resolved if re.sub(r"[-_.]+", "-", m["name"]).lower() not in pinned]
+    if need:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
+        subprocess.run(cmd, check=True)
+    return need
+
+
 def find_tokenizer(path: str | None = None) -> str:
     """A tokenizer folder: ``path``, the embedded model's cache folder, or ``wheels/tokenizer``."""
     from ..pipeline.models import EMBEDDED_NAME, cache_dir
@@ -409,7 +436,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help=f"JSON to write (GPU default: {GPU_OUT.relative_to(ROOT)})")
     ap.add_argument("--wheels", default=str(WHEELS))
     ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--download-wheels", metavar="FREEZE", help="fill --wheels for the pip freeze's machine")
+    ap.add_argument("--platform", default="manylinux_2_28_x86_64", help="with --download-wheels: the GPU machine's")
+    ap.add_argument("--python-version", default="3.11", help="with --download-wheels: the GPU machine's")
     args = ap.parse_args(argv)
+    if args.download_wheels:
+        need = download_wheels(
+            Path(args.download_wheels), Path(args.wheels), platform=args.platform, python_version=args.python_version
+        )
+        print(f"{len(need)} wheel(s) in {args.wheels}: {' '.join(need)}")
+        return 0
     cpu = args.cpu
     t0 = time.time()
     from ..pipeline.fullscale import cuda_missing
