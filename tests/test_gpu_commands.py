@@ -106,7 +106,7 @@ def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypat
     monkeypatch.delenv("WORLD_SIZE")
     assert processes(one, None) == (None, None) and processes(two, None) == (1, None)
     monkeypatch.setattr(fullscale, "n_devices", lambda: 0)
-    assert processes(two, None) == (0, None)
+    assert processes(two, None) == (0, None) and "0 GPU(s) visible" in processes(one, 1)[1]
 
 
 # notebooks 05 and 06 in smoke mode under papermill: ~2 minutes on 2 cores, and `make test` executes both notebooks

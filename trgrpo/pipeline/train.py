@@ -89,15 +89,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = Path(args.results).resolve()  # absolute: launchers may run from another directory
     if gpus is not None:  # this process trains nothing: one process per spec
-        fullscale.launch(
-            specs,
-            gpus=gpus,
-            accelerate_config=args.accelerate_config,
-            results_dir=results,
-            force=args.force,
-            keep_checkpoints=not args.no_keep_checkpoints,
-            isolate=True,
-        )
+        try:
+            fullscale.launch(
+                specs,
+                gpus=gpus,
+                accelerate_config=args.accelerate_config,
+                results_dir=results,
+                force=args.force,
+                keep_checkpoints=not args.no_keep_checkpoints,
+                isolate=True,
+            )
+        except RuntimeError as e:  # a run's process failed: its log says why
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         return 0
     for k, spec in enumerate(specs, 1):
         target = results / spec.group / f"{spec.name}.json"
@@ -123,7 +127,7 @@ def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str |
                 "`python -m trgrpo.train --config FILE --gpus N` launches each spec on N GPUs"
             )
         return None, None
-    if gpus is not None and not 1 <= gpus <= max(visible, 1):
+    if gpus is not None and not 1 <= gpus <= visible:
         return None, f"--gpus {gpus}: {visible} GPU(s) visible"
     if gpus is None and visible > 1:
         return None, (
