@@ -122,6 +122,7 @@ def test_offline_install_into_a_fresh_environment(tmp_path):
     then `make gpu-check` there, with pip's configured sources switched off: the check installs what it imports from
     the wheel folder alone (--no-index) and passes its CPU mode."""
     _no_cuda()
+    os.environ.pop("PYTHONPATH", None)  # the fresh environment sees no checkout (make sets PYTHONPATH itself)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")

@@ -93,7 +93,9 @@ def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: 
         if m:
             pinned[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(0)
     dest.mkdir(parents=True, exist_ok=True)
-    target = ["--only-binary=:all:", "--platform", platform, "--python-version", python_version]
+    target = ["--only-binary=:all:", "--python-version", python_version]
+    for tag in _platform_tags(platform):
+        target += ["--platform", tag]
     with tempfile.TemporaryDirectory() as tmp:
         constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
         constraints.write_text("\n".join(pinned.values()) + "\n")
@@ -105,6 +107,20 @@ def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: 
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
         subprocess.run(cmd, check=True)
     return need
+
+
+def _platform_tags(platform: str) -> list[str]:
+    """``manylinux_2_28_x86_64`` and the older manylinux tags a machine with glibc 2.28 runs too (pip does not widen
+    a given ``--platform``); any other tag as it is."""
+    import re
+
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
+    if not m:
+        return [platform]
+    glibc, arch = int(m.group(1)), m.group(2)
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags = [f"manylinux_2_{v}_{arch}" for v in range(glibc, 4, -1)]
+    return tags + [f"{name}_{arch}" for v, name in legacy.items() if v <= glibc]
 
 
 def find_tokenizer(path: str | None = None) -> str:
