@@ -117,12 +117,12 @@ def test_make_gpu_check_without_cuda_stops_with_one_line():
 
 
 @pytest.mark.slow
-def test_offline_install_into_a_fresh_environment(tmp_path):
+def test_offline_install_into_a_fresh_environment(tmp_path, monkeypatch):
     """`make gpu-wheels` for a fresh environment holding only torch, transformers and accelerate (its pip freeze),
     then `make gpu-check` there, with pip's configured sources switched off: the check installs what it imports from
     the wheel folder alone (--no-index) and passes its CPU mode."""
     _no_cuda()
-    os.environ.pop("PYTHONPATH", None)  # the fresh environment sees no checkout (make sets PYTHONPATH itself)
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the fresh environment sees no checkout (make sets its own)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
