@@ -84,14 +84,24 @@ clean:
 	rm -rf $(VENV) runs student
 
 # The prepared GPU check (trgrpo/tooling/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
-# It installs TRL and the other pure-Python needs from wheels/ when missing and writes results/gpu/check.json.
-# `make gpu-wheels` fills wheels/ where a network is (same Python version and platform as the GPU machine).
+# It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training
+# run in its own process and writes results/gpu/check.json. Without CUDA it stops with one line;
+# `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/test_gpu_check.py runs it).
+# `make gpu-wheels` fills wheels/ where a network is, for the GPU machine's platform, Python and installed versions.
 GPU_PY ?= python3
-GPU_CHECK_PKGS := trl==1.16.0 datasets pyyaml tqdm gguf reasoning-gym math-verify pandas scipy matplotlib nbformat
+GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -m trgrpo.gpu_check
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -m trgrpo.gpu_check $(GPU_CHECK_ARGS)
 
+# GPU_FREEZE: the GPU machine's `pip freeze` (its versions are kept, none of its packages downloaded);
+# GPU_PLATFORM / GPU_PYTHON: its platform tag and Python version (binary wheels only). WHEELS_PY: a Python with pip
+# and transformers here (the project's .venv after `make setup`).
+WHEELS_PY ?= $(VPY)
+GPU_FREEZE ?= gpu-freeze.txt
+GPU_PLATFORM ?= manylinux_2_28_x86_64
+GPU_PYTHON ?= 3.11
+WHEELS ?= wheels
 gpu-wheels:
-	$(GPU_PY) -m pip download -q -d wheels $(GPU_CHECK_PKGS)
-	rm -f wheels/torch-* wheels/nvidia_* wheels/triton-* wheels/transformers-* wheels/accelerate-*
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -c "from trgrpo.pipeline.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('wheels/tokenizer')"
+	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -m trgrpo.gpu_check --download-wheels $(GPU_FREEZE) --wheels $(WHEELS) \
+	  --platform $(GPU_PLATFORM) --python-version $(GPU_PYTHON)
+	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -c "from trgrpo.pipeline.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('$(WHEELS)/tokenizer')"

@@ -1,6 +1,7 @@
 """Table 6's batch at any world size (TRL's own arithmetic), --print-config, absolute result paths, one process
 per run, and a real 2-process launch on CPU whose record lands where launch() reads it."""
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -81,6 +82,42 @@ def test_print_config_cli(world, accum, capsys):
     assert out["per_device_train_batch_size"] * out["gradient_accumulation_steps"] * world == 512
     assert out["gradient_checkpointing"] is True and out["vllm_max_model_length"] == 5120
     assert out["num_generations"] == 8 and len(out["runs"]) == 6
+    assert out["ddp_timeout_s"] == 6 * 3600 and out["vllm_importance_sampling"] == "off"
+
+
+def test_make_config_sets_ddp_timeout_and_importance_sampling(tmp_path):
+    """TRL's defaults would be 1800 s and sequence_mask with C_max 3: the spec's choice reaches GRPOConfig."""
+    cfg = make_config(kk(use_vllm=True), tmp_path, world_size=1)
+    assert cfg.ddp_timeout == 6 * 3600 and cfg.vllm_importance_sampling_correction is False
+    cfg = make_config(kk(use_vllm=True, vllm_importance_sampling="token_truncate", ddp_timeout_s=60), tmp_path, 1)
+    assert cfg.ddp_timeout == 60 and cfg.vllm_importance_sampling_correction
+    assert cfg.vllm_importance_sampling_mode == "token_truncate"
+    with pytest.raises(ValueError, match="vllm_importance_sampling"):
+        kk(vllm_importance_sampling="on")
+
+
+def test_planner_flags_an_evaluation_longer_than_the_timeout_and_states_the_disk():
+    from trgrpo.pipeline import plan
+
+    spec = fullscale.kk_specs(schemes=("tr",), use_vllm=False)[0]
+    text, rows, problems = plan.plan_report([spec], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
+    assert not problems and "disk: a checkpoint every 20 steps" in text
+    assert rows[0]["checkpoint_gb"] == pytest.approx(16 * 3.09e9 / 1e9)  # 4N model, 8N moments, 4N DeepSpeed master
+    short = dataclasses.replace(spec, ddp_timeout_s=int(rows[0]["eval_s"]))  # less than three evaluations
+    _, _, problems = plan.plan_report([short], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
+    assert len(problems) == 1 and "ddp_timeout_s >=" in problems[0]
+
+
+def test_launch_refuses_a_full_scale_run_without_cuda(tmp_path, monkeypatch):
+    """Notebooks 05/06 call launch(): without CUDA a 3B run stops (one line) before anything is written."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    specs = fullscale.kk_specs(schemes=("tr",))
+    with pytest.raises(SystemExit, match="Qwen2.5-3B-Instruct is a full-scale model and no CUDA device"):
+        fullscale.launch(specs, results_dir=tmp_path / "r", log_dir=tmp_path / "l")
+    assert not any(tmp_path.iterdir())
+    assert fullscale.refuse_without_cuda([RunSpec(task="kk", model="embedded")]) is None
 
 
 def test_run_command_paths_are_absolute(tmp_path, monkeypatch):

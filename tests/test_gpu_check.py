@@ -1,13 +1,18 @@
-"""The prepared GPU check runs end to end on a tiny CPU model (every check passes, the record says what it measured),
-and the vLLM pin of environment.yml / pyproject.toml sits inside the range TRL itself supports."""
+"""`make gpu-check` runs as typed: its CPU mode on a tiny model (every run its own process, a real kill and resume,
+every check passes, the record says what it measured and what it did not cover), its GPU mode without CUDA stops with
+one line; and the vLLM pin of environment.yml / pyproject.toml sits inside the range TRL itself supports."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import tomllib
 from importlib.metadata import requires
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 from packaging.version import Version
 
@@ -58,32 +63,87 @@ def test_makefile_has_gpu_check_targets():
     assert re.search(r"^gpu-wheels:", mk, re.M)
 
 
-def test_gpu_check_cpu_mode_passes(tmp_path, monkeypatch):
-    from trgrpo.pipeline import experiment
-    from trgrpo.tooling import gpu_check
+def _make_gpu_check(args: str) -> subprocess.CompletedProcess:
+    """`make gpu-check` as the README types it, with this interpreter as GPU_PY and GPU_CHECK_ARGS (the documented
+    override); the Makefile sets PYTHONPATH to the repository."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = ["make", "-s", "gpu-check", f"GPU_PY={sys.executable}", f"GPU_CHECK_ARGS={args}"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", experiment.CHECKPOINT_DIR)  # main() redirects it: restore
+
+def _no_cuda():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: `make gpu-check` runs its GPU mode")
+
+
+def test_make_gpu_check_cpu_mode(tmp_path):
+    """The check's CPU mode through the Makefile: every run in its own `python -m trgrpo.train` process, a real
+    SIGKILL of the resume run's process group after its first checkpoint, the resumed process ending the run."""
+    _no_cuda()
     out = tmp_path / "check.json"
     committed = ROOT / "results" / "gpu" / "check.json"
     before = committed.stat().st_mtime_ns if committed.exists() else None
-    assert gpu_check.main(["--cpu", "--out", str(out)]) == 0
+    r = _make_gpu_check(f"--cpu --out {out}")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["mode"] == "cpu" and rec["ok"] and all(rec["checks"].values())
+    # one process per run: grpo, tr, the killed resume run, its restart (the command each was started with)
+    commands = re.findall(r"^  \$ .* -m trgrpo\.train --config (\S+)", r.stdout, re.M)
+    assert [Path(c).stem for c in commands] == ["grpo", "tr", "resume-killed", "resume"], commands
     tr, grpo = rec["runs"]["tr"], rec["runs"]["grpo"]
-    assert tr["steps"] == grpo["steps"] == 2
+    assert tr["steps"] == grpo["steps"] == 2 and tr["final"]["n"] == grpo["final"]["n"] == 4
     assert any(abs(w - 1) > 1e-6 for w in tr["tr_weight_mean"])
-    assert rec["resume"]["resumed_from"].endswith("checkpoint-1") and rec["resume"]["steps_run"] == 1
+    res = rec["resume"]
+    assert res["returncode"] == -signal.SIGKILL and res["checkpoints_after_kill"]
+    step = int(res["resumed_from"].rsplit("-", 1)[1])
+    assert 0 < step < 8 and res["steps_run"] == 8 - step
     assert rec["equivalence"]["same_rollouts"]
     assert rec["loss_head"]["ms_tr"] > 0 and rec["loss_head"]["timer"] == "perf_counter"
+    assert rec["not_covered"] and any("vLLM" in line for line in rec["not_covered"])
     assert (committed.stat().st_mtime_ns if committed.exists() else None) == before  # CPU mode never writes it
 
 
-def test_gpu_mode_refuses_without_cuda(capsys):
-    import torch
+def test_make_gpu_check_without_cuda_stops_with_one_line():
+    _no_cuda()
+    committed = ROOT / "results" / "gpu" / "check.json"
+    before = committed.stat().st_mtime_ns if committed.exists() else None
+    r = _make_gpu_check("")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "CUDA" in error[0] and "GPU_CHECK_ARGS=--cpu" in error[0], r.stderr
+    assert (committed.stat().st_mtime_ns if committed.exists() else None) == before
 
-    from trgrpo.tooling import gpu_check
 
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is present")
-    with pytest.raises(SystemExit):
-        gpu_check.main(["--wheels", "/nonexistent"])
+@pytest.mark.slow
+def test_offline_install_into_a_fresh_environment(tmp_path, monkeypatch):
+    """`make gpu-wheels` for a fresh environment holding only torch, transformers and accelerate (its pip freeze),
+    then `make gpu-check` there, with pip's configured sources switched off: the check installs what it imports from
+    the wheel folder alone (--no-index) and passes its CPU mode."""
+    _no_cuda()
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the fresh environment sees no checkout (make sets its own)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    from importlib.metadata import version
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    base = [f"torch=={version('torch')}", next(d for d in deps if d.startswith("transformers")), "accelerate"]
+    subprocess.run([py, "-m", "pip", "install", "-q", *base], check=True)
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text(subprocess.run([py, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout)
+    wheels = tmp_path / "wheels"
+    cmd = ["make", "-s", "gpu-wheels", f"WHEELS_PY={sys.executable}", f"GPU_FREEZE={freeze}", f"WHEELS={wheels}"]
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=900)
+    names = {w.name.split("-")[0].lower() for w in wheels.glob("*.whl")}
+    assert "trl" in names and not names & {"torch", "transformers", "accelerate", "nvidia_cublas_cu12"}
+    offline = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    offline.update(PIP_CONFIG_FILE=os.devnull, OMP_NUM_THREADS="1", TRGRPO_CACHE=str(tmp_path / "cache"))
+    out = tmp_path / "check.json"
+    args = f"--cpu --wheels {wheels} --tokenizer {wheels / 'tokenizer'} --out {out}"
+    cmd = ["make", "-s", "gpu-check", f"GPU_PY={py}", f"GPU_CHECK_ARGS={args}"]
+    r = subprocess.run(cmd, cwd=ROOT, env=offline, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["ok"] and "trl==1.16.0" in rec["installed_from_wheels"]

@@ -1,9 +1,9 @@
 """The project's own files install everything: environment.yml agrees with pyproject.toml."""
 
 import re
+import tomllib
 from pathlib import Path
 
-import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

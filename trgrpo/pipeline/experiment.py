@@ -129,6 +129,8 @@ def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
         "use_vllm": spec.use_vllm,
         "vllm_max_model_length": vllm_max_model_length(spec),
         "vllm_gpu_memory_utilization": spec.vllm_gpu_memory_utilization,
+        "vllm_importance_sampling": spec.vllm_importance_sampling,
+        "ddp_timeout_s": spec.ddp_timeout_s,
         "max_completion_length": spec.max_completion_length,
         "steps": spec.steps,
         "batch_reading": BATCH_READING,
@@ -184,7 +186,11 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         use_vllm=spec.use_vllm,
         dataloader_num_workers=0,
         lr_scheduler_type="constant",
+        ddp_timeout=spec.ddp_timeout_s,
+        vllm_importance_sampling_correction=spec.vllm_importance_sampling != "off",
     )
+    if spec.vllm_importance_sampling != "off":
+        kw["vllm_importance_sampling_mode"] = spec.vllm_importance_sampling
     if spec.use_vllm:
         kw.update(
             vllm_mode="colocate",

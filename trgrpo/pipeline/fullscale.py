@@ -18,6 +18,11 @@ import yaml
 
 from .experiment import PAPER_PROMPTS_PER_STEP, RESULTS_DIR, ROOT, RunSpec
 
+# Executed notebooks (trgrpo.batch) and the logs and spec files of launched runs; not committed.
+RUNS_DIR = Path(os.environ.get("TRGRPO_RUNS", ROOT / "runs"))
+# A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
+FULL_SCALE_PARAMS = 1e9
+
 # Table 7 sweeps (App. C.1)
 TABLE7_TAUS = (0.5, 2.0, 7.0, 9.0, 10.0, 20.0)
 TABLE7_RANGES = ((1.0, 1.2), (1.0, 1.4), (0.8, 1.5), (0.5, 1.5))
@@ -189,6 +194,7 @@ def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> l
         temperature=float(_get(params, "TEMPERATURE", 0.7)),
         max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
         report_to=_get(params, "REPORT_TO", "none"),
+        save_steps=int(_get(params, "SAVE_STEPS", 20)),
     )
 
 
@@ -214,6 +220,7 @@ def math_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) ->
         bf16=bool(_get(params, "BF16", True)),
         max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
         report_to=_get(params, "REPORT_TO", "none"),
+        save_steps=int(_get(params, "SAVE_STEPS", 20)),
     )
 
 
@@ -227,6 +234,43 @@ def n_devices() -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # noqa: BLE001
         return 0
+
+
+def cuda_missing() -> str | None:
+    """None when torch sees a CUDA device; otherwise why not, in one line naming torch's CUDA and the driver."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"no CUDA device: torch {torch.__version__} is a CPU build (install vLLM's torch: environment.yml)"
+    return (
+        f"no CUDA device: torch {torch.__version__} is built for CUDA {torch.version.cuda} and sees no GPU; the NVIDIA "
+        "driver must support that CUDA (vLLM 0.31's torch 2.13 is built for CUDA 13: driver >= 580; `nvidia-smi` "
+        "prints the driver and the highest CUDA it supports): update the driver"
+    )
+
+
+def is_full_scale(model: str) -> bool:
+    """A model of at least :data:`FULL_SCALE_PARAMS` parameters (the planner's shape), or one it does not know."""
+    from .plan import model_shape
+
+    try:
+        return model_shape(model).params >= FULL_SCALE_PARAMS
+    except ValueError:  # a hub name the planner has no shape for: a full-scale model
+        return True
+
+
+def refuse_without_cuda(specs: list[RunSpec]) -> str | None:
+    """One line when a full-scale run (:func:`is_full_scale`) would start without CUDA, before any model loads."""
+    big = next((s for s in specs if is_full_scale(s.model)), None)
+    problem = cuda_missing() if big is not None else None
+    if problem is None:
+        return None
+    return (
+        f"{big.name}: {short_model_name(big.model)} is a full-scale model and {problem}; "
+        "on a CPU run smoke mode instead: python -m trgrpo.batch experiments/smoke.yaml"
+    )
 
 
 def vllm_available() -> bool:
@@ -292,11 +336,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _child_env() -> dict:
+def child_env(gpus: int = 0) -> dict:
+    """The environment of a run's process: this one's, with the checkpoint folder, the repository on PYTHONPATH and,
+    for a one-GPU run on a machine with several, only the first GPU visible."""
     from . import experiment
 
     env = dict(os.environ)
     env["TRGRPO_CHECKPOINTS"] = str(Path(experiment.CHECKPOINT_DIR).resolve())
+    if gpus == 1 and n_devices() > 1:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
 
@@ -325,11 +373,14 @@ def launch(
 
     Returns the result records (read back from ``results_dir``, absolute). Specs whose results exist are skipped
     unless ``force``; a spec with a checkpoint resumes from it. Raises after the last run if any run failed.
+    A full-scale run without CUDA stops everything first (SystemExit with one line, :func:`refuse_without_cuda`).
     """
     import json
 
+    if problem := refuse_without_cuda(specs):
+        raise SystemExit(problem)
     results_dir = Path(results_dir or RESULTS_DIR).resolve()
-    log_dir = Path(log_dir).resolve() if log_dir else ROOT / "runs" / "launch"
+    log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
     gpus = n_devices() if gpus is None else gpus
     todo = [s for s in specs if force or not (results_dir / s.group / f"{s.name}.json").exists()]
     where = "CPU" if gpus == 0 else f"{gpus} GPU(s)"
@@ -358,7 +409,7 @@ def launch(
         )
         print(f"[{k}/{len(todo)}] {spec.name}\n  log: {log}\n  $ {' '.join(cmd)}", flush=True)
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            cmd, cwd=ROOT, env=child_env(gpus), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
         assert proc.stdout is not None
         with log.open("w") as fh:

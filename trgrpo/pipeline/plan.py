@@ -21,7 +21,12 @@ Time per optimizer step = rollout + training. Rollout (vLLM decode, memory-bound
 weights and the KV cache of the running sequences at ``decode_bw_efficiency`` of the GPU's bandwidth, or costs
 2N FLOP per sequence at ``mfu`` of its peak, whichever is slower; a rollout takes the bulk of its tokens at that
 rate, and never less than the longest completion decoded alone. Training: (6 + 2 with checkpointing + 2 for the
-reference) x N FLOP per token at ``mfu`` of the GPUs' peak bf16 FLOP/s. Evaluation: greedy on the main process.
+reference) x N FLOP per token at ``mfu`` of the GPUs' peak bf16 FLOP/s. Evaluation: greedy on the main process,
+while the others wait up to the spec's ``ddp_timeout_s``: an estimate above a third of it is a problem.
+
+Disk: a checkpoint holds the fp32 policy (4N; ZeRO-3 saves it in 16 bits, 2N) and the optimizer state (AdamW's two
+fp32 moments, 8N, plus DeepSpeed's fp32 master weights, 4N, on several GPUs); the newest is written before the
+previous one goes (``save_total_limit=1``), so a run needs twice that.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -207,6 +213,11 @@ def estimate(
         eval_s *= a.hf_generate_slowdown
     hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
     problems = []
+    if 3 * eval_s > spec.ddp_timeout_s:
+        problems.append(
+            f"evaluation ~{eval_s / 3600:.1f} h on the main process > a third of ddp_timeout_s {spec.ddp_timeout_s} "
+            f"(the other processes' wait): ddp_timeout_s >= {3600 * math.ceil(3 * eval_s / 3600):.0f}"
+        )
     if mem["train_peak"] > gpu_mem_gb:
         problems.append(f"peak {mem['train_peak']:.1f} GB > {gpu_mem_gb:g} GB per GPU")
     if spec.use_vllm and mem["vllm_kv_cache"] < mem["vllm_kv_needed_one_sequence"]:
@@ -223,10 +234,19 @@ def estimate(
         "rollout_tokens_per_s_per_gpu": tok_s,
         "train_s_per_step": train_s,
         "eval_s": eval_s,
+        "checkpoint_gb": checkpoint_gb(shape, gpus=gpus, zero=zero),
         "hours": hours,
         "fits": not problems,
         "problems": problems,
     }
+
+
+def checkpoint_gb(shape: ModelShape, *, gpus: int, zero: int) -> float:
+    """GB of one checkpoint (model and optimizer state, every rank's shard together); a run needs twice that."""
+    n = shape.params
+    model = 2 * n if (zero == 3 and gpus > 1) else 4 * n
+    optimizer = 8 * n + (4 * n if gpus > 1 else 0)
+    return (model + optimizer) / GB
 
 
 def _eval_multiplier(spec: RunSpec) -> int:
@@ -368,14 +388,26 @@ def plan_report(
         parts = ("weights", "gradients", "optimizer", "reference", "activations", "logits", "vllm", "overhead")
         lines.append("first run, GB per GPU: " + ", ".join(f"{k} {m[k]:.1f}" for k in parts))
     lines.append(f"total: {total:.1f} h (runs one after another)")
+    if rows:
+        ckpt = max(r["checkpoint_gb"] for r in rows)
+        lines.append(
+            f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state), "
+            f"{2 * ckpt:.0f} GB per run while the newest replaces the previous (fewer: SAVE_STEPS / save_steps)"
+        )
     problems = []
     seen_models = set()
     for s, r in zip(specs, rows):
         if not r["fits"] and s.model not in seen_models:
             seen_models.add(s.model)
-            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a)
+            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a) if _memory(r) else []
+            fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
             problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
     return "\n".join(lines), rows, problems
+
+
+def _memory(row: dict) -> bool:
+    """Whether a run's problems include memory (the settings :func:`suggestions` changes)."""
+    return any(not p.startswith("evaluation") for p in row["problems"])
 
 
 # Settings the README's table shows (plan file, GPUs, GB per GPU, GPU type).

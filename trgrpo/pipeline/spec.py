@@ -17,6 +17,9 @@ from typing import Any
 
 from ..tasks.registry import TASKS
 
+# "off" or one of TRL 1.16's vllm_importance_sampling_mode values (GRPOConfig)
+VLLM_IMPORTANCE_SAMPLING = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
 # Table 6: sampling temperature per task.
 TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
 
@@ -55,6 +58,12 @@ class RunSpec:
     save_steps: int = 20
     use_vllm: bool = False
     vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
+    # TRL's correction for vLLM's sampling probabilities differing from the policy's: "off" as in verl, the paper's
+    # code base (TRL's default, "sequence_mask" with C_max 3, gives whole completions no gradient); or a TRL mode
+    vllm_importance_sampling: str = "off"
+    # seconds processes wait for each other (NCCL / gloo): the main process evaluates while the others wait, and HF
+    # generate of 500 puzzles x 4096 tokens takes hours (TRL's 1800 s would end the run); the planner checks it
+    ddp_timeout_s: int = 6 * 3600
     bf16: bool = False
     gradient_checkpointing: bool = False
     report_to: str = "none"  # "tensorboard" / "trackio": live logs beside the results JSON (<run>.logs/)
@@ -85,6 +94,7 @@ class RunSpec:
             "n_eval",
             "save_steps",
             "gradient_accumulation_steps",
+            "ddp_timeout_s",
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < (0 if name == "n_eval" else 1):
@@ -93,6 +103,11 @@ class RunSpec:
             not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1
         ):
             raise ValueError(f"micro_batch_size must be a positive integer or None, got {self.micro_batch_size!r}")
+        if self.vllm_importance_sampling not in VLLM_IMPORTANCE_SAMPLING:
+            raise ValueError(
+                f"vllm_importance_sampling must be one of {list(VLLM_IMPORTANCE_SAMPLING)}, "
+                f"got {self.vllm_importance_sampling!r}"
+            )
         if self.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
         if self.task not in TASKS:
@@ -134,9 +149,11 @@ _INT_FIELDS = (
     "n_eval",
     "save_steps",
     "gradient_accumulation_steps",
+    "ddp_timeout_s",
 )
 _BOOL_FIELDS = ("eval_before", "use_vllm", "bf16", "gradient_checkpointing")
 _STR_FIELDS = ("task", "model", "scheme", "tau_mode", "placement", "kl_weighting", "group")
+_STR_FIELDS += ("vllm_importance_sampling",)
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 

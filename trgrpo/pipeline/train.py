@@ -8,7 +8,12 @@ The YAML holds one run spec (the fields of :class:`trgrpo.pipeline.experiment.Ru
       - {scheme: equal, seed: 0}
       - {scheme: tr, seed: 0}
 
-Works in-process and under ``accelerate launch --config_file configs/zero2.yaml -m trgrpo.train ...``.
+Every run is its own process: with several specs (or ``--gpus N``) this process trains nothing and starts one
+process per spec (:func:`trgrpo.pipeline.fullscale.launch`: ``python -m trgrpo.train --config <that spec>`` on one
+GPU or the CPU, ``accelerate launch --config_file <--accelerate-config> --num_processes N`` on N GPUs), each with
+its log in ``runs/launch/<group>/``; one spec trains in this process. A process without a launcher's
+``WORLD_SIZE`` refuses several visible GPUs (TRL would spread one model over them with ``device_map="auto"``), a
+launcher's process refuses several specs, and a full-scale model without CUDA stops before anything loads.
 Runs whose results file already exists are skipped unless ``--force``; a run with a checkpoint resumes.
 ``--world-size N --print-config`` prints, without loading a model, one JSON object (a list for several specs)
 with the batch layout TRL will get on N processes and the memory settings (:func:`train_config_summary`).
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-keep-checkpoints", action="store_true", help="delete a run's checkpoints once it is done")
     ap.add_argument("--print-config", action="store_true", help="print the batch layout as JSON and exit")
     ap.add_argument("--world-size", type=int, default=None, help="processes assumed by --print-config")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs per run (> 1: each run under accelerate launch)")
+    ap.add_argument("--accelerate-config", default="configs/zero2.yaml", help="with --gpus > 1 (7B-8B: zero3.yaml)")
     args = ap.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -73,7 +81,28 @@ def main(argv: list[str] | None = None) -> int:
             summary["per_run"] = [{k: r[k] for k in ["name", *differs]} for r in rows]
         print(json.dumps(summary, indent=1))
         return 0
+    from . import fullscale
+
+    gpus, problem = processes(specs, args.gpus)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     results = Path(args.results).resolve()  # absolute: launchers may run from another directory
+    if gpus is not None:  # this process trains nothing: one process per spec
+        try:
+            fullscale.launch(
+                specs,
+                gpus=gpus,
+                accelerate_config=args.accelerate_config,
+                results_dir=results,
+                force=args.force,
+                keep_checkpoints=not args.no_keep_checkpoints,
+                isolate=True,
+            )
+        except RuntimeError as e:  # a run's process failed: its log says why
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        return 0
     for k, spec in enumerate(specs, 1):
         target = results / spec.group / f"{spec.name}.json"
         if target.exists() and not args.force:
@@ -82,6 +111,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
         run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints)
     return 0
+
+
+def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str | None]:
+    """(GPUs per run when each spec gets its own process, None to train here; the one-line reason to refuse)."""
+    from .fullscale import n_devices, refuse_without_cuda
+
+    if problem := refuse_without_cuda(specs):
+        return None, problem
+    visible = n_devices()
+    if "WORLD_SIZE" in os.environ:  # a process of accelerate launch / torchrun: the launcher chose the GPUs
+        if len(specs) > 1:
+            return None, (
+                f"{len(specs)} specs under a launcher (WORLD_SIZE={os.environ['WORLD_SIZE']}), one per launch: "
+                "`python -m trgrpo.train --config FILE --gpus N` launches each spec on N GPUs"
+            )
+        return None, None
+    if gpus is not None and not 1 <= gpus <= visible:
+        return None, f"--gpus {gpus}: {visible} GPU(s) visible"
+    if gpus is None and visible > 1:
+        return None, (
+            f"{visible} GPUs visible and no launcher (WORLD_SIZE unset): TRL would spread one model over them and run "
+            f"them one after another; --gpus {visible} (each run under accelerate launch), or one GPU: "
+            "CUDA_VISIBLE_DEVICES=0"
+        )
+    if len(specs) == 1 and (gpus or visible) == visible and visible <= 1:
+        return None, None
+    return (visible if gpus is None else gpus), None
 
 
 if __name__ == "__main__":

@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Execute notebooks with papermill into runs/<name>/")
     ap.add_argument("config", help="YAML file listing notebooks and parameters")
     ap.add_argument("--smoke", action="store_true", help="force smoke mode for every notebook")
-    ap.add_argument("--runs", default=str(ROOT / "runs"))
+    from ..pipeline.fullscale import RUNS_DIR
+
+    ap.add_argument("--runs", default=str(RUNS_DIR), help="default: $TRGRPO_RUNS or runs/")
     ap.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
     )

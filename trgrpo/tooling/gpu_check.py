@@ -1,27 +1,30 @@
-"""A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network), ``--cpu`` on a tiny model in tests.
+"""A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
-On the GPU (bf16, gradient checkpointing, vLLM when importable, HF generate otherwise) it
+Both modes take the same path (the README's command, `tests/test_gpu_check.py` runs ``make gpu-check`` as typed):
 
-1. installs TRL and the project's other pure-Python needs from a wheel folder when they are missing
+1. installs TRL and the other pure-Python packages the check imports from a wheel folder when they are missing
    (``make gpu-wheels`` fills ``wheels/`` on a machine with a network, see the README);
-2. builds a Qwen2.5-0.5B-shaped model from its config with random weights (no hub; the tokenizer of the embedded
-   model, from its cache folder or ``wheels/tokenizer``);
-3. trains 3 GRPO (``scheme="equal"``) and 3 TR-GRPO steps, each run in its own process, and checks finite loss and
-   grad-norm and ``tr/weight_mean`` != 1;
-4. checks that equal-weight TR-GRPO equals TRL's ``GRPOTrainer`` on this device (one step, same rollouts);
-5. kills a run (SIGKILL) after its first checkpoint and resumes it;
-6. measures s/step, generated tokens per second of step time, peak memory (``torch.cuda.max_memory_allocated`` and
-   nvidia-smi) and the loss head's cost, TR vs GRPO, at B=64, T=4096, bf16 with CUDA events; and puts the
-   planner's estimate for the same runs beside the measurements;
+2. builds a model from its config with random weights (no hub; the tokenizer of the embedded model, from its cache
+   folder or ``wheels/tokenizer``): Qwen2.5-0.5B-shaped in bf16 on the GPU, a tiny Llama in float32 with ``--cpu``;
+3. trains 3 GRPO (``scheme="equal"``) and 3 TR-GRPO steps (2 with ``--cpu``), each run in its own process
+   (``python -m trgrpo.train``, as every full-scale run), and checks finite loss and grad-norm and
+   ``tr/weight_mean`` != 1;
+4. starts a run in its own process, kills its process group (SIGKILL) once its first checkpoint is written and
+   starts it again: it resumes there and ends at its last step;
+5. checks that equal-weight TR-GRPO equals TRL's ``GRPOTrainer`` on this device (one step, same rollouts);
+6. measures s/step, generated tokens per second of step time, peak memory (the runs' records, and nvidia-smi) and
+   the loss head's cost, TR vs GRPO (B=64, T=4096, bf16, CUDA events on the GPU); and puts the planner's estimate
+   for the same runs beside the measurements;
 
-and writes ``results/gpu/check.json``. ``--cpu`` does the same on a tiny model in float32 (runs in-process, a
-simulated crash instead of a kill, loss head at B=4, T=64) and writes to a temporary folder unless ``--out``.
-Exit code 0 when every check passes.
+and writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless ``--out``); the record's
+``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every check passes;
+without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -38,19 +41,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / "wheels"
 GPU_OUT = ROOT / "results" / "gpu" / "check.json"
-# import name -> pip requirement: what the check needs beyond torch, transformers and accelerate
+# import name -> pip requirement: what the check imports beyond torch, transformers and accelerate (the K&K and math
+# tasks' reasoning-gym, gguf and math-verify are not among them; tests/test_gpu_check.py installs exactly these
+# offline into a fresh environment, slow tier). `make gpu-wheels` downloads them.
 PURE_PYTHON = {
     "trl": "trl==1.16.0",
     "datasets": "datasets>=3.0",
     "yaml": "pyyaml>=6.0",
     "tqdm": "tqdm>=4.66",
-    "gguf": "gguf>=0.10",
-    "reasoning_gym": "reasoning-gym>=0.1.20",
-    "math_verify": "math-verify>=0.7",
-    "pandas": "pandas>=2.0",
-    "scipy": "scipy>=1.11",
-    "matplotlib": "matplotlib>=3.8",
-    "nbformat": "nbformat",
 }
 # Qwen2.5-0.5B-Instruct's config.json (the vocabulary is the tokenizer's: SmolLM2's 49152, stated in the record)
 QWEN05_CONFIG = dict(
@@ -80,6 +78,49 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
     subprocess.run(cmd, check=True)
     importlib.invalidate_caches()
     return missing
+
+
+def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: str) -> list[str]:
+    """``make gpu-wheels``: into ``dest``, the wheels of :data:`PURE_PYTHON` and of their dependencies that the GPU
+    machine lacks, for its platform and Python. ``freeze`` is that machine's ``pip freeze``: the resolution keeps its
+    versions (torch, transformers, accelerate, huggingface_hub, ...) and downloads none of them. Returns the wheels'
+    requirements."""
+    import re
+
+    pinned = {}
+    for line in Path(freeze).read_text().splitlines():
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip())
+        if m:
+            pinned[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(0)
+    dest.mkdir(parents=True, exist_ok=True)
+    target = ["--only-binary=:all:", "--python-version", python_version]
+    for tag in _platform_tags(platform):
+        target += ["--platform", tag]
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
+        constraints.write_text("\n".join(pinned.values()) + "\n")
+        pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report)]
+        subprocess.run([*pip, *target, "-c", str(constraints), *PURE_PYTHON.values()], check=True)
+        resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
+    need = [f"{m['name']}=={m['version']}" for m in resolved if re.sub(r"[-_.]+", "-", m["name"]).lower() not in pinned]
+    if need:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
+        subprocess.run(cmd, check=True)
+    return need
+
+
+def _platform_tags(platform: str) -> list[str]:
+    """``manylinux_2_28_x86_64`` and the older manylinux tags a machine with glibc 2.28 runs too (pip does not widen
+    a given ``--platform``); any other tag as it is."""
+    import re
+
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
+    if not m:
+        return [platform]
+    glibc, arch = int(m.group(1)), m.group(2)
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags = [f"manylinux_2_{v}_{arch}" for v in range(glibc, 4, -1)]
+    return tags + [f"{name}_{arch}" for v, name in legacy.items() if v <= glibc]
 
 
 def find_tokenizer(path: str | None = None) -> str:
@@ -142,15 +183,17 @@ def _sharpen(path: Path, factor: float = SHARPEN) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The task of the check: fixed prompts, a reward with spread inside every group, no evaluation.
+# The task of the check: fixed prompts, a reward with spread inside every group, a greedy evaluation of a few prompts
+# (through the run's vLLM engine when it has one, HF generate otherwise: the path of every full-scale run).
 
 PROMPTS = [f"Count from {i} to {i + 5}:" for i in range(64)]
+N_EVAL = 4
 
 
 def _build(spec, tokenizer):
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": PROMPTS}), []
+    return Dataset.from_dict({"prompt": PROMPTS}), PROMPTS[: spec.n_eval]
 
 
 def _reward(completions, completion_ids, **kwargs) -> list[float]:
@@ -158,7 +201,11 @@ def _reward(completions, completion_ids, **kwargs) -> list[float]:
 
 
 def _evaluate(model, tokenizer, records, spec) -> dict:
-    return {}
+    from ..tasks.common import generate_completions
+
+    out = generate_completions(model, tokenizer, records, batch_size=len(records), max_new_tokens=spec.max_eval_tokens)
+    ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in out]
+    return {"accuracy": sum(_reward(None, ids)) / len(ids), "n": len(ids)}
 
 
 def _register() -> None:
@@ -167,7 +214,8 @@ def _register() -> None:
     register_task("gpu-check", Task(_build, lambda spec: [_reward], _evaluate))
 
 
-_register()
+if __name__ != "__main__":  # run as a script, the module imports itself under its name (the end of this file)
+    _register()
 
 
 def check_spec(
@@ -185,9 +233,10 @@ def check_spec(
         num_generations=4 if cpu else 8,
         micro_batch_size=4 if cpu else 16,
         max_completion_length=8 if cpu else 512,
+        max_eval_tokens=8 if cpu else 64,
         learning_rate=1e-5,
         n_train=len(PROMPTS),
-        n_eval=0,
+        n_eval=N_EVAL,
         save_steps=save_steps,
         use_vllm=use_vllm,
         vllm_gpu_memory_utilization=0.3,
@@ -197,6 +246,14 @@ def check_spec(
         group="gpu-check",
         name=name,
     )
+
+
+# What a full-scale run does that this check does not (the record says so).
+NOT_COVERED = (
+    "DeepSpeed ZeRO-2/3 and more than one process (every run here is `python -m trgrpo.train` on one device)",
+    "a hub model and its real weights (random weights, the embedded model's 49152-token vocabulary)",
+    "the K&K and math tasks (reasoning-gym, math-verify) and full-length rollouts",
+)
 
 
 class _NvidiaSmi:
@@ -226,15 +283,12 @@ class _NvidiaSmi:
         self._thread.join(timeout=5)
 
 
-def _train(spec, results: Path, *, isolate: bool, callbacks=None) -> dict:
-    """One run: its own process (GPU: no second vLLM engine in a process) or in-process (CPU)."""
-    if isolate:
-        from ..pipeline.fullscale import launch
+def _train(spec, results: Path, *, cpu: bool) -> dict:
+    """One run in its own process (``python -m trgrpo.train``), its log in ``results/logs``; its record."""
+    from ..pipeline.fullscale import launch
 
-        return launch([spec], gpus=1, results_dir=results, force=True, log_dir=results / "logs")[0]
-    from ..pipeline.experiment import run
-
-    return run(spec, results_dir=results, callbacks=callbacks, verbose=False)
+    logs = results / "logs"
+    return launch([spec], gpus=0 if cpu else 1, results_dir=results, force=True, log_dir=logs, isolate=True)[0]
 
 
 def _summary(rec: dict) -> dict:
@@ -248,6 +302,7 @@ def _summary(rec: dict) -> dict:
         "tr_weight_mean": [h.get("tr/weight_mean") for h in hist],
         "seconds_per_step": rec["seconds_per_step"],
         "peak_memory": rec["peak_memory"],
+        "final": rec["final"],
         "batch": {k: rec["batch"][k] for k in ("per_device_train_batch_size", "gradient_accumulation_steps")},
     }
     if gen:
@@ -304,51 +359,46 @@ def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
     return {"same_rollouts": same_rollouts, "relative_difference": rel, "ok": ok}
 
 
-class _CrashOnSave:
-    """CPU mode: raises right after the first checkpoint is written (a kill, simulated in-process)."""
-
-    def __new__(cls):
-        from transformers import TrainerCallback
-
-        class Crash(TrainerCallback):
-            def on_save(self, args, state, control, **kw):
-                raise RuntimeError("simulated kill after the first checkpoint")
-
-        return Crash()
-
-
 def check_resume(spec, results: Path, *, cpu: bool) -> dict:
-    """Kill a run after its first checkpoint, start it again: it resumes there and ends at ``spec.steps``."""
-    from ..pipeline.experiment import CHECKPOINT_DIR
+    """Start a run in its own process group, SIGKILL the group once the first checkpoint is complete (its
+    ``trainer_state.json``, the last file a checkpoint gets, is there), start the run again: it resumes from its
+    newest checkpoint and ends at ``spec.steps``."""
+    from ..pipeline import experiment
+    from ..pipeline.fullscale import child_env, run_command, write_specs
 
-    ckpt_dir = Path(CHECKPOINT_DIR) / spec.group / spec.name
-    if cpu:
-        try:
-            _train(spec, results, isolate=False, callbacks=[_CrashOnSave()])
-        except RuntimeError as e:
-            if "simulated kill" not in str(e):
-                raise
-    else:
-        from ..pipeline.fullscale import run_command, write_specs
-
-        cfg = write_specs([spec], results / "logs" / "resume.yaml")
-        cmd = run_command(cfg, results_dir=results, gpus=1, force=True)
-        from ..pipeline.fullscale import _child_env
-
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=_child_env(), start_new_session=True)
-        deadline = time.time() + 600
+    ckpt_dir = Path(experiment.CHECKPOINT_DIR) / spec.group / spec.name
+    cfg = write_specs([spec], results / "logs" / spec.group / f"{spec.name}-killed.yaml")
+    cmd = run_command(cfg, results_dir=results, gpus=0 if cpu else 1, force=True)
+    log = cfg.with_suffix(".log")
+    print(f"[resume] {spec.name}, killed after its first checkpoint\n  log: {log}\n  $ {' '.join(cmd)}", flush=True)
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=child_env(0 if cpu else 1), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.time() + 900
         while time.time() < deadline and proc.poll() is None:
             if any((c / "trainer_state.json").exists() for c in ckpt_dir.glob("checkpoint-*")):
-                time.sleep(2)  # let the checkpoint finish writing
+                time.sleep(0.2 if cpu else 2)  # the file is written whole
                 break
-            time.sleep(1)
-        os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(0.05)
+        exit_before_kill = proc.poll()
+        if exit_before_kill is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the group ended between the poll and the kill
+                pass
         proc.wait()
+    out = {"killed_with": "SIGKILL to the process group", "returncode": proc.returncode, "log": str(log)}
+    if exit_before_kill is not None:  # it ended (or failed) before its first checkpoint: nothing was killed
+        out.update(ok=False, error=f"the run exited with code {exit_before_kill} before the kill (log {log})")
+        return out
     killed_at = sorted(int(c.name.split("-")[-1]) for c in ckpt_dir.glob("checkpoint-*"))
-    rec = _train(spec, results, isolate=not cpu)
+    rec = _train(spec, results, cpu=cpu)
     resumed = rec.get("resumed_from")
-    ok = bool(resumed) and len(rec["history"]) == spec.steps and rec["steps_run"] == spec.steps - _step(resumed)
-    return {"checkpoints_after_kill": killed_at, "resumed_from": resumed, "steps_run": rec["steps_run"], "ok": ok}
+    ok = proc.returncode == -signal.SIGKILL and bool(resumed) and 0 < _step(resumed) < spec.steps
+    ok = ok and len(rec["history"]) == spec.steps and rec["steps_run"] == spec.steps - _step(resumed)
+    out.update(checkpoints_after_kill=killed_at, resumed_from=resumed, steps_run=rec["steps_run"], ok=ok)
+    return out
 
 
 def _step(ckpt: str | None) -> int:
@@ -397,25 +447,35 @@ def loss_head_cost(*, cpu: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Prepared GPU check (make gpu-check); --cpu: tiny model, for tests")
+    ap = argparse.ArgumentParser(description="Prepared GPU check (make gpu-check); --cpu: the same on a tiny model")
     ap.add_argument("--cpu", action="store_true", help="tiny model on the CPU, results in a temporary folder")
     ap.add_argument("--out", default=None, help=f"JSON to write (GPU default: {GPU_OUT.relative_to(ROOT)})")
     ap.add_argument("--wheels", default=str(WHEELS))
     ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--download-wheels", metavar="FREEZE", help="fill --wheels for the pip freeze's machine")
+    ap.add_argument("--platform", default="manylinux_2_28_x86_64", help="with --download-wheels: the GPU machine's")
+    ap.add_argument("--python-version", default="3.11", help="with --download-wheels: the GPU machine's")
     args = ap.parse_args(argv)
+    if args.download_wheels:
+        need = download_wheels(
+            Path(args.download_wheels), Path(args.wheels), platform=args.platform, python_version=args.python_version
+        )
+        print(f"{len(need)} wheel(s) in {args.wheels}: {' '.join(need)}")
+        return 0
+    cpu = args.cpu
     t0 = time.time()
-    installed = [] if args.cpu else ensure_packages(Path(args.wheels))
-    import torch
+    from ..pipeline.fullscale import cuda_missing
 
+    if not cpu and (problem := cuda_missing()):
+        print(f"error: {problem}; the check on a tiny CPU model: make gpu-check GPU_CHECK_ARGS=--cpu", file=sys.stderr)
+        return 2
+    installed = ensure_packages(Path(args.wheels))
     from ..pipeline import experiment, plan
 
-    cpu = args.cpu
-    if not cpu and not torch.cuda.is_available():
-        ap.error("no CUDA device: run with --cpu for the tiny CPU check")
     use_vllm = (not cpu) and importlib.util.find_spec("vllm") is not None
     work = Path(tempfile.mkdtemp(prefix="trgrpo-gpu-check-"))
     out = Path(args.out) if args.out else (work / "check.json" if cpu else GPU_OUT)
-    experiment.CHECKPOINT_DIR = work / "checkpoints"  # the child processes get it through fullscale._child_env
+    experiment.CHECKPOINT_DIR = work / "checkpoints"  # the child processes get it through fullscale.child_env
     results = work / "results"
     model_dir = str(work / "model")
     info = build_model(Path(model_dir), find_tokenizer(args.tokenizer), cpu=cpu)
@@ -429,18 +489,20 @@ def main(argv: list[str] | None = None) -> int:
         "versions": experiment.package_versions(),
         "git_commit": experiment.git_commit(),
         "git_dirty": experiment.git_dirty(),
+        "processes": "each run its own `python -m trgrpo.train` process (trgrpo.pipeline.fullscale.launch)",
+        "not_covered": list(NOT_COVERED),
     }
-    runs, smi = {}, {}
+    if not use_vllm:
+        record["not_covered"].append("vLLM (not importable here): rollouts and evaluation went through HF generate")
+    runs = {}
     for label, scheme in (("grpo", "equal"), ("tr", "tr")):
         spec = check_spec(model_dir, scheme, cpu=cpu, use_vllm=use_vllm, steps=steps, name=label)
+        with contextlib.nullcontext() if cpu else _NvidiaSmi() as sampler:
+            rec = _train(spec, results, cpu=cpu)
+        runs[label] = _summary(rec)
+        runs[label]["nvidia_smi_peak_mib"] = getattr(sampler, "peak", None)
         if not cpu:
-            torch.cuda.reset_peak_memory_stats()
-        with _NvidiaSmi() if not cpu else _nullcontext() as sampler:
-            runs[label] = _summary(_train(spec, results, isolate=not cpu))
-        smi[label] = getattr(sampler, "peak", None)
-        runs[label]["nvidia_smi_peak_mib"] = smi[label]
-        est = plan.estimate(spec, gpus=1, gpu_mem_gb=_gpu_mem_gb(), gpu=plan.GPUS["H200"]) if not cpu else None
-        if est:
+            est = plan.estimate(spec, gpus=1, gpu_mem_gb=_gpu_mem_gb(), gpu=plan.GPUS["H200"])
             runs[label]["planner_estimate"] = {
                 "rollout_s_per_step": est["rollout_s_per_step"],
                 "train_s_per_step": est["train_s_per_step"],
@@ -451,14 +513,17 @@ def main(argv: list[str] | None = None) -> int:
         "finite_loss_and_grad_norm": all(_finite(r["loss"]) and _finite(r["grad_norm"]) for r in runs.values()),
         "tr_weight_mean_not_1": any(w is not None and abs(w - 1.0) > 1e-6 for w in runs["tr"]["tr_weight_mean"]),
         "grpo_weight_mean_is_1": all(w is None or abs(w - 1.0) < 1e-6 for w in runs["grpo"]["tr_weight_mean"]),
+        "evaluated": all(r["final"].get("n") == N_EVAL for r in runs.values()),
     }
-    record["equivalence"] = check_equivalence(model_dir, work / "equivalence", cpu=cpu)
-    checks["equal_weights_equal_trl"] = record["equivalence"]["ok"]
+    # the kill lands between the first checkpoint and the end: a checkpoint every step on the CPU, whose steps are short
     resume_spec = check_spec(
-        model_dir, "tr", cpu=cpu, use_vllm=use_vllm, steps=2 if cpu else 4, name="resume", save_steps=1 if cpu else 2
+        model_dir, "tr", cpu=cpu, use_vllm=use_vllm, steps=8 if cpu else 4, name="resume", save_steps=1 if cpu else 2
     )
     record["resume"] = check_resume(resume_spec, results, cpu=cpu)
     checks["kill_and_resume"] = record["resume"]["ok"]
+    # in this process, after the runs (its trainers' memory is not the runs' to share)
+    record["equivalence"] = check_equivalence(model_dir, work / "equivalence", cpu=cpu)
+    checks["equal_weights_equal_trl"] = record["equivalence"]["ok"]
     record["loss_head"] = loss_head_cost(cpu=cpu)
     record["checks"] = checks
     record["ok"] = all(checks.values())
@@ -469,16 +534,10 @@ def main(argv: list[str] | None = None) -> int:
 
         for sub in ("model", "checkpoints", "results", "equivalence"):
             shutil.rmtree(work / sub, ignore_errors=True)
+        if not any(work.iterdir()):
+            work.rmdir()
     print(json.dumps({"ok": record["ok"], "checks": checks, "out": str(out), "wall_time_s": record["wall_time_s"]}))
     return 0 if record["ok"] else 1
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 def _gpu_mem_gb() -> float:
@@ -488,4 +547,8 @@ def _gpu_mem_gb() -> float:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m trgrpo.gpu_check` runs this file as `__main__`; the check uses the module under its import name, so
+    # that the task it registers is importable in the runs' own processes (fullscale.write_specs names its module).
+    from trgrpo.tooling.gpu_check import main as _main
+
+    sys.exit(_main())
