@@ -9,7 +9,8 @@ The YAML holds one run spec (the fields of :class:`trgrpo.pipeline.experiment.Ru
       - {scheme: tr, seed: 0}
 
 Works in-process and under ``accelerate launch --config_file configs/zero2.yaml -m trgrpo.train ...``.
-Runs whose results file already exists are skipped unless ``--force``; a run with a checkpoint resumes.
+Runs whose results file already exists are skipped unless ``--force``, which re-runs them from scratch (their
+checkpoints cleared); otherwise a run with a checkpoint resumes (one whose last step is saved only evaluates).
 ``--world-size N --print-config`` prints, without loading a model, one JSON object (a list for several specs)
 with the batch layout TRL will get on N processes and the memory settings (:func:`train_config_summary`).
 """
@@ -47,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Train and evaluate TR-GRPO runs from a YAML spec")
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override spec fields")
-    ap.add_argument("--force", action="store_true", help="re-run even when a results file exists")
+    ap.add_argument(
+        "--force", action="store_true", help="re-run from scratch (checkpoints cleared), even when results exist"
+    )
     ap.add_argument("--results", default=str(RESULTS_DIR))
     ap.add_argument("--no-keep-checkpoints", action="store_true", help="delete a run's checkpoints once it is done")
     ap.add_argument("--print-config", action="store_true", help="print the batch layout as JSON and exit")
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
             continue
         print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
-        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints)
+        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints, resume=not args.force)
     return 0
 
 
