@@ -31,6 +31,7 @@ from .records import (  # noqa: F401  (re-exported: the record's IO and provenan
     ROOT,
     RecordError,
     build_record,
+    check_folder_name,
     file_lock,
     git_commit,
     git_dirty,
@@ -204,13 +205,10 @@ def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path |
 
 
 def checkpoint_folder(spec: RunSpec, checkpoint_dir: Path | str | None = None) -> Path:
-    """``<checkpoints>/<group>/<name>/``, checked to lie under the checkpoints root (the spec confines both names;
-    this guards the ``rmtree`` of ``resume=False`` and ``keep_checkpoints=False``)."""
-    root = Path(checkpoint_dir or CHECKPOINT_DIR).resolve()
-    folder = (root / spec.group / spec.name).resolve()
-    if root not in folder.parents:
-        raise ValueError(f"group/name {spec.group}/{spec.name} leave the checkpoints root {root}")
-    return folder
+    """``<checkpoints>/<group>/<name>/``, its names checked again (a spec's fields can be reassigned after it is made):
+    the ``rmtree`` of ``resume=False`` and ``keep_checkpoints=False`` never leaves the checkpoints root."""
+    root = Path(checkpoint_dir or CHECKPOINT_DIR)
+    return root / check_folder_name("group", spec.group, nested=True) / check_folder_name("name", spec.name)
 
 
 def last_checkpoint(output_dir: Path) -> str | None:

@@ -268,10 +268,32 @@ def build_record(
 # Files
 
 
+def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
+    """``value`` as a name under a root folder: one path component, or with ``nested`` a relative path of several
+    (``kk/qwen/main``); never absolute, never ``.`` / ``..``, an empty part or a backslash. ValueError names
+    ``field``; a run's ``group`` and ``name`` are checked so when its spec is made."""
+    what = "a relative path under the results folder" if nested else "one path component (a file name)"
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} must be {what}, got {value!r}")
+    parts = value.split("/")
+    bad = (
+        "\\" in value
+        or "\x00" in value
+        or value.startswith(("/", "~"))
+        or (not nested and len(parts) > 1)
+        or any(part in ("", ".", "..") for part in parts)
+    )
+    if bad:
+        raise ValueError(f"{field} must be {what}, without '..', '/' at the start or empty parts, got {value!r}")
+    return value
+
+
 def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
     """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook). A run record is
-    validated first (:func:`validate_record`, unknown fields rejected); other kinds are written as they are."""
-    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
+    validated first (:func:`validate_record`, unknown fields rejected); other kinds are written as they are.
+    ``group`` and ``name`` must stay under ``results_dir`` (:func:`check_folder_name`)."""
+    path = Path(results_dir or RESULTS_DIR) / check_folder_name("group", group, nested=True)
+    path = path / f"{check_folder_name('name', name)}.json"
     if is_run_record(record):
         validate_record(jsonable(record), f"{path} (not written)", strict_unknown=True)
     return write_json(path, record)

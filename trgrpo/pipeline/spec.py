@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks.registry import TASKS
+from .records import check_folder_name
 
 # Table 6: sampling temperature per task.
 TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
@@ -177,7 +178,8 @@ def _check_spec_types(spec: RunSpec) -> None:
     for name in _STR_FIELDS:
         if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
             raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
-    if spec.name is not None and (not isinstance(spec.name, str) or not spec.name):
-        raise ValueError(f"name must be a non-empty string (or None), got {spec.name!r}")
+    check_folder_name("group", spec.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
+    if spec.name is not None:
+        check_folder_name("name", spec.name)
     if not isinstance(spec.task_options, dict):
         raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")
