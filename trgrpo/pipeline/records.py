@@ -98,11 +98,12 @@ class RecordError(ValueError):
 
 
 def is_run_record(record: Any) -> bool:
-    """A run record: ``kind == "run"``, or no ``kind`` and a ``history`` (records written before ``kind``)."""
+    """A run record: ``kind == "run"``, or no ``kind`` and a ``history`` or a ``scheme`` (records written before
+    ``kind``; one that lost either field is then still a run record, and the readers name what it lacks)."""
     if not isinstance(record, dict):
         return False
     kind = record.get("kind")
-    return kind == RUN_KIND or (kind is None and "history" in record)
+    return kind == RUN_KIND or (kind is None and ("history" in record or "scheme" in record))
 
 
 def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
@@ -148,6 +149,12 @@ def validate_record(record: Any, where: str = "run record", *, strict_unknown: b
         for i, row in enumerate(record.get(key) or []):
             if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
                 raise RecordError(f"{where}: field '{key}[{i}]' must be a dict with an integer 'step', got {row!r:.80}")
+            for name, value in row.items():  # the tables and figures read every value as a number
+                if value is not None and not _type_ok(value, (float,)):
+                    raise RecordError(
+                        f"{where}: field '{key}[{i}].{name}' must be a number or null, got {type(value).__name__} "
+                        f"({value!r:.40})"
+                    )
     if record.get("kind") == RUN_KIND and not record["name"]:
         raise RecordError(f"{where}: field 'name' is empty")
     return record
@@ -312,20 +319,19 @@ def _read_json(path: Path) -> Any:
         raise RecordError(f"{path}: not valid JSON ({e})") from e
 
 
-def load_results(
-    group: str, results_dir: Path | str | None = None, *, require: tuple[str, ...] = ("scheme", "history")
-) -> list[dict]:
+def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
     """Every run record under ``results/<group>/`` (recursively, sorted by path), each validated.
 
-    Files of another ``kind`` and files without the ``require`` keys (auxiliary analyses stored beside the runs)
-    are skipped; a file that is not JSON, or a run record that breaks the schema, raises :class:`RecordError`."""
+    Files of another ``kind`` (summaries, analyses stored beside the runs) are skipped; a file that is not JSON, or
+    a run record that breaks the schema (one without its ``scheme`` or ``history`` too), raises :class:`RecordError`
+    naming the file and the field: no record drops out of a mean unseen."""
     base = Path(results_dir or RESULTS_DIR) / group
     if not base.exists():
         return []
     out = []
     for p in sorted(base.rglob("*.json")):
         rec = _read_json(p)
-        if is_run_record(rec) and all(k in rec for k in require):
+        if is_run_record(rec):
             out.append(validate_record(rec, str(p)))
     return out
 

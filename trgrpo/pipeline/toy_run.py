@@ -312,8 +312,7 @@ def quiet() -> None:
 
 def load_runs(results_dir: Path | str | None = None, group: str = GROUP, task: str | None = None) -> list[dict]:
     """The run records of the toy grid, of one ``task`` or all (other JSON files, e.g. analyses, are left out)."""
-    recs = [r for r in load_results(group, results_dir) if "history" in r and "scheme" in r]
-    return [r for r in recs if task is None or r.get("task") == task]
+    return [r for r in load_results(group, results_dir) if task is None or r.get("task") == task]
 
 
 def run_label(record: dict) -> str:
