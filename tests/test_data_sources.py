@@ -17,10 +17,21 @@ GOLD3 = "(1) Zoey is a knight\n(2) Oliver is a knave\n(3) Ava is a knight"
 GOLD4 = "(1) Zoey is a knave\n(2) Max is a knave\n(3) Eli is a knight\n(4) Liam is a knight"
 
 
+# The system prompt inside Logic-RL's K&K parquet rows (its data, typed out here independently of the library).
+LOGIC_RL_SYSTEM = (
+    "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then provides "
+    "the user with the answer. The reasoning process and answer are enclosed within <think> </think> and<answer> "
+    "</answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>.  Now "
+    "the user asks you to solve a logical reasoning problem. After thinking, when you finally reach a conclusion, "
+    "clearly state the identity of each character within <answer> </answer> tags. i.e., <answer> (1) Zoey is a "
+    "knight\n(2) ... </answer>."
+)
+
+
 def logic_rl_row(quiz: str, gold: str, index: int) -> dict:
     """A row as Logic-RL's verl preprocessing writes it: the rendered prompt, the gold in the reward model."""
     content = (
-        f"<|im_start|>system\n{kk.KK_SYSTEM_PROMPT}\n<|im_end|>\n<|im_start|>user\n{quiz}\n<|im_end|>\n"
+        f"<|im_start|>system\n{LOGIC_RL_SYSTEM}\n<|im_end|>\n<|im_start|>user\n{quiz}\n<|im_end|>\n"
         "<|im_start|>assistant\n<think>"
     )
     return {
@@ -48,6 +59,17 @@ def test_logic_rl_parquet_rows_load(logic_rl_parquet):
     assert records[0]["names"] == ["Zoey", "Oliver", "Ava"]
     assert records[0]["solution"] == [True, False, True]
     assert records[3]["solution"] == [False, False, True, True]
+
+
+def test_the_prompt_reproduces_the_logic_rl_rows_exactly(logic_rl_parquet, tiny_model_dir):
+    """Issue 24, item 7: the system prompt and turn layout of the paper's data, under a ChatML template (Qwen2.5's)."""
+    from transformers import AutoTokenizer
+
+    rows = pd.read_parquet(logic_rl_parquet).to_dict("records")
+    records = kk.load_kk_files(logic_rl_parquet)
+    ds = kk.kk_dataset(records, prefill_think=True, tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert [p for p in ds["prompt"]] == [r["prompt"][0]["content"] for r in rows]
+    assert kk.KK_SYSTEM_PROMPT == LOGIC_RL_SYSTEM
 
 
 def test_raw_kk_schema_parquet_loads(tmp_path):
