@@ -217,3 +217,56 @@ def test_math_sets_carry_table2_names_and_substitutes_are_stated():
     spec = RunSpec(task="math", model="embedded", task_options={"train": "generated", "eval_sets": ["generated"]})
     source = TASKS["math"].data_source(spec, [0, 0], {"generated": [0]})
     assert source["train"]["substitute"] and source["eval"]["generated"]["size"] == 1
+
+
+# DeepScaleR's verl rows (deepscaler_dataset.py of the paper's code base): the problem with DSR's own instruction in
+# one user message, the gold in reward_model.ground_truth (a list of accepted forms for some Minerva rows).
+DSR_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+def dsr_row(problem: str, gold, index: int, split: str = "train") -> dict:
+    return {
+        "data_source": "",
+        "prompt": [{"role": "user", "content": f"{problem} {DSR_INSTRUCTION}"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": gold},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def test_a_dsr_row_carrying_its_prompt_is_used_as_is(tmp_path):
+    """Issue 24, item 8: no second instruction appended to a row that has its own."""
+    path = tmp_path / "deepscaler.parquet"
+    pd.DataFrame([dsr_row("What is $2+2$?", "4", 0), dsr_row("Compute $3\\cdot 5$.", "15", 1)]).to_parquet(path)
+    ds = tm.math_dataset(tm.load_math_file(path))
+    assert ds["prompt"] == [f"What is $2+2$? {DSR_INSTRUCTION}", f"Compute $3\\cdot 5$. {DSR_INSTRUCTION}"]
+    assert ds["answer"] == ["4", "15"]
+    plain = tm.math_dataset([{"problem": "What is $2+2$?", "answer": "4"}])["prompt"][0]
+    assert plain.endswith(tm.MATH_INSTRUCTION) and plain.count("boxed") == 1  # a bare problem gets the paper's
+
+
+def test_minervas_alternate_forms_in_a_ground_truth_list_are_all_accepted(tmp_path):
+    """Issue 24, item 9: ``6630.65`` is right for a Minerva row whose forms are ["6630", "6630.65"]."""
+    path = tmp_path / "minerva.parquet"
+    rows = [dsr_row("Find the energy in joules.", ["6630", "6630.65"], 0, "test"), dsr_row("Find x.", ["2"], 1, "test")]
+    pd.DataFrame(rows).to_parquet(path)
+    records = tm.load_math_file(path)
+    assert records[0]["answers"] == ["6630", "6630.65"] and "answers" not in records[1]
+    ds = tm.math_dataset(records)
+    reward = tm.make_math_reward_func()
+    comps = ["\\boxed{6630.65}", "\\boxed{2}"]
+    assert reward(None, comps, answer=ds["answer"], answers=ds["answers"]) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("name,sampled", [("aime24", True), ("aime", True), ("AIME_2024", True), ("amc", True),
+                                          ("math500", False), ("minerva", False)])
+def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatch, name, sampled):
+    """Issue 24, item 9: a local ``aime.jsonl`` (stem ``aime``) is sampled k times like the hub's ``aime24``."""
+    from trgrpo.tasks import math as math_task
+
+    calls = []
+    monkeypatch.setattr(math_task, "evaluate_math_sampled", lambda *a, **k: calls.append("sampled") or {"avg@16": 0.5})
+    monkeypatch.setattr(math_task, "evaluate_math", lambda *a, **k: calls.append("greedy") or {"accuracy": 0.5})
+    spec = RunSpec(task="math", model="embedded", task_options={"eval_sets": [f"data/{name}.jsonl"]})
+    TASKS["math"].evaluate(None, None, {name: [{"problem": "p", "answer": "1"}]}, spec)
+    assert calls == ["sampled" if sampled else "greedy"]

@@ -1,9 +1,9 @@
 """The K&K prompt and TRL dataset (paper App. B.1.1): Logic-RL's instruct prompt as conversational messages.
 
 :data:`KK_SYSTEM_PROMPT` (the Logic-RL data's own, verbatim) asks for ``<think> ... </think><answer> ... </answer>``
-with one "(k) Name is a knight/knave" line per person; :func:`kk_prompt` optionally pre-fills the assistant turn with ``<think>`` as
-Logic-RL does; :func:`kk_dataset` builds the ``datasets.Dataset`` that TRL's ``GRPOTrainer`` reads (its extra
-columns ``names`` and ``solution`` reach the reward functions of :mod:`trgrpo.tasks.kk_reward`).
+with one "(k) Name is a knight/knave" line per person; :func:`kk_prompt` optionally pre-fills the assistant turn
+with ``<think>`` as Logic-RL does; :func:`kk_dataset` builds the ``datasets.Dataset`` that TRL's ``GRPOTrainer``
+reads (its extra columns ``names`` and ``solution`` reach the reward functions of :mod:`trgrpo.tasks.kk_reward`).
 """
 
 from __future__ import annotations
