@@ -203,3 +203,22 @@ def test_a_checkpoint_past_the_last_step_is_refused(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="checkpoint-9.*steps = 2"):
         run(spec(tiny_model_dir, "short", steps=2), results_dir=tmp_path / "res", checkpoint_dir=ck, verbose=False)
     assert not (tmp_path / "res").exists()
+
+
+def _missing_data(spec, tokenizer):
+    raise FileNotFoundError("data/nowhere.parquet")
+
+
+register_task("unit-missing-data", Task(_missing_data, lambda spec: [_reward], _evaluate))
+
+
+def test_a_run_whose_data_fails_leaves_no_checkpoint_folder(tiny_model_dir, tmp_path):
+    """Issue 24, minor: the spec.json of a run that never started is not left behind."""
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        run(
+            spec(tiny_model_dir, "nodata", task="unit-missing-data"),
+            results_dir=tmp_path / "res",
+            checkpoint_dir=tmp_path / "ckpt",
+            verbose=False,
+        )
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "res").exists()

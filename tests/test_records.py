@@ -182,3 +182,20 @@ def test_a_string_inside_a_step_list_names_the_file_and_the_field(tmp_path):
         load_runs(tmp_path, group="g")
     R.write_json(tmp_path / "g" / "r.json", _record(eval_history=[{"step": 0, "greedy_accuracy": None}]))
     assert len(load_runs(tmp_path, group="g")) == 1
+
+
+def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):
+    """Issue 24, minor: a write killed before its rename leaves ``.<name>.<pid>.*.tmp``; the next write removes it
+    (its process is gone) and leaves a live writer's alone."""
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stray = tmp_path / f".r.json.{int(dead.stdout)}.abc123.tmp"
+    live = tmp_path / f".r.json.{os.getppid()}.def456.tmp"
+    stray.write_text('{"half": ')
+    live.write_text("{}")
+    R.write_json(tmp_path / "r.json", {"kind": "note"})
+    assert not stray.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "r.json"]

@@ -354,13 +354,15 @@ def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bo
 def write_json(path: Path | str, record: Any) -> Path:
     """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
     share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or
-    the new one, never a part; a killed write leaves at most a stray temporary file."""
+    the new one, never a part; a killed write leaves at most a stray temporary file, which the next write of the
+    same path removes (its writer's process id, in its name, is no longer running)."""
     import tempfile
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(jsonable(record), indent=1, sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_stray_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -379,6 +381,21 @@ def write_json(path: Path | str, record: Any) -> Path:
         finally:
             os.close(dir_fd)
     return path
+
+
+def _remove_stray_temporaries(path: Path) -> None:
+    """Delete ``.<name>.<pid>.*.tmp`` files beside ``path`` whose process is gone (a write killed before its rename)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        except (PermissionError, OverflowError):  # alive under another user / not a process id
+            continue
 
 
 @contextlib.contextmanager
