@@ -1,7 +1,7 @@
 """The toy's runs: run specs of the scheme x seed grid (Table 4) and the tau sweep (Table 7) at toy scale, one run
 through :func:`trgrpo.pipeline.experiment.run` from the warm start of its seed, and the resumable grid (runs whose
-record
-exists are skipped).
+record exists are skipped). A toy run never checkpoints (``save_strategy="no"``, a temporary folder: a run costs
+seconds): a killed grid resumes per whole run, and the run that was killed starts again from its first step.
 
 Cost (measured on 2 shared cores, one torch thread): a 100-step ``addition`` run through TRL takes ~16 CPU-s
 including six held-out evaluations and trainer set-up, i.e. ~0.14 CPU-s a step of 8 prompts x 8 samples; the bare
