@@ -44,7 +44,7 @@ def test_plan_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="notebook"):
         load_plan(cfg)
     cfg.write_text("notebooks:\n  - notebook: nowhere.ipynb\n")
-    with pytest.raises(FileNotFoundError, match="nowhere"):
+    with pytest.raises(ValueError, match="nowhere"):
         load_plan(cfg)
 
 
@@ -64,7 +64,7 @@ def test_shipped_experiment_files_parse():
 
 
 def test_set_overrides_parse_as_yaml_and_name_bad_items():
-    from trgrpo.tooling.batch import parse_overrides
+    from trgrpo.pipeline.spec import parse_overrides
 
     assert parse_overrides(["STEPS=10", "SEEDS=[0, 1]", "MODEL=Qwen/Qwen2.5-3B-Instruct"]) == {
         "STEPS": 10,

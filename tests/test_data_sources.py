@@ -17,10 +17,21 @@ GOLD3 = "(1) Zoey is a knight\n(2) Oliver is a knave\n(3) Ava is a knight"
 GOLD4 = "(1) Zoey is a knave\n(2) Max is a knave\n(3) Eli is a knight\n(4) Liam is a knight"
 
 
+# The system prompt inside Logic-RL's K&K parquet rows (its data, typed out here independently of the library).
+LOGIC_RL_SYSTEM = (
+    "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then provides "
+    "the user with the answer. The reasoning process and answer are enclosed within <think> </think> and<answer> "
+    "</answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>.  Now "
+    "the user asks you to solve a logical reasoning problem. After thinking, when you finally reach a conclusion, "
+    "clearly state the identity of each character within <answer> </answer> tags. i.e., <answer> (1) Zoey is a "
+    "knight\n(2) ... </answer>."
+)
+
+
 def logic_rl_row(quiz: str, gold: str, index: int) -> dict:
     """A row as Logic-RL's verl preprocessing writes it: the rendered prompt, the gold in the reward model."""
     content = (
-        f"<|im_start|>system\n{kk.KK_SYSTEM_PROMPT}\n<|im_end|>\n<|im_start|>user\n{quiz}\n<|im_end|>\n"
+        f"<|im_start|>system\n{LOGIC_RL_SYSTEM}\n<|im_end|>\n<|im_start|>user\n{quiz}\n<|im_end|>\n"
         "<|im_start|>assistant\n<think>"
     )
     return {
@@ -48,6 +59,17 @@ def test_logic_rl_parquet_rows_load(logic_rl_parquet):
     assert records[0]["names"] == ["Zoey", "Oliver", "Ava"]
     assert records[0]["solution"] == [True, False, True]
     assert records[3]["solution"] == [False, False, True, True]
+
+
+def test_the_prompt_reproduces_the_logic_rl_rows_exactly(logic_rl_parquet, tiny_model_dir):
+    """Issue 24, item 7: the system prompt and turn layout of the paper's data, under a ChatML template (Qwen2.5's)."""
+    from transformers import AutoTokenizer
+
+    rows = pd.read_parquet(logic_rl_parquet).to_dict("records")
+    records = kk.load_kk_files(logic_rl_parquet)
+    ds = kk.kk_dataset(records, prefill_think=True, tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert [p for p in ds["prompt"]] == [r["prompt"][0]["content"] for r in rows]
+    assert kk.KK_SYSTEM_PROMPT == LOGIC_RL_SYSTEM
 
 
 def test_raw_kk_schema_parquet_loads(tmp_path):
@@ -195,3 +217,56 @@ def test_math_sets_carry_table2_names_and_substitutes_are_stated():
     spec = RunSpec(task="math", model="embedded", task_options={"train": "generated", "eval_sets": ["generated"]})
     source = TASKS["math"].data_source(spec, [0, 0], {"generated": [0]})
     assert source["train"]["substitute"] and source["eval"]["generated"]["size"] == 1
+
+
+# DeepScaleR's verl rows (deepscaler_dataset.py of the paper's code base): the problem with DSR's own instruction in
+# one user message, the gold in reward_model.ground_truth (a list of accepted forms for some Minerva rows).
+DSR_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+def dsr_row(problem: str, gold, index: int, split: str = "train") -> dict:
+    return {
+        "data_source": "",
+        "prompt": [{"role": "user", "content": f"{problem} {DSR_INSTRUCTION}"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": gold},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def test_a_dsr_row_carrying_its_prompt_is_used_as_is(tmp_path):
+    """Issue 24, item 8: no second instruction appended to a row that has its own."""
+    path = tmp_path / "deepscaler.parquet"
+    pd.DataFrame([dsr_row("What is $2+2$?", "4", 0), dsr_row("Compute $3\\cdot 5$.", "15", 1)]).to_parquet(path)
+    ds = tm.math_dataset(tm.load_math_file(path))
+    assert ds["prompt"] == [f"What is $2+2$? {DSR_INSTRUCTION}", f"Compute $3\\cdot 5$. {DSR_INSTRUCTION}"]
+    assert ds["answer"] == ["4", "15"]
+    plain = tm.math_dataset([{"problem": "What is $2+2$?", "answer": "4"}])["prompt"][0]
+    assert plain.endswith(tm.MATH_INSTRUCTION) and plain.count("boxed") == 1  # a bare problem gets the paper's
+
+
+def test_minervas_alternate_forms_in_a_ground_truth_list_are_all_accepted(tmp_path):
+    """Issue 24, item 9: ``6630.65`` is right for a Minerva row whose forms are ["6630", "6630.65"]."""
+    path = tmp_path / "minerva.parquet"
+    rows = [dsr_row("Find the energy in joules.", ["6630", "6630.65"], 0, "test"), dsr_row("Find x.", ["2"], 1, "test")]
+    pd.DataFrame(rows).to_parquet(path)
+    records = tm.load_math_file(path)
+    assert records[0]["answers"] == ["6630", "6630.65"] and "answers" not in records[1]
+    ds = tm.math_dataset(records)
+    reward = tm.make_math_reward_func()
+    comps = ["\\boxed{6630.65}", "\\boxed{2}"]
+    assert reward(None, comps, answer=ds["answer"], answers=ds["answers"]) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("name,sampled", [("aime24", True), ("aime", True), ("AIME_2024", True), ("amc", True),
+                                          ("math500", False), ("minerva", False)])
+def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatch, name, sampled):
+    """Issue 24, item 9: a local ``aime.jsonl`` (stem ``aime``) is sampled k times like the hub's ``aime24``."""
+    from trgrpo.tasks import math as math_task
+
+    calls = []
+    monkeypatch.setattr(math_task, "evaluate_math_sampled", lambda *a, **k: calls.append("sampled") or {"avg@16": 0.5})
+    monkeypatch.setattr(math_task, "evaluate_math", lambda *a, **k: calls.append("greedy") or {"accuracy": 0.5})
+    spec = RunSpec(task="math", model="embedded", task_options={"eval_sets": [f"data/{name}.jsonl"]})
+    TASKS["math"].evaluate(None, None, {name: [{"problem": "p", "answer": "1"}]}, spec)
+    assert calls == ["sampled" if sampled else "greedy"]

@@ -162,3 +162,63 @@ def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, 
     assert (tmp_path / "res" / "unit" / "dropped.json").exists()
     assert not (tmp_path / "ckpt" / "unit" / "dropped").exists()
     assert (tmp_path / "ckpt" / "unit" / "kept" / "checkpoint-2").exists()
+
+
+def test_a_finished_run_started_again_only_evaluates_and_resume_false_starts_from_scratch(tiny_model_dir, tmp_path):
+    """Issue 24, item 1: a run killed during its final evaluation (its last checkpoint is its last step) goes straight
+    to evaluation on restart: no extra step, the record of an uninterrupted run. ``resume=False`` (``--force``) clears
+    the run's checkpoints and trains from step 1."""
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    full = run(spec(tiny_model_dir, "done", steps=2), results_dir=res, checkpoint_dir=ck, verbose=False)
+    (res / "unit" / "done.json").unlink()  # killed during the final evaluation: checkpoint-2, no record
+    log = StepLog()
+    again = run(
+        spec(tiny_model_dir, "done", steps=2), results_dir=res, checkpoint_dir=ck, callbacks=[log], verbose=False
+    )
+    assert log.steps == []
+    assert again["resumed_from"].endswith("checkpoint-2")
+    assert comparable(again) == comparable(full) and len(again["history"]) == 2
+    assert again["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"], rel=1e-6)
+    stale = ck / "unit" / "done" / "checkpoint-7"  # a checkpoint of an older, longer run of the same name
+    stale.mkdir()
+    (stale / "trainer_state.json").write_text("{}")
+    log = StepLog()
+    fresh = run(
+        spec(tiny_model_dir, "done", steps=2),
+        results_dir=res,
+        checkpoint_dir=ck,
+        callbacks=[log],
+        verbose=False,
+        resume=False,
+    )
+    assert log.steps == [1, 2] and fresh["resumed_from"] is None
+    assert sorted(p.name for p in (ck / "unit" / "done").glob("checkpoint-*")) == ["checkpoint-2"]
+    assert comparable(fresh) == comparable(full)
+
+
+def test_a_checkpoint_past_the_last_step_is_refused(tiny_model_dir, tmp_path):
+    ck = tmp_path / "ckpt"
+    (ck / "unit" / "short" / "checkpoint-9").mkdir(parents=True)
+    (ck / "unit" / "short" / "checkpoint-9" / "trainer_state.json").write_text("{}")
+    with pytest.raises(ValueError, match="checkpoint-9.*steps = 2"):
+        run(spec(tiny_model_dir, "short", steps=2), results_dir=tmp_path / "res", checkpoint_dir=ck, verbose=False)
+    assert not (tmp_path / "res").exists()
+
+
+def _missing_data(spec, tokenizer):
+    raise FileNotFoundError("data/nowhere.parquet")
+
+
+register_task("unit-missing-data", Task(_missing_data, lambda spec: [_reward], _evaluate))
+
+
+def test_a_run_whose_data_fails_leaves_no_checkpoint_folder(tiny_model_dir, tmp_path):
+    """Issue 24, minor: the spec.json of a run that never started is not left behind."""
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        run(
+            spec(tiny_model_dir, "nodata", task="unit-missing-data"),
+            results_dir=tmp_path / "res",
+            checkpoint_dir=tmp_path / "ckpt",
+            verbose=False,
+        )
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "res").exists()

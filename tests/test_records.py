@@ -160,3 +160,42 @@ def test_migration_marks_unmarked_records_once(tmp_path):
     assert json.loads((tmp_path / "g" / "old.json").read_text()) == {"kind": "run", **copy.deepcopy(old)}
     assert list(json.loads((tmp_path / "g" / "old.json").read_text()))[0] == "kind"
     assert R.migrate_results(tmp_path) == []
+
+
+@pytest.mark.parametrize("drop", ["scheme", "history"])
+@pytest.mark.parametrize("marked", [True, False])
+def test_a_run_record_without_scheme_or_history_is_an_error_not_skipped(tmp_path, drop, marked):
+    """Issue 24, item 3: a controls arm went from n = 12 to 11 when one record lost its ``scheme``."""
+    R.write_result("g", "ok", _record(), tmp_path)
+    rec = {k: v for k, v in _record(name="lost").items() if k != drop and (marked or k != "kind")}
+    R.write_json(tmp_path / "g" / "lost.json", rec)
+    with pytest.raises(R.RecordError, match=rf"g/lost.json: missing required field '{drop}'"):
+        R.load_results("g", tmp_path)
+
+
+def test_a_string_inside_a_step_list_names_the_file_and_the_field(tmp_path):
+    from trgrpo.pipeline.toy import load_runs
+
+    rec = _record(eval_history=[{"step": 0, "greedy_accuracy": 0.5}, {"step": 2, "greedy_accuracy": "0.75 (n=8)"}])
+    R.write_json(tmp_path / "g" / "r.json", rec)
+    with pytest.raises(R.RecordError, match=r"g/r.json: field 'eval_history\[1\].greedy_accuracy' must be a number"):
+        load_runs(tmp_path, group="g")
+    R.write_json(tmp_path / "g" / "r.json", _record(eval_history=[{"step": 0, "greedy_accuracy": None}]))
+    assert len(load_runs(tmp_path, group="g")) == 1
+
+
+def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):
+    """Issue 24, minor: a write killed before its rename leaves ``.<name>.<pid>.*.tmp``; the next write removes it
+    (its process is gone) and leaves a live writer's alone."""
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stray = tmp_path / f".r.json.{int(dead.stdout)}.abc123.tmp"
+    live = tmp_path / f".r.json.{os.getppid()}.def456.tmp"
+    stray.write_text('{"half": ')
+    live.write_text("{}")
+    R.write_json(tmp_path / "r.json", {"kind": "note"})
+    assert not stray.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "r.json"]

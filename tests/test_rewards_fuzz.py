@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from trgrpo.tasks import kk
 from trgrpo.tasks import math as mt
+from trgrpo.tasks.search_reward import search_reward
 
 MB = 1 << 20
 BOUND_S = 0.250  # the promised worst case for a 1 MB input (see the module docstring)
@@ -335,6 +336,47 @@ def test_adversarial_final_answer_is_cut_by_the_budget():
     t0 = time.perf_counter()
     assert math_check(text, "1", timeout_s=0.05) in MATH_VALUES
     assert time.perf_counter() - t0 < 0.05 + 1.0  # budget + scan + room for a loaded machine
+
+
+def search_check(text, gold: str = "Paris") -> float:
+    (value,) = search_reward([text], [[gold]])
+    assert value in (1.0, -1.0) and type(value) is float
+    return value
+
+
+SEARCH_CASES = {
+    "1 MB of unclosed <answer>": "<answer>" * (MB // 8),
+    "unclosed <answer>, then an answer": "<answer>x" * (MB // 9) + "<answer>Paris</answer>",
+    "1 MB of punctuation in the answer": "<answer>" + "!?." * (MB // 3) + "Paris</answer>",
+    "1 MB of articles": "<answer>" + "the a an " * (MB // 9) + "</answer>",
+    "dotted capital I (lower() grows)": "<ANSWER>" + "İ" * MB + "</ANSWER>",
+}
+
+
+SEARCH_PIECES = ["<answer>", "</answer>", "<ANSWER>", "</Answer>", "<anſwer>", "<answer", "Paris", " "]
+
+
+@pytest.mark.parametrize("name", list(SEARCH_CASES))
+def test_search_reward_on_a_megabyte_is_linear(name):
+    """Issue 24, item 11: the regex retried at every unclosed ``<answer>`` (480 KB: 270 s)."""
+    timed("search_reward", name, search_check, SEARCH_CASES[name])
+
+
+@FAST
+@given(
+    text=st.lists(st.sampled_from(SEARCH_PIECES)).map("".join)
+    | tag_soup
+    | any_text
+)
+def test_search_answer_is_search_r1s_last_match(text):
+    """The linear scan returns what Search-R1's ``re.findall(r"<answer>(.*?)</answer>")[-1]`` returns."""
+    import re
+
+    from trgrpo.tasks.search_reward import extract_answer
+
+    found = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL | re.IGNORECASE)
+    assert extract_answer(text) == (found[-1].strip() if found else None)
+    search_check(text)
 
 
 def test_zz_report_timings(capsys):

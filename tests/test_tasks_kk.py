@@ -511,9 +511,9 @@ def test_prompt_is_logic_rl_instruct_messages(generated):
     msgs = kk.kk_prompt(generated[0])
     assert [m["role"] for m in msgs] == ["system", "user"]
     system = msgs[0]["content"]
-    for needle in ("<think> </think>", "<answer> </answer>", "(1) Zoey is a knight\n(2) Oliver is a knight"):
+    for needle in ("<think> </think>", "<answer> </answer>", "<answer> (1) Zoey is a knight\n(2) ... </answer>."):
         assert needle in system
-    assert msgs[1]["content"] == generated[0]["quiz"]
+    assert msgs[1]["content"] == generated[0]["quiz"] + "\n"  # Logic-RL's rows end each turn with a newline
     pre = kk.kk_prompt(generated[0], prefill_think=True)
     assert pre[:2] == msgs and pre[2] == {"role": "assistant", "content": "<think>"}
 
@@ -587,7 +587,7 @@ def tiny_lm():
 def test_accuracy_of_gold_answers_is_one(monkeypatch, generated):
     def fake_generate(model, tokenizer, prompts, *, batch_size, max_new_tokens):
         assert len(prompts) == len(generated) and batch_size == 3
-        by_quiz = {r["quiz"]: r for r in generated}
+        by_quiz = {r["quiz"] + "\n": r for r in generated}
         return [completion(by_quiz[p[1]["content"]]["solution_text"]) for p in prompts]
 
     monkeypatch.setattr(kk_eval, "greedy_generate", fake_generate)

@@ -298,7 +298,7 @@ def test_load_math_parquet_and_jsonl(tmp_path):
     assert mt.load_math_file(pq) == rows
     jl = tmp_path / "train.jsonl"
     jl.write_text("\n".join(json.dumps({"prompt": r["problem"], "answer": r["answer"]}) for r in rows))
-    assert mt.load_math_file(jl) == rows
+    assert mt.load_math_file(jl) == [{**r, "prompt": r["problem"]} for r in rows]  # a row's own prompt: as is
 
 
 def test_load_math_other_schemas(tmp_path):
@@ -312,7 +312,7 @@ def test_load_math_other_schemas(tmp_path):
     math_solution = {"problem": "MATH?", "solution": "... so it is $\\boxed{\\frac{\\sqrt{3}}{2}}$."}
     path = tmp_path / "mixed.parquet"
     pd.DataFrame([verl]).to_parquet(path)
-    assert mt.load_math_file(path) == [{"problem": "What is 2+2?", "answer": "4"}]
+    assert mt.load_math_file(path) == [{"problem": "What is 2+2?", "answer": "4", "prompt": "What is 2+2?"}]
     jl = tmp_path / "mixed.jsonl"
     jl.write_text("\n".join(json.dumps(r) for r in (olympiad, amc, math_solution)))
     assert mt.load_math_file(jl) == [

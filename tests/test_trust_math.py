@@ -281,3 +281,52 @@ def test_corpus(kind, gold, ok, miss):
     # still applies
     assert mt.math_reward(box(ok), gold, timeout_s=None) == 1.0, f"{kind}: {ok!r} should match {gold!r}"
     assert mt.math_reward(box(miss), gold, timeout_s=None) == 0.0, f"{kind}: {miss!r} should not match {gold!r}"
+
+
+def test_verdicts_do_not_depend_on_load_serial_and_pooled_agree():
+    """Issue 24, item 10: a wall-clock budget rejected right answers under an 8-thread pool (each thread waits for the
+    GIL). Each pair costs 15-30 ms of CPU inside the budget of 0.08 s: 8 threads sharing the GIL took ~0.2 s of wall
+    time each. The budget counts the thread's own CPU time, so serial and pooled verdicts are the same: all right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def pair(i: int) -> tuple[str, str]:  # distinct texts: no parse cache helps
+        pred = (
+            f"\\boxed{{\\frac{{{i}\\sqrt{{2}}}}{{{2 * i}}} + \\frac{{{i}\\sqrt{{3}}}}{{{3 * i}}} + "
+            f"\\frac{{{i}}}{{{i + 1}}} + \\sqrt{{{i * i}}}}}"
+        )
+        return pred, f"\\frac{{1}}{{\\sqrt{{2}}}} + \\frac{{1}}{{\\sqrt{{3}}}} + \\frac{{{i}}}{{{i + 1}}} + {i}"
+
+    mt.math_reward(*pair(1), timeout_s=None)  # sympy's first use (unit tables) outside the measurement
+    serial = [mt.math_reward(*pair(i), timeout_s=0.08) for i in range(2, 10)]
+    with ThreadPoolExecutor(8) as pool:
+        pooled = list(pool.map(lambda i: mt.math_reward(*pair(i), timeout_s=0.08), range(10, 26)))
+    assert serial == [1.0] * 8 and pooled == [1.0] * 16
+
+
+# Issue 24, item 12: math-verify's readings guarded on our side. (prediction, reference, expected reward)
+GUARD_CORPUS = [
+    ("-\\frac{dv}{dt}=f", "\\frac{dv}{dt}=f", 0.0),  # it compares the right-hand sides only
+    ("\\frac{dv}{dt}=-f", "\\frac{dv}{dt}=f", 0.0),
+    ("y=2x", "y=2x+1", 0.0),
+    ("-(\\frac14,\\frac1{27})", "(\\frac14,\\frac1{27})", 0.0),  # it reads -(a, b) as the set {a, b}
+    ("-\\left(\\frac{1}{4}, \\frac{1}{27}\\right)", "(\\frac14,\\frac1{27})", 0.0),
+    ("-[1,2)", "[1,2)", 0.0),
+    ("\\frac{1}{m}t", "\\frac{t}{m}", 1.0),  # its unit removal took t (tonnes)
+    ("\\frac{1}{m}s", "\\frac{t}{m}", 0.0),
+    # what stays right
+    ("\\frac{dv}{dt}=f", "\\frac{dv}{dt}=f", 1.0),
+    ("f=\\frac{dv}{dt}", "\\frac{dv}{dt}=f", 1.0),
+    ("-x=-f", "x=f", 1.0),
+    ("y=1+2x", "y=2x+1", 1.0),
+    ("x = 5", "5", 1.0),
+    ("(\\frac{1}{4},\\frac{1}{27})", "(\\frac14,\\frac1{27})", 1.0),
+    ("(-\\frac14,-\\frac1{27})", "(-\\frac14,-\\frac1{27})", 1.0),
+    ("-(1+2)", "-3", 1.0),
+    ("t/m", "\\frac{t}{m}", 1.0),
+    ("10\\text{ m}", "10", 1.0),
+]
+
+
+@pytest.mark.parametrize("pred,gold,expected", GUARD_CORPUS)
+def test_math_verify_guard_corpus(pred, gold, expected):
+    assert mt.math_reward(f"\\boxed{{{pred}}}", gold, timeout_s=None) == expected

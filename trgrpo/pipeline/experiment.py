@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from .records import (  # noqa: F401  (re-exported: the record's IO and provenan
     ROOT,
     RecordError,
     build_record,
+    check_folder_name,
     file_lock,
     git_commit,
     git_dirty,
@@ -208,6 +210,13 @@ def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path |
     return Path(results_dir or RESULTS_DIR).resolve() / spec.group / f"{spec.name}.logs"
 
 
+def checkpoint_folder(spec: RunSpec, checkpoint_dir: Path | str | None = None) -> Path:
+    """``<checkpoints>/<group>/<name>/``, its names checked again (a spec's fields can be reassigned after it is made):
+    the ``rmtree`` of ``resume=False`` and ``keep_checkpoints=False`` never leaves the checkpoints root."""
+    root = Path(checkpoint_dir or CHECKPOINT_DIR)
+    return root / check_folder_name("group", spec.group, nested=True) / check_folder_name("name", spec.name)
+
+
 def last_checkpoint(output_dir: Path) -> str | None:
     ckpts = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     ckpts = [c for c in ckpts if (c / "trainer_state.json").exists()]
@@ -256,9 +265,16 @@ def run(
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
     task = task or TASKS[spec.task]
     model_path = resolve_model(spec.model)
-    out_dir = Path(checkpoint_dir or CHECKPOINT_DIR) / spec.group / spec.name
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
+    out_dir = checkpoint_folder(spec, checkpoint_dir)
+    if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation
+        shutil.rmtree(out_dir, ignore_errors=True)
+    ckpt = last_checkpoint(out_dir) if resume else None
+    finished = _checkpoint_step(ckpt) >= spec.steps  # killed during the final evaluation: evaluate only
+    if _checkpoint_step(ckpt) > spec.steps:
+        raise ValueError(
+            f"{ckpt} is past the run's last step (steps = {spec.steps}): another spec ran under the name "
+            f"{spec.name!r}; start from scratch (resume=False, train --force) or give this run another name"
+        )
     t0 = time.time()
 
     tokenizer = task.tokenizer(model_path, spec) if task.tokenizer else AutoTokenizer.from_pretrained(model_path)
@@ -271,6 +287,8 @@ def run(
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
         if verbose:
             print(f"[trgrpo] live logs ({spec.report_to}): {logs}")
+    out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
+    (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
     config = make_config(spec, out_dir, **(config_overrides or {}))
     trainer = TRGRPOTrainer(
         model=model_path,
@@ -291,11 +309,16 @@ def run(
     initial = None
     if spec.eval_before and spec.n_eval > 0:
         initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
-    ckpt = last_checkpoint(out_dir) if resume else None
     if ckpt and verbose:
-        print(f"[trgrpo] resuming {spec.name} from {ckpt}")
+        print(f"[trgrpo] {'evaluating' if finished else 'resuming'} {spec.name} from {ckpt}")
     train_t0 = time.time()
-    trainer.train(resume_from_checkpoint=ckpt)
+    if finished:  # train() would make one more step; load the last step's weights and log instead
+        from transformers import TrainerState
+
+        trainer._load_from_checkpoint(ckpt)
+        trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=ckpt)
     train_s = time.time() - train_t0
     main_process = trainer.accelerator.is_main_process
     final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
@@ -332,8 +355,6 @@ def run(
             f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}"
         )
     if not keep_checkpoints:
-        import shutil
-
         shutil.rmtree(out_dir, ignore_errors=True)
     del trainer
     if torch.cuda.is_available():

@@ -372,8 +372,9 @@ def launch(
     ``configs/zero3.yaml`` (7B-8B models) when ``gpus > 1``.
 
     Returns the result records (read back from ``results_dir``, absolute). Specs whose results exist are skipped
-    unless ``force``; a spec with a checkpoint resumes from it. Raises after the last run if any run failed.
-    A full-scale run without CUDA stops everything first (SystemExit with one line, :func:`refuse_without_cuda`).
+    unless ``force`` (which re-runs them from scratch); a spec with a checkpoint resumes from it. Raises after the
+    last run if any run failed. A full-scale run without CUDA stops everything first (SystemExit with one line,
+    :func:`refuse_without_cuda`).
     """
     import json
 
@@ -394,7 +395,7 @@ def launch(
             from .experiment import run
 
             print(f"[{k}/{len(todo)}] {spec.name} (in this process)", flush=True)
-            run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints)
+            run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
             continue
         cfg = write_specs([spec], log_dir / spec.group / f"{spec.name}.yaml")
         log = cfg.with_suffix(".log")

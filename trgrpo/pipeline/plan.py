@@ -40,9 +40,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .experiment import ROOT, RunSpec, batch_layout, vllm_max_model_length
+from .spec import ConfigError, parse_overrides, read_config
 
 GB = 1e9
 
@@ -334,27 +333,57 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
     """The runs a plan would start and the accelerate config it names (batch plan or training spec file).
 
     ``overrides``: notebook parameters (``trgrpo.tooling.batch --set``) for a batch plan, spec fields for a spec
-    file."""
+    file. A file with ``notebooks`` or ``smoke`` is a batch plan (:func:`trgrpo.tooling.batch.load_plan` checks it:
+    notebooks that exist, parameters their parameters cells assign); only the project's notebooks 05 / 06 are read
+    (their parameters cells run here). Every local data file a run names must exist (relative paths from the
+    notebook's folder, where papermill runs it). Bad input: a :class:`ConfigError` naming the file and the field."""
+    from ..tooling.batch import load_plan
     from . import fullscale
     from .train import load_specs
 
     path = Path(path)
-    data = yaml.safe_load(path.read_text()) or {}
-    if "notebooks" not in data:
-        return load_specs(path, overrides), "configs/zero2.yaml"
+    data = read_config(path)
+    if "notebooks" not in data and "smoke" not in data:
+        specs = load_specs(path, overrides)
+        _check_data_files(path, specs, Path.cwd())
+        return specs, "configs/zero2.yaml"
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
-    for entry in data["notebooks"]:
-        nb = Path(entry["notebook"])
-        nb = nb if nb.is_absolute() else ROOT / nb
+    for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
         build = next((f for prefix, f in fullscale.NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
         if build is None:
             continue  # notebooks that train nothing (08: tables)
-        params = {**notebook_defaults(nb), **dict(entry.get("parameters") or {}), **(overrides or {})}
+        where = f"{path}: notebooks[{i}]"
+        if nb.resolve().parent != (ROOT / "notebooks").resolve():
+            raise ConfigError(f"{where}.notebook: {nb} is not one of the project's notebooks/ (its cell would run)")
+        params = {**notebook_defaults(nb), **params}
         accel = params.get("ACCELERATE_CONFIG") or accel
         use_vllm = params.get("USE_VLLM")
-        specs += build(params, use_vllm=True if use_vllm is None else bool(use_vllm))
+        try:
+            built = build(params, use_vllm=True if use_vllm is None else bool(use_vllm))
+        except (ValueError, TypeError, KeyError) as e:
+            raise ConfigError(f"{where}.parameters: {e}") from None
+        _check_data_files(path, built, nb.parent)
+        specs += built
     return specs, accel
+
+
+def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
+    """Every local data file of the specs (K&K ``train_path`` / ``eval_path``, a math ``train`` or ``eval_sets``
+    entry that names no hub set) exists, relative paths from ``base``; else a :class:`ConfigError`."""
+    from ..tasks.math_data import MATH_HUB
+
+    for spec in specs:
+        opts = spec.task_options
+        files = {"train_path": opts.get("train_path"), "eval_path": opts.get("eval_path")}
+        if spec.task == "math":
+            files = {"train": opts.get("train"), "eval_sets": opts.get("eval_sets")}
+        for field, value in files.items():
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if not item or (spec.task == "math" and (item in MATH_HUB or item == "generated")):
+                    continue
+                if not (base / str(item)).exists():
+                    raise ConfigError(f"{path}: {spec.name}: {field} {item!r}: no such file (from {base})")
 
 
 def plan_report(
@@ -445,7 +474,9 @@ def readme_table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Estimate peak GPU memory and hours of a plan's runs")
+    ap = argparse.ArgumentParser(
+        prog="python -m trgrpo.plan", description="Estimate peak GPU memory and hours of a plan's runs"
+    )
     ap.add_argument("plan", help="experiments/<name>.yaml (batch plan or training spec file)")
     ap.add_argument("--gpus", type=int, required=True)
     ap.add_argument("--gpu-mem-gb", type=float, required=True)
@@ -456,14 +487,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.gpus < 1 or args.gpu_mem_gb <= 0:
         ap.error("--gpus must be >= 1 and --gpu-mem-gb > 0")
-    from ..tooling.batch import parse_overrides
-
-    specs, accel = plan_specs(args.plan, parse_overrides(args.set))
-    zero = args.zero or (3 if "zero3" in accel else 2)
-    gpu = GPUS[args.gpu_type] if args.gpu_type else None
-    text, rows, problems = plan_report(
-        specs, gpus=args.gpus, gpu_mem_gb=args.gpu_mem_gb, gpu=gpu, zero=zero, title=str(args.plan)
-    )
+    try:
+        specs, accel = plan_specs(args.plan, parse_overrides(args.set))
+        zero = args.zero or (3 if "zero3" in accel else 2)
+        gpu = GPUS[args.gpu_type] if args.gpu_type else None
+        text, rows, problems = plan_report(
+            specs, gpus=args.gpus, gpu_mem_gb=args.gpu_mem_gb, gpu=gpu, zero=zero, title=str(args.plan)
+        )
+    except ValueError as e:  # ConfigError, or a model whose shape is unknown: one line, no traceback
+        print(f"{ap.prog}: error: {e if isinstance(e, ConfigError) else f'{args.plan}: {e}'}", file=sys.stderr)
+        return 2
     if args.json:
         total = sum(r["hours"] for r in rows)
         assumed = dataclasses.asdict(Assumptions())

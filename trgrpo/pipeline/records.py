@@ -98,11 +98,12 @@ class RecordError(ValueError):
 
 
 def is_run_record(record: Any) -> bool:
-    """A run record: ``kind == "run"``, or no ``kind`` and a ``history`` (records written before ``kind``)."""
+    """A run record: ``kind == "run"``, or no ``kind`` and a ``history`` or a ``scheme`` (records written before
+    ``kind``; one that lost either field is then still a run record, and the readers name what it lacks)."""
     if not isinstance(record, dict):
         return False
     kind = record.get("kind")
-    return kind == RUN_KIND or (kind is None and "history" in record)
+    return kind == RUN_KIND or (kind is None and ("history" in record or "scheme" in record))
 
 
 def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
@@ -148,6 +149,12 @@ def validate_record(record: Any, where: str = "run record", *, strict_unknown: b
         for i, row in enumerate(record.get(key) or []):
             if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
                 raise RecordError(f"{where}: field '{key}[{i}]' must be a dict with an integer 'step', got {row!r:.80}")
+            for name, value in row.items():  # the tables and figures read every value as a number
+                if value is not None and not _type_ok(value, (float,)):
+                    raise RecordError(
+                        f"{where}: field '{key}[{i}].{name}' must be a number or null, got {type(value).__name__} "
+                        f"({value!r:.40})"
+                    )
     if record.get("kind") == RUN_KIND and not record["name"]:
         raise RecordError(f"{where}: field 'name' is empty")
     return record
@@ -268,10 +275,32 @@ def build_record(
 # Files
 
 
+def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
+    """``value`` as a name under a root folder: one path component, or with ``nested`` a relative path of several
+    (``kk/qwen/main``); never absolute, never ``.`` / ``..``, an empty part or a backslash. ValueError names
+    ``field``; a run's ``group`` and ``name`` are checked so when its spec is made."""
+    what = "a relative path under the results folder" if nested else "one path component (a file name)"
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} must be {what}, got {value!r}")
+    parts = value.split("/")
+    bad = (
+        "\\" in value
+        or "\x00" in value
+        or value.startswith(("/", "~"))
+        or (not nested and len(parts) > 1)
+        or any(part in ("", ".", "..") for part in parts)
+    )
+    if bad:
+        raise ValueError(f"{field} must be {what}, without '..', '/' at the start or empty parts, got {value!r}")
+    return value
+
+
 def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
     """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook). A run record is
-    validated first (:func:`validate_record`, unknown fields rejected); other kinds are written as they are."""
-    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
+    validated first (:func:`validate_record`, unknown fields rejected); other kinds are written as they are.
+    ``group`` and ``name`` must stay under ``results_dir`` (:func:`check_folder_name`)."""
+    path = Path(results_dir or RESULTS_DIR) / check_folder_name("group", group, nested=True)
+    path = path / f"{check_folder_name('name', name)}.json"
     if is_run_record(record):
         validate_record(jsonable(record), f"{path} (not written)", strict_unknown=True)
     return write_json(path, record)
@@ -290,20 +319,19 @@ def _read_json(path: Path) -> Any:
         raise RecordError(f"{path}: not valid JSON ({e})") from e
 
 
-def load_results(
-    group: str, results_dir: Path | str | None = None, *, require: tuple[str, ...] = ("scheme", "history")
-) -> list[dict]:
+def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
     """Every run record under ``results/<group>/`` (recursively, sorted by path), each validated.
 
-    Files of another ``kind`` and files without the ``require`` keys (auxiliary analyses stored beside the runs)
-    are skipped; a file that is not JSON, or a run record that breaks the schema, raises :class:`RecordError`."""
+    Files of another ``kind`` (summaries, analyses stored beside the runs) are skipped; a file that is not JSON, or
+    a run record that breaks the schema (one without its ``scheme`` or ``history`` too), raises :class:`RecordError`
+    naming the file and the field: no record drops out of a mean unseen."""
     base = Path(results_dir or RESULTS_DIR) / group
     if not base.exists():
         return []
     out = []
     for p in sorted(base.rglob("*.json")):
         rec = _read_json(p)
-        if is_run_record(rec) and all(k in rec for k in require):
+        if is_run_record(rec):
             out.append(validate_record(rec, str(p)))
     return out
 
@@ -326,13 +354,15 @@ def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bo
 def write_json(path: Path | str, record: Any) -> Path:
     """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
     share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or
-    the new one, never a part; a killed write leaves at most a stray temporary file."""
+    the new one, never a part; a killed write leaves at most a stray temporary file, which the next write of the
+    same path removes (its writer's process id, in its name, is no longer running)."""
     import tempfile
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(jsonable(record), indent=1, sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_stray_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -351,6 +381,21 @@ def write_json(path: Path | str, record: Any) -> Path:
         finally:
             os.close(dir_fd)
     return path
+
+
+def _remove_stray_temporaries(path: Path) -> None:
+    """Delete ``.<name>.<pid>.*.tmp`` files beside ``path`` whose process is gone (a write killed before its rename)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        except (PermissionError, OverflowError):  # alive under another user / not a process id
+            continue
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap; hyperparameters default to the paper's
 Table 6. A bad value raises ``ValueError`` naming the field; a YAML file's numbers are read as numbers
-(:meth:`RunSpec.from_dict`). The task must be registered (:mod:`trgrpo.tasks.registry`).
+(:meth:`RunSpec.from_dict`). The task must be registered (:mod:`trgrpo.tasks.registry`). The command lines' YAML
+files are read with :func:`read_config`: a bad file is a :class:`ConfigError` of one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..tasks.registry import TASKS
+from .records import check_folder_name
 
 # "off" or one of TRL 1.16's vllm_importance_sampling_mode values (GRPOConfig)
 VLLM_IMPORTANCE_SAMPLING = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -194,7 +198,52 @@ def _check_spec_types(spec: RunSpec) -> None:
     for name in _STR_FIELDS:
         if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
             raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
-    if spec.name is not None and (not isinstance(spec.name, str) or not spec.name):
-        raise ValueError(f"name must be a non-empty string (or None), got {spec.name!r}")
+    check_folder_name("group", spec.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
+    if spec.name is not None:
+        check_folder_name("name", spec.name)
     if not isinstance(spec.task_options, dict):
         raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")
+
+
+class ConfigError(ValueError):
+    """Bad input to a command line (train, batch, plan): one line naming the file and the field. The command lines
+    print it without a traceback and exit with code 2, before anything is written."""
+
+
+def read_config(path: str | Path, what: str = "config") -> dict:
+    """A YAML file that must hold a non-empty mapping; every fault is a :class:`ConfigError` naming the file (and the
+    line and column of a syntax error)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the {what} file ({type(e).__name__}: {e})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    if data is None or data == {}:
+        raise ConfigError(f"{path}: the {what} file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} file holds a mapping, got a {type(data).__name__}")
+    return data
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``--set`` of the command lines: ``["STEPS=10", "SEEDS=[0]"]`` -> ``{"STEPS": 10, "SEEDS": [0]}`` (values read
+    as YAML); a bad item is a :class:`ConfigError` naming it."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
+    return out

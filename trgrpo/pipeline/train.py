@@ -14,7 +14,8 @@ GPU or the CPU, ``accelerate launch --config_file <--accelerate-config> --num_pr
 its log in ``runs/launch/<group>/``; one spec trains in this process. A process without a launcher's
 ``WORLD_SIZE`` refuses several visible GPUs (TRL would spread one model over them with ``device_map="auto"``), a
 launcher's process refuses several specs, and a full-scale model without CUDA stops before anything loads.
-Runs whose results file already exists are skipped unless ``--force``; a run with a checkpoint resumes.
+Runs whose results file already exists are skipped unless ``--force``, which re-runs them from scratch (their
+checkpoints cleared); otherwise a run with a checkpoint resumes (one whose last step is saved only evaluates).
 ``--world-size N --print-config`` prints, without loading a model, one JSON object (a list for several specs)
 with the batch layout TRL will get on N processes and the memory settings (:func:`train_config_summary`).
 """
@@ -22,38 +23,104 @@ with the batch layout TRL will get on N processes and the memory settings (:func
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
-import yaml
+from .experiment import RESULTS_DIR, TASKS, RunSpec, env_world_size, run, train_config_summary
+from .spec import ConfigError, parse_overrides, read_config
 
-from .experiment import RESULTS_DIR, RunSpec, run, train_config_summary
-
-
-def parse_value(text: str):
-    return yaml.safe_load(text)
+SPEC_FILE_KEYS = ("base", "grid", "imports")
 
 
 def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]:
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping (a run spec, or base + grid)")
-    # modules that register the specs' tasks (trgrpo.pipeline.fullscale.write_specs)
-    for module in data.get("imports", []):
-        importlib.import_module(module)
-    base = dict(data.get("base", {k: v for k, v in data.items() if k not in ("grid", "imports")}))
-    grid = data.get("grid") or [{}]
-    return [RunSpec.from_dict({**base, **g, **(overrides or {})}) for g in grid]
+    """The run specs of a YAML file (one spec, or ``base`` + ``grid``), every one checked before any runs.
+
+    Refused with a :class:`ConfigError` naming the file and the field: an empty file, a YAML syntax error, fields
+    beside ``base`` / ``grid``, a ``grid`` that is not a list of mappings, no ``task``, a bad or unknown field, two
+    runs of the same group and name, and ``imports`` that are not a list of this project's modules (``trgrpo...``)
+    or of ``.py`` files next to the config."""
+    path = Path(path)
+    data = read_config(path)
+    import_task_modules(path, data.get("imports", []))
+    fields = [k for k in data if k not in SPEC_FILE_KEYS]
+    if fields and ("base" in data or "grid" in data):
+        raise ConfigError(f"{path}: field(s) {fields} beside 'base' / 'grid' would be ignored; put them in 'base'")
+    base = data.get("base", {k: data[k] for k in fields})
+    if not isinstance(base, dict):
+        raise ConfigError(f"{path}: field 'base' must be a mapping of run-spec fields, got {type(base).__name__}")
+    grid = data.get("grid", [{}])
+    if not isinstance(grid, list) or not grid or not all(isinstance(g, dict) for g in grid):
+        raise ConfigError(f"{path}: field 'grid' must be a non-empty list of mappings (one per run), got {grid!r:.80}")
+    overrides = overrides or {}
+    specs = []
+    for i, row in enumerate(grid):
+        where = f"{path}: grid[{i}]" if "grid" in data else str(path)
+        fields = {**base, **row, **overrides}
+        if "task" not in fields:
+            raise ConfigError(f"{where}: field 'task' is missing (the run's task: {sorted(TASKS)})")
+        try:
+            specs.append(RunSpec.from_dict(fields))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{where}: {e}" + (f" (with --set {sorted(overrides)})" if overrides else "")) from None
+    seen: dict[tuple[str, str], int] = {}
+    for i, spec in enumerate(specs):
+        j = seen.setdefault((spec.group, str(spec.name)), i)
+        if j != i:
+            raise ConfigError(f"{path}: grid[{j}] and grid[{i}] are both {spec.group}/{spec.name} (field 'name')")
+    return specs
+
+
+def import_task_modules(path: Path, imports) -> None:
+    """Import the modules that register the specs' tasks (:func:`trgrpo.pipeline.fullscale.write_specs` lists them):
+    this project's modules (``trgrpo`` and below) and ``.py`` files in the config's folder, nothing else."""
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
+        raise ConfigError(f"{path}: field 'imports' must be a list of module names, got {imports!r:.80}")
+    for name in imports:
+        if name.endswith(".py"):
+            local = path.parent / name
+            if "/" in name or "\\" in name or not local.is_file():
+                raise ConfigError(f"{path}: imports: {name!r} is not a .py file in the config's folder {path.parent}")
+            module_spec = importlib.util.spec_from_file_location(local.stem, local)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[local.stem] = module
+            module_spec.loader.exec_module(module)
+        elif name == "trgrpo" or name.startswith("trgrpo."):
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise ConfigError(f"{path}: imports: {name!r} cannot be imported ({e})") from None
+        else:
+            raise ConfigError(
+                f"{path}: imports: {name!r} is neither a module of this project (trgrpo...) nor a .py file next "
+                "to the config"
+            )
+
+
+def _summary(path: str, i: int, spec: RunSpec, world: int) -> dict:
+    try:
+        return train_config_summary(spec, world)
+    except ValueError as e:  # the batch does not split over `world` processes
+        raise ConfigError(f"{path}: run {i} ({spec.name}): {e}") from None
+
+
+def _refuse(ap: argparse.ArgumentParser, error: Exception) -> int:
+    """One line on stderr, exit code 2 (argparse's convention for bad input)."""
+    print(f"{ap.prog}: error: {error}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Train and evaluate TR-GRPO runs from a YAML spec")
+    ap = argparse.ArgumentParser(
+        prog="python -m trgrpo.train", description="Train and evaluate TR-GRPO runs from a YAML spec"
+    )
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override spec fields")
-    ap.add_argument("--force", action="store_true", help="re-run even when a results file exists")
+    ap.add_argument(
+        "--force", action="store_true", help="re-run from scratch (checkpoints cleared), even when results exist"
+    )
     ap.add_argument("--results", default=str(RESULTS_DIR))
     ap.add_argument("--no-keep-checkpoints", action="store_true", help="delete a run's checkpoints once it is done")
     ap.add_argument("--print-config", action="store_true", help="print the batch layout as JSON and exit")
@@ -61,18 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=None, help="GPUs per run (> 1: each run under accelerate launch)")
     ap.add_argument("--accelerate-config", default="configs/zero2.yaml", help="with --gpus > 1 (7B-8B: zero3.yaml)")
     args = ap.parse_args(argv)
-    overrides = {}
-    for item in args.set:
-        if "=" not in item:
-            ap.error(f"--set expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        overrides[k] = parse_value(v)
-    specs = load_specs(args.config, overrides)
+    world = args.world_size or env_world_size()
+    try:
+        specs = load_specs(args.config, parse_overrides(args.set))
+        rows = [_summary(args.config, i, s, world) for i, s in enumerate(specs)]  # the batch splits on `world`
+    except ConfigError as e:
+        return _refuse(ap, e)
     if args.print_config:
-        from .experiment import env_world_size
-
-        world = args.world_size or env_world_size()
-        rows = [train_config_summary(s, world) for s in specs]
         summary = {k: v for k, v in rows[0].items() if k != "name"}
         differs = sorted({k for r in rows for k, v in r.items() if k != "name" and v != summary.get(k)})
         summary = {k: v for k, v in summary.items() if k not in differs}
@@ -85,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gpus, problem = processes(specs, args.gpus)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return _refuse(ap, problem)
     results = Path(args.results).resolve()  # absolute: launchers may run from another directory
     if gpus is not None:  # this process trains nothing: one process per spec
         try:
@@ -109,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
             continue
         print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
-        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints)
+        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints, resume=not args.force)
     return 0
 
 

@@ -10,9 +10,9 @@
   matching, so a 1 MB completion costs about a millisecond. Answers longer than ``MAX_ANSWER_CHARS`` or nested
   deeper than ``MAX_NESTING`` score 0 (unless equal to the reference as strings). Numbers that would blow up in
   C-level arithmetic (``9^{9^{9}}``, ``100000!``) are refused after parsing, before sympy compares them. Sympy's
-  parse + verify get a wall-clock budget (``timeout_s``, default 1 s) through ``SIGALRM`` with sub-second
-  resolution. Signals only work in the main thread: elsewhere the budget is off and only the caps bound the cost
-  (math-verify's own integer-second alarms are disabled, they would clash with ours).
+  parse + verify get a CPU-time budget of the calling thread (``timeout_s``, default 1 s; a watchdog thread
+  delivers it in any thread), so a verdict does not depend on the machine's load or on a thread pool
+  (math-verify's own integer-second alarms are disabled).
 * Data. Offline arithmetic from reasoning-gym (``basic_arithmetic``, ``chain_sum``) with exact integer answers
   (:func:`generate_math`); local files (:func:`load_math_file`) and the paper's hub datasets
   (:data:`MATH_HUB`, :func:`load_math_hub`: DeepScaleR, Open-Reasoner-Zero, MATH-500, Minerva,

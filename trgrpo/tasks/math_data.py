@@ -103,7 +103,11 @@ def generate_math(n: int, seed: int = 0, task: str = "basic_arithmetic", **confi
 
 
 def math_prompt(record: dict[str, Any]) -> str:
-    """The simple prompt of App. B.1.2 (no chat template): the problem, then ask for a boxed final answer."""
+    """The prompt of a record: the one its data row carried (DeepScaleR's rows end with their own instruction, "Let's
+    think step by step and output the final answer within \\boxed{}."), used as is; otherwise the simple prompt of
+    App. B.1.2 (no chat template): the problem, then :data:`MATH_INSTRUCTION`."""
+    if record.get("prompt"):
+        return str(record["prompt"])
     return f"{str(record['problem']).strip()}\n{MATH_INSTRUCTION}"
 
 
@@ -137,27 +141,45 @@ def _problem_text(value: Any) -> str | None:
     return str(users[-1].get("content", users[-1].get("value", ""))).strip() or None
 
 
+def _prompt_as_is(value: Any) -> str | None:
+    """The text of a row's own prompt, unchanged: a string, or the content of its last user message."""
+    if isinstance(value, str):
+        return value or None
+    try:
+        users = [m for m in as_list(value) if isinstance(m, dict) and m.get("role") == "user"]
+    except TypeError:
+        return None
+    if not users:
+        return None
+    return str(users[-1].get("content") or "") or None
+
+
 def normalize_math_row(row: Any) -> dict[str, str]:
     """One row of a math file as {"problem", "answer"}.
 
-    Reads ``problem``/``question``/``prompt`` (text or messages) and ``answer``/``final_answer``/
-    ``reward_model.ground_truth``; a ``solution`` with a ``\\boxed{}`` gives its last boxed answer. Also reads
+    Reads ``problem``/``question``, else ``prompt`` (text or messages: kept as ``prompt``, used as is), and
+    ``answer``/``final_answer``/``reward_model.ground_truth`` (a list: every form accepted, Minerva's rows); a
+    ``solution`` with a ``\\boxed{}`` gives its last boxed answer. Also reads
     Open-Reasoner-Zero's pairs ``[{"from": "human", "value": q}, {"from": "assistant", "ground_truth": {...}}]``.
     """
     if isinstance(row, (list, tuple)) and len(row) == 2 and all(isinstance(m, dict) for m in row):  # ORZ
         row = {"problem": row[0].get("value"), "answer": row[1].get("ground_truth")}
     if not isinstance(row, dict):
         raise TypeError(f"a math row is a dict, got {type(row).__name__}")
-    problem = _problem_text(first_present(row, ("problem", "question", "prompt")))
+    problem = _problem_text(first_present(row, ("problem", "question")))
+    prompt = None
+    if problem is None:  # a row that carries its prompt (DeepScaleR's verl rows): the prompt as the row has it
+        problem = _problem_text(row.get("prompt"))
+        prompt = _prompt_as_is(row.get("prompt"))
     raw_answer = first_present(row, ("answer", "final_answer", "gold", "target"))
+    if raw_answer is None and isinstance(row.get("reward_model"), dict):
+        raw_answer = row["reward_model"].get("ground_truth")
     answer = _answer_text(raw_answer)
-    if answer is None and isinstance(row.get("reward_model"), dict):
-        answer = _answer_text(row["reward_model"].get("ground_truth"))
     if answer is None and isinstance(row.get("solution"), str):
         answer = extract_boxed_answer(row["solution"], max_chars=10_000) or None
     if problem is None or answer is None:
         raise ValueError(f"a math row needs a problem (problem/question/prompt) and an answer; got keys {sorted(row)}")
-    record = {"problem": problem, "answer": answer}
+    record = {"problem": problem, "answer": answer, **({"prompt": prompt} if prompt else {})}
     forms = gold_forms(raw_answer) if raw_answer is not None and not isinstance(raw_answer, (str, dict)) else ()
     if len(forms) > 1:  # several accepted forms (Minerva): keep them all, the reward accepts any
         record["answers"] = list(forms)

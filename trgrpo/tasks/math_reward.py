@@ -2,7 +2,8 @@
 
 No format term. :func:`math_reward` never raises and always returns 0.0 or 1.0: the answer is found by a bounded
 scan (:mod:`trgrpo.tasks.math_extract`), an exact string match scores at once, and otherwise math-verify compares
-(:mod:`trgrpo.tasks.math_verifier`) under a wall-clock budget (:mod:`trgrpo.tasks.math_budget`).
+(:mod:`trgrpo.tasks.math_verifier`) under a CPU-time budget of the calling thread (:mod:`trgrpo.tasks.math_budget`):
+the verdict does not depend on the machine's load.
 :func:`make_math_reward_func` wraps it as TRL's reward function.
 """
 
@@ -18,7 +19,7 @@ from .math_extract import MAX_NESTING, _normalize, extract_boxed_answer, nesting
 from .math_gold import analyze_gold, gold_forms
 from .math_verifier import _equivalent, warm_up
 
-DEFAULT_TIMEOUT_S = 1.0  # wall-clock budget of sympy's parse + verify per completion (main thread)
+DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (the calling thread's own clock)
 MATH_REWARD_VALUES = frozenset({0.0, 1.0})
 
 logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
@@ -29,7 +30,7 @@ def math_reward(completion: Any, answer: Any, *, timeout_s: float | None = DEFAU
 
     ``answer`` is a string, a number, or a list of accepted forms (any one scores). Never raises and always
     returns 0.0 or 1.0: non-strings, missing/unbalanced/over-long boxes, parse errors, blow-ups and running out
-    of the ``timeout_s`` budget (any thread) all give 0.0. math-verify is loaded and the reference parsed before
+    of the ``timeout_s`` CPU budget (any thread) all give 0.0. math-verify is loaded and the reference parsed before
     the budget starts.
     """
     try:

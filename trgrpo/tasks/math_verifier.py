@@ -4,6 +4,9 @@
 math-verify's (its LaTeX extractor only on the model's text, never the plain-expression one that hands text to
 sympy's ``eval``), or the case- and variable-keeping one. Blow-ups are refused before sympy evaluates
 (:mod:`trgrpo.tasks.math_blowup`); numbers below 0.1 must also agree to a relative tolerance (:data:`REL_TOL`).
+Three readings of math-verify's are guarded here: it compares only the right-hand sides of two equations (so
+``-\\frac{dv}{dt}=f`` passed for ``\\frac{dv}{dt}=f``), it drops the sign of a negated tuple (``-(\\frac14,
+\\frac1{27})``), and its unit removal reads a trailing variable as a unit (``\\frac{1}{m}t``: ``t`` for tonnes).
 :func:`warm_up` runs the whole path once without a budget, so that no budget waits for a lazy import.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -19,7 +23,15 @@ from typing import Any
 from .math_blowup import _is_blowup, _too_large_matrix
 from .math_budget import BudgetExceeded
 from .math_extract import BOXED
-from .math_gold import _math_verify, _sci_to_latex, _strict_parse, _symbol_names, analyze_gold
+from .math_gold import (
+    _bare_letters,
+    _letters,
+    _math_verify,
+    _sci_to_latex,
+    _strict_parse,
+    _symbol_names,
+    analyze_gold,
+)
 
 # Scored once, without a budget, before any budget starts (make_math_reward_func, math_reward): these load what
 # sympy and math-verify import lazily (antlr4's LL1Analyzer, sympy.combinatorics for factoring, assumption
@@ -78,6 +90,25 @@ def _close_enough(gold: Any, pred: Any) -> bool:
     return abs(g - p) <= REL_TOL * big
 
 
+_NEGATED_GROUP = re.compile(r"\s*-\s*(?:\\left\s*)?(?:\(|\[|\\\{|\\lbrace)")
+
+
+def _guards_hold(pred: str, gold: Any, parsed: Any) -> bool:
+    """False where math-verify's yes is wrong: a negated tuple / set / interval (it reads ``-(a, b)`` as ``{a, b}``),
+    or two equations that are not the same up to swapping sides (it compares their right-hand sides only)."""
+    import sympy
+
+    if _NEGATED_GROUP.match(pred) and isinstance(parsed, (sympy.Tuple, sympy.Set, sympy.MatrixBase)):
+        return False
+    if isinstance(gold, sympy.Equality) and isinstance(parsed, sympy.Equality):
+        g, p = gold.lhs - gold.rhs, parsed.lhs - parsed.rhs
+        # a derivative of a plain symbol (dv/dt, v not a function of t) is 0 to sympy: keep each one as a symbol
+        held = {d: sympy.Dummy() for d in g.atoms(sympy.Derivative) | p.atoms(sympy.Derivative)}
+        g, p = g.xreplace(held), p.xreplace(held)
+        return any(sympy.simplify(g - sign * p) == 0 for sign in (1, -1))
+    return True
+
+
 def _first_expr(forms: Iterable[Any]) -> Any:
     import sympy
 
@@ -114,20 +145,28 @@ def _equivalent(pred: str, gold: str) -> bool:
         return False
     if ref.mode == "mv":
         parsed = _parse_guarded_mv(pred)
-        if not parsed or not mv.verify(list(ref.mv), parsed, timeout_seconds=None):
+        if parsed and mv.verify(list(ref.mv), parsed, timeout_seconds=None):
+            gold, expr = _first_expr(ref.mv), _first_expr(parsed)
+            return _guards_hold(pred, gold, expr) and _close_enough(gold, expr)
+        expr = _first_expr(parsed)
+        if ref.strict is None or not _bare_letters(pred) - (_letters(expr) if expr is not None else set()):
             return False
-        return _close_enough(_first_expr(ref.mv), _first_expr(parsed))
+        # the unit removal took a variable of the answer (``\frac{1}{m}t``): read it with its letters kept
     try:  # "strict": the same case- and variable-keeping reading on both sides
-        if _is_blowup(_strict_parse(pred, units=ref.units, evaluate=False)):
+        units = ref.units if ref.mode == "strict" else False
+        if _is_blowup(_strict_parse(pred, units=units, evaluate=False)):
             return False
-        parsed_pred = _strict_parse(pred, units=ref.units)
+        parsed_pred = _strict_parse(pred, units=units)
     except BudgetExceeded:
         raise
     except Exception:
         return False
-    if _symbol_names(parsed_pred) != _symbol_names(ref.strict):  # T is not t, c/sqrt(2) is not 1/sqrt(2)
+    names, gold_names = _symbol_names(parsed_pred), _symbol_names(ref.strict)
+    if ref.mode == "mv":  # math-verify's reading folds case: so does this comparison
+        names, gold_names = {n.lower() for n in names}, {n.lower() for n in gold_names}
+    if names != gold_names:  # T is not t (strict), c/sqrt(2) is not 1/sqrt(2)
         return False
     if not mv.verify([ref.strict], [parsed_pred], timeout_seconds=None):
         return False
-    return _close_enough(ref.strict, parsed_pred)
+    return _guards_hold(pred, ref.strict, parsed_pred) and _close_enough(ref.strict, parsed_pred)
 

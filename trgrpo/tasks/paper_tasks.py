@@ -82,7 +82,9 @@ def _kk_eval(model, tokenizer, records, spec: RunSpec) -> dict:
     return res
 
 
-SAMPLED_MATH_SETS = ("amc", "aime24")  # Section 4.1: avg@16 (and pass@16 for AIME) instead of greedy
+# Section 4.1: avg@16 (and pass@16 for AIME) instead of greedy, for the sets whose name (hub name or file stem, any
+# case) starts so: "aime24", a local "aime.jsonl" or "AIME_2024.parquet", "amc".
+SAMPLED_MATH_SETS = ("amc", "aime")
 
 
 def _load_math_source(source: str, n: int, seed: int) -> list[dict]:
@@ -137,7 +139,7 @@ def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
     for name, records in evals.items():
         if not records:
             continue
-        if name in SAMPLED_MATH_SETS:
+        if name.lower().startswith(SAMPLED_MATH_SETS):
             k = int(opts.get("sampled_k", 16))
             res = tm.evaluate_math_sampled(
                 model,

@@ -114,39 +114,86 @@ def summary_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def load_plan(path: Path) -> tuple[str, list[tuple[Path, bool, dict]]]:
-    import yaml
-
-    spec = yaml.safe_load(Path(path).read_text())
-    if not isinstance(spec, dict) or "notebooks" not in spec:
-        raise ValueError(f"{path}: expected a mapping with a 'notebooks' list")
-    default_smoke = bool(spec.get("smoke", False))
-    plan = []
-    for i, entry in enumerate(spec["notebooks"]):
-        if "notebook" not in entry:
-            raise ValueError(f"{path}: notebooks[{i}] lacks the field 'notebook'")
-        nb = (ROOT / entry["notebook"]) if not Path(entry["notebook"]).is_absolute() else Path(entry["notebook"])
-        if not nb.exists():
-            raise FileNotFoundError(f"{path}: notebooks[{i}].notebook {nb} does not exist")
-        plan.append((nb, bool(entry.get("smoke", default_smoke)), dict(entry.get("parameters", {}))))
-    return str(spec.get("name", Path(path).stem)), plan
+PLAN_KEYS = ("name", "smoke", "notebooks")
+ENTRY_KEYS = ("notebook", "smoke", "parameters")
 
 
-def parse_overrides(items: list[str]) -> dict:
-    """``["STEPS=10", "SEEDS=[0]"]`` -> ``{"STEPS": 10, "SEEDS": [0]}`` (values read as YAML)."""
-    import yaml
+def notebook_parameters(nb: Path) -> set[str]:
+    """The names the notebook's cell tagged ``parameters`` assigns (read, never run); none without such a cell."""
+    import ast
 
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+    import nbformat
+
+    cells = nbformat.read(str(nb), as_version=4).cells
+    cell = next((c for c in cells if "parameters" in c.metadata.get("tags", [])), None)
+    names: set[str] = set()
+    for node in ast.parse(cell.source).body if cell is not None else ():
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:  # NAME = ..., A, B = ...
+            names |= {t.id for t in getattr(target, "elts", [target]) if isinstance(t, ast.Name)}
+    return names
+
+
+def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
+    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` (``--set``) applied to the notebooks
+    that have the parameter. Bad input is a :class:`~trgrpo.pipeline.spec.ConfigError` naming the file and the field:
+    an empty file, unknown fields, no ``notebooks`` list, a missing notebook, and a parameter (or an override) that
+    no parameters cell of the plan's notebooks assigns (papermill would only warn and run the defaults)."""
+    from ..pipeline.records import check_folder_name
+    from ..pipeline.spec import ConfigError, read_config
+
+    path = Path(path)
+    spec = read_config(path, "batch plan")
+    unknown = sorted(set(spec) - set(PLAN_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {unknown}; a batch plan has {list(PLAN_KEYS)}")
+    entries = spec.get("notebooks")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: field 'notebooks' must be a non-empty list of {{notebook, parameters}} entries")
+    if not isinstance(spec.get("smoke", False), bool):
+        raise ConfigError(f"{path}: field 'smoke' must be true or false, got {spec['smoke']!r}")
+    try:
+        name = check_folder_name("name", str(spec.get("name", path.stem)))
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    plan, declared = [], set()
+    for i, entry in enumerate(entries):
+        where = f"{path}: notebooks[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("notebook"), str):
+            raise ConfigError(f"{where} lacks the field 'notebook' (a path), got {entry!r:.80}")
+        unknown = sorted(set(entry) - set(ENTRY_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {unknown}; an entry has {list(ENTRY_KEYS)}")
+        nb = Path(entry["notebook"])
+        nb = nb if nb.is_absolute() else ROOT / nb
+        if not nb.is_file():
+            raise ConfigError(f"{where}.notebook: {nb} does not exist")
+        params = entry.get("parameters") or {}
+        smoke = entry.get("smoke", spec.get("smoke", False))
+        if not isinstance(params, dict) or not isinstance(smoke, bool):
+            raise ConfigError(f"{where}: 'parameters' must be a mapping and 'smoke' true or false")
+        try:
+            known = notebook_parameters(nb)
+        except Exception as e:  # noqa: BLE001 - not a notebook, or a parameters cell that does not parse
+            raise ConfigError(f"{where}.notebook: {nb} is not a readable notebook ({type(e).__name__})") from None
+        bad = sorted(set(params) - known - {"SMOKE"})
+        if bad:
+            raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
+        declared |= known
+        plan.append((nb, smoke, params, known))
+    bad = sorted(set(overrides or {}) - declared - {"SMOKE"})
+    if bad:
+        raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
+    return name, [
+        (nb, smoke, {**params, **{k: v for k, v in (overrides or {}).items() if k in known}})
+        for nb, smoke, params, known in plan
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Execute notebooks with papermill into runs/<name>/")
+    ap = argparse.ArgumentParser(
+        prog="python -m trgrpo.batch", description="Execute notebooks with papermill into runs/<name>/"
+    )
     ap.add_argument("config", help="YAML file listing notebooks and parameters")
     ap.add_argument("--smoke", action="store_true", help="force smoke mode for every notebook")
     from ..pipeline.fullscale import RUNS_DIR
@@ -156,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
     )
     args = ap.parse_args(argv)
-    name, plan = load_plan(Path(args.config))
-    overrides = parse_overrides(args.set)
-    if overrides:
-        plan = [(nb, smoke, {**p, **overrides}) for nb, smoke, p in plan]
+    from ..pipeline.spec import ConfigError, parse_overrides
+
+    try:
+        name, plan = load_plan(Path(args.config), parse_overrides(args.set))
+    except ConfigError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     if args.smoke:
         plan = [(nb, True, p) for nb, _, p in plan]
     rows = run_notebooks(plan, Path(args.runs) / name)
