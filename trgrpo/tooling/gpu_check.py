@@ -283,12 +283,13 @@ class _NvidiaSmi:
         self._thread.join(timeout=5)
 
 
-def _train(spec, results: Path, *, cpu: bool) -> dict:
-    """One run in its own process (``python -m trgrpo.train``), its log in ``results/logs``; its record."""
+def _train(spec, results: Path, *, cpu: bool, force: bool = True) -> dict:
+    """One run in its own process (``python -m trgrpo.train``), its log in ``results/logs``; its record.
+    ``force``: from scratch (checkpoints cleared); ``False`` resumes from the run's newest checkpoint."""
     from ..pipeline.fullscale import launch
 
     logs = results / "logs"
-    return launch([spec], gpus=0 if cpu else 1, results_dir=results, force=True, log_dir=logs, isolate=True)[0]
+    return launch([spec], gpus=0 if cpu else 1, results_dir=results, force=force, log_dir=logs, isolate=True)[0]
 
 
 def _summary(rec: dict) -> dict:
@@ -393,7 +394,7 @@ def check_resume(spec, results: Path, *, cpu: bool) -> dict:
         out.update(ok=False, error=f"the run exited with code {exit_before_kill} before the kill (log {log})")
         return out
     killed_at = sorted(int(c.name.split("-")[-1]) for c in ckpt_dir.glob("checkpoint-*"))
-    rec = _train(spec, results, cpu=cpu)
+    rec = _train(spec, results, cpu=cpu, force=False)  # the restart resumes (--force would start over)
     resumed = rec.get("resumed_from")
     ok = proc.returncode == -signal.SIGKILL and bool(resumed) and 0 < _step(resumed) < spec.steps
     ok = ok and len(rec["history"]) == spec.steps and rec["steps_run"] == spec.steps - _step(resumed)
