@@ -198,3 +198,26 @@ def test_grid_specs_go_seed_by_seed_with_the_arms_settings():
     specs = lm_science.grid_specs(plan)
     assert [s.name for s in specs] == ["grpo-seed0", "tr-seed0", "grpo-seed1", "tr-seed1"]
     assert [s.placement for s in specs[:2]] == ["ratio", "surrogate"] and {s.group for s in specs} == {"lm/x"}
+
+
+def _stress_record(arm, seed, rewards, accs):
+    hist = [{"step": i + 1, "rewards/arith_answer_reward/mean": r} for i, r in enumerate(rewards)]
+    evals = [{"step": s, "accuracy": a} for s, a in zip((0, 30, 60), accs)]
+    return {"name": f"{arm}-seed{seed}", "seed": seed, "history": hist, "eval_history": evals}
+
+
+def test_collapse_rule_and_stress_summary_by_hand():
+    from trgrpo.results import lm_science
+
+    rule = {"final_below_start": True, "reward_floor": 0.05, "floor_steps": 10}
+    floor = [0.3] * 5 + [0.0] * 10 + [0.3] * 5  # steps 6-15 at the floor
+    assert lm_science.collapse_step(_stress_record("x", 0, floor, [0.2, 0.3, 0.4]), rule) == 6
+    nine = [0.3] * 5 + [0.0] * 9 + [0.3] * 6  # nine steps only: no floor collapse
+    assert lm_science.collapse_step(_stress_record("x", 0, nine, [0.2, 0.3, 0.4]), rule) is None
+    assert lm_science.collapse_step(_stress_record("x", 0, nine, [0.2, 0.3, 0.19]), rule) == 60
+    ok, bad = [0.3] * 20, [0.0] * 20
+    recs = [_stress_record("grpo", s, bad, [0.2, 0, 0]) for s in range(4)]
+    recs += [_stress_record("tr", s, ok, [0.2, 0.3, 0.4]) for s in range(4)]
+    out = lm_science.stress_summary(recs, {"collapse": rule})
+    assert out["collapsed"] == {"tr": 0, "grpo": 4} and out["only grpo"] == 4 and out["both"] == 0
+    assert out["fisher_p"] == pytest.approx(2 / 70)  # 4 of 4 vs 0 of 4: the most extreme of 70 tables, both tails

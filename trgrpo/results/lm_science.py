@@ -1,0 +1,67 @@
+"""The real-LM experiment's numbers (SmolLM2-135M-Instruct on small arithmetic; runs by
+:mod:`trgrpo.pipeline.lm_science`): the stage-0 calibration table and the stress arm's collapse counts, each judged
+by the rule its committed plan states."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+ANSWER_REWARD = "rewards/arith_answer_reward/mean"
+
+
+def stage0_rows(decision: dict) -> list[dict[str, Any]]:
+    """One row per stage-0 candidate: sampled accuracy and the share of tokens strictly between L and U before and
+    after the GRPO probe, greedy held-out accuracy before and after, and whether the plan's rule accepts it."""
+    return [
+        {
+            "candidate": c["id"],
+            "sampled accuracy before → after": (c["before"]["sampled_accuracy"], c["after"]["sampled_accuracy"]),
+            "L < w < U before → after": (c["before"]["share_between"], c["after"]["share_between"]),
+            "w = U before → after": (c["before"]["share_at_upper"], c["after"]["share_at_upper"]),
+            "greedy accuracy before → after": tuple(c["greedy_accuracy"]),
+            "s / step": c["seconds_per_step"],
+            "accepted": c["accepted"],
+        }
+        for c in decision["candidates"]
+    ]
+
+
+def collapse_step(record: dict, rule: dict) -> int | None:
+    """The step at which a run has collapsed by the plan's ``rule``, None if it has not: the first step of
+    ``rule["floor_steps"]`` consecutive steps with answer reward <= ``rule["reward_floor"]``, else (with
+    ``final_below_start``) the last step when the final held-out accuracy is below the one before the first step."""
+    run = 0
+    for h in record["history"]:
+        run = run + 1 if h[ANSWER_REWARD] <= rule["reward_floor"] else 0
+        if run == rule["floor_steps"]:
+            return h["step"] - rule["floor_steps"] + 1
+    evals = record["eval_history"]
+    if rule.get("final_below_start") and evals[-1]["accuracy"] < evals[0]["accuracy"]:
+        return evals[-1]["step"]
+    return None
+
+
+def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr", control: str = "grpo") -> dict:
+    """Collapses k of n per arm over the seed pairs both arms have, pairs where both or neither collapsed (ties)
+    apart, and Fisher's exact test (two-sided) on the 2x2 table of arm x collapsed."""
+    from scipy.stats import fisher_exact
+
+    by = {(r["name"].rsplit("-seed", 1)[0], r["seed"]): r for r in records}
+    seeds = sorted(s for a, s in by if a == treatment and (control, s) in by)
+    rule = plan["collapse"]
+    col = {arm: [collapse_step(by[(arm, s)], rule) is not None for s in seeds] for arm in (treatment, control)}
+    k_t, k_c, n = sum(col[treatment]), sum(col[control]), len(seeds)
+    pairs = list(zip(col[treatment], col[control]))
+    p = fisher_exact([[k_t, n - k_t], [k_c, n - k_c]])[1] if n else float("nan")
+    return {
+        "seeds": seeds,
+        "collapsed": {treatment: k_t, control: k_c},
+        "n": n,
+        "both": sum(t and c for t, c in pairs),
+        "neither": sum(not t and not c for t, c in pairs),
+        f"only {treatment}": sum(t and not c for t, c in pairs),
+        f"only {control}": sum(c and not t for t, c in pairs),
+        "collapse_steps": {f"{a}-seed{s}": collapse_step(by[(a, s)], plan["collapse"]) for a, s in sorted(by)},
+        "fisher_p": float(p),
+    }
