@@ -44,10 +44,10 @@ ARMS: dict[str, dict] = {
     "tr_norm-surrogate": dict(scheme="tr_norm", placement="surrogate"),
     "reverse-surrogate": dict(scheme="reverse", placement="surrogate"),
     # added after the first five arms had run (issue 22), so that Table 4 has all its rows; same plan and seeds
-    "random-surrogate": dict(scheme="random", placement="surrogate"),
+    "random": dict(scheme="random", placement="surrogate"),  # run_label names it "random" (no placement)
 }
 ADDED_ARMS = {
-    "random-surrogate": "added after the first five arms' results (so that Table 4 has all its rows): same task, "
+    "random": "added after the first five arms' results (so that Table 4 has all its rows): same task, "
     "steps, evaluations and seeds; the Holm family of the controls grows to every arm compared with GRPO",
 }
 BASELINE = "equal"

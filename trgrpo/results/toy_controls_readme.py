@@ -27,6 +27,7 @@ ARM_TEXT = {
     "const-surrogate": "const (scale only)",
     "tr_norm-surrogate": "tr_norm (regulation only)",
     "reverse-surrogate": "Reverse",
+    "random": "Random (surrogate)",
 }
 
 
@@ -75,7 +76,12 @@ def strength(row: dict) -> str:
         return "evidence"
     if p < 0.1:
         return "weak evidence"
-    return f"no evidence of a difference; MDE {num(row['mde'])}"
+    return f"no evidence of a difference; MDE {num(mde(row))}"
+
+
+def mde(row: dict) -> float | None:
+    """The detectable effect at the level the Holm-adjusted test uses (alpha / m; the 5 % one where no family)."""
+    return row.get("mde_family", row.get("mde"))
 
 
 def fmt_delta(row: dict) -> str:
@@ -100,8 +106,10 @@ def arm_text(arm: str) -> str:
 
 def controls_table(summary: dict) -> str:
     """The summary's rows as a markdown table."""
+    m = max((r.get("family_size", 1) for r in summary["rows"] if "delta_vs_equal" in r), default=1)
     lines = [
-        "| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | MDE (80 % power) |",
+        f"| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | "
+        f"MDE (80 % power, α = 0.05/{m}) |",
         "|---|---:|---:|---|---:|---:|---|---:|",
     ]
     for r in summary["rows"]:
@@ -110,7 +118,7 @@ def controls_table(summary: dict) -> str:
                 f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | "
                 f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
                 f"{num(r['p'], '.2g')} | "
-                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(r['mde'])} |"
+                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(mde(r))} |"
             )
         else:
             lines.append(f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
@@ -123,19 +131,19 @@ def _made_of(rows: dict) -> str:
     if not (scale and reg and tr):
         return "not decided (an arm is missing)"
     cs, cr, ct = classify(scale), classify(reg), classify(tr)
-    mde = max((x for x in (scale["mde"], reg["mde"], tr["mde"]) if x is not None), default=math.nan)
+    mde_ = max((x for x in (mde(scale), mde(reg), mde(tr)) if x is not None), default=math.nan)
     n = tr["n_pairs"]
     parts = [name for name, c in (("scale", cs), ("regulation", cr)) if c != "no detectable difference"]
     if not parts and ct == "no detectable difference":
         return (
             f"neither: TR (surrogate) itself shows no detectable difference from GRPO, and neither does its scale "
             f"alone (const) or its regulation alone (tr_norm); at n = {n} seeds an effect smaller than about "
-            f"{num(mde)} would go unseen"
+            f"{num(mde_)} would go unseen (80 % power at the Holm level α = 0.05 / {tr.get('family_size', 1)})"
         )
     if not parts:
         return (
             f"undecided: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
-            f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde)} at n = {n})"
+            f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde_)} at n = {n})"
         )
     return (
         " and ".join(parts)
@@ -192,6 +200,16 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
             f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
             f"**What TR-GRPO's effect at this scale is made of: {_made_of(rows)}.**"
         )
+        clip = clip_of(load_group(CONTROLS_GROUP, results_dir), "equal")
+        if clip["n_steps"]:
+            out.append(
+                f"- **What this optimiser setting can test.** The gradient is clipped to norm "
+                f"{clip['max_grad_norm']:g} before each AdamW step; GRPO's pre-clip norm was above it on "
+                f"{clip['share_clipped']:.1%} of its {clip['n_steps']} steps (median {clip['median_norm']:.2g}), and "
+                "AdamW divides by a running gradient scale as well. A constant rescaling of the loss is therefore "
+                "undone by construction: `const` cannot show a scale effect here, and \"neither scale nor "
+                "regulation\" is a statement about this optimiser setting, not about TR-GRPO's weights in general."
+            )
     kl = _read(KL_GROUP, "summary", results_dir)
     if kl:
         out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl))
@@ -203,6 +221,23 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
     )
     out.append(reading1 + ("τ sweep under σ(τ·p): " + tau_sentence(tau) if tau else "The τ sweep has not run yet."))
     return "\n".join(out)
+
+
+def config_max_grad_norm() -> float:
+    """The gradient-clipping norm every run used: :class:`~trgrpo.core.trainer.TRGRPOConfig`'s default (no spec of
+    the toy or the SmolLM2 runs sets another)."""
+    import dataclasses
+
+    from ..core.trainer import TRGRPOConfig
+
+    return float(next(f.default for f in dataclasses.fields(TRGRPOConfig) if f.name == "max_grad_norm"))
+
+
+def clip_of(records: list[dict], arm: str | None = None) -> dict:
+    """:func:`trgrpo.results.analysis.clip_share` of the records of ``arm`` (all when None) at the runs' clip norm."""
+    from .analysis import clip_share
+
+    return clip_share([r for r in records if arm is None or _label(r) == arm], config_max_grad_norm())
 
 
 def weight_range_divide() -> tuple[float, float]:
