@@ -30,6 +30,8 @@ from ..results.toy_controls_readme import (
     README_START,
     arm_text,
     classify,
+    clip_of,
+    config_max_grad_norm,
     controls_table,
     delta_text,
     fmt_delta,
@@ -160,6 +162,8 @@ __all__ = [
     "kl_sentence",
     "tau_sentence",
     "update_readme",
+    "clip_of",
+    "config_max_grad_norm",
 ]
 
 if __name__ == "__main__":

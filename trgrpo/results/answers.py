@@ -103,9 +103,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("Table 3", "TR-GRPO beats GRPO in exact match on agentic search (one-hop and multi-hop QA)",
           "papermill notebooks/07_agentic_search.ipynb out.ipynb (full-scale parameters, GPU server)"),
     Claim("Table 4", "TR weights beat equal, random and reverse weights: the probability-aware direction matters",
-          "python -m trgrpo.batch experiments/kk_qwen3b.yaml (schemes equal/tr/reverse/random, seeds 0-2)"),
+          "python -m trgrpo.batch experiments/kk_qwen3b_table4.yaml"),
     Claim("Table 7", "accuracy rises with tau up to tau = 9, and tau = 0.5 scores as GRPO",
-          "python -m trgrpo.batch experiments/kk_qwen3b.yaml (tau sweep of notebook 05)"),
+          "python -m trgrpo.batch experiments/kk_qwen3b_table7.yaml"),
     Claim("Table 8", "TR-GRPO costs little: +5-6 % training time, no extra GPU memory",
           "make bench (on the GPU server, with the full-scale model)"),
     Claim("Figure 1", "high-probability tokens are structural (operators, brackets, names); low ones carry reasoning",
@@ -486,7 +486,22 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
         if not runs:
             out.append({"runs": what, "folder": f"results/toy/{sub}/", "result": NOT_RUN, "scale": "—"})
             continue
-        groups = toy.group_runs(runs)
+        if sub == "lm":  # two seeds per scheme: run by run, before -> after, no mean that would invite a ranking
+            parts = [f"{toy.run_label(r)} seed {r['seed']}: greedy accuracy "
+                     f"{(r.get('initial') or {}).get('accuracy', math.nan):.2f} → "
+                     f"{r['final'].get('accuracy', math.nan):.2f}" for r in sorted(runs, key=lambda r: (
+                         toy.run_label(r), r["seed"]))]
+            out.append({"runs": what, "folder": f"results/toy/{sub}/", "result": "; ".join(parts),
+                        "scale": _scale_of(runs)})
+            continue
+        if sub == "kl":  # each KL weighting at each beta apart (they share the run label tr-surrogate)
+            from .toy_controls_summary import kl_label
+
+            groups: dict[str, list[dict]] = {}
+            for r in runs:
+                groups.setdefault(kl_label(r), []).append(r)
+        else:
+            groups = toy.group_runs(runs)
         parts = []
         for label, rs in sorted(groups.items()):
             vals = [final_metric(r, "greedy_accuracy") if "greedy_accuracy" in r["final"]
