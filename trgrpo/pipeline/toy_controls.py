@@ -35,6 +35,7 @@ from ..results.toy_controls_readme import (
     controls_table,
     delta_text,
     fmt_delta,
+    kl_grip,
     kl_sentence,
     num,
     strength,
@@ -164,6 +165,7 @@ __all__ = [
     "update_readme",
     "clip_of",
     "config_max_grad_norm",
+    "kl_grip",
 ]
 
 if __name__ == "__main__":

@@ -212,7 +212,7 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
             )
     kl = _read(KL_GROUP, "summary", results_dir)
     if kl:
-        out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl))
+        out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl, results_dir))
     tau = _read(TAU_GROUP, "summary", results_dir)
     lo, hi = weight_range_divide()
     reading1 = (
@@ -257,7 +257,7 @@ def _zero_pos(results_dir) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
-def kl_sentence(kl: dict) -> str:
+def kl_sentence(kl: dict, results_dir: Path | str | None = None) -> str:
     parts = []
     for beta, block in sorted(kl["by_beta"].items(), key=lambda kv: -float(kv[0])):
         kr = {r["arm"]: r for r in block["kl_steps_41_60"]}
@@ -285,6 +285,16 @@ def kl_sentence(kl: dict) -> str:
             f"How much grip the KL term has at all: the same KL under eq10 is {num(means[(hi_b, 'eq10')], '.2g')} "
             f"at β = {hi_b} and {num(means[(lo_b, 'eq10')], '.2g')} at β = {lo_b}"
         )
+    grip = kl_grip(results_dir)
+    if grip is not None and grip["n"] >= 2:
+        lo, hi = grip["ci"]
+        held = lo <= 0 <= hi
+        parts.append(
+            f"Raising β from {lo_b} to {hi_b} moved eq10's KL by {num(grip['mean_diff'], '+.3f')} "
+            f"[{num(lo, '+.3f')}, {num(hi, '+.3f')}] (95 % t-interval, {grip['n']} paired seeds)"
+            + (": the KL term had no detectable grip on the policy at either β, so these runs cannot tell the three "
+               "readings apart" if held else "")
+        )
     text = ". ".join(parts) + (
         ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every weighted "
         "token's probability above the reference instead of back to it"
@@ -299,6 +309,21 @@ def kl_sentence(kl: dict) -> str:
             else f"; at β = {max(KL_BETAS):g} the runs show no detectable difference in the plain KL from Eq. 6"
         )
     return text + "."
+
+
+def kl_grip(results_dir: Path | str | None = None) -> dict | None:
+    """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
+    beta on the same seeds (:func:`trgrpo.results.analysis.paired_t`); None when either arm has no record."""
+    from .analysis import paired_t
+    from .toy_controls_summary import kl_arms, kl_window
+
+    arms = kl_arms(results_dir)
+    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(KL_BETAS):g}", {}).get("eq10", [])}
+    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(KL_BETAS):g}", {}).get("eq10", [])}
+    seeds = sorted(set(hi) & set(lo))
+    if not seeds:
+        return None
+    return paired_t([hi[s] for s in seeds], [lo[s] for s in seeds])
 
 
 def tau_sentence(tau: dict) -> str:
