@@ -38,6 +38,7 @@ from ..results.toy_controls_readme import (
     kl_grip,
     kl_sentence,
     num,
+    row_mde,
     strength,
     tau_sentence,
     update_readme,
@@ -166,6 +167,7 @@ __all__ = [
     "clip_of",
     "config_max_grad_norm",
     "kl_grip",
+    "row_mde",
 ]
 
 if __name__ == "__main__":

@@ -76,10 +76,10 @@ def strength(row: dict) -> str:
         return "evidence"
     if p < 0.1:
         return "weak evidence"
-    return f"no evidence of a difference; MDE {num(mde(row))}"
+    return f"no evidence of a difference; MDE {num(row_mde(row))}"
 
 
-def mde(row: dict) -> float | None:
+def row_mde(row: dict) -> float | None:
     """The detectable effect at the level the Holm-adjusted test uses (alpha / m; the 5 % one where no family)."""
     return row.get("mde_family", row.get("mde"))
 
@@ -118,7 +118,7 @@ def controls_table(summary: dict) -> str:
                 f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | "
                 f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
                 f"{num(r['p'], '.2g')} | "
-                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(mde(r))} |"
+                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(row_mde(r))} |"
             )
         else:
             lines.append(f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
@@ -131,7 +131,7 @@ def _made_of(rows: dict) -> str:
     if not (scale and reg and tr):
         return "not decided (an arm is missing)"
     cs, cr, ct = classify(scale), classify(reg), classify(tr)
-    mde_ = max((x for x in (mde(scale), mde(reg), mde(tr)) if x is not None), default=math.nan)
+    mde_ = max((x for x in (row_mde(scale), row_mde(reg), row_mde(tr)) if x is not None), default=math.nan)
     n = tr["n_pairs"]
     parts = [name for name, c in (("scale", cs), ("regulation", cr)) if c != "no detectable difference"]
     if not parts and ct == "no detectable difference":
