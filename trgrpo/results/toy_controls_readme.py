@@ -173,7 +173,7 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
         f"(same warm start, same data order); primary metric fixed before the runs: {s['primary_metric']}. "
         f"Paired t-tests against GRPO, Holm over the {len(rows) - 1} arms; CPU time of the grid "
         f"{cpu_min:.0f} min (one thread, shared 2-core VM; commit {commits}, clean tree: "
-        f"{s['provenance']['dirty'] == ['False']}).",
+        f"{s['provenance']['dirty'] == ['False']})." + _added(results_dir),
         "",
         controls_table(s),
         "",
@@ -221,6 +221,14 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
     )
     out.append(reading1 + ("τ sweep under σ(τ·p): " + tau_sentence(tau) if tau else "The τ sweep has not run yet."))
     return "\n".join(out)
+
+
+def _added(results_dir) -> str:
+    """The arms the plan says were added after the first results (a sentence, or "" when none)."""
+    plan = _read(CONTROLS_GROUP, "plan", results_dir) or {}
+    added = [arm_text(a) for a in plan.get("added_arms", {})]
+    return (f" Added after the first five arms' results, with the same plan and seeds: {', '.join(added)}."
+            if added else "")
 
 
 def config_max_grad_norm() -> float:
