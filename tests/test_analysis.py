@@ -208,3 +208,15 @@ def test_min_detectable_effect():
 
 def test_sign_count_ties_apart():
     assert an.sign_count([0.1, -0.2, 0.0, 0.3]) == "2 higher, 1 lower, 1 tie of 4"
+
+
+def test_clip_share_and_family_alpha():
+    recs = [{"history": [{"grad_norm": 0.5}, {"grad_norm": 3.0}]}, {"history": [{"grad_norm": 2.0}, {"loss": 1.0}]}]
+    out = an.clip_share(recs, 1.0)
+    assert out == {"n_steps": 3, "share_clipped": pytest.approx(2 / 3), "median_norm": 2.0, "max_grad_norm": 1.0}
+    assert math.isnan(an.clip_share([], 1.0)["share_clipped"])
+    assert an.family_alpha(5) == pytest.approx(0.01)
+    with pytest.raises(ValueError):
+        an.family_alpha(0)
+    # the MDE at the Holm level is larger than at 5 %
+    assert an.min_detectable_effect(0.02, 12, alpha=an.family_alpha(5)) > an.min_detectable_effect(0.02, 12)

@@ -218,7 +218,8 @@ def test_figure1_is_judged_from_notebook04s_record():
     rec = json.loads((RESULTS / "notebooks" / "04_token_probabilities.json").read_text())
     row = next(r for r in answers.verdicts(RESULTS) if r["claim"] == "Figure 1")
     tok = rec["claim"]["token"]
-    assert row["verdict"] == answers.judge(*tok["difference_ci"], None) != answers.NOT_RUN
+    ci = rec["cluster"]["token"]["ci"] if "cluster" in rec else tok["difference_ci"]
+    assert row["verdict"] == answers.judge(*ci, None) != answers.NOT_RUN and row["judged"]["ci"] == list(ci)
     assert f"{tok['k_high']}/{tok['n_high']}" in row["our evidence"] and "exploratory" in row["our evidence"]
 
 
@@ -246,3 +247,24 @@ def test_committed_headline_of_08_is_what_the_current_code_writes():
     for key, judged in rec["judged"].items():
         row = next(r for r in rows if f"{r['claim']}: {r['part']}" == key)
         assert judged["ci"] == pytest.approx(row["judged"]["ci"]) and judged["verdict"] == row["verdict"]
+
+
+def test_prompt_bootstrap_resamples_prompts():
+    """Figure 1's cluster bootstrap: whole prompts are resampled; a structural token that only one prompt's
+    samples carry at the high end gives a wide interval, and the observed difference is the plain count's."""
+    from trgrpo.results import token_stats as ts
+
+    rng = np.random.default_rng(0)
+    texts, probs, comp = [], [], []
+    words = [" (", " +", " Zoey", " the", " says", " so", " then", " is", " a", " that"]
+    for c in range(20):  # 5 prompts x 4 samples
+        for w in words:
+            texts.append(w)
+            probs.append(float(rng.uniform(0.6, 0.9) if w in (" (", " +") else rng.uniform(0.1, 0.5)))
+            comp.append(c)
+    occ = ts.TokenOccurrences([0] * len(texts), texts, probs, comp)
+    out = ts.prompt_bootstrap(occ, 4, n_boot=50, min_count=1, end_share=0.3, top_k=3, names=["Zoey"])
+    assert set(out) == {"token", "word"} and out["token"]["n_prompts"] == 5 and out["token"]["level"] == 0.975
+    assert out["token"]["difference"] == ts.figure1_difference(occ, "token", min_count=1, end_share=0.3, top_k=3,
+                                                               names=["Zoey"]) > 0
+    assert out["token"]["ci"][0] <= out["token"]["ci95"][0] <= out["token"]["ci95"][1] <= out["token"]["ci"][1]

@@ -440,15 +440,24 @@ def figure1(claim: Claim, root: Path) -> dict:
                 f"{c['p_fisher_greater']:.2g} (Holm over the levels {p_adj[k]:.2g})")
 
     tok = levels["token"]
-    verdict = judge(*tok["difference_ci"], None)
+    cluster = rec.get("cluster") or {}
+    # the verdict's interval: the prompt-level cluster bootstrap at Holm's first step over the two levels when the
+    # record has it, else the Newcombe interval of the count (items as if independent)
+    ci = cluster["token"]["ci"] if "token" in cluster else tok["difference_ci"]
+    verdict = judge(*ci, None)
     evidence = part("token") + " — the planned test"
+    if cluster:
+        evidence += ("; with the prompt as the unit (cluster bootstrap over "
+                     f"{cluster['token']['n_prompts']} prompts, {cluster['token']['n_boot']} resamples, "
+                     f"{cluster['token']['level']:.1%} intervals): "
+                     + ", ".join(f"{k}s [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]" for k, c in cluster.items()))
     if "word" in levels:
         evidence += ("; " + part("word") + " — exploratory: the word level and the one-third ends were added after "
                      "the token-level result came out null, and the items are word types from one sample of "
                      f"{rec.get('n_prompts')} prompts (the prompt, not the type, is the unit of independence)")
     return _row(claim, verdict, f"weak (one small model, {rec.get('n_tokens')} tokens, {rec.get('n_prompts')} "
                 f"prompts)", evidence, f"{rec.get('model')}, {rec.get('n_tokens')} tokens, CPU", part="planned: tokens",
-                judged={"ci": list(tok["difference_ci"]), "paper_effect": None, "verdict": verdict})
+                judged={"ci": list(ci), "paper_effect": None, "verdict": verdict})
 
 
 EVALUATORS: dict[str, Callable[[Claim, Path], dict]] = {
