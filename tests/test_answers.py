@@ -166,7 +166,7 @@ def test_table4_parts_recomputed_from_the_records():
         c = row["judged"]
         assert c["delta"] == pytest.approx(d, abs=1e-12) and c["ci"] == pytest.approx([lo, hi], abs=1e-9)
         assert c["paper_effect"] == pytest.approx(margin) and row["verdict"] == _rule(lo, hi, margin), row
-        assert f"{lo:+.3f}, {hi:+.3f}" in row["our evidence"] and "toy" in row["scale"]
+        assert f"{lo:+.4f}, {hi:+.4f}" in row["our evidence"] and "toy" in row["scale"]
 
 
 def test_table7_parts_recomputed_from_the_records():

@@ -304,7 +304,7 @@ def _toy_scale(root: Path, group: str, n: int) -> str:
 
 def _judged_text(c: dict) -> str:
     return (f"Δ {c['delta']:+.3f}, 95 % [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], at {c['level']:.1%}: "
-            f"[{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}] vs the paper's {c['paper_effect']:+.2f}; Holm p "
+            f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] vs the paper's {c['paper_effect']:+.2f}; Holm p "
             f"{c['p_holm']:.2g}; {c['higher']} higher / {c['lower']} lower / {c['ties']} tied")
 
 
