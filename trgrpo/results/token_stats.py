@@ -29,7 +29,8 @@ _LOGIC_WORDS = {"knight", "knave", "not", "and", "or", "if", "then", "iff", "tru
 
 @dataclass
 class TokenOccurrences:
-    """Per sampled completion token: its id, its text, pi_theta(o_t) and the index of its completion."""
+    """Per sampled completion token: its id, its text, pi_theta(o_t) and the index of its completion (completions
+    numbered prompt by prompt, ``samples_per_prompt`` each, so ``completion // samples_per_prompt`` is the prompt)."""
 
     token_ids: list[int]
     texts: list[str]
@@ -85,8 +86,10 @@ def sample_token_probabilities(
             logp = torch.log_softmax(logits / temperature, dim=-1)
             comp = seqs[:, prompt_len:]
             tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
-        for row_ids, row_lp in zip(comp.tolist(), tok_logp.tolist()):
-            row = (out.completion[-1] + 1) if out.completion else 0
+        for j, (row_ids, row_lp) in enumerate(zip(comp.tolist(), tok_logp.tolist())):
+            # the completion's own index (prompt start + j // samples_per_prompt), also for an empty completion: the
+            # prompt of a token is completion // samples_per_prompt (the unit of prompt_bootstrap)
+            row = start * samples_per_prompt + j
             for tid, lp in zip(row_ids, row_lp):
                 if tid == tokenizer.pad_token_id:
                     break
@@ -529,6 +532,7 @@ def prompt_bootstrap(
     n_boot: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
+    n_prompts: int | None = None,
     **rank: Any,
 ) -> dict[str, dict[str, Any]]:
     """Figure 1's count with the prompt as the unit of independence: a cluster bootstrap that resamples the
@@ -536,12 +540,13 @@ def prompt_bootstrap(
 
     Per level: the observed difference, the bootstrap's percentile interval at 1 - alpha / m (Bonferroni over the
     m levels, the level of Holm's first step; with tens of prompts the percentile interval is a fair one) and at
-    95 %, the one-sided share of resamples at or below 0, and the number of prompts. The category lists are those of
+    95 %, the one-sided share of resamples at or below 0, and the number of prompts (``n_prompts``, default: the
+    highest prompt index seen + 1). The category lists are those of
     :func:`classify_token`, fixed; ``rank`` goes to :func:`figure1_difference`."""
     import numpy as np
 
     prompt = [c // samples_per_prompt for c in occ.completion]
-    n_prompts = max(prompt) + 1 if prompt else 0
+    n_prompts = n_prompts if n_prompts is not None else (max(prompt) + 1 if prompt else 0)
     by_prompt: list[list[int]] = [[] for _ in range(n_prompts)]
     for i, p in enumerate(prompt):
         by_prompt[p].append(i)
