@@ -29,19 +29,23 @@ def test_paired_comparison_by_hand():
     assert lo == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-4) and hi == pytest.approx(
         2 + 4.302653 / math.sqrt(3), abs=1e-4
     )
-    blo, bhi = out["boot_ci"]
-    assert 1.0 <= blo <= 2.0 <= bhi <= 3.0
-    assert (out["wins"], out["losses"]) == (3, 0)
-    assert an.fmt_paired(out, 1).startswith("+2.0 [")
+    assert "boot_ci" not in out  # no percentile bootstrap at the n of a seed grid
+    assert (out["wins"], out["losses"], out["ties"]) == (3, 0, 0)
+    assert an.fmt_paired(out, 1) == f"+2.0 [{lo:+.1f}, {hi:+.1f}], p=0.074 (3/3 up)"
     with pytest.raises(ValueError, match="same length"):
         an.paired_comparison([1, 2], [1])
 
 
-def test_paired_comparison_degenerate():
+def test_paired_comparison_degenerate_follows_paired_t():
+    """One convention for the degenerate case (every difference equal), the same in both functions."""
     out = an.paired_comparison([1.0, 1.0], [1.0, 1.0])
-    assert out["mean_diff"] == 0 and out["p_value"] == 1.0 and out["boot_ci"] == (0.0, 0.0)
-    out = an.paired_comparison([2.0, 3.0], [1.0, 2.0])  # a constant shift: no spread, no t-test
-    assert out["mean_diff"] == 1.0 and math.isnan(out["p_value"]) and "p=n/a" in an.fmt_paired(out)
+    assert out["mean_diff"] == 0 and out["p_value"] == 1.0 and out["t_ci"] == (0.0, 0.0)
+    out = an.paired_comparison([2.0, 3.0], [1.0, 2.0])  # a constant shift: no spread, the interval is the point
+    t = an.paired_t([2.0, 3.0], [1.0, 2.0])
+    assert out["mean_diff"] == 1.0 and out["p_value"] == t["p"] == 0.0 and out["t_ci"] == t["ci"] == (1.0, 1.0)
+    assert an.fmt_paired(out) == "+1.000 [+1.000, +1.000], p=0 (2/2 up)"
+    one = an.paired_comparison([1.0], [0.0])
+    assert math.isnan(one["p_value"]) and "p=n/a" in an.fmt_paired(one)
 
 
 def test_bootstrap_ci():
@@ -155,7 +159,7 @@ def test_comparison_table_pairs_by_seed():
     rows = an.comparison_table(groups, {"acc": an.final_metric}, compare="acc", digits=2, order=["equal", "tr"])
     assert rows[0] == {"run": "equal", "n": 3, "acc": "0.60 ± 0.10"}
     assert rows[1]["n"] == 2 and rows[1]["acc"] == "0.70 ± 0.14"
-    assert rows[1]["Δ acc vs equal [95% CI]"].startswith("+0.15 [")  # seeds 0, 1 only: (0.1 + 0.2) / 2
+    assert rows[1]["Δ acc vs equal [95% t-interval]"].startswith("+0.15 [")  # seeds 0, 1 only: (0.1 + 0.2) / 2
     t, c, seeds = an.paired_by_seed(groups["tr"], groups["equal"], an.final_metric)
     assert seeds == [0, 1] and t == [0.6, 0.8] and c == [0.5, 0.6]
     assert an.history_mean(groups["tr"][0], "reward") == 0.5
@@ -204,3 +208,15 @@ def test_min_detectable_effect():
 
 def test_sign_count_ties_apart():
     assert an.sign_count([0.1, -0.2, 0.0, 0.3]) == "2 higher, 1 lower, 1 tie of 4"
+
+
+def test_clip_share_and_family_alpha():
+    recs = [{"history": [{"grad_norm": 0.5}, {"grad_norm": 3.0}]}, {"history": [{"grad_norm": 2.0}, {"loss": 1.0}]}]
+    out = an.clip_share(recs, 1.0)
+    assert out == {"n_steps": 3, "share_clipped": pytest.approx(2 / 3), "median_norm": 2.0, "max_grad_norm": 1.0}
+    assert math.isnan(an.clip_share([], 1.0)["share_clipped"])
+    assert an.family_alpha(5) == pytest.approx(0.01)
+    with pytest.raises(ValueError):
+        an.family_alpha(0)
+    # the MDE at the Holm level is larger than at 5 %
+    assert an.min_detectable_effect(0.02, 12, alpha=an.family_alpha(5)) > an.min_detectable_effect(0.02, 12)

@@ -7,7 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from trgrpo.results import answers
 
@@ -19,6 +21,9 @@ NINE = ["Theorem 3.1", "Theorem 3.2", "Table 1", "Table 2", "Table 3", "Table 4"
 def test_nine_claims_each_with_a_command():
     assert [c.name for c in answers.CLAIMS] == NINE
     assert all(c.command and c.says for c in answers.CLAIMS)
+    for c in answers.CLAIMS:  # a command names a plan that exists
+        plan = next((w for w in c.command.split() if w.startswith("experiments/")), None)
+        assert plan is None or (ROOT / plan).exists(), c
 
 
 def test_without_records_every_claim_says_not_run_yet(tmp_path):
@@ -32,7 +37,7 @@ def test_without_records_every_claim_says_not_run_yet(tmp_path):
 
 def test_committed_records_give_a_verdict_with_scale():
     rows = answers.verdicts(RESULTS)
-    assert [r["claim"] for r in rows] == NINE
+    assert list(dict.fromkeys(r["claim"] for r in rows)) == NINE
     for r in rows:
         assert r["verdict"] in answers.VERDICTS
         if r["verdict"] != answers.NOT_RUN:
@@ -55,41 +60,18 @@ def test_theorem31_verdict_follows_the_record(tmp_path):
     assert row["verdict"] == "not reproduced" and "3 violations" in row["our evidence"]
 
 
-@pytest.mark.parametrize("lo,hi,verdict", [(0.01, 0.05, "reproduced"), (-0.05, 0.01, "not reproduced")])
-def test_table4_reads_the_controls_summary_when_present(tmp_path, lo, hi, verdict):
-    summary = {"primary_metric": "greedy_accuracy", "eval_steps": [100], "rows": [
-        {"arm": "equal", "runs": 5, "n": 5, "mean": 0.76, "delta_vs_equal": None, "ci_low": None, "ci_high": None,
-         "p": None},
-        {"arm": "tr-surrogate", "runs": 5, "n": 5, "mean": 0.79, "delta_vs_equal": (lo + hi) / 2, "ci_low": lo,
-         "ci_high": hi, "p": 0.04},
-    ]}
-    (tmp_path / "toy" / "controls").mkdir(parents=True)
-    (tmp_path / "toy" / "controls" / "summary.json").write_text(json.dumps(summary))
-    row = {r["claim"]: r for r in answers.verdicts(tmp_path)}["Table 4"]
-    assert row["verdict"] == verdict and "tr-surrogate" in row["our evidence"] and "n = 5" in row["our evidence"]
-    assert row["strength"].startswith("strong" if lo > 0 else "moderate")
-
-
 def test_toy_extras_read_kl_tau_lm_records_when_present(tmp_path):
     grpo = sorted((RESULTS / "toy" / "controls").glob("addition-micro-equal-seed*.json"))[:2]
     for p in grpo:
         _copy(p, tmp_path / "toy" / "kl" / p.name)
     _copy(next((RESULTS / "toy" / "lm").glob("arith-*.json")), tmp_path / "toy" / "lm" / "run.json")
     rows = {r["folder"]: r for r in answers.toy_extras(tmp_path)}
-    assert rows["results/toy/kl/"]["result"].startswith("equal ") and "(n=2)" in rows["results/toy/kl/"]["result"]
+    # the KL row names each weighting at each beta (the runs here: eq10 at beta 0.001), never one pooled mean
+    kl = rows["results/toy/kl/"]["result"]
+    assert kl.startswith("eq10-beta0.001 ") and "(n=2)" in kl
     assert rows["results/toy/tau/"]["result"] == answers.NOT_RUN
     assert rows["results/toy/lm/"]["result"] != answers.NOT_RUN and "CPU" in rows["results/toy/lm/"]["scale"]
-
-
-def test_table7_reads_the_tau_summary(tmp_path):
-    _copy(RESULTS / "toy" / "tau" / "summary.json", tmp_path / "toy" / "tau" / "summary.json")
-    row = {r["claim"]: r for r in answers.verdicts(tmp_path)}["Table 7"]
-    summary = json.loads((RESULTS / "toy" / "tau" / "summary.json").read_text())
-    taus = [r for r in summary["rows"] if r["arm"] != "equal"]
-    assert row["verdict"] == ("partly reproduced" if any(r["ci_low"] > 0 for r in taus) else "not reproduced")
-    for r in taus:
-        assert f"{r['delta_vs_equal']:+.3f}" in row["our evidence"]
-    assert "results/toy/tau" in row["scale"]
+    assert "→" in rows["results/toy/lm/"]["result"] and "±" not in rows["results/toy/lm/"]["result"]
 
 
 @pytest.mark.parametrize(("table", "task"), [(1, "kk"), (2, "math"), (3, "search"), (4, "kk"), (7, "kk"), (9, "kk")])
@@ -105,3 +87,184 @@ def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
         assert all(" / " in str(row[c]) for row in rows for c in paper.table(table).columns)
         if not records:
             assert all(row["ours"] == report.NO_RUN for row in rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The verdict rule, and every judged verdict recomputed from the records with independent code (scipy only)
+
+
+@pytest.mark.parametrize(("lo", "hi", "effect", "verdict"), [
+    (0.01, 0.30, 0.24, "reproduced"),          # excludes 0 on the paper's side, holds its effect
+    (0.30, 0.40, 0.24, "reproduced"),          # beyond the paper's effect: still the paper's side
+    (0.002, 0.047, 0.24, "partly reproduced"),  # the direction holds, the paper's size is excluded
+    (-0.02, 0.30, 0.24, "inconclusive"),       # holds 0 and the paper's effect
+    (-0.02, 0.02, 0.24, "not reproduced"),     # holds 0, excludes the paper's effect
+    (-0.13, -0.03, 0.24, "not reproduced"),    # the other side
+    (-0.30, -0.01, -0.24, "reproduced"),       # a negative paper effect: the direction is the sign
+    (-0.02, 0.02, -0.24, "not reproduced"),
+    (0.02, 0.23, None, "reproduced"),          # no number in the paper: direction only
+    (-0.10, 0.10, None, "inconclusive"),
+    (-0.10, -0.01, None, "not reproduced"),
+])
+def test_judge_follows_the_stated_rule(lo, hi, effect, verdict):
+    assert answers.judge(lo, hi, effect) == verdict
+    assert verdict in dict(answers.RULE) or effect is None
+
+
+def test_rule_states_each_verdict_once():
+    names = [v for v, _ in answers.RULE]
+    assert sorted(names) == sorted({"reproduced", "partly reproduced", "inconclusive", "not reproduced"})
+    with pytest.raises(ValueError):
+        answers.judge(float("nan"), 0.1, 0.2)
+
+
+def _primary(record: dict) -> float:
+    evals = {e["step"]: e["greedy_accuracy"] for e in record["eval_history"]}
+    return float(np.mean([evals[s] for s in (20, 40, 60)]))
+
+
+def _by_arm(folder: Path) -> dict[str, dict[int, float]]:
+    from trgrpo.pipeline.toy import run_label
+
+    out: dict[str, dict[int, float]] = {}
+    for path in folder.glob("addition-micro-*.json"):
+        rec = json.loads(path.read_text())
+        out.setdefault(run_label(rec), {})[rec["seed"]] = _primary(rec)
+    return out
+
+
+def _interval(t: dict, c: dict, level: float) -> tuple[float, float, float]:
+    seeds = sorted(set(t) & set(c))
+    d = np.array([t[s] - c[s] for s in seeds])
+    half = stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+def _rule(lo: float, hi: float, margin: float) -> str:  # the rule, written again (margin > 0)
+    if lo > 0:
+        return "reproduced" if hi >= margin else "partly reproduced"
+    return "inconclusive" if hi >= margin else "not reproduced"
+
+
+def test_table4_parts_recomputed_from_the_records():
+    arms = _by_arm(RESULTS / "toy" / "controls")
+    rows = [r for r in answers.verdicts(RESULTS) if r["claim"] == "Table 4"]
+    parts = {"TR > GRPO": ("equal", "equal"), "TR > Reverse": ("reverse-surrogate", "reverse"),
+             "TR > Random": ("random", "random")}
+    assert [r["part"] for r in rows] == list(parts)
+    present = [p for p, (arm, _) in parts.items() if arm in arms]
+    from trgrpo.results import paper
+
+    avg = {r["scheme"]: r["avg"] for r in paper.TABLE4.rows}
+    for row in rows:
+        arm, scheme = parts[row["part"]]
+        if row["part"] not in present:
+            assert row["verdict"] == answers.NOT_RUN
+            continue
+        d, lo, hi = _interval(arms["tr-surrogate"], arms[arm], 1 - 0.05 / len(present))
+        margin = avg["tr"] - avg[scheme]
+        c = row["judged"]
+        assert c["delta"] == pytest.approx(d, abs=1e-12) and c["ci"] == pytest.approx([lo, hi], abs=1e-9)
+        assert c["paper_effect"] == pytest.approx(margin) and row["verdict"] == _rule(lo, hi, margin), row
+        assert f"{lo:+.4f}, {hi:+.4f}" in row["our evidence"] and "toy" in row["scale"]
+
+
+def test_table7_parts_recomputed_from_the_records():
+    from trgrpo.results import paper
+
+    taus = _by_arm(RESULTS / "toy" / "tau")
+    ctrl = _by_arm(RESULTS / "toy" / "controls")
+    seeds = sorted({s for v in taus.values() for s in v})
+    taus["tr-surrogate"] = {s: ctrl["tr-surrogate"][s] for s in seeds}
+    grpo = {s: ctrl["equal"][s] for s in seeds}
+    rows = [r for r in answers.verdicts(RESULTS) if r["claim"] == "Table 7"]
+    assert len(rows) == len(taus) == 5
+    for row in rows:
+        tau = float(row["part"].split("=")[1].split(">")[0])
+        arm = "tr-surrogate" if tau == 9 else f"tr-surrogate-tau{tau:g}"
+        d, lo, hi = _interval(taus[arm], grpo, 1 - 0.05 / len(rows))
+        margin = paper.table7_accuracy(tau=tau)["avg"] - paper.table(4).value("avg", scheme="equal")
+        assert row["judged"]["ci"] == pytest.approx([lo, hi], abs=1e-9)
+        assert row["verdict"] == _rule(lo, hi, margin), row
+
+
+def test_a_verdict_follows_the_records(tmp_path):
+    """The verdict is read from the records: the same grid with TR's accuracy raised by 0.3 on every seed turns
+    'TR > GRPO' into reproduced (the test of the rule can fail)."""
+    dest = tmp_path / "toy" / "controls"
+    dest.mkdir(parents=True)
+    for path in (RESULTS / "toy" / "controls").glob("addition-micro-*.json"):
+        rec = json.loads(path.read_text())
+        if "tr-surrogate" in path.name:
+            for e in rec["eval_history"]:
+                e["greedy_accuracy"] += 0.3 + 0.001 * rec["seed"]
+        (dest / path.name).write_text(json.dumps(rec))
+    row = next(r for r in answers.verdicts(tmp_path) if r["part"] == "TR > GRPO")
+    assert row["verdict"] == "reproduced" and row["judged"]["ci"][0] > 0.25
+
+
+def test_table1_row_says_what_the_smollm2_runs_are():
+    row = next(r for r in answers.verdicts(RESULTS) if r["claim"] == "Table 1")
+    runs = [json.loads(p.read_text()) for p in sorted((RESULTS / "toy" / "lm").glob("arith-*.json"))]
+    assert row["verdict"] == "not tested"
+    text = row["our evidence"]
+    assert "two-number addition" in text and "K&K accuracy" not in text and "learns nothing" not in text
+    for r in runs:  # each run's own before -> after, no mean over two seeds
+        assert f"seed {r['seed']} {r['initial']['accuracy']:.2f} → {r['final']['accuracy']:.2f}" in text
+        assert f"{r['steps']} steps" in text
+
+
+def test_figure1_is_judged_from_notebook04s_record():
+    rec = json.loads((RESULTS / "notebooks" / "04_token_probabilities.json").read_text())
+    row = next(r for r in answers.verdicts(RESULTS) if r["claim"] == "Figure 1")
+    tok = rec["claim"]["token"]
+    ci = rec["cluster"]["token"]["ci"] if "cluster" in rec else tok["difference_ci"]
+    assert row["verdict"] == answers.judge(*ci, None) != answers.NOT_RUN and row["judged"]["ci"] == list(ci)
+    assert f"{tok['k_high']}/{tok['n_high']}" in row["our evidence"] and "exploratory" in row["our evidence"]
+
+
+def test_forest_rows_cover_every_toy_arm_with_the_papers_effect():
+    from trgrpo.pipeline.toy_controls_grids import ARMS
+
+    rows = answers.forest_rows(RESULTS)
+    ctrl = [r for r in rows if r["group"] == "toy/controls"]
+    present = _by_arm(RESULTS / "toy" / "controls")
+    assert [r["arm"] for r in ctrl] == [a for a in ARMS if a != "equal" and a in present]
+    for r in ctrl:
+        d, lo, hi = _interval(present[r["arm"]], present["equal"], 0.95)
+        assert r["ci95"] == pytest.approx([lo, hi], abs=1e-9) and r["ci"][0] <= lo and r["ci"][1] >= hi
+    assert {r["arm"]: r["paper_effect"] for r in ctrl}["tr-surrogate"] == pytest.approx(0.63 - 0.39)
+    assert all(r["paper_effect"] is not None for r in rows if r["group"] == "toy/tau")
+
+
+def test_committed_headline_of_08_is_what_the_current_code_writes():
+    """results/notebooks/08_results_vs_paper.json is notebook 08 run on the committed records by today's code."""
+    rec = json.loads((RESULTS / "notebooks" / "08_results_vs_paper.json").read_text())
+    rows = answers.verdicts(RESULTS)
+    assert rec["smoke"] is False
+    assert rec["verdicts"] == {f"{r['claim']}{': ' + r['part'] if r['part'] else ''}": r["verdict"] for r in rows}
+    assert rec["records"]["toy_controls"] == len(list((RESULTS / "toy" / "controls").glob("addition-micro-*.json")))
+    for key, judged in rec["judged"].items():
+        row = next(r for r in rows if f"{r['claim']}: {r['part']}" == key)
+        assert judged["ci"] == pytest.approx(row["judged"]["ci"]) and judged["verdict"] == row["verdict"]
+
+
+def test_prompt_bootstrap_resamples_prompts():
+    """Figure 1's cluster bootstrap: whole prompts are resampled; a structural token that only one prompt's
+    samples carry at the high end gives a wide interval, and the observed difference is the plain count's."""
+    from trgrpo.results import token_stats as ts
+
+    rng = np.random.default_rng(0)
+    texts, probs, comp = [], [], []
+    words = [" (", " +", " Zoey", " the", " says", " so", " then", " is", " a", " that"]
+    for c in range(20):  # 5 prompts x 4 samples
+        for w in words:
+            texts.append(w)
+            probs.append(float(rng.uniform(0.6, 0.9) if w in (" (", " +") else rng.uniform(0.1, 0.5)))
+            comp.append(c)
+    occ = ts.TokenOccurrences([0] * len(texts), texts, probs, comp)
+    out = ts.prompt_bootstrap(occ, 4, n_boot=50, min_count=1, end_share=0.3, top_k=3, names=["Zoey"])
+    assert set(out) == {"token", "word"} and out["token"]["n_prompts"] == 5 and out["token"]["level"] == 0.975
+    assert out["token"]["difference"] == ts.figure1_difference(occ, "token", min_count=1, end_share=0.3, top_k=3,
+                                                               names=["Zoey"]) > 0
+    assert out["token"]["ci"][0] <= out["token"]["ci95"][0] <= out["token"]["ci95"][1] <= out["token"]["ci"][1]

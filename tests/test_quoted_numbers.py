@@ -150,3 +150,45 @@ def test_readme_findings_numbers_come_from_records():
         if not ok:
             missing.append(num)
     assert not missing, f"README findings quote numbers no record holds: {missing}"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_readme_findings_quote_these_record_values_exactly():
+    """The findings bullets outside the generated block, each number against the one value it names (not any
+    record's): Theorem 3.2 from notebook 01's record, the SmolLM2 runs and token shares from notebook 03's headline
+    and the token histograms."""
+    readme = _flat(README.read_text())
+    nb01 = json.loads((ROOT / "results" / "notebooks" / "01_gradient_norm_theorem.json").read_text())
+    nb03 = json.loads((ROOT / "results" / "notebooks" / "03_toy_runs.json").read_text())
+    sp = nb01["spread"]
+    lm_hist = json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text())
+    toy_hist = json.loads((ROOT / "results" / "toy" / "controls" / "token_hist.json").read_text())
+    tr0 = next(r for r in nb03["lm_runs"] if r["scheme"] == "tr" and r["seed"] == 0)
+    at_u = [f"{100 * v:.1f} %" for v in nb03["lm_weight_at_upper"].values()]
+    expected = [
+        f"CV {sp['scale/equal']['cv']:.3f} → {sp['scale/tr']['cv']:.3f}",
+        f"max/median {sp['scale/equal']['max_over_median']:.2f} → {sp['scale/tr']['max_over_median']:.2f}",
+        f"Reverse ({sp['scale/reverse']['cv']:.3f}, {sp['scale/reverse']['max_over_median']:.2f})",
+        f"TR-GRPO seed 0: {tr0['answer first 5']:.2f} → {tr0['answer last 5']:.2f}",
+        f"{100 * lm_hist['share_between']:.1f} % strictly between L and U, the toy "
+        f"{100 * toy_hist['share_between']:.1f} %",
+        f"training {' and '.join(at_u)} of them sat at the cap U",
+        f"the toy's TR {100 * nb03['toy_tr_weight_at_upper']:.1f} %",
+    ]
+    missing = [e for e in expected if e not in readme]
+    assert not missing, f"README findings differ from the records: expected {missing}"
+    lm = [json.loads(p.read_text()) for p in sorted((ROOT / "results" / "toy" / "lm").glob("arith-*.json"))]
+    for scheme, name in (("equal", "GRPO"), ("tr", "TR-GRPO")):
+        after = " and ".join(f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"])
+                             if r["scheme"] == scheme)
+        assert f"{after} under {name}" in readme, (scheme, after)
+
+
+def test_notebook08_types_no_result():
+    """Notebook 08's markdown names no result: every number of the page is rendered by its code cells."""
+    nb = json.loads((ROOT / "notebooks" / "08_results_vs_paper.ipynb").read_text())
+    typed = sorted({n for c in nb["cells"] if c["cell_type"] == "markdown" for n in _numbers("".join(c["source"]))})
+    assert not typed, f"numbers typed into notebook 08's markdown: {typed}"

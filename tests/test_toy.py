@@ -167,7 +167,8 @@ def test_summary_tables_from_records():
     assert set(groups) == {"equal", "tr-ratio", "tr-surrogate-tau2", "equal-randomreward"}
     rows = {r["run"]: r for r in toy.final_table(groups, ["equal", "tr-ratio"])}
     assert rows["equal"]["greedy acc"] == "0.625 ± 0.125" and rows["tr-ratio"]["n"] == 3
-    assert rows["tr-ratio"]["Δ greedy acc vs equal [95% CI]"].startswith("+0.125 [+0.125, +0.125], p=n/a (3/3 up)")
+    delta = rows["tr-ratio"]["Δ greedy acc vs equal [95% t-interval]"]
+    assert delta.startswith("+0.125 [+0.125, +0.125], p=0 (3/3 up)")
     zero = {r["run"]: r for r in toy.zero_grad_table(groups, ["equal", "tr-ratio"])}
     assert zero["tr-ratio"]["pos"] == pytest.approx(0.9) and zero["equal"]["pos"] == 0.0
     grad = {r["run"]: r for r in toy.grad_table(groups, ["equal", "tr-ratio"])}

@@ -176,6 +176,7 @@ def _fake_records(tmp_path, rng_seed=0):
         "const-surrogate": 0.0,
         "tr_norm-surrogate": 0.005,
         "reverse-surrogate": -0.01,
+        "random": 0.0,
     }
     for spec in tc.controls_grid():
         label = next(

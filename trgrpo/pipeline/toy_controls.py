@@ -30,11 +30,15 @@ from ..results.toy_controls_readme import (
     README_START,
     arm_text,
     classify,
+    clip_of,
+    config_max_grad_norm,
     controls_table,
     delta_text,
     fmt_delta,
+    kl_grip,
     kl_sentence,
     num,
+    row_mde,
     strength,
     tau_sentence,
     update_readme,
@@ -160,6 +164,10 @@ __all__ = [
     "kl_sentence",
     "tau_sentence",
     "update_readme",
+    "clip_of",
+    "config_max_grad_norm",
+    "kl_grip",
+    "row_mde",
 ]
 
 if __name__ == "__main__":

@@ -43,6 +43,12 @@ ARMS: dict[str, dict] = {
     "const-surrogate": dict(scheme="const", placement="surrogate"),
     "tr_norm-surrogate": dict(scheme="tr_norm", placement="surrogate"),
     "reverse-surrogate": dict(scheme="reverse", placement="surrogate"),
+    # added after the first five arms had run (issue 22), so that Table 4 has all its rows; same plan and seeds
+    "random": dict(scheme="random", placement="surrogate"),  # run_label names it "random" (no placement)
+}
+ADDED_ARMS = {
+    "random": "added after the first five arms' results (so that Table 4 has all its rows): same task, "
+    "steps, evaluations and seeds; the Holm family of the controls grows to every arm compared with GRPO",
 }
 BASELINE = "equal"
 CONTROL_SEEDS = tuple(range(12))
@@ -67,7 +73,9 @@ PLAN = {
     "baseline": BASELINE,
     "arms": {k: v for k, v in ARMS.items()},
     "seeds": list(CONTROL_SEEDS),
-    "test": "paired t-test on the per-seed primary metric, arm minus GRPO; 95 % t-interval; Holm over the 5 arms",
+    "added_arms": dict(ADDED_ARMS),
+    "test": "paired t-test on the per-seed primary metric, arm minus GRPO; 95 % t-interval; Holm over the arms "
+    "compared with GRPO (5 planned, then Random added)",
     "kl_and_tau_grids": {
         "steps": SHORT_STEPS,
         "eval_steps": list(SHORT_EVAL_STEPS),

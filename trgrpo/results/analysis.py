@@ -1,4 +1,4 @@
-"""Statistics over run records: mean +- std across seeds, paired tests and bootstrap intervals against GRPO,
+"""Statistics over run records: mean +- std across seeds, paired t-tests and t-intervals against GRPO,
 step trajectories, gradient-norm summaries (Figure 3, Table 4 and Table 7 analogs). A flat module of functions.
 
 A run record is the dict :func:`trgrpo.pipeline.experiment.run` writes: ``history`` holds one dict per optimizer
@@ -82,25 +82,27 @@ def paired_comparison(
     control: Sequence[float],
     *,
     level: float = 0.95,
-    n_boot: int = 10_000,
-    seed: int = 0,
 ) -> dict:
     """Treatment minus control, paired by position (same seed, same warm start): :func:`paired_t`'s mean
-    difference, its std, t interval and p-value, plus a percentile-bootstrap interval and the sign count.
+    difference, its std, t interval and p-value, and the sign count.
 
-    Where the t-test cannot judge (n < 2, or every difference equal) the interval is the mean difference itself,
-    ``t_stat`` is NaN and ``p_value`` is 1 when the differences are all 0, NaN otherwise."""
+    The interval is the t-interval (never a percentile bootstrap: at the n of a seed grid, n <= 12, a bootstrap
+    interval is too narrow). The degenerate case follows :func:`paired_t`, the one convention of the project:
+    every difference equal gives the interval (d, d) and p = 1 when d = 0, p = 0 otherwise; n < 2 gives NaN."""
     t = paired_t(treatment, control, level=level)
-    n, mean = t["n"], t["mean_diff"]
-    out = {"n": n, "mean_diff": mean, "std_diff": t["sd_diff"] if n > 1 else 0.0}
-    if n > 1 and out["std_diff"] > 0:
-        out.update(t_ci=t["ci"], t_stat=t["t"], p_value=t["p"])
-    else:
-        out.update(t_ci=(mean, mean), t_stat=math.nan, p_value=1.0 if n >= 2 and mean == 0 else math.nan)
-    d = np.asarray(treatment, dtype=float) - np.asarray(control, dtype=float)
-    out["boot_ci"] = bootstrap_ci(d, n_boot=n_boot, level=level, seed=seed)
-    out["wins"], out["losses"] = t["higher"], t["lower"]
-    return out
+    n = t["n"]
+    return {
+        "n": n,
+        "mean_diff": t["mean_diff"],
+        "std_diff": t["sd_diff"] if n > 1 else 0.0,
+        "t_ci": t["ci"],
+        "t_stat": t["t"],
+        "p_value": t["p"],
+        "wins": t["higher"],
+        "losses": t["lower"],
+        "ties": t["ties"],
+        "level": level,
+    }
 
 
 def paired_t(treatment: Sequence[float], control: Sequence[float], *, level: float = 0.95) -> dict:
@@ -162,6 +164,26 @@ def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power:
     return q * sd_diff / math.sqrt(n)
 
 
+def family_alpha(m: int, alpha: float = 0.05) -> float:
+    """The two-sided level of one comparison in a family of ``m`` (Bonferroni, alpha / m): the level of Holm's
+    first step, at which the project's verdicts read their intervals and give their detectable effects."""
+    if m < 1:
+        raise ValueError(f"a family has at least one comparison, got m={m}")
+    return alpha / m
+
+
+def clip_share(records: Iterable[dict], max_grad_norm: float) -> dict:
+    """How often gradient clipping acted: the share of logged steps whose pre-clip ``grad_norm`` (what TRL logs)
+    exceeds ``max_grad_norm``, and the median pre-clip norm, over every step of ``records``."""
+    norms = [h["grad_norm"] for r in records for h in r.get("history", []) if h.get("grad_norm") is not None]
+    norms = np.asarray(norms, dtype=float)
+    norms = norms[np.isfinite(norms)]
+    if norms.size == 0:
+        return {"n_steps": 0, "share_clipped": math.nan, "median_norm": math.nan, "max_grad_norm": max_grad_norm}
+    return {"n_steps": int(norms.size), "share_clipped": float((norms > max_grad_norm).mean()),
+            "median_norm": float(np.median(norms)), "max_grad_norm": float(max_grad_norm)}
+
+
 def sign_count(diffs: Sequence[float]) -> str:
     """``"9 higher, 2 lower, 1 tie of 12"``: the per-seed signs, ties counted apart."""
     d = np.asarray(diffs, dtype=float)
@@ -170,8 +192,8 @@ def sign_count(diffs: Sequence[float]) -> str:
 
 
 def fmt_paired(cmp: dict, digits: int = 3) -> str:
-    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_comparison`."""
-    lo, hi = cmp["boot_ci"]
+    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_comparison`: the t-interval."""
+    lo, hi = cmp["t_ci"]
     p = cmp["p_value"]
     ptxt = "p=n/a" if p is None or not math.isfinite(p) else f"p={p:.2g}"
     return f"{cmp['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({cmp['wins']}/{cmp['n']} up)"
@@ -374,7 +396,7 @@ def comparison_table(
     order: Sequence[str] | None = None,
 ) -> list[dict]:
     """Rows ``{"run": label, "n": n, metric: "m ± s", ...}`` plus, for ``compare`` (a metric name), the paired
-    difference against ``baseline`` (same seeds) with its bootstrap interval and t-test p-value."""
+    difference against ``baseline`` (same seeds) with its 95 % t-interval and t-test p-value."""
     rows = []
     labels = list(order) if order else list(groups)
     for label in labels:
@@ -387,6 +409,6 @@ def comparison_table(
         if compare is not None and label != baseline and baseline in groups:
             t, c, _ = paired_by_seed(runs, groups[baseline], metrics[compare])
             if len(t) >= 2:
-                row[f"Δ {compare} vs {baseline} [95% CI]"] = fmt_paired(paired_comparison(t, c), digits)
+                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = fmt_paired(paired_comparison(t, c), digits)
         rows.append(row)
     return rows

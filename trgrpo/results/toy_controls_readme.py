@@ -27,6 +27,7 @@ ARM_TEXT = {
     "const-surrogate": "const (scale only)",
     "tr_norm-surrogate": "tr_norm (regulation only)",
     "reverse-surrogate": "Reverse",
+    "random": "Random (surrogate)",
 }
 
 
@@ -75,7 +76,12 @@ def strength(row: dict) -> str:
         return "evidence"
     if p < 0.1:
         return "weak evidence"
-    return f"no evidence of a difference; MDE {num(row['mde'])}"
+    return f"no evidence of a difference; MDE {num(row_mde(row))}"
+
+
+def row_mde(row: dict) -> float | None:
+    """The detectable effect at the level the Holm-adjusted test uses (alpha / m; the 5 % one where no family)."""
+    return row.get("mde_family", row.get("mde"))
 
 
 def fmt_delta(row: dict) -> str:
@@ -100,8 +106,10 @@ def arm_text(arm: str) -> str:
 
 def controls_table(summary: dict) -> str:
     """The summary's rows as a markdown table."""
+    m = max((r.get("family_size", 1) for r in summary["rows"] if "delta_vs_equal" in r), default=1)
     lines = [
-        "| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | MDE (80 % power) |",
+        f"| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | "
+        f"MDE (80 % power, α = 0.05/{m}) |",
         "|---|---:|---:|---|---:|---:|---|---:|",
     ]
     for r in summary["rows"]:
@@ -110,7 +118,7 @@ def controls_table(summary: dict) -> str:
                 f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | "
                 f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
                 f"{num(r['p'], '.2g')} | "
-                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(r['mde'])} |"
+                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(row_mde(r))} |"
             )
         else:
             lines.append(f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
@@ -123,19 +131,19 @@ def _made_of(rows: dict) -> str:
     if not (scale and reg and tr):
         return "not decided (an arm is missing)"
     cs, cr, ct = classify(scale), classify(reg), classify(tr)
-    mde = max((x for x in (scale["mde"], reg["mde"], tr["mde"]) if x is not None), default=math.nan)
+    mde_ = max((x for x in (row_mde(scale), row_mde(reg), row_mde(tr)) if x is not None), default=math.nan)
     n = tr["n_pairs"]
     parts = [name for name, c in (("scale", cs), ("regulation", cr)) if c != "no detectable difference"]
     if not parts and ct == "no detectable difference":
         return (
             f"neither: TR (surrogate) itself shows no detectable difference from GRPO, and neither does its scale "
             f"alone (const) or its regulation alone (tr_norm); at n = {n} seeds an effect smaller than about "
-            f"{num(mde)} would go unseen"
+            f"{num(mde_)} would go unseen (80 % power at the Holm level α = 0.05 / {tr.get('family_size', 1)})"
         )
     if not parts:
         return (
             f"undecided: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
-            f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde)} at n = {n})"
+            f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde_)} at n = {n})"
         )
     return (
         " and ".join(parts)
@@ -165,7 +173,7 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
         f"(same warm start, same data order); primary metric fixed before the runs: {s['primary_metric']}. "
         f"Paired t-tests against GRPO, Holm over the {len(rows) - 1} arms; CPU time of the grid "
         f"{cpu_min:.0f} min (one thread, shared 2-core VM; commit {commits}, clean tree: "
-        f"{s['provenance']['dirty'] == ['False']}).",
+        f"{s['provenance']['dirty'] == ['False']})." + _added(results_dir),
         "",
         controls_table(s),
         "",
@@ -192,9 +200,19 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
             f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
             f"**What TR-GRPO's effect at this scale is made of: {_made_of(rows)}.**"
         )
+        clip = clip_of(load_group(CONTROLS_GROUP, results_dir), "equal")
+        if clip["n_steps"]:
+            out.append(
+                f"- **What this optimiser setting can test.** The gradient is clipped to norm "
+                f"{clip['max_grad_norm']:g} before each AdamW step; GRPO's pre-clip norm was above it on "
+                f"{clip['share_clipped']:.1%} of its {clip['n_steps']} steps (median {clip['median_norm']:.2g}), and "
+                "AdamW divides by a running gradient scale as well. A constant rescaling of the loss is therefore "
+                "undone by construction: `const` cannot show a scale effect here, and \"neither scale nor "
+                "regulation\" is a statement about this optimiser setting, not about TR-GRPO's weights in general."
+            )
     kl = _read(KL_GROUP, "summary", results_dir)
     if kl:
-        out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl))
+        out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl, results_dir))
     tau = _read(TAU_GROUP, "summary", results_dir)
     lo, hi = weight_range_divide()
     reading1 = (
@@ -203,6 +221,31 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
     )
     out.append(reading1 + ("τ sweep under σ(τ·p): " + tau_sentence(tau) if tau else "The τ sweep has not run yet."))
     return "\n".join(out)
+
+
+def _added(results_dir) -> str:
+    """The arms the plan says were added after the first results (a sentence, or "" when none)."""
+    plan = _read(CONTROLS_GROUP, "plan", results_dir) or {}
+    added = [arm_text(a) for a in plan.get("added_arms", {})]
+    return (f" Added after the first five arms' results, with the same plan and seeds: {', '.join(added)}."
+            if added else "")
+
+
+def config_max_grad_norm() -> float:
+    """The gradient-clipping norm every run used: :class:`~trgrpo.core.trainer.TRGRPOConfig`'s default (no spec of
+    the toy or the SmolLM2 runs sets another)."""
+    import dataclasses
+
+    from ..core.trainer import TRGRPOConfig
+
+    return float(next(f.default for f in dataclasses.fields(TRGRPOConfig) if f.name == "max_grad_norm"))
+
+
+def clip_of(records: list[dict], arm: str | None = None) -> dict:
+    """:func:`trgrpo.results.analysis.clip_share` of the records of ``arm`` (all when None) at the runs' clip norm."""
+    from .analysis import clip_share
+
+    return clip_share([r for r in records if arm is None or _label(r) == arm], config_max_grad_norm())
 
 
 def weight_range_divide() -> tuple[float, float]:
@@ -222,7 +265,7 @@ def _zero_pos(results_dir) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
-def kl_sentence(kl: dict) -> str:
+def kl_sentence(kl: dict, results_dir: Path | str | None = None) -> str:
     parts = []
     for beta, block in sorted(kl["by_beta"].items(), key=lambda kv: -float(kv[0])):
         kr = {r["arm"]: r for r in block["kl_steps_41_60"]}
@@ -250,6 +293,16 @@ def kl_sentence(kl: dict) -> str:
             f"How much grip the KL term has at all: the same KL under eq10 is {num(means[(hi_b, 'eq10')], '.2g')} "
             f"at β = {hi_b} and {num(means[(lo_b, 'eq10')], '.2g')} at β = {lo_b}"
         )
+    grip = kl_grip(results_dir)
+    if grip is not None and grip["n"] >= 2:
+        lo, hi = grip["ci"]
+        held = lo <= 0 <= hi
+        parts.append(
+            f"Raising β from {lo_b} to {hi_b} moved eq10's KL by {num(grip['mean_diff'], '+.3f')} "
+            f"[{num(lo, '+.3f')}, {num(hi, '+.3f')}] (95 % t-interval, {grip['n']} paired seeds)"
+            + (": the KL term had no detectable grip on the policy at either β, so these runs cannot tell the three "
+               "readings apart" if held else "")
+        )
     text = ". ".join(parts) + (
         ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every weighted "
         "token's probability above the reference instead of back to it"
@@ -264,6 +317,21 @@ def kl_sentence(kl: dict) -> str:
             else f"; at β = {max(KL_BETAS):g} the runs show no detectable difference in the plain KL from Eq. 6"
         )
     return text + "."
+
+
+def kl_grip(results_dir: Path | str | None = None) -> dict | None:
+    """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
+    beta on the same seeds (:func:`trgrpo.results.analysis.paired_t`); None when either arm has no record."""
+    from .analysis import paired_t
+    from .toy_controls_summary import kl_arms, kl_window
+
+    arms = kl_arms(results_dir)
+    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(KL_BETAS):g}", {}).get("eq10", [])}
+    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(KL_BETAS):g}", {}).get("eq10", [])}
+    seeds = sorted(set(hi) & set(lo))
+    if not seeds:
+        return None
+    return paired_t([hi[s] for s in seeds], [lo[s] for s in seeds])
 
 
 def tau_sentence(tau: dict) -> str:

@@ -69,9 +69,10 @@ def _label(record: dict) -> str:
 
 def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], value=primary_metric) -> list[dict]:
     """One row per arm: records named, n, mean of ``value``, and (arms other than ``baseline``) the paired
-    difference to the baseline on common seeds with 95 % t-interval, p, Holm-adjusted p, the sign count (ties
-    apart) and the minimum detectable effect at this n (two-sided 5 %, power 80 %)."""
-    from .analysis import holm, mean_std, min_detectable_effect, paired_t
+    difference to the baseline on common seeds with 95 % t-interval, p, Holm-adjusted p over the arms compared, the
+    sign count (ties apart) and the minimum detectable effect at this n (power 80 %): ``mde`` at two-sided 5 %,
+    ``mde_family`` at 5 % / m, the level of Holm's first step over the m arms compared."""
+    from .analysis import family_alpha, holm, mean_std, min_detectable_effect, paired_t
 
     base = {r["seed"]: r for r in arms.get(baseline, [])}
     rows = []
@@ -102,7 +103,11 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
         rows.append(row)
     compared = [r for r in rows if "p" in r]
     for r, p_adj in zip(compared, holm([r["p"] for r in compared])):
+        # Holm's adjusted p, and the detectable effect at the level of Holm's first step (alpha / m), the level at
+        # which a verdict reads its interval
         r["p_holm"] = p_adj
+        r["family_size"] = len(compared)
+        r["mde_family"] = min_detectable_effect(r["sd_diff"], r["n_pairs"], alpha=family_alpha(len(compared)))
     return rows
 
 

@@ -350,3 +350,33 @@ def plot_token_hist(hists: dict, *, path: Path | str | None = None):
         )
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
+    """The answer page's figure (notebook 08): each arm's paired difference to GRPO (rows of
+    :func:`trgrpo.results.answers.forest_rows`), thin line the 95 % t-interval, thick line the interval at the
+    level of Holm's first step over its family (the one the verdicts read), an open black diamond the paper's own
+    effect of that arm (Table 4 or 7, Qwen2.5-3B on K&K) where the paper has one."""
+    import matplotlib.pyplot as plt
+
+    rows = list(rows)
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
+    labels, drawn = [], False
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        c = color(r["arm"].split("-tau")[0]) if r["group"] == "toy/controls" else "tab:blue"
+        ax.plot(r["ci95"], [y, y], color=c, lw=1.2)
+        ax.plot(r["ci"], [y, y], color=c, lw=4, alpha=0.45, solid_capstyle="butt")
+        ax.plot(r["delta"], y, "o", color=c)
+        if r.get("paper_effect") is not None:
+            label = None if drawn else "the paper's effect"
+            ax.plot(r["paper_effect"], y, "D", color="k", mfc="none", ms=7, label=label)
+            drawn = True
+        labels.append(f"{r['label']} (n = {r['n']})")
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), labels[::-1])
+    ax.set_xlabel("Δ primary metric vs GRPO, same seed (thin: 95 % t-interval; thick: at the verdict's level)")
+    if drawn:
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
