@@ -350,6 +350,9 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     )
     a, b = run_cfg.to_dict(), ref.to_dict()
     ignore = {"save_total_limit", "save_only_model", "save_steps"}  # no checkpoints either way (save_strategy "no")
+    # every run sets these two from its spec (trgrpo.pipeline.experiment.make_config), TRL's defaults differ
+    ignore |= {"ddp_timeout", "vllm_importance_sampling_correction"}
+    assert (a["ddp_timeout"], a["vllm_importance_sampling_correction"]) == (6 * 3600, False)
     assert {k: a[k] for k in a if k not in ignore} == {k: b[k] for k in b if k not in ignore}
     assert (a["bf16"], a["gradient_checkpointing"]) == (b["bf16"], b["gradient_checkpointing"])
 
