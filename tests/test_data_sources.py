@@ -1,6 +1,8 @@
 """Data as the paper's: Logic-RL parquet files for K&K, the source in the run record, the <think> pre-fill,
 math sets under Table 2's names (issue 15, item 7)."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -270,3 +272,16 @@ def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatc
     spec = RunSpec(task="math", model="embedded", task_options={"eval_sets": [f"data/{name}.jsonl"]})
     TASKS["math"].evaluate(None, None, {name: [{"problem": "p", "answer": "1"}]}, spec)
     assert calls == ["sampled" if sampled else "greedy"]
+
+
+def test_table2_sets_are_evaluated_whole():
+    """OlympiadBench has 675 rows (the largest Table 2 set): neither the plan's default nor notebook 06's cuts it."""
+    import json
+
+    from trgrpo.pipeline import fullscale
+
+    assert {s.n_eval for s in fullscale.math_specs()} == {fullscale.WHOLE_SETS} and fullscale.WHOLE_SETS >= 675
+    cells = json.loads((Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb").read_text())["cells"]
+    params = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
+    n_eval = next(line for line in params["source"] if line.startswith("N_EVAL ="))
+    assert int(n_eval.split("=")[1].split("#")[0]) >= 675

@@ -111,6 +111,7 @@ def kk_specs(
 
 
 TABLE2_EVAL_SETS = ("olympiadbench", "minerva", "math500", "amc", "aime24")
+WHOLE_SETS = 1000  # n_eval caps each set: above the largest of Table 2 (OlympiadBench, 675 rows), so none is cut
 
 
 def math_specs(
@@ -127,7 +128,7 @@ def math_specs(
     micro_batch_size: int | None = 2,
     gradient_checkpointing: bool = True,
     n_train: int = 10000,
-    n_eval: int = 500,
+    n_eval: int = WHOLE_SETS,
     sampled_k: int = 16,
     use_vllm: bool = False,
     bf16: bool = True,
