@@ -221,3 +221,24 @@ def test_collapse_rule_and_stress_summary_by_hand():
     out = lm_science.stress_summary(recs, {"collapse": rule})
     assert out["collapsed"] == {"tr": 0, "grpo": 4} and out["only grpo"] == 4 and out["both"] == 0
     assert out["fisher_p"] == pytest.approx(2 / 70)  # 4 of 4 vs 0 of 4: the most extreme of 70 tables, both tails
+
+
+def test_stage0_table_and_figure_from_the_committed_records():
+    import json
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import yaml
+
+    from trgrpo.pipeline import lm_science as runs
+    from trgrpo.results import lm_science
+
+    base = Path(__file__).parents[1] / "results/lm/stage0"
+    plan, decision = yaml.safe_load((base / "plan.yaml").read_text()), json.loads((base / "decision.json").read_text())
+    rows = lm_science.stage0_rows(decision)
+    assert [r["candidate"] for r in rows] == [c["id"] for c in plan["candidates"]]
+    assert [r["accepted"] for r in rows] == [runs.accepted(plan, c) for c in decision["candidates"]]
+    fig = lm_science.plot_stage0(decision, plan)
+    assert len(fig.axes[0].patches) == 2 * len(rows) and "SmolLM2" in fig.axes[0].get_title()

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trgrpo.pipeline import toy_controls as tc
 
@@ -178,6 +179,21 @@ def test_readme_findings_quote_these_record_values_exactly():
         f"training {' and '.join(at_u)} of them sat at the cap U",
         f"the toy's TR {100 * nb03['toy_tr_weight_at_upper']:.1f} %",
     ]
+    stage0 = json.loads((ROOT / "results" / "lm" / "stage0" / "decision.json").read_text())
+    rule = yaml.safe_load((ROOT / "results" / "lm" / "stage0" / "plan.yaml").read_text())["accept"]
+    c = {r["id"]: r for r in stage0["candidates"]}
+    expected += [
+        f"fell from {100 * c['add2']['before']['share_between']:.1f} % before RL to "
+        f"{100 * c['add2']['after']['share_between']:.1f} % after 30 GRPO steps",
+        f"sampled accuracy rose from {c['add2']['before']['sampled_accuracy']:.2f} to "
+        f"{c['add2']['after']['sampled_accuracy']:.2f}",
+        f"went from {100 * c['mul']['before']['share_between']:.1f} % to "
+        f"{100 * c['mul']['after']['share_between']:.1f} %",
+        f"never answered right ({c['add3']['after']['sampled_accuracy']:.2f})",
+        f"at least {100 * rule['share_between_before_min']:.0f} % before RL and "
+        f"{100 * rule['share_between_after_min']:.0f} % after the probe",
+    ]
+    assert stage0["accepted"] is None and "No candidate met the plan's rule" in readme
     missing = [e for e in expected if e not in readme]
     assert not missing, f"README findings differ from the records: expected {missing}"
     lm = [json.loads(p.read_text()) for p in sorted((ROOT / "results" / "toy" / "lm").glob("arith-*.json"))]

@@ -65,3 +65,32 @@ def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr"
         "collapse_steps": {f"{a}-seed{s}": collapse_step(by[(a, s)], plan["collapse"]) for a, s in sorted(by)},
         "fisher_p": float(p),
     }
+
+
+def plot_stage0(decision: dict, plan: dict, path: Any = None):
+    """Per candidate, the share of sampled tokens strictly between L and U before and after the GRPO probe, with
+    the plan's two thresholds: where Eq. 11 can regulate on the real model."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = decision["candidates"]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    for dx, when, color in ((-0.2, "before", "C0"), (0.2, "after", "C1")):
+        label = "before RL" if when == "before" else f"after {plan['probe']['steps']} GRPO steps"
+        ax.bar(x + dx, [r[when]["share_between"] for r in rows], width=0.4, color=color, label=label)
+    for key, style in (("share_between_before_min", "--"), ("share_between_after_min", ":")):
+        ax.axhline(plan["accept"][key], color="k", ls=style, lw=1, label=f"plan: {key.replace('_', ' ')}")
+    for i, r in enumerate(rows):  # the other half of the rule: room to learn
+        acc = f"sampled accuracy\n{r['before']['sampled_accuracy']:.2f} → {r['after']['sampled_accuracy']:.2f}"
+        ax.annotate(acc, (i, 0.005), ha="center", va="bottom", fontsize=8, color="white", fontweight="bold")
+    ax.set_xticks(x, [f"{r['id']} ({r['kind']}, {r['range'][0]}–{r['range'][1]})" for r in rows])
+    ax.set_ylim(0, 0.32)
+    ax.set_ylabel("share of sampled tokens with L < w < U")
+    ax.legend(fontsize=8, loc="upper right", ncols=2)
+    m = plan["measure"]
+    ax.set_title(f"SmolLM2-135M-Instruct, stage 0: {m['n_prompts']} prompts × {m['samples_per_prompt']} samples "
+                 f"at T = {m['temperature']}, seed {plan['probe']['seed']}", fontsize=9)
+    if path is not None:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    return fig
