@@ -221,6 +221,7 @@ def test_collapse_rule_and_stress_summary_by_hand():
     out = lm_science.stress_summary(recs, {"collapse": rule})
     assert out["collapsed"] == {"tr": 0, "grpo": 4} and out["only grpo"] == 4 and out["both"] == 0
     assert out["fisher_p"] == pytest.approx(2 / 70)  # 4 of 4 vs 0 of 4: the most extreme of 70 tables, both tails
+    assert out["p_total"] == pytest.approx(2 / 70) and out["p_one_short"] == pytest.approx(10 / 70)
 
 
 def test_stage0_table_and_figure_from_the_committed_records():
@@ -242,3 +243,26 @@ def test_stage0_table_and_figure_from_the_committed_records():
     assert [r["accepted"] for r in rows] == [runs.accepted(plan, c) for c in decision["candidates"]]
     fig = lm_science.plot_stage0(decision, plan)
     assert len(fig.axes[0].patches) == 2 * len(rows) and "SmolLM2" in fig.axes[0].get_title()
+
+
+def test_stress_table_and_figure_from_the_committed_records():
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import yaml
+
+    from trgrpo.pipeline.records import load_results
+    from trgrpo.results import lm_science
+
+    root = Path(__file__).parents[1] / "results"
+    plan = yaml.safe_load((root / "lm/stress/plan.yaml").read_text())
+    recs = load_results("lm/stress", root)
+    rows = lm_science.stress_rows(recs, plan)
+    assert [r["seed"] for r in rows] == plan["seeds"] and len(recs) == len(plan["seeds"]) * len(plan["arms"])
+    s = lm_science.stress_summary(recs, plan)
+    assert sum(r["tr: collapsed at step"] is not None for r in rows) == s["collapsed"]["tr"]
+    assert s["both"] + s["neither"] + s["only tr"] + s["only grpo"] == s["n"] == len(rows)
+    fig = lm_science.plot_stress(recs, plan)
+    assert len(fig.axes) == len(rows) and "lr 5e-05" in fig._suptitle.get_text()

@@ -194,6 +194,21 @@ def test_readme_findings_quote_these_record_values_exactly():
         f"{100 * rule['share_between_after_min']:.0f} % after the probe",
     ]
     assert stage0["accepted"] is None and "No candidate met the plan's rule" in readme
+    from trgrpo.pipeline.records import load_results
+    from trgrpo.results import lm_science
+
+    stress_plan = yaml.safe_load((ROOT / "results" / "lm" / "stress" / "plan.yaml").read_text())
+    st = lm_science.stress_summary(load_results("lm/stress", ROOT / "results"), stress_plan)
+    lr = stress_plan["base"]["learning_rate"]
+    expected += [
+        f"At lr {lr:.0e}".replace("e-0", "e-") + f" on two-digit addition, {stress_plan['base']['steps']} steps",
+        f"TR-GRPO collapsed in {st['collapsed']['tr']} of {st['n']} seeds and GRPO in {st['collapsed']['grpo']} of "
+        f"{st['n']} ({st['both']} pairs both, {st['only tr']} TR-GRPO only; Fisher's exact test "
+        f"p = {st['fisher_p']:.2f})",
+        f"Four pairs can only detect a total contrast (p = {st['p_total']:.3f})",
+        f"one a single collapse short gives p = {st['p_one_short']:.3f}",
+    ]
+    assert st["n"] == 4 and st["only grpo"] == 0 and st["neither"] == 0  # the sentence's wording fits these counts
     missing = [e for e in expected if e not in readme]
     assert not missing, f"README findings differ from the records: expected {missing}"
     lm = [json.loads(p.read_text()) for p in sorted((ROOT / "results" / "toy" / "lm").glob("arith-*.json"))]

@@ -64,6 +64,9 @@ def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr"
         f"only {control}": sum(c and not t for t, c in pairs),
         "collapse_steps": {f"{a}-seed{s}": collapse_step(by[(a, s)], plan["collapse"]) for a, s in sorted(by)},
         "fisher_p": float(p),
+        # what the design can detect: a total contrast (n of n against 0) and one a single collapse short of it
+        "p_total": float(fisher_exact([[n, 0], [0, n]])[1]) if n else float("nan"),
+        "p_one_short": float(fisher_exact([[n, 0], [1, n - 1]])[1]) if n else float("nan"),
     }
 
 
@@ -91,6 +94,48 @@ def plot_stage0(decision: dict, plan: dict, path: Any = None):
     m = plan["measure"]
     ax.set_title(f"SmolLM2-135M-Instruct, stage 0: {m['n_prompts']} prompts × {m['samples_per_prompt']} samples "
                  f"at T = {m['temperature']}, seed {plan['probe']['seed']}", fontsize=9)
+    if path is not None:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    return fig
+
+
+def stress_rows(records: Sequence[dict], plan: dict) -> list[dict[str, Any]]:
+    """One row per seed: each arm's held-out greedy accuracy before and after, and the step it collapsed at."""
+    by = {(r["name"].rsplit("-seed", 1)[0], r["seed"]): r for r in records}
+    arms = [a["id"] for a in plan["arms"]]
+    rows = []
+    for seed in sorted({s for _, s in by}):
+        row: dict[str, Any] = {"seed": seed}
+        for arm in arms:
+            rec = by.get((arm, seed))
+            if rec is not None:
+                ev = rec["eval_history"]
+                row[f"{arm}: accuracy before → after"] = (ev[0]["accuracy"], ev[-1]["accuracy"])
+                row[f"{arm}: collapsed at step"] = collapse_step(rec, plan["collapse"])
+        rows.append(row)
+    return rows
+
+
+def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
+    """Held-out greedy accuracy along each run, one panel per seed, the arms side by side (paired by seed)."""
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({r["seed"] for r in records})
+    fig, axes = plt.subplots(1, len(seeds), figsize=(3.2 * len(seeds), 3.2), sharey=True, layout="constrained")
+    for ax, seed in zip(list(getattr(axes, "flat", [axes])), seeds):
+        for k, arm in enumerate(a["id"] for a in plan["arms"]):
+            rec = next((r for r in records if r["seed"] == seed and r["name"].rsplit("-seed", 1)[0] == arm), None)
+            if rec is not None:
+                ev = rec["eval_history"]
+                ax.plot([e["step"] for e in ev], [e["accuracy"] for e in ev], "o-", color=f"C{k}", label=arm)
+        ax.set_title(f"seed {seed}", fontsize=9)
+        ax.set_xlabel("step")
+    axes_list = list(getattr(axes, "flat", [axes]))
+    axes_list[0].set_ylabel("held-out greedy accuracy")
+    axes_list[0].legend(fontsize=8)
+    b = plan["base"]
+    fig.suptitle(f"SmolLM2-135M-Instruct, stress arm: lr {b['learning_rate']:g}, {b['steps']} steps, "
+                 f"{b['n_eval']} held-out problems, {len(seeds)} paired seeds", fontsize=10)
     if path is not None:
         fig.savefig(path, dpi=100, bbox_inches="tight")
     return fig
