@@ -94,7 +94,7 @@ def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict
         cal = rec["calibration"]
         rows.append({"id": cand["id"], "kind": cand["kind"], "range": cand["range"], "before": cal["before"],
                      "after": cal["after"], "accepted": accepted(plan, cal),
-                     "seconds_per_step": rec["train_time_s"] / max(rec["steps_run"], 1),
+                     "seconds_per_step": rec["seconds_per_step"],
                      "greedy_accuracy": [(rec.get("initial") or {}).get("accuracy"), rec["final"].get("accuracy")]})
     choice = next((r["id"] for r in rows if r["accepted"]), None)
     decision = {"kind": "lm_stage0_decision", "plan": str(plan_path), "accepted": choice, "candidates": rows,

@@ -42,15 +42,20 @@ def collapse_step(record: dict, rule: dict) -> int | None:
     return None
 
 
+def _by_arm_seed(records: Sequence[dict]) -> dict[tuple[str, int], dict]:
+    """The runs of a grid keyed by (arm id, seed): a run is named ``<arm>-seed<k>``."""
+    return {(r["name"].rsplit("-seed", 1)[0], r["seed"]): r for r in records}
+
+
 def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr", control: str = "grpo") -> dict:
     """Collapses k of n per arm over the seed pairs both arms have, pairs where both or neither collapsed (ties)
     apart, and Fisher's exact test (two-sided) on the 2x2 table of arm x collapsed."""
     from scipy.stats import fisher_exact
 
-    by = {(r["name"].rsplit("-seed", 1)[0], r["seed"]): r for r in records}
+    by = _by_arm_seed(records)
     seeds = sorted(s for a, s in by if a == treatment and (control, s) in by)
-    rule = plan["collapse"]
-    col = {arm: [collapse_step(by[(arm, s)], rule) is not None for s in seeds] for arm in (treatment, control)}
+    steps = {key: collapse_step(rec, plan["collapse"]) for key, rec in sorted(by.items())}
+    col = {arm: [steps[(arm, s)] is not None for s in seeds] for arm in (treatment, control)}
     k_t, k_c, n = sum(col[treatment]), sum(col[control]), len(seeds)
     pairs = list(zip(col[treatment], col[control]))
     p = fisher_exact([[k_t, n - k_t], [k_c, n - k_c]])[1] if n else float("nan")
@@ -62,7 +67,7 @@ def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr"
         "neither": sum(not t and not c for t, c in pairs),
         f"only {treatment}": sum(t and not c for t, c in pairs),
         f"only {control}": sum(c and not t for t, c in pairs),
-        "collapse_steps": {f"{a}-seed{s}": collapse_step(by[(a, s)], plan["collapse"]) for a, s in sorted(by)},
+        "collapse_steps": {f"{a}-seed{s}": step for (a, s), step in steps.items()},
         "fisher_p": float(p),
         # what the design can detect: a total contrast (n of n against 0) and one a single collapse short of it
         "p_total": float(fisher_exact([[n, 0], [0, n]])[1]) if n else float("nan"),
@@ -101,7 +106,7 @@ def plot_stage0(decision: dict, plan: dict, path: Any = None):
 
 def stress_rows(records: Sequence[dict], plan: dict) -> list[dict[str, Any]]:
     """One row per seed: each arm's held-out greedy accuracy before and after, and the step it collapsed at."""
-    by = {(r["name"].rsplit("-seed", 1)[0], r["seed"]): r for r in records}
+    by = _by_arm_seed(records)
     arms = [a["id"] for a in plan["arms"]]
     rows = []
     for seed in sorted({s for _, s in by}):
@@ -120,19 +125,20 @@ def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
     """Held-out greedy accuracy along each run, one panel per seed, the arms side by side (paired by seed)."""
     import matplotlib.pyplot as plt
 
-    seeds = sorted({r["seed"] for r in records})
-    fig, axes = plt.subplots(1, len(seeds), figsize=(3.2 * len(seeds), 3.2), sharey=True, layout="constrained")
-    for ax, seed in zip(list(getattr(axes, "flat", [axes])), seeds):
+    by = _by_arm_seed(records)
+    seeds = sorted({s for _, s in by})
+    fig, axes = plt.subplots(1, len(seeds), figsize=(3.2 * len(seeds), 3.2), sharey=True, layout="constrained",
+                             squeeze=False)
+    for ax, seed in zip(axes[0], seeds):
         for k, arm in enumerate(a["id"] for a in plan["arms"]):
-            rec = next((r for r in records if r["seed"] == seed and r["name"].rsplit("-seed", 1)[0] == arm), None)
+            rec = by.get((arm, seed))
             if rec is not None:
                 ev = rec["eval_history"]
                 ax.plot([e["step"] for e in ev], [e["accuracy"] for e in ev], "o-", color=f"C{k}", label=arm)
         ax.set_title(f"seed {seed}", fontsize=9)
         ax.set_xlabel("step")
-    axes_list = list(getattr(axes, "flat", [axes]))
-    axes_list[0].set_ylabel("held-out greedy accuracy")
-    axes_list[0].legend(fontsize=8)
+    axes[0, 0].set_ylabel("held-out greedy accuracy")
+    axes[0, 0].legend(fontsize=8)
     b = plan["base"]
     fig.suptitle(f"SmolLM2-135M-Instruct, stress arm: lr {b['learning_rate']:g}, {b['steps']} steps, "
                  f"{b['n_eval']} held-out problems, {len(seeds)} paired seeds", fontsize=10)
