@@ -83,7 +83,7 @@ student: $(STAMP)
 clean:
 	rm -rf $(VENV) runs student
 
-# The prepared GPU check (trgrpo/tooling/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
+# The prepared GPU check (trgrpo/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
 # It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training
 # run in its own process and writes results/gpu/check.json. Without CUDA it stops with one line;
 # `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/test_gpu_check.py runs it).
@@ -104,4 +104,4 @@ WHEELS ?= wheels
 gpu-wheels:
 	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -m trgrpo.gpu_check --download-wheels $(GPU_FREEZE) --wheels $(WHEELS) \
 	  --platform $(GPU_PLATFORM) --python-version $(GPU_PYTHON)
-	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -c "from trgrpo.pipeline.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('$(WHEELS)/tokenizer')"
+	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -c "from trgrpo.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('$(WHEELS)/tokenizer')"

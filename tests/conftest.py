@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
 def tiny_model_dir(tmp_path_factory):
     import torch
 
-    from trgrpo.pipeline.models import tiny_model
+    from trgrpo.models import tiny_model
 
     torch.set_num_threads(2)
     return tiny_model(tmp_path_factory.mktemp("tiny-llama"), hidden=32, layers=2, heads=2, seed=0)

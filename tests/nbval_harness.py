@@ -6,7 +6,7 @@ compares the output of the cells marked ``# NBVAL_CHECK_OUTPUT`` with the output
 also applies to ``pytest notebooks/02_*.ipynb``) adds:
 
 * the smoke environment: the kernel starts with ``TRGRPO_SMOKE=1``, headless (no live widgets) and offline, as
-  ``trgrpo.tooling.batch`` runs notebooks (:func:`smoke_env`);
+  ``trgrpo.batch`` runs notebooks (:func:`smoke_env`);
 * a time limit per notebook (kernel start included, :data:`TIME_LIMITS`): each cell gets what is left of it as
   its timeout, and a notebook that finishes late fails;
 * clean output: a cell whose stdout/stderr holds a ``FutureWarning`` or a Python traceback fails, except in the
@@ -39,7 +39,7 @@ NOISE_RE = re.compile(r"FutureWarning|Traceback \(most recent call last\)")
 
 # Notebooks whose smoke run may still print such noise (reported as xfail; a listed notebook that runs clean raises
 # a warning asking to remove it). Empty: every notebook fails on noise (05-07 were listed until their output was
-# cleaned at the source, trgrpo/teach/output.py).
+# cleaned at the source, trgrpo/notebook.py).
 NOISY_NOTEBOOKS: frozenset[str] = frozenset()
 
 
@@ -48,8 +48,8 @@ class StaleAllowListWarning(UserWarning):
 
 
 def smoke_env() -> dict[str, str]:
-    """The environment of a smoke execution: ``TRGRPO_SMOKE=1``, headless and offline (as ``trgrpo.tooling.batch``)."""
-    from trgrpo.tooling import batch
+    """The environment of a smoke execution: ``TRGRPO_SMOKE=1``, headless and offline (as ``trgrpo.batch``)."""
+    from trgrpo import batch
 
     return {"TRGRPO_SMOKE": "1", **batch.HEADLESS_ENV, **batch.OFFLINE_ENV}
 
@@ -130,7 +130,7 @@ def pytest_runtest_setup(item: pytest.Item):
     # the first cell of a notebook: nbval starts the kernel in this setup, with our environment
     _RUN.start[_key(item)] = time.monotonic()
     _RUN.noisy[_key(item)] = False
-    from trgrpo.tooling import batch
+    from trgrpo import batch
 
     with batch.environment(**smoke_env()):
         return (yield)

@@ -1,11 +1,11 @@
-"""Statistics helpers of trgrpo.results.analysis against values worked out by hand."""
+"""Statistics helpers of trgrpo.stats against values worked out by hand."""
 
 import math
 
 import numpy as np
 import pytest
 
-from trgrpo.results import analysis as an
+from trgrpo import stats as an
 
 
 def test_mean_std_by_hand():
@@ -140,7 +140,7 @@ def test_one_spread_convention_is_ddof_one():
 
 
 def test_theory_uses_the_statistics_module():
-    from trgrpo.core import theory
+    from trgrpo import theory
 
     assert theory.spread_stats is an.spread_stats and theory.binned_means is an.binned_means
 

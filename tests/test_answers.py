@@ -1,5 +1,5 @@
 """The answer page (notebook 08): one verdict per claim of the paper, computed from records
-(trgrpo/results/answers.py)."""
+(trgrpo/answers.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trgrpo.results import answers
+from trgrpo import answers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -78,8 +78,9 @@ def test_toy_extras_read_kl_tau_lm_records_when_present(tmp_path):
 def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
     """Notebook 08's tables (moved here from an assert of the notebook): every printed row of the paper's table,
     with the committed records or none, each cell 'paper / ours'."""
-    from trgrpo.pipeline.experiment import load_results
-    from trgrpo.results import paper, report
+    from trgrpo import paper
+    from trgrpo import tables as report
+    from trgrpo.experiment import load_results
 
     for records in (load_results(task, str(RESULTS)), []):
         rows = report.paper_vs_ours(table, records)
@@ -124,7 +125,7 @@ def _primary(record: dict) -> float:
 
 
 def _by_arm(folder: Path) -> dict[str, dict[int, float]]:
-    from trgrpo.pipeline.toy import run_label
+    from trgrpo.toy import run_label
 
     out: dict[str, dict[int, float]] = {}
     for path in folder.glob("addition-micro-*.json"):
@@ -153,7 +154,7 @@ def test_table4_parts_recomputed_from_the_records():
              "TR > Random": ("random", "random")}
     assert [r["part"] for r in rows] == list(parts)
     present = [p for p, (arm, _) in parts.items() if arm in arms]
-    from trgrpo.results import paper
+    from trgrpo import paper
 
     avg = {r["scheme"]: r["avg"] for r in paper.TABLE4.rows}
     for row in rows:
@@ -170,7 +171,7 @@ def test_table4_parts_recomputed_from_the_records():
 
 
 def test_table7_parts_recomputed_from_the_records():
-    from trgrpo.results import paper
+    from trgrpo import paper
 
     taus = _by_arm(RESULTS / "toy" / "tau")
     ctrl = _by_arm(RESULTS / "toy" / "controls")
@@ -224,7 +225,7 @@ def test_figure1_is_judged_from_notebook04s_record():
 
 
 def test_forest_rows_cover_every_toy_arm_with_the_papers_effect():
-    from trgrpo.pipeline.toy_controls_grids import ARMS
+    from trgrpo.toy_controls import ARMS
 
     rows = answers.forest_rows(RESULTS)
     ctrl = [r for r in rows if r["group"] == "toy/controls"]
@@ -252,7 +253,7 @@ def test_committed_headline_of_08_is_what_the_current_code_writes():
 def test_prompt_bootstrap_resamples_prompts():
     """Figure 1's cluster bootstrap: whole prompts are resampled; a structural token that only one prompt's
     samples carry at the high end gives a wide interval, and the observed difference is the plain count's."""
-    from trgrpo.results import token_stats as ts
+    from trgrpo import token_stats as ts
 
     rng = np.random.default_rng(0)
     texts, probs, comp = [], [], []

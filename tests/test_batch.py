@@ -1,11 +1,11 @@
-"""trgrpo.tooling.batch: notebooks run with papermill into runs/<name>/, a failure does not stop the batch."""
+"""trgrpo.batch: notebooks run with papermill into runs/<name>/, a failure does not stop the batch."""
 
 import json
 
 import nbformat
 import pytest
 
-from trgrpo.tooling.batch import load_plan, main
+from trgrpo.batch import load_plan, main
 
 
 def _nb(path, code):
@@ -51,7 +51,7 @@ def test_plan_errors_name_the_field(tmp_path):
 def test_shipped_experiment_files_parse():
     from pathlib import Path
 
-    from trgrpo.pipeline.train import load_specs
+    from trgrpo.train import load_specs
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in root.glob("*.yaml"):
@@ -64,7 +64,7 @@ def test_shipped_experiment_files_parse():
 
 
 def test_set_overrides_parse_as_yaml_and_name_bad_items():
-    from trgrpo.pipeline.spec import parse_overrides
+    from trgrpo.experiment import parse_overrides
 
     assert parse_overrides(["STEPS=10", "SEEDS=[0, 1]", "MODEL=Qwen/Qwen2.5-3B-Instruct"]) == {
         "STEPS": 10,

@@ -1,11 +1,11 @@
-"""trgrpo.tooling.bench at a tiny size: the machinery runs, the JSON keeps its schema, the table renders from it."""
+"""trgrpo.bench at a tiny size: the machinery runs, the JSON keeps its schema, the table renders from it."""
 
 import json
 import os
 
 import pytest
 
-from trgrpo.tooling import bench
+from trgrpo import bench
 
 
 def _check_summary(s, n):
@@ -170,7 +170,7 @@ def test_summaries():
 
 
 def test_readme_cost_table_is_generated_from_the_committed_json():
-    from trgrpo.tooling.bench import README, README_END, README_START, RESULTS_DIR, readme_table
+    from trgrpo.bench import README, README_END, README_START, RESULTS_DIR, readme_table
 
     text = README.read_text()
     block = text.split(README_START, 1)[1].split(README_END, 1)[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.teach import course
+from trgrpo import course
 
 from .nbexec import execute_smoke
 

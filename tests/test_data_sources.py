@@ -8,9 +8,9 @@ import pytest
 import yaml
 from datasets import Dataset
 
-from trgrpo.pipeline.experiment import ROOT, TASKS, RunSpec, Task, register_task, run
-from trgrpo.pipeline.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
-from trgrpo.tasks import kk
+from trgrpo.experiment import ROOT, RunSpec, run
+from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
+from trgrpo.tasks import TASKS, Task, kk, register_task
 from trgrpo.tasks import math as tm
 
 QUIZ3 = "A very special island is inhabited only by knights and knaves. You meet 3 inhabitants: Zoey, Oliver, and Ava."
@@ -278,7 +278,7 @@ def test_table2_sets_are_evaluated_whole():
     """OlympiadBench has 675 rows (the largest Table 2 set): neither the plan's default nor notebook 06's cuts it."""
     import json
 
-    from trgrpo.pipeline import fullscale
+    from trgrpo import fullscale
 
     assert {s.n_eval for s in fullscale.math_specs()} == {fullscale.WHOLE_SETS} and fullscale.WHOLE_SETS >= 675
     cells = json.loads((Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb").read_text())["cells"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trgrpo.core.weights import token_weights
-from trgrpo.teach import course
+from trgrpo import course
+from trgrpo.weights import token_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 NB02 = ROOT / "notebooks" / "02_token_weight_function.ipynb"

@@ -1,4 +1,4 @@
-"""trgrpo.pipeline.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
+"""trgrpo.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
 checkpoints)."""
 
 import json
@@ -8,7 +8,8 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trgrpo.pipeline.experiment import RunSpec, Task, load_results, register_task, run
+from trgrpo.experiment import RunSpec, load_results, run
+from trgrpo.tasks import Task, register_task
 
 PROMPTS = [f"Count to {i}:" for i in range(16)]
 
@@ -153,7 +154,7 @@ def test_unknown_field_in_dict():
 
 def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, monkeypatch):
     """Smoke runs of notebooks 05/06 pass keep_checkpoints=False: a finished run leaves its result, no checkpoint."""
-    from trgrpo.pipeline import experiment, fullscale
+    from trgrpo import experiment, fullscale
 
     monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
     specs = [spec(tiny_model_dir, "dropped", steps=2), spec(tiny_model_dir, "kept", steps=2)]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.pipeline import fullscale
-from trgrpo.pipeline.experiment import RunSpec, batch_layout, make_config, vllm_max_model_length
-from trgrpo.pipeline.train import main as train_main
+from trgrpo import fullscale
+from trgrpo.experiment import RunSpec, batch_layout, make_config, vllm_max_model_length
+from trgrpo.train import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_KK = ROOT / "experiments" / "train_kk_qwen3b.yaml"
@@ -34,7 +34,7 @@ def test_global_batch_is_table6_at_any_world_size(world):
 @pytest.mark.parametrize("world", [1, 2, 8])
 def test_trl_config_gets_the_global_batch(world, tmp_path, monkeypatch):
     """TRL's GRPOConfig derives generation_batch_size from its world size: fake it, check TRL's own figure."""
-    from trgrpo.core.trainer import TRGRPOConfig
+    from trgrpo.trainer import TRGRPOConfig
 
     monkeypatch.setattr(TRGRPOConfig, "world_size", property(lambda self: world))
     cfg = make_config(kk(), tmp_path, world_size=world)
@@ -97,7 +97,7 @@ def test_make_config_sets_ddp_timeout_and_importance_sampling(tmp_path):
 
 
 def test_planner_flags_an_evaluation_longer_than_the_timeout_and_states_the_disk():
-    from trgrpo.pipeline import plan
+    from trgrpo import plan
 
     spec = fullscale.kk_specs(schemes=("tr",), use_vllm=False)[0]
     text, rows, problems = plan.plan_report([spec], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
@@ -137,7 +137,7 @@ def test_run_command_paths_are_absolute(tmp_path, monkeypatch):
 def test_launch_two_cpu_processes(tiny_model_dir, tmp_path, monkeypatch):
     """accelerate launch, 2 processes on CPU (gloo), 2 steps: the global batch is the spec's, not 2x it, and the
     record lands where launch() reads it (an absolute results path given as a relative one)."""
-    from trgrpo.pipeline import experiment
+    from trgrpo import experiment
 
     monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
     monkeypatch.chdir(tmp_path)
@@ -176,7 +176,7 @@ def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkey
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trgrpo.pipeline.experiment import VLLMGenerate
+    from trgrpo.experiment import VLLMGenerate
     from trgrpo.tasks.common import generate_completions
 
     class SamplingParams:
@@ -208,7 +208,7 @@ def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkey
 
 
 def test_live_logs_sit_beside_the_record(tmp_path):
-    from trgrpo.pipeline.experiment import live_log_dir
+    from trgrpo.experiment import live_log_dir
 
     assert live_log_dir(kk(), tmp_path) is None  # report_to="none"
     spec = kk(report_to="tensorboard", group="g", name="r")

@@ -88,9 +88,9 @@ def test_full_scale_without_cuda_stops_with_one_line(tmp_path):
 def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypatch):
     """Without a launcher's WORLD_SIZE, several visible GPUs are refused (TRL's device_map="auto" would pipeline one
     model over them); under a launcher, several specs are; --gpus N launches each spec on N GPUs."""
-    from trgrpo.pipeline import fullscale
-    from trgrpo.pipeline.experiment import RunSpec
-    from trgrpo.pipeline.train import processes
+    from trgrpo import fullscale
+    from trgrpo.experiment import RunSpec
+    from trgrpo.train import processes
 
     one, two = [RunSpec(task="kk", name="a")], [RunSpec(task="kk", name="a"), RunSpec(task="kk", name="b")]
     monkeypatch.delenv("WORLD_SIZE", raising=False)

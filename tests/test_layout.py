@@ -43,14 +43,14 @@ def _imported_modules(source: str, package: str) -> set[str]:
 
 def _imports_trainer(source: str, package: str) -> set[str]:
     """Imports of trgrpo's trainer or TRL's trainers (TRL's chat-template helpers are fine for a task)."""
-    trainers = ("trgrpo.core.trainer", "trl.trainer", "trl.GRPOTrainer", "trl.GRPOConfig")
+    trainers = ("trgrpo.trainer", "trl.trainer", "trl.GRPOTrainer", "trl.GRPOConfig")
     return {m for m in _imported_modules(source, package) if m.startswith(trainers)}
 
 
 @pytest.mark.parametrize("path", TASK_MODULES, ids=[p.name for p in TASK_MODULES])
 def test_no_task_module_imports_the_trainer(path):
     bad = _imports_trainer(path.read_text(), _package(path))
-    hint = "build trainers in a run module (e.g. trgrpo/pipeline/search_run.py)"
+    hint = "build trainers in a run module (e.g. trgrpo/search_run.py)"
     assert not bad, f"{path.name} imports {sorted(bad)}: {hint}"
 
 
@@ -59,7 +59,7 @@ def test_no_task_module_imports_the_trainer(path):
     [
         "def f():\n    from ..core.trainer import TRGRPOTrainer\n",
         "from trgrpo.core import trainer\n",
-        "import trgrpo.core.trainer\n",
+        "import trgrpo.trainer\n",
         "from trl import GRPOTrainer\n",
     ],
 )
@@ -74,7 +74,7 @@ def test_importing_every_task_module_loads_no_trainer():
         "import importlib, sys\n"
         f"for n in {names!r}: importlib.import_module(n)\n"
         "from trgrpo.tasks.search import run_search, SearchSpec, make_search_trainer\n"
-        "print(sorted(m for m in sys.modules if m in ('trgrpo.core.trainer', 'trl')))\n"
+        "print(sorted(m for m in sys.modules if m in ('trgrpo.trainer', 'trl')))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -99,7 +99,7 @@ def test_the_package_top_level_holds_only_the_command_lines():
 
 
 def test_a_moved_command_line_still_runs():
-    """``python -m trgrpo.plan --help`` reaches trgrpo.pipeline.plan's parser through the forwarder."""
+    """``python -m trgrpo.plan --help`` reaches trgrpo.plan's parser through the forwarder."""
     r = subprocess.run(
         [sys.executable, "-m", "trgrpo.plan", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
@@ -115,7 +115,7 @@ def test_the_design_doc_names_every_module():
 
 
 def test_old_search_path_keeps_every_public_name():
-    from trgrpo.pipeline import search_run
+    from trgrpo import search_run
     from trgrpo.tasks import search as S
 
     missing = [n for n in S.__all__ if not hasattr(S, n)]
@@ -126,14 +126,19 @@ def test_old_search_path_keeps_every_public_name():
 
 
 def test_old_bench_path_keeps_every_public_name():
-    from trgrpo.tooling import bench, bench_common, bench_loss, bench_notebooks, bench_step, bench_table
+    from trgrpo import bench
+    from trgrpo import bench as bench_common
+    from trgrpo import bench as bench_loss
+    from trgrpo import bench as bench_notebooks
+    from trgrpo import bench as bench_step
+    from trgrpo import bench as bench_table
 
     for mod in (bench_common, bench_loss, bench_notebooks, bench_step, bench_table):
         public = [
             n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
         ]
         missing = [n for n in public if getattr(bench, n, None) is not getattr(mod, n)]
-        assert not missing, f"trgrpo.tooling.bench lacks {missing} of {mod.__name__}"
+        assert not missing, f"trgrpo.bench lacks {missing} of {mod.__name__}"
     assert bench.ROOT == ROOT and bench.RESULTS_DIR == ROOT / "results" / "bench"
 
 
@@ -146,15 +151,21 @@ def test_the_generic_runner_holds_no_task_specific_code():
     assert not {m for m in imported if m.startswith(task_modules)}
     for word in ("kk_", "math_", "arith_", "evaluate_kk", "evaluate_math"):
         assert word not in source.replace("SAMPLED_MATH_SETS", ""), word
-    from trgrpo.pipeline.experiment import TASKS
+    from trgrpo.tasks import TASKS
 
     assert {"kk", "math", "arith", "addition", "addition_trace"} <= set(TASKS)
 
 
 def test_old_toy_and_experiment_paths_keep_every_public_name():
-    from trgrpo.pipeline import experiment, records, spec, toy, toy_model, toy_run, warm_start
-    from trgrpo.results import toy_analysis
-    from trgrpo.tasks import addition, registry
+    from trgrpo import experiment, toy
+    from trgrpo import experiment as records
+    from trgrpo import experiment as spec
+    from trgrpo import tables as toy_analysis
+    from trgrpo import tasks as registry
+    from trgrpo import toy as toy_model
+    from trgrpo import toy as toy_run
+    from trgrpo import toy as warm_start
+    from trgrpo.tasks import addition
 
     for old, mods in ((toy, (toy_model, toy_run, toy_analysis, warm_start, addition)),):
         for mod in mods:
@@ -169,7 +180,7 @@ def test_old_toy_and_experiment_paths_keep_every_public_name():
     moved += ("package_versions", "peak_memory_mb", "update_json", "update_marked_block", "write_json", "write_result")
     assert [n for n in moved if getattr(experiment, n) is not getattr(records, n)] == []
     assert experiment.RunSpec is spec.RunSpec and experiment.TASKS is registry.TASKS
-    assert experiment.Task is registry.Task and experiment.register_task is registry.register_task
+    assert experiment.Task is registry.Task and tasks.register_task is registry.register_task
 
 
 def test_notebooks_never_import_the_tooling():

@@ -93,7 +93,8 @@ def test_reward_funcs_are_logged_apart_and_need_the_answer_column():
 
 
 def test_task_is_registered_with_temperature_one():
-    from trgrpo.pipeline.experiment import TASKS, RunSpec
+    from trgrpo.experiment import RunSpec
+    from trgrpo.tasks import TASKS
 
     assert "arith" in TASKS
     spec = RunSpec(task="arith", steps=1, max_completion_length=8)
@@ -101,7 +102,7 @@ def test_task_is_registered_with_temperature_one():
 
 
 def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
-    from trgrpo.pipeline.models import embedded_tokenizer
+    from trgrpo.models import embedded_tokenizer
 
     try:
         tok = embedded_tokenizer()
@@ -149,7 +150,7 @@ def test_first_last_and_run_summary_by_hand():
 def test_committed_smollm2_runs_learn():
     """Issue 14: results/toy/lm holds SmolLM2 runs of GRPO and TR-GRPO, >= 2 seeds each, each with a higher mean
     reward over its last 5 logged steps than over its first 5, made on a clean committed tree."""
-    from trgrpo.pipeline.experiment import ROOT, load_results
+    from trgrpo.experiment import ROOT, load_results
 
     records = [r for r in load_results("toy/lm", ROOT / "results") if r["task"] == "arith"]
     seeds = {s: {r["seed"] for r in records if r["scheme"] == s} for s in ("equal", "tr")}
@@ -164,8 +165,8 @@ def test_committed_smollm2_runs_learn():
 def test_committed_token_histogram_follows_the_schema():
     import json
 
-    from trgrpo.pipeline.experiment import ROOT
-    from trgrpo.results.token_stats import HIST_KEYS, check_histogram
+    from trgrpo.experiment import ROOT
+    from trgrpo.token_stats import HIST_KEYS, check_histogram
 
     rec = check_histogram(json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text()))
     assert set(HIST_KEYS) <= set(rec) and rec["task"] == "arith" and rec["n_tokens"] > 500
@@ -177,7 +178,7 @@ def test_stage0_plan_builds_its_probes_and_rule():
 
     import yaml
 
-    from trgrpo.pipeline import lm_science
+    from trgrpo import lm_science
 
     plan = yaml.safe_load((Path(__file__).parents[1] / "results/lm/stage0/plan.yaml").read_text())
     specs = [lm_science.probe_spec(plan, c) for c in plan["candidates"]]
@@ -190,7 +191,7 @@ def test_stage0_plan_builds_its_probes_and_rule():
 
 
 def test_grid_specs_go_seed_by_seed_with_the_arms_settings():
-    from trgrpo.pipeline import lm_science
+    from trgrpo import lm_science
 
     plan = {"group": "lm/x", "seeds": [0, 1], "base": {"task": "arith", "steps": 5},
             "arms": [{"id": "grpo", "scheme": "equal"},
@@ -207,7 +208,7 @@ def _stress_record(arm, seed, rewards, accs):
 
 
 def test_collapse_rule_and_stress_summary_by_hand():
-    from trgrpo.results import lm_science
+    from trgrpo import tables as lm_science
 
     rule = {"final_below_start": True, "reward_floor": 0.05, "floor_steps": 10}
     floor = [0.3] * 5 + [0.0] * 10 + [0.3] * 5  # steps 6-15 at the floor
@@ -233,8 +234,8 @@ def test_stage0_table_and_figure_from_the_committed_records():
     matplotlib.use("Agg")
     import yaml
 
-    from trgrpo.pipeline import lm_science as runs
-    from trgrpo.results import lm_science
+    from trgrpo import lm_science as runs
+    from trgrpo import tables as lm_science
 
     base = Path(__file__).parents[1] / "results/lm/stage0"
     plan, decision = yaml.safe_load((base / "plan.yaml").read_text()), json.loads((base / "decision.json").read_text())
@@ -253,8 +254,8 @@ def test_stress_table_and_figure_from_the_committed_records():
     matplotlib.use("Agg")
     import yaml
 
-    from trgrpo.pipeline.records import load_results
-    from trgrpo.results import lm_science
+    from trgrpo import tables as lm_science
+    from trgrpo.experiment import load_results
 
     root = Path(__file__).parents[1] / "results"
     plan = yaml.safe_load((root / "lm/stress/plan.yaml").read_text())

@@ -1,4 +1,4 @@
-"""trgrpo.teach.notebook: the one helper that replaced each notebook's ROOT / sys.path / SMOKE / TAG / headline lines
+"""trgrpo.notebook: the one helper that replaced each notebook's ROOT / sys.path / SMOKE / TAG / headline lines
 (issue 13, deliverable 4), and a check that no notebook went back to them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.teach import course, notebook
-from trgrpo.teach.notebook import Notebook, find_root, setup, smoke_from_env, versions
+from trgrpo import course, notebook
+from trgrpo.notebook import Notebook, find_root, setup, smoke_from_env, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
@@ -130,7 +130,7 @@ def test_no_notebook_keeps_the_old_boilerplate(path):
     cells = [c for c in course.read(path).cells if c.cell_type == "code"]
     code = "\n".join([c.source for c in cells] + [course.wrong_answer(c) or "" for c in cells])  # checks' probes too
     found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(code)]
-    assert not found, f"{path.name}: {found} (use trgrpo.teach.notebook: setup, versions, nb.save_headline)"
+    assert not found, f"{path.name}: {found} (use trgrpo.notebook: setup, versions, nb.save_headline)"
     assert re.search(rf"""\bsetup\(\s*["']{re.escape(path.stem)}["']""", code), (
         f"{path.name}: call setup({path.stem!r}, SMOKE) after the parameters cell"
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.teach import course
+from trgrpo import course
 
 from .nbval_harness import is_checked
 

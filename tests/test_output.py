@@ -1,4 +1,4 @@
-"""Readable notebook output at the source (trgrpo/teach/output.py, issue 17)."""
+"""Readable notebook output at the source (trgrpo/notebook.py, issue 17)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_save_headline_writes_everything_and_prints_at_most_ten_lines(tmp_path, 
 
     import pytest
 
-    from trgrpo.teach.output import save_headline
+    from trgrpo.notebook import save_headline
 
     headline = {f"s{i}": i + 0.123456 for i in range(12)}
     headline["nested"] = {"a": [1, 2, 3], "b": {"c": 1}}

@@ -1,8 +1,8 @@
-"""The paper's tables as data (trgrpo.results.paper): shape, cross-table consistency, printed averages and gains."""
+"""The paper's tables as data (trgrpo.paper): shape, cross-table consistency, printed averages and gains."""
 
 import pytest
 
-from trgrpo.results import paper
+from trgrpo import paper
 
 
 def test_every_table_is_well_formed():
@@ -59,7 +59,7 @@ def test_printed_averages_and_gains():
         for r in t.rows:
             if abs(sum(r[c] for c in values) / len(values) - r["avg"]) > 0.0051:  # rounding to 2 decimals
                 off.append((t.number, r["model"], r["method"]))
-    # the only printed averages that are not the mean of their row (documented in trgrpo.results.paper)
+    # the only printed averages that are not the mean of their row (documented in trgrpo.paper)
     assert off == [(3, "Qwen3-4B", "GRPO"), (3, "Qwen3-4B", "TR-GRPO")]
     for t in (paper.TABLE1, paper.TABLE2, paper.TABLE3, paper.TABLE9):
         for r in t.rows:

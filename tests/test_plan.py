@@ -1,4 +1,4 @@
-"""trgrpo.pipeline.plan: memory per GPU and hours against numbers worked out by hand from the stated assumptions; the
+"""trgrpo.plan: memory per GPU and hours against numbers worked out by hand from the stated assumptions; the
 Table 1
 plan fits 8 x 80 GB and is refused on 1 x 16 GB with the setting to change named."""
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.pipeline import plan
-from trgrpo.pipeline.experiment import RunSpec
+from trgrpo import plan
+from trgrpo.experiment import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 N3B = 3.09e9

@@ -1,5 +1,5 @@
 """A newcomer's `make run` prints progress and results, not warnings: papermill parses every parameters cell, and
-the kernels that trgrpo.tooling.batch starts do not warn about TCP without encryption."""
+the kernels that trgrpo.batch starts do not warn about TCP without encryption."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.teach import course
-from trgrpo.tooling import batch
+from trgrpo import batch, course
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(

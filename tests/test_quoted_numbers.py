@@ -1,6 +1,6 @@
 """Numbers quoted in prose agree with the records they come from.
 
-* The README's toy-findings block is exactly what :func:`trgrpo.pipeline.toy_controls.verdict_markdown` renders from the
+* The README's toy-findings block is exactly what :func:`trgrpo.toy_controls.verdict_markdown` renders from the
   committed summaries (regenerate with ``python -m trgrpo.toy_controls readme``).
 * Notebook 03 renders its verdict from the records (no result typed into its markdown): every decimal number in
   its Part A markdown is a setting or a constant of the method, and no "k of n" seed count is typed there.
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trgrpo.pipeline import toy_controls as tc
+from trgrpo import toy_controls as tc
+from trgrpo import toy_controls_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -54,23 +55,23 @@ def _leaves(x) -> list[float]:
 
 def test_readme_toy_block_is_rendered_from_the_records():
     text = README.read_text()
-    assert tc.README_START in text and tc.README_END in text, "README lacks the toy-findings markers"
-    block = text.split(tc.README_START, 1)[1].split(tc.README_END, 1)[0].strip("\n")
-    assert block == tc.verdict_markdown().strip("\n"), (
+    assert toy_controls_readme.README_START in text and toy_controls_readme.README_END in text, "README lacks the toy-findings markers"
+    block = text.split(toy_controls_readme.README_START, 1)[1].split(toy_controls_readme.README_END, 1)[0].strip("\n")
+    assert block == toy_controls_readme.verdict_markdown().strip("\n"), (
         "README toy findings are stale: python -m trgrpo.toy_controls readme"
     )
 
 
 def test_readme_block_fails_when_a_number_is_edited(tmp_path):
     """The check above can fail: a README whose block differs by one digit is rewritten (and so compared unequal)."""
-    good = tc.verdict_markdown()
+    good = toy_controls_readme.verdict_markdown()
     nums = _numbers(good)
     if not nums:
         pytest.skip("no numbers rendered (no summary committed)")
     bad = good.replace(nums[0], nums[0][:-1] + str((int(nums[0][-1]) + 1) % 10), 1)
     readme = tmp_path / "README.md"
-    readme.write_text(f"{tc.README_START}\n{bad}\n{tc.README_END}\n")
-    assert tc.update_readme(readme=readme) is True
+    readme.write_text(f"{toy_controls_readme.README_START}\n{bad}\n{toy_controls_readme.README_END}\n")
+    assert toy_controls_readme.update_readme(readme=readme) is True
 
 
 # Settings and constants of the method that notebook 03's Part A text may name (each is an input, not a result):
@@ -132,7 +133,7 @@ def test_notebook03_part_a_types_no_result():
 def test_readme_findings_numbers_come_from_records():
     text = README.read_text()
     section = text.split("## What we found so far", 1)[1].split("\n## ", 1)[0]
-    for start, end in ((tc.README_START, tc.README_END),):
+    for start, end in ((toy_controls_readme.README_START, toy_controls_readme.README_END),):
         if start in section:
             head, rest = section.split(start, 1)
             section = head + rest.split(end, 1)[1]
@@ -194,8 +195,8 @@ def test_readme_findings_quote_these_record_values_exactly():
         f"{100 * rule['share_between_after_min']:.0f} % after the probe",
     ]
     assert stage0["accepted"] is None and "No candidate met the plan's rule" in readme
-    from trgrpo.pipeline.records import load_results
-    from trgrpo.results import lm_science
+    from trgrpo import tables as lm_science
+    from trgrpo.experiment import load_results
 
     stress_plan = yaml.safe_load((ROOT / "results" / "lm" / "stress" / "plan.yaml").read_text())
     st = lm_science.stress_summary(load_results("lm/stress", ROOT / "results"), stress_plan)

@@ -1,16 +1,15 @@
-"""One run-record schema (trgrpo.pipeline.records): checked when a record is written and when it is read, with errors
+"""One run-record schema (trgrpo.experiment): checked when a record is written and when it is read, with errors
 that
 name the file and the field; every committed run record follows it."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
 
-from trgrpo.pipeline import records as R
+from trgrpo import experiment as R
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,21 +144,11 @@ def test_every_committed_run_record_follows_the_schema():
     assert len(paths) >= 100  # the toy grids (controls, kl, tau), the SmolLM2 addition runs, the search toy
     for p in paths:
         rec = R.read_record(p)
-        assert rec["kind"] == "run", f"{p}: unmarked (run python -m trgrpo.pipeline.records)"
+        assert rec["kind"] == "run", f"{p}: not marked kind: run"
         R.validate_record(rec, str(p), strict_unknown=True)
     groups = {str(p.parent.relative_to(ROOT / "results")) for p in paths}
     loaded = sum(len(R.load_results(g, ROOT / "results")) for g in groups)
     assert loaded == len(paths)
-
-
-def test_migration_marks_unmarked_records_once(tmp_path):
-    old = {k: v for k, v in _record().items() if k != "kind"}
-    R.write_json(tmp_path / "g" / "old.json", old)
-    R.write_json(tmp_path / "g" / "summary.json", {"kind": "summary"})
-    assert R.migrate_results(tmp_path) == [tmp_path / "g" / "old.json"]
-    assert json.loads((tmp_path / "g" / "old.json").read_text()) == {"kind": "run", **copy.deepcopy(old)}
-    assert list(json.loads((tmp_path / "g" / "old.json").read_text()))[0] == "kind"
-    assert R.migrate_results(tmp_path) == []
 
 
 @pytest.mark.parametrize("drop", ["scheme", "history"])
@@ -174,7 +163,7 @@ def test_a_run_record_without_scheme_or_history_is_an_error_not_skipped(tmp_path
 
 
 def test_a_string_inside_a_step_list_names_the_file_and_the_field(tmp_path):
-    from trgrpo.pipeline.toy import load_runs
+    from trgrpo.toy import load_runs
 
     rec = _record(eval_history=[{"step": 0, "greedy_accuracy": 0.5}, {"step": 2, "greedy_accuracy": "0.75 (n=8)"}])
     R.write_json(tmp_path / "g" / "r.json", rec)

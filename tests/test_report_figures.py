@@ -1,4 +1,4 @@
-"""Training-curve figures keep every variant visible (trgrpo.results.report.plot_trajectories, issue 17)."""
+"""Training-curve figures keep every variant visible (trgrpo.tables.plot_trajectories, issue 17)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from trgrpo.results import report  # noqa: E402
+from trgrpo import tables as report
 
 
 def _rec(scheme: str, seed: int) -> dict:

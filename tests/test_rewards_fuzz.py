@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from trgrpo.tasks import kk
 from trgrpo.tasks import math as mt
-from trgrpo.tasks.search_reward import search_reward
+from trgrpo.tasks.search import search_reward
 
 MB = 1 << 20
 BOUND_S = 0.250  # the promised worst case for a 1 MB input (see the module docstring)
@@ -372,7 +372,7 @@ def test_search_answer_is_search_r1s_last_match(text):
     """The linear scan returns what Search-R1's ``re.findall(r"<answer>(.*?)</answer>")[-1]`` returns."""
     import re
 
-    from trgrpo.tasks.search_reward import extract_answer
+    from trgrpo.tasks.search import extract_answer
 
     found = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL | re.IGNORECASE)
     assert extract_answer(text) == (found[-1].strip() if found else None)

@@ -1,16 +1,16 @@
-"""The one sampler (trgrpo.core.sampling): seeded, left-padded, the policy's own distribution; the theory and the token
+"""The one sampler (trgrpo.theory): seeded, left-padded, the policy's own distribution; the theory and the token
 statistics draw the same tokens through it."""
 
 import pytest
 import torch
 
-from trgrpo.core import sampling, theory
-from trgrpo.results import token_stats
+from trgrpo import theory, token_stats
+from trgrpo import theory as sampling
 
 
 @pytest.fixture(scope="module")
 def model_tok(tiny_model_dir):
-    from trgrpo.pipeline.models import load_model_and_tokenizer
+    from trgrpo.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer(tiny_model_dir)
 

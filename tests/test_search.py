@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from trgrpo.tasks import search as S
+from trgrpo.tasks import search_data
 from trgrpo.tasks.search_data import load_qa, make_corpus
 
 
@@ -39,10 +40,10 @@ def test_corpus_is_deterministic_by_seed():
 def test_bm25_finds_the_gold_passage_of_one_hop_questions(corpus):
     retriever = S.make_retriever("bm25", corpus.passages)
     one_hop = [q for q in corpus.questions["test"] if q["type"] == "one-hop"]
-    r1 = S.recall_at_k(retriever, one_hop, k=1)
+    r1 = search_data.recall_at_k(retriever, one_hop, k=1)
     print(f"BM25 recall@1 on {len(one_hop)} generated one-hop questions (question text as query): {r1:.3f}")
     assert r1 >= 0.9
-    assert S.recall_at_k(retriever, one_hop, k=1, query="scripted") >= 0.9
+    assert search_data.recall_at_k(retriever, one_hop, k=1, query="scripted") >= 0.9
 
 
 def test_reward_follows_eq14():
@@ -116,7 +117,7 @@ def _scripted_generate(trainer, tok, answers_by_question):
 
 
 def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, monkeypatch):
-    import trgrpo.core.trainer as trainer_module
+    import trgrpo.trainer as trainer_module
 
     records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
     trainer = S.make_search_trainer(
@@ -212,13 +213,13 @@ def test_dense_retriever_with_a_stand_in_encoder(corpus, tmp_path):
                 out[i, sum(map(ord, w)) * 2654435761 % 512] += 1.0
         return out
 
-    dense = S.DenseRetriever(corpus.passages, encoder=bag_of_words, encoder_name="bow", cache_dir=tmp_path)
+    dense = search_data.DenseRetriever(corpus.passages, encoder=bag_of_words, encoder_name="bow", cache_dir=tmp_path)
     assert dense.embeddings_path.exists()
     one_hop = [q for q in corpus.questions["test"] if q["type"] == "one-hop"]
-    assert S.recall_at_k(dense, one_hop, k=3, query="scripted") >= 0.8
+    assert search_data.recall_at_k(dense, one_hop, k=3, query="scripted") >= 0.8
     encoded = []
     counting = lambda texts: encoded.extend(texts) or bag_of_words(texts)  # noqa: E731
-    again = S.DenseRetriever(corpus.passages, encoder=counting, encoder_name="bow", cache_dir=tmp_path)
+    again = search_data.DenseRetriever(corpus.passages, encoder=counting, encoder_name="bow", cache_dir=tmp_path)
     assert encoded == []  # passage embeddings came from the disk cache
     assert again.search(one_hop[0]["queries"][0], 1)[0]["id"] == one_hop[0]["gold_ids"][0]
 
@@ -265,11 +266,11 @@ def test_table3_layout():
 
 
 def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
-    """run_search builds its record with trgrpo.pipeline.records.build_record and writes it once through
+    """run_search builds its record with trgrpo.experiment.build_record and writes it once through
     write_result."""
     from pathlib import Path
 
-    from trgrpo.pipeline import records as R
+    from trgrpo import experiment as R
 
     model = S.micro_model(corpus, tool, hidden=32, layers=1, heads=2, path=tmp_path / "micro")
     train = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
@@ -309,9 +310,9 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
 def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     """run_search goes through experiment.run: its config (experiment.make_config + the search overrides) equals
     the one make_search_trainer builds (TRL's defaults for gradient checkpointing and bf16 included)."""
-    from trgrpo.core.trainer import TRGRPOConfig
-    from trgrpo.pipeline.experiment import make_config
-    from trgrpo.pipeline.search_run import search_config_overrides, search_run_spec
+    from trgrpo.experiment import make_config
+    from trgrpo.search_run import search_config_overrides, search_run_spec
+    from trgrpo.trainer import TRGRPOConfig
 
     spec = S.SearchSpec(
         scheme="reverse",
@@ -350,7 +351,7 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     )
     a, b = run_cfg.to_dict(), ref.to_dict()
     ignore = {"save_total_limit", "save_only_model", "save_steps"}  # no checkpoints either way (save_strategy "no")
-    # every run sets these two from its spec (trgrpo.pipeline.experiment.make_config), TRL's defaults differ
+    # every run sets these two from its spec (trgrpo.experiment.make_config), TRL's defaults differ
     ignore |= {"ddp_timeout", "vllm_importance_sampling_correction"}
     assert (a["ddp_timeout"], a["vllm_importance_sampling_correction"]) == (6 * 3600, False)
     assert {k: a[k] for k in a if k not in ignore} == {k: b[k] for k in b if k not in ignore}
@@ -360,7 +361,8 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
 def test_search_is_a_registered_run_task():
     """``task: search`` in a run spec (python -m trgrpo.train) builds the offline corpus, its questions and the tool
     from ``task_options``; an unknown corpus is named."""
-    from trgrpo.pipeline.experiment import TASKS, RunSpec
+    from trgrpo.experiment import RunSpec
+    from trgrpo.tasks import TASKS
 
     spec = RunSpec(task="search", n_train=3, n_eval=2, task_options={"top_k": 1, "template": "compact"})
     task = TASKS["search"]

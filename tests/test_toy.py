@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.pipeline import toy
+from trgrpo import tables, toy
+from trgrpo.tasks import addition
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
 
@@ -17,7 +18,7 @@ def tok():
 
 @pytest.mark.parametrize(
     "text",
-    ["1 2 + 3 4 =", "4 6", "1 2 5", toy.trace_completion(57, 68), toy.format_prompt(99, 10)],
+    ["1 2 + 3 4 =", "4 6", "1 2 5", addition.trace_completion(57, 68), addition.format_prompt(99, 10)],
 )
 def test_tokenizer_round_trip(tok, text):
     ids = tok(text)["input_ids"]
@@ -34,30 +35,30 @@ def test_tokenizer_splits_digits_and_has_specials(tok):
 
 
 def test_prompt_and_trace_format():
-    assert toy.format_prompt(12, 34) == "1 2 + 3 4 ="
-    assert toy.trace_completion(12, 34) == "2 + 4 = 6 ; 1 + 3 + 0 = 4 ; 4 6"
-    assert toy.trace_completion(57, 68) == "7 + 8 = 1 5 ; 5 + 6 + 1 = 1 2 ; 1 2 5"
+    assert addition.format_prompt(12, 34) == "1 2 + 3 4 ="
+    assert addition.trace_completion(12, 34) == "2 + 4 = 6 ; 1 + 3 + 0 = 4 ; 4 6"
+    assert addition.trace_completion(57, 68) == "7 + 8 = 1 5 ; 5 + 6 + 1 = 1 2 ; 1 2 5"
     for a, b in [(10, 10), (99, 99), (45, 55)]:
-        assert toy.parse_answer(toy.trace_completion(a, b)) == a + b
-        assert toy.parse_answer(toy.target_completion(a, b)) == a + b
+        assert addition.parse_answer(addition.trace_completion(a, b)) == a + b
+        assert addition.parse_answer(addition.target_completion(a, b)) == a + b
     with pytest.raises(ValueError, match="task must be one of"):
-        toy.target_completion(1, 2, "subtraction")
+        addition.target_completion(1, 2, "subtraction")
 
 
 def test_splits_are_disjoint_and_fixed():
-    s = toy.splits()
+    s = addition.splits()
     sets = {k: set(v) for k, v in s.items()}
     assert len(s["test"]) == 400 and len(s["val"]) == 200 and len(s["train"]) == 90 * 90 - 600
     assert not (sets["test"] & sets["train"]) and not (sets["val"] & sets["train"]) and not (sets["test"] & sets["val"])
-    assert toy.splits() == s
+    assert addition.splits() == s
 
 
 def test_rewards():
     prompts = ["1 2 + 3 4 ="] * 5
     comps = ["4 6", "4 7", "", "x", "2 + 4 = 6 ; 1 + 3 + 0 = 4 ; 4 6"]
-    assert toy.correctness_reward(prompts, comps, answer=[46] * 5) == [1.0, 0.0, 0.0, 0.0, 1.0]
-    r1 = toy.make_random_reward(3)(prompts * 40, comps * 40)
-    r2 = toy.make_random_reward(3)(prompts * 40, comps * 40)
+    assert addition.correctness_reward(prompts, comps, answer=[46] * 5) == [1.0, 0.0, 0.0, 0.0, 1.0]
+    r1 = addition.make_random_reward(3)(prompts * 40, comps * 40)
+    r2 = addition.make_random_reward(3)(prompts * 40, comps * 40)
     assert r1 == r2 and set(r1) == {0.0, 1.0}
     assert 0.3 < sum(r1) / len(r1) < 0.7
 
@@ -91,13 +92,13 @@ def test_warm_start_reaches_threshold_and_is_cached(tmp_path):
 
 
 def test_tasks_are_registered():
-    from trgrpo.pipeline.experiment import TASKS
+    from trgrpo.tasks import TASKS
 
     assert {"addition", "addition_trace"} <= set(TASKS)
 
 
 def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monkeypatch):
-    from trgrpo.pipeline import records
+    from trgrpo import experiment as records
 
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path / "ws", model_overrides=TINY)
     spec = toy.toy_spec("tr", 0, placement="ratio", steps=2, prompts_per_step=2, num_generations=4, n_eval=16)
@@ -140,7 +141,7 @@ def test_token_grad_norms_fall_with_probability(tmp_path):
     import numpy as np
 
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path, model_overrides=TINY, verbose=False)
-    rec = toy.token_grad_analysis("addition", 0, n_prompts=8, warm_kwargs=warm, write=False)
+    rec = tables.token_grad_analysis("addition", 0, n_prompts=8, warm_kwargs=warm, write=False)
     p, g = np.asarray(rec["prob"]), np.asarray(rec["grad_norm"])
     assert p.size == g.size == rec["n_tokens"] > 8
     assert ((p > 0) & (p <= 1)).all() and (g > 0).all()
@@ -163,17 +164,17 @@ def test_summary_tables_from_records():
     recs += [_fake("tr", s, 0.625 + 0.125 * s, placement="ratio", zpos=0.9, w=1.4) for s in range(3)]
     recs += [_fake("tr", s, 0.375 + 0.125 * s, tau=2.0) for s in range(2)]
     recs += [_fake("equal", 0, 0.1, reward="random")]
-    groups = toy.group_runs(recs)
+    groups = tables.group_runs(recs)
     assert set(groups) == {"equal", "tr-ratio", "tr-surrogate-tau2", "equal-randomreward"}
-    rows = {r["run"]: r for r in toy.final_table(groups, ["equal", "tr-ratio"])}
+    rows = {r["run"]: r for r in tables.final_table(groups, ["equal", "tr-ratio"])}
     assert rows["equal"]["greedy acc"] == "0.625 ± 0.125" and rows["tr-ratio"]["n"] == 3
     delta = rows["tr-ratio"]["Δ greedy acc vs equal [95% t-interval]"]
     assert delta.startswith("+0.125 [+0.125, +0.125], p=0 (3/3 up)")
-    zero = {r["run"]: r for r in toy.zero_grad_table(groups, ["equal", "tr-ratio"])}
+    zero = {r["run"]: r for r in tables.zero_grad_table(groups, ["equal", "tr-ratio"])}
     assert zero["tr-ratio"]["pos"] == pytest.approx(0.9) and zero["equal"]["pos"] == 0.0
-    grad = {r["run"]: r for r in toy.grad_table(groups, ["equal", "tr-ratio"])}
+    grad = {r["run"]: r for r in tables.grad_table(groups, ["equal", "tr-ratio"])}
     assert grad["tr-ratio"]["grad norm / mean w"] == "2.000 ± 0.000"  # 2 w / w
-    tau = {(r["placement"], r["tau"]): r for r in toy.tau_table(groups, seeds=[0, 1])}
+    tau = {(r["placement"], r["tau"]): r for r in tables.tau_table(groups, seeds=[0, 1])}
     assert tau[("surrogate", 2.0)]["Δ per seed"] == [-0.125, -0.125] and tau[("ratio", 9.0)]["n"] == 2
-    cost = toy.grid_cost(recs)
+    cost = tables.grid_cost(recs)
     assert cost["n_runs"] == len(recs) and cost["steps_per_run"] == [2]

@@ -1,5 +1,5 @@
-"""The controls experiments (trgrpo.pipeline.toy_controls): grids, metrics, and the committed summaries recomputed
-independently from the records they name (scipy only, no trgrpo.results.analysis)."""
+"""The controls experiments (trgrpo.toy_controls): grids, metrics, and the committed summaries recomputed
+independently from the records they name (scipy only, no trgrpo.stats)."""
 
 import json
 import math
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trgrpo.pipeline import toy_controls as tc
-from trgrpo.results import toy_controls_readme
+from trgrpo import tables, toy_controls_readme
+from trgrpo import toy_controls as tc
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -56,9 +56,9 @@ def test_primary_metric_by_hand():
         + [{"step": s, "greedy_accuracy": 0.1 * i} for i, s in enumerate(tc.EVAL_STEPS, 1)]
     }
     n = len(tc.EVAL_STEPS)
-    assert tc.primary_metric(rec) == pytest.approx(0.1 * n * (n + 1) / 2 / n)
+    assert tables.primary_metric(rec) == pytest.approx(0.1 * n * (n + 1) / 2 / n)
     rec["eval_history"].pop()  # a missing evaluation makes the metric undefined, not silently shorter
-    assert math.isnan(tc.primary_metric(rec))
+    assert math.isnan(tables.primary_metric(rec))
 
 
 def test_weight_shares_by_hand():
@@ -166,7 +166,7 @@ def test_tau_summary_recomputes_from_its_records():
 
 def _fake_records(tmp_path, rng_seed=0):
     """Records shaped like run_toy's, with synthetic accuracies: enough to exercise summaries and prose."""
-    from trgrpo.pipeline.experiment import write_result
+    from trgrpo.experiment import write_result
 
     rng = np.random.default_rng(rng_seed)
     shift = {
@@ -210,18 +210,18 @@ def _fake_records(tmp_path, rng_seed=0):
 
 def test_summary_and_prose_on_synthetic_records(tmp_path):
     _fake_records(tmp_path)
-    s = tc.controls_summary(tmp_path)
+    s = tables.controls_summary(tmp_path)
     assert (tmp_path / "toy" / "controls" / "summary.json").exists()
     _independent(s, "toy/controls", _metric_from_evals(s["eval_steps"]), tmp_path)
     rows = {r["arm"]: r for r in s["rows"]}
-    assert rows["tr-ratio"]["ci_high"] < 0 and tc.classify(rows["tr-ratio"]) == "lower"
-    text = tc.verdict_markdown(tmp_path)
+    assert rows["tr-ratio"]["ci_high"] < 0 and toy_controls_readme.classify(rows["tr-ratio"]) == "lower"
+    text = toy_controls_readme.verdict_markdown(tmp_path)
     assert f"{rows['tr-ratio']['delta_vs_equal']:+.3f}" in text and "made of" in text
     assert "90.0%" in text  # zero-gradient share of A > 0 tokens, from the records
     readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{tc.README_START}\nold\n{tc.README_END}\ny\n")
-    assert tc.update_readme(tmp_path, readme) and text in readme.read_text()
-    assert not tc.update_readme(tmp_path, readme)
+    readme.write_text(f"x\n{toy_controls_readme.README_START}\nold\n{toy_controls_readme.README_END}\ny\n")
+    assert toy_controls_readme.update_readme(tmp_path, readme) and text in readme.read_text()
+    assert not toy_controls_readme.update_readme(tmp_path, readme)
 
 
 def _row(delta, p_holm, mde=0.02, n=12):
@@ -240,9 +240,9 @@ def _row(delta, p_holm, mde=0.02, n=12):
 
 
 def test_classify_uses_holm_and_made_of_reads_the_controls():
-    assert tc.classify(_row(0.03, 0.01)) == "higher" and tc.classify(_row(-0.03, 0.04)) == "lower"
-    assert tc.classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
-    assert tc.strength(_row(0.0, 0.5)).startswith("no evidence") and tc.strength(_row(0.1, 0.001)) == "strong evidence"
+    assert toy_controls_readme.classify(_row(0.03, 0.01)) == "higher" and toy_controls_readme.classify(_row(-0.03, 0.04)) == "lower"
+    assert toy_controls_readme.classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
+    assert toy_controls_readme.strength(_row(0.0, 0.5)).startswith("no evidence") and toy_controls_readme.strength(_row(0.1, 0.001)) == "strong evidence"
     rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
     assert toy_controls_readme._made_of(rows).startswith("neither")
     rows["const-surrogate"] = _row(0.03, 0.01)
@@ -261,25 +261,3 @@ CONTROLS_PARTS = (
 )
 
 
-def test_toy_controls_facade_keeps_every_public_name_and_the_command_line():
-    import importlib
-    import subprocess
-    import sys
-
-    assert all(hasattr(tc, n) for n in tc.__all__)
-    for part in CONTROLS_PARTS:
-        mod = importlib.import_module(f"trgrpo.{part}")
-        public = [
-            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
-        ]
-        missing = [n for n in public if getattr(tc, n, None) is not getattr(mod, n)]
-        assert not missing, f"trgrpo.pipeline.toy_controls lacks {missing} of {part}"
-        lines = Path(mod.__file__).read_text().splitlines()
-        assert len(lines) <= 500, f"{part} has {len(lines)} lines"
-        assert "notebook 03" in (mod.__doc__ or ""), f"{part}: docstring names no notebook/section"
-    cli = importlib.import_module("trgrpo.pipeline.toy_controls_cli")
-    assert cli.DESCRIPTION == tc.__doc__.split("\n")[0]  # --help reads as before the split
-    r = subprocess.run(
-        [sys.executable, "-m", "trgrpo.toy_controls", "run", "--help"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert r.returncode == 0 and "{controls,kl,kl_high,kl_low,tau}" in r.stdout, r.stderr[-2000:]

@@ -7,7 +7,7 @@ import torch
 from datasets import Dataset
 
 from trgrpo import TRGRPOConfig, TRGRPOTrainer
-from trgrpo.core.weights import WeightParams, token_weights
+from trgrpo.weights import WeightParams, token_weights
 
 PROMPTS = [f"Count to {i}:" for i in range(8)]
 

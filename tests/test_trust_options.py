@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from trgrpo.core.loss import tr_grpo_loss
-from trgrpo.core.trainer import TRGRPOConfig
-from trgrpo.core.weights import WeightParams, token_weights
-from trgrpo.pipeline.experiment import RunSpec
+from trgrpo.experiment import RunSpec
+from trgrpo.loss import tr_grpo_loss
+from trgrpo.trainer import TRGRPOConfig
+from trgrpo.weights import WeightParams, token_weights
 
 
 def cfg(tmp_path, **kw):

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from trgrpo.pipeline import experiment
-from trgrpo.pipeline.records import write_result
-from trgrpo.pipeline.spec import RunSpec
+from trgrpo import experiment
+from trgrpo.experiment import RunSpec, write_result
 
 
 @pytest.mark.parametrize(
@@ -94,7 +93,7 @@ KK = "task: kk\nmodel: embedded\n"
 def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):
     import sys
 
-    from trgrpo.pipeline.train import main
+    from trgrpo.train import main
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text(text)
@@ -105,7 +104,7 @@ def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):
 
 
 def test_train_refuses_a_missing_file_and_a_bad_set(tmp_path, capsys):
-    from trgrpo.pipeline.train import main
+    from trgrpo.train import main
 
     refused(capsys, main(["--config", str(tmp_path / "nope.yaml")]), "nope.yaml", "no such")
     cfg = tmp_path / "run.yaml"
@@ -116,10 +115,10 @@ def test_train_refuses_a_missing_file_and_a_bad_set(tmp_path, capsys):
 
 
 def test_train_imports_a_module_next_to_the_config(tmp_path, capsys):
-    from trgrpo.pipeline.train import main
+    from trgrpo.train import main
 
     (tmp_path / "my_task.py").write_text(
-        "from trgrpo.tasks.registry import Task, register_task\n"
+        "from trgrpo.tasks import Task, register_task\n"
         "register_task('my-task', Task(lambda s, t: None, lambda s: [], lambda *a: {}))\n"
     )
     cfg = tmp_path / "run.yaml"
@@ -154,7 +153,7 @@ def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):
     ],
 )
 def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field):
-    from trgrpo.tooling.batch import main
+    from trgrpo.batch import main
 
     nb = _notebook(tmp_path / "a.ipynb")
     cfg = tmp_path / "plan.yaml"
@@ -164,7 +163,7 @@ def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field
 
 
 def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
-    from trgrpo.tooling.batch import load_plan, notebook_parameters
+    from trgrpo.batch import load_plan, notebook_parameters
 
     nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA, B = 1, 2\nC: int = 3\nimport os\nD = os.sep")
     assert notebook_parameters(nb) == {"SMOKE", "A", "B", "C", "D"}
@@ -185,7 +184,7 @@ def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
     ],
 )
 def test_the_planner_refuses_unknown_parameters_missing_files_and_foreign_notebooks(tmp_path, capsys, entry, field):
-    from trgrpo.pipeline import plan
+    from trgrpo import plan
 
     outside = _notebook(tmp_path / "05_evil.ipynb", "SMOKE = False\nMODEL = 'x'")
     cfg = tmp_path / "plan.yaml"
@@ -196,7 +195,7 @@ def test_the_planner_refuses_unknown_parameters_missing_files_and_foreign_notebo
 
 @pytest.mark.parametrize("text,field", [("", "empty"), ("name: kk_qwen3b\n", "task"), ("a: [\n", "YAML at line")])
 def test_the_planner_refuses_empty_files_and_plans_without_notebooks(tmp_path, capsys, text, field):
-    from trgrpo.pipeline import plan
+    from trgrpo import plan
 
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(text)

@@ -44,7 +44,7 @@ def test_all_truncated_micro_batch_matches_trl(tiny_model_dir, tmp_path):
 def test_weight_rng_file_is_per_process_under_several_processes():
     from types import SimpleNamespace
 
-    from trgrpo.core.trainer import weight_rng_file
+    from trgrpo.trainer import weight_rng_file
 
     assert weight_rng_file(SimpleNamespace(world_size=1, process_index=0)) == "trgrpo_weight_rng.pt"
     names = {weight_rng_file(SimpleNamespace(world_size=4, process_index=r)) for r in range(4)}

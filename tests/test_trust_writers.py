@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.pipeline import experiment
-from trgrpo.pipeline.experiment import update_json, write_json
+from trgrpo import experiment
+from trgrpo.experiment import update_json, write_json
 
 
 def test_two_writers_never_share_a_temporary_file(tmp_path, monkeypatch):
@@ -84,14 +84,14 @@ def test_toy_grid_summary_goes_through_the_locked_update(monkeypatch, tmp_path):
     """run_grid appends its line with update_json (not a bare read + write)."""
     import inspect
 
-    from trgrpo.pipeline import toy
+    from trgrpo import toy
 
     source = inspect.getsource(toy.run_grid)
     assert "update_json(" in source and "read_text()" not in source
 
 
 def test_batch_summary_is_written_atomically(tmp_path, monkeypatch):
-    from trgrpo.tooling import batch
+    from trgrpo import batch
 
     calls: list[Path] = []
     real = experiment.write_json

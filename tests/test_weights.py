@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trgrpo import token_weights, weight_range
-from trgrpo.core.weights import WeightParams, validate_weight_params
+from trgrpo.weights import WeightParams, validate_weight_params
 
 from .reference import weight as ref_weight
 
@@ -132,7 +132,7 @@ def lopti(p):
 @pytest.fixture
 def registry():
     """Leaves the process-wide registry as it found it."""
-    from trgrpo.core import weights
+    from trgrpo import weights
 
     before = dict(weights._REGISTRY)
     yield weights
@@ -228,9 +228,8 @@ def test_bad_outputs_raise_naming_the_scheme(registry, fn, match):
 
 
 def test_config_runspec_and_toy_accept_a_registered_scheme(registry, tmp_path):
-    from trgrpo import TRGRPOConfig
-    from trgrpo.pipeline import toy
-    from trgrpo.pipeline.experiment import RunSpec
+    from trgrpo import TRGRPOConfig, toy
+    from trgrpo.experiment import RunSpec
 
     with pytest.raises(ValueError, match="weight_scheme"):
         TRGRPOConfig(output_dir=str(tmp_path), weight_scheme="lopti", report_to="none", use_cpu=True)
@@ -279,7 +278,7 @@ def test_trainer_trains_with_a_registered_scheme(registry, tiny_model_dir, tmp_p
 
 def test_registered_scheme_runs_through_the_toy_grid(registry, tmp_path):
     """toy.run_grid runs in this process, so a scheme registered here trains there (tiny model, 1 step)."""
-    from trgrpo.pipeline import toy
+    from trgrpo import toy
 
     registry.register_scheme("lopti", lopti)
     tiny = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
@@ -337,8 +336,7 @@ def test_batch_scheme_weight_ranges():
 
 
 def test_config_and_toy_accept_batch_schemes():
-    from trgrpo import TRGRPOConfig
-    from trgrpo.pipeline import toy
+    from trgrpo import TRGRPOConfig, toy
 
     for scheme in ("const", "tr_norm"):
         cfg = TRGRPOConfig(output_dir="/tmp/x", weight_scheme=scheme, use_cpu=True, report_to="none")
@@ -364,7 +362,7 @@ def test_weight_params_and_keywords_give_the_same_weights():
 
 def test_weight_params_are_validated_once(monkeypatch):
     """A WeightParams is checked when it is made; passing it on does not check it again."""
-    import trgrpo.core.weights as weights
+    import trgrpo.weights as weights
 
     params = WeightParams(tau=2.0)
     calls = []

@@ -1,7 +1,7 @@
 """trgrpo: Token-Regulated Group Relative Policy Optimization (TR-GRPO), reproduced for reading and checking.
 
-The math lives in small modules tied to the paper: :mod:`trgrpo.core.weights` (Eq. 11),
-:mod:`trgrpo.core.loss` (Eq. 4-6, 9, 10), :mod:`trgrpo.core.trainer` (TRL integration). The trainer is imported
+The math lives in small modules tied to the paper: :mod:`trgrpo.weights` (Eq. 11),
+:mod:`trgrpo.loss` (Eq. 4-6, 9, 10), :mod:`trgrpo.trainer` (TRL integration). The trainer is imported
 lazily because importing TRL takes seconds.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .core.loss import LossOutput, group_advantages, tr_grpo_loss
-from .core.weights import WeightParams, token_weights, weight_range
-from .teach import output as _output
+from trgrpo import notebook as _output
+from trgrpo.loss import LossOutput, group_advantages, tr_grpo_loss
+from trgrpo.weights import WeightParams, token_weights, weight_range
 
 __version__ = "0.1.0"
 
@@ -29,12 +29,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .core.trainer import TRGRPOConfig, TRGRPOTrainer
+    from trgrpo.trainer import TRGRPOConfig, TRGRPOTrainer
 
 
 def __getattr__(name: str):
     if name in ("TRGRPOConfig", "TRGRPOTrainer"):
-        from .core import trainer
+        from trgrpo import trainer
 
         return getattr(trainer, name)
     raise AttributeError(f"module 'trgrpo' has no attribute {name!r}")

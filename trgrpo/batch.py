@@ -1,6 +1,219 @@
-"""``python -m trgrpo.batch``: the command line of :mod:`trgrpo.tooling.batch` (the module moved there)."""
+"""Batch execution of notebooks with papermill (docs/design.md, "The scale-out path").
 
-import runpy
+``python -m trgrpo.batch experiments/<name>.yaml`` executes the notebooks a YAML file lists, each with
+its parameters, into ``runs/<name>/`` (executed notebook + log), goes on past a notebook that fails and
+prints a summary table. The YAML layout::
+
+    name: kk_qwen3b
+    smoke: false            # default for every entry
+    notebooks:
+      - notebook: notebooks/05_kk_logic_full_scale.ipynb
+        parameters: {MODEL: Qwen/Qwen2.5-3B-Instruct, SEEDS: [0, 1, 2]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# A headless run has no frontend for live widgets: notebooks skip them (nbclient can block on widget messages,
+# jupyter/nbclient#312). The hub stays as the caller has it (GPU servers download models; `make` sets it offline).
+HEADLESS_ENV = {"TRGRPO_HEADLESS": "1", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def kernel_config() -> Config:
+    """The kernel talks to papermill over local IPC sockets, not TCP: nothing listens on a port, and ipykernel does
+    not warn "Kernel is running over TCP without encryption" once per notebook. TCP stays on Windows (no IPC)."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport": "tcp" if os.name == "nt" else "ipc"}})
+
+
+@contextlib.contextmanager
+def environment(**values: str):
+    """Set environment variables (the kernel inherits them) and restore the previous values afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_notebook(
+    nb: Path, out_dir: Path, *, smoke: bool, parameters: dict | None = None, timeout: int | None = None
+) -> dict:
+    """Execute one notebook with papermill, headless (:data:`HEADLESS_ENV`, ``TRGRPO_SMOKE`` as ``smoke``); return
+    a summary row (never raises for a failing notebook)."""
+    import papermill as pm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_nb = out_dir / nb.name
+    params = {"SMOKE": bool(smoke), **(parameters or {})}
+    t0 = time.time()
+    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": ""}
+    try:
+        with environment(**HEADLESS_ENV, TRGRPO_SMOKE="1" if smoke else "0"):
+            pm.execute_notebook(
+                str(nb),
+                str(out_nb),
+                parameters=params,
+                cwd=str(nb.parent),
+                kernel_name="python3",
+                progress_bar=False,
+                log_output=False,
+                execution_timeout=timeout,
+                config=kernel_config(),
+            )
+        row["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - a failing notebook must not stop the batch
+        row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
+    row["seconds"] = round(time.time() - t0, 1)
+    row["output"] = str(out_nb)
+    return row
+
+
+def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[dict]:
+    """Run (notebook, smoke, parameters) entries in order with progress lines; print and save a summary."""
+    rows = []
+    for k, (nb, smoke, params) in enumerate(plan, 1):
+        print(f"[{k}/{len(plan)}] {nb.name} ({'smoke' if smoke else 'default'}) ...", flush=True)
+        row = run_notebook(Path(nb), out_dir, smoke=smoke, parameters=params)
+        print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
+        rows.append(row)
+    print(summary_table(rows))
+    from trgrpo.experiment import write_json
+
+    write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
+    return rows
+
+
+def summary_table(rows: list[dict]) -> str:
+    lines = ["", f"{'notebook':<40} {'mode':<8} {'status':<7} {'seconds':>8}", "-" * 66]
+    for r in rows:
+        lines.append(
+            f"{r['notebook']:<40} {'smoke' if r['smoke'] else 'default':<8} "
+            f"{'ok' if r['ok'] else 'FAILED':<7} {r['seconds']:>8.1f}"
+        )
+    return "\n".join(lines)
+
+
+PLAN_KEYS = ("name", "smoke", "notebooks")
+ENTRY_KEYS = ("notebook", "smoke", "parameters")
+
+
+def notebook_parameters(nb: Path) -> set[str]:
+    """The names the notebook's cell tagged ``parameters`` assigns (read, never run); none without such a cell."""
+    import ast
+
+    import nbformat
+
+    cells = nbformat.read(str(nb), as_version=4).cells
+    cell = next((c for c in cells if "parameters" in c.metadata.get("tags", [])), None)
+    names: set[str] = set()
+    for node in ast.parse(cell.source).body if cell is not None else ():
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:  # NAME = ..., A, B = ...
+            names |= {t.id for t in getattr(target, "elts", [target]) if isinstance(t, ast.Name)}
+    return names
+
+
+def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
+    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` (``--set``) applied to the notebooks
+    that have the parameter. Bad input is a :class:`~trgrpo.experiment.ConfigError` naming the file and the field:
+    an empty file, unknown fields, no ``notebooks`` list, a missing notebook, and a parameter (or an override) that
+    no parameters cell of the plan's notebooks assigns (papermill would only warn and run the defaults)."""
+    from trgrpo.experiment import ConfigError, check_folder_name, read_config
+
+    path = Path(path)
+    spec = read_config(path, "batch plan")
+    unknown = sorted(set(spec) - set(PLAN_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {unknown}; a batch plan has {list(PLAN_KEYS)}")
+    entries = spec.get("notebooks")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: field 'notebooks' must be a non-empty list of {{notebook, parameters}} entries")
+    if not isinstance(spec.get("smoke", False), bool):
+        raise ConfigError(f"{path}: field 'smoke' must be true or false, got {spec['smoke']!r}")
+    try:
+        name = check_folder_name("name", str(spec.get("name", path.stem)))
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    plan, declared = [], set()
+    for i, entry in enumerate(entries):
+        where = f"{path}: notebooks[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("notebook"), str):
+            raise ConfigError(f"{where} lacks the field 'notebook' (a path), got {entry!r:.80}")
+        unknown = sorted(set(entry) - set(ENTRY_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {unknown}; an entry has {list(ENTRY_KEYS)}")
+        nb = Path(entry["notebook"])
+        nb = nb if nb.is_absolute() else ROOT / nb
+        if not nb.is_file():
+            raise ConfigError(f"{where}.notebook: {nb} does not exist")
+        params = entry.get("parameters") or {}
+        smoke = entry.get("smoke", spec.get("smoke", False))
+        if not isinstance(params, dict) or not isinstance(smoke, bool):
+            raise ConfigError(f"{where}: 'parameters' must be a mapping and 'smoke' true or false")
+        try:
+            known = notebook_parameters(nb)
+        except Exception as e:  # noqa: BLE001 - not a notebook, or a parameters cell that does not parse
+            raise ConfigError(f"{where}.notebook: {nb} is not a readable notebook ({type(e).__name__})") from None
+        bad = sorted(set(params) - known - {"SMOKE"})
+        if bad:
+            raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
+        declared |= known
+        plan.append((nb, smoke, params, known))
+    bad = sorted(set(overrides or {}) - declared - {"SMOKE"})
+    if bad:
+        raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
+    return name, [
+        (nb, smoke, {**params, **{k: v for k, v in (overrides or {}).items() if k in known}})
+        for nb, smoke, params, known in plan
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m trgrpo.batch", description="Execute notebooks with papermill into runs/<name>/"
+    )
+    ap.add_argument("config", help="YAML file listing notebooks and parameters")
+    ap.add_argument("--smoke", action="store_true", help="force smoke mode for every notebook")
+    from trgrpo.fullscale import RUNS_DIR
+
+    ap.add_argument("--runs", default=str(RUNS_DIR), help="default: $TRGRPO_RUNS or runs/")
+    ap.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
+    )
+    args = ap.parse_args(argv)
+    from trgrpo.experiment import ConfigError, parse_overrides
+
+    try:
+        name, plan = load_plan(Path(args.config), parse_overrides(args.set))
+    except ConfigError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
+    if args.smoke:
+        plan = [(nb, True, p) for nb, _, p in plan]
+    rows = run_notebooks(plan, Path(args.runs) / name)
+    return 0 if all(r["ok"] for r in rows) else 1
+
 
 if __name__ == "__main__":
-    runpy.run_module("trgrpo.tooling.batch", run_name="__main__", alter_sys=True)
+    sys.exit(main())

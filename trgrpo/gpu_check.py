@@ -1,6 +1,555 @@
-"""``python -m trgrpo.gpu_check``: the command line of :mod:`trgrpo.tooling.gpu_check` (the module moved there)."""
+"""A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
-import runpy
+Both modes take the same path (the README's command, `tests/test_gpu_check.py` runs ``make gpu-check`` as typed):
+
+1. installs TRL and the other pure-Python packages the check imports from a wheel folder when they are missing
+   (``make gpu-wheels`` fills ``wheels/`` on a machine with a network, see the README);
+2. builds a model from its config with random weights (no hub; the tokenizer of the embedded model, from its cache
+   folder or ``wheels/tokenizer``): Qwen2.5-0.5B-shaped in bf16 on the GPU, a tiny Llama in float32 with ``--cpu``;
+3. trains 3 GRPO (``scheme="equal"``) and 3 TR-GRPO steps (2 with ``--cpu``), each run in its own process
+   (``python -m trgrpo.train``, as every full-scale run), and checks finite loss and grad-norm and
+   ``tr/weight_mean`` != 1;
+4. starts a run in its own process, kills its process group (SIGKILL) once its first checkpoint is written and
+   starts it again: it resumes there and ends at its last step;
+5. checks that equal-weight TR-GRPO equals TRL's ``GRPOTrainer`` on this device (one step, same rollouts);
+6. measures s/step, generated tokens per second of step time, peak memory (the runs' records, and nvidia-smi) and
+   the loss head's cost, TR vs GRPO (B=64, T=4096, bf16, CUDA events on the GPU); and puts the planner's estimate
+   for the same runs beside the measurements;
+
+and writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless ``--out``); the record's
+``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every check passes;
+without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WHEELS = ROOT / "wheels"
+GPU_OUT = ROOT / "results" / "gpu" / "check.json"
+# import name -> pip requirement: what the check imports beyond torch, transformers and accelerate (the K&K and math
+# tasks' reasoning-gym, gguf and math-verify are not among them; tests/test_gpu_check.py installs exactly these
+# offline into a fresh environment, slow tier). `make gpu-wheels` downloads them.
+PURE_PYTHON = {
+    "trl": "trl==1.16.0",
+    "datasets": "datasets>=3.0",
+    "yaml": "pyyaml>=6.0",
+    "tqdm": "tqdm>=4.66",
+}
+# Qwen2.5-0.5B-Instruct's config.json (the vocabulary is the tokenizer's: SmolLM2's 49152, stated in the record)
+QWEN05_CONFIG = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+
+
+def ensure_packages(wheels: Path = WHEELS) -> list[str]:
+    """pip-install the missing :data:`PURE_PYTHON` packages from ``wheels`` (no index); returns what it installed."""
+    missing = [req for mod, req in PURE_PYTHON.items() if importlib.util.find_spec(mod) is None]
+    if not missing:
+        return []
+    if not wheels.is_dir():
+        raise RuntimeError(
+            f"missing packages {missing} and no wheel folder {wheels}: run `make gpu-wheels` where a "
+            "network is, then copy wheels/ here (README, 'On a GPU server')"
+        )
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), *missing]
+    subprocess.run(cmd, check=True)
+    importlib.invalidate_caches()
+    return missing
+
+
+def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: str) -> list[str]:
+    """``make gpu-wheels``: into ``dest``, the wheels of :data:`PURE_PYTHON` and of their dependencies that the GPU
+    machine lacks, for its platform and Python. ``freeze`` is that machine's ``pip freeze``: the resolution keeps its
+    versions (torch, transformers, accelerate, huggingface_hub, ...) and downloads none of them. Returns the wheels'
+    requirements."""
+    import re
+
+    pinned = {}
+    for line in Path(freeze).read_text().splitlines():
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip())
+        if m:
+            pinned[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(0)
+    dest.mkdir(parents=True, exist_ok=True)
+    target = ["--only-binary=:all:", "--python-version", python_version]
+    for tag in _platform_tags(platform):
+        target += ["--platform", tag]
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
+        constraints.write_text("\n".join(pinned.values()) + "\n")
+        pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report)]
+        subprocess.run([*pip, *target, "-c", str(constraints), *PURE_PYTHON.values()], check=True)
+        resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
+    need = [f"{m['name']}=={m['version']}" for m in resolved if re.sub(r"[-_.]+", "-", m["name"]).lower() not in pinned]
+    if need:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
+        subprocess.run(cmd, check=True)
+    return need
+
+
+def _platform_tags(platform: str) -> list[str]:
+    """``manylinux_2_28_x86_64`` and the older manylinux tags a machine with glibc 2.28 runs too (pip does not widen
+    a given ``--platform``); any other tag as it is."""
+    import re
+
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
+    if not m:
+        return [platform]
+    glibc, arch = int(m.group(1)), m.group(2)
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags = [f"manylinux_2_{v}_{arch}" for v in range(glibc, 4, -1)]
+    return tags + [f"{name}_{arch}" for v, name in legacy.items() if v <= glibc]
+
+
+def find_tokenizer(path: str | None = None) -> str:
+    """A tokenizer folder: ``path``, the embedded model's cache folder, or ``wheels/tokenizer``."""
+    from trgrpo.models import EMBEDDED_NAME, cache_dir
+
+    candidates = [Path(path)] if path else []
+    candidates += [cache_dir() / "models" / EMBEDDED_NAME, WHEELS / "tokenizer"]
+    for c in candidates:
+        if (c / "tokenizer_config.json").exists():
+            return str(c)
+    raise FileNotFoundError(
+        f"no tokenizer folder among {[str(c) for c in candidates]}: run `python -m trgrpo.models` (CPU) or "
+        "`make gpu-wheels` (writes wheels/tokenizer)"
+    )
+
+
+def build_model(path: Path, tokenizer_dir: str, *, cpu: bool, seed: int = 0) -> dict:
+    """A random-weight model in ``path``: Qwen2.5-0.5B-shaped on the GPU, a 2-layer Llama on the CPU."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from trgrpo.models import tiny_model
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if cpu:
+        tiny_model(path, hidden=32, layers=2, heads=2, seed=seed, tokenizer=tok)
+        _sharpen(path)
+        return {"shape": "tiny Llama (hidden 32, 2 layers)", "vocab": len(tok), "output_scale": SHARPEN}
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **QWEN05_CONFIG,
+    )
+    model = Qwen2ForCausalLM(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    _sharpen(path)
+    n = sum(p.numel() for p in model.parameters())
+    return {"shape": "Qwen2.5-0.5B config, random weights", "vocab": len(tok), "params": n, "output_scale": SHARPEN}
+
+
+# A random model's next-token distribution is nearly uniform (p ~ 1/V), where Eq. 11 gives w = L = 1 for every
+# token; scaling the output embedding makes it peaked, so TR-GRPO's weights differ from 1 as in a trained model.
+SHARPEN = 40.0
+
+
+def _sharpen(path: Path, factor: float = SHARPEN) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(factor)
+    model.save_pretrained(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The task of the check: fixed prompts, a reward with spread inside every group, a greedy evaluation of a few prompts
+# (through the run's vLLM engine when it has one, HF generate otherwise: the path of every full-scale run).
+
+PROMPTS = [f"Count from {i} to {i + 5}:" for i in range(64)]
+N_EVAL = 4
+
+
+def _build(spec, tokenizer):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": PROMPTS}), PROMPTS[: spec.n_eval]
+
+
+def _reward(completions, completion_ids, **kwargs) -> list[float]:
+    return [float(sum(ids) % 7) / 7.0 for ids in completion_ids]
+
+
+def _evaluate(model, tokenizer, records, spec) -> dict:
+    from trgrpo.tasks.common import generate_completions
+
+    out = generate_completions(model, tokenizer, records, batch_size=len(records), max_new_tokens=spec.max_eval_tokens)
+    ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in out]
+    return {"accuracy": sum(_reward(None, ids)) / len(ids), "n": len(ids)}
+
+
+def _register() -> None:
+    from trgrpo.tasks import Task, register_task
+
+    register_task("gpu-check", Task(_build, lambda spec: [_reward], _evaluate))
+
+
+if __name__ != "__main__":  # run as a script, the module imports itself under its name (the end of this file)
+    _register()
+
+
+def check_spec(
+    model_dir: str, scheme: str, *, cpu: bool, use_vllm: bool, steps: int, name: str, save_steps: int = 1000
+):
+    from trgrpo.experiment import RunSpec
+
+    return RunSpec(
+        task="gpu-check",
+        model=model_dir,
+        scheme=scheme,
+        seed=0,
+        steps=steps,
+        prompts_per_step=2 if cpu else 8,
+        num_generations=4 if cpu else 8,
+        micro_batch_size=4 if cpu else 16,
+        max_completion_length=8 if cpu else 512,
+        max_eval_tokens=8 if cpu else 64,
+        learning_rate=1e-5,
+        n_train=len(PROMPTS),
+        n_eval=N_EVAL,
+        save_steps=save_steps,
+        use_vllm=use_vllm,
+        vllm_gpu_memory_utilization=0.3,
+        bf16=not cpu,
+        gradient_checkpointing=not cpu,
+        task_options={"max_prompt_tokens": 64},
+        group="gpu-check",
+        name=name,
+    )
+
+
+# What a full-scale run does that this check does not (the record says so).
+NOT_COVERED = (
+    "DeepSpeed ZeRO-2/3 and more than one process (every run here is `python -m trgrpo.train` on one device)",
+    "a hub model and its real weights (random weights, the embedded model's 49152-token vocabulary)",
+    "the K&K and math tasks (reasoning-gym, math-verify) and full-length rollouts",
+)
+
+
+class _NvidiaSmi:
+    """Samples ``nvidia-smi`` used memory (MiB, GPU 0) every 0.5 s in a thread; ``peak`` is the largest."""
+
+    def __init__(self) -> None:
+        self.peak: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"]
+        while not self._stop.is_set():
+            try:
+                used = float(subprocess.run(cmd, capture_output=True, text=True, timeout=5).stdout.strip())
+                self.peak = used if self.peak is None else max(self.peak, used)
+            except (OSError, ValueError, subprocess.SubprocessError):
+                return
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> _NvidiaSmi:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _train(spec, results: Path, *, cpu: bool, force: bool = True) -> dict:
+    """One run in its own process (``python -m trgrpo.train``), its log in ``results/logs``; its record.
+    ``force``: from scratch (checkpoints cleared); ``False`` resumes from the run's newest checkpoint."""
+    from trgrpo.fullscale import launch
+
+    logs = results / "logs"
+    return launch([spec], gpus=0 if cpu else 1, results_dir=results, force=force, log_dir=logs, isolate=True)[0]
+
+
+def _summary(rec: dict) -> dict:
+    hist = rec["history"]
+    gen = [h.get("completions/mean_length") for h in hist if h.get("completions/mean_length") is not None]
+    completions = rec["batch"]["global_completions_per_step"]
+    out = {
+        "steps": len(hist),
+        "loss": [h.get("loss") for h in hist],
+        "grad_norm": [h.get("grad_norm") for h in hist],
+        "tr_weight_mean": [h.get("tr/weight_mean") for h in hist],
+        "seconds_per_step": rec["seconds_per_step"],
+        "peak_memory": rec["peak_memory"],
+        "final": rec["final"],
+        "batch": {k: rec["batch"][k] for k in ("per_device_train_batch_size", "gradient_accumulation_steps")},
+    }
+    if gen:
+        out["generated_tokens_per_s_of_step"] = completions * (sum(gen) / len(gen)) / rec["seconds_per_step"]
+    return out
+
+
+def _finite(values) -> bool:
+    return bool(values) and all(v is not None and math.isfinite(v) for v in values)
+
+
+def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
+    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal"): same rollouts, same loss."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trgrpo.trainer import TRGRPOConfig, TRGRPOTrainer
+
+    common = dict(
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8 if cpu else 64,
+        max_steps=1,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=cpu,
+        seed=42,
+        save_strategy="no",
+        learning_rate=1e-5,
+        beta=0.04,
+        epsilon=0.2,
+        epsilon_high=0.24,
+        loss_type="dapo",
+        use_bias_correction_kl=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        gradient_checkpointing=False,
+    )
+    logs = {}
+    for label, cls, cfg_cls, extra in (
+        ("trl", GRPOTrainer, GRPOConfig, {}),
+        ("equal", TRGRPOTrainer, TRGRPOConfig, {"weight_scheme": "equal"}),
+    ):
+        cfg = cfg_cls(output_dir=str(work / label), **common, **extra)
+        ds = Dataset.from_dict({"prompt": PROMPTS[:8]})
+        trainer = cls(model=model_dir, reward_funcs=_reward, args=cfg, train_dataset=ds)
+        trainer.train()
+        logs[label] = next(h for h in trainer.state.log_history if "loss" in h)
+        del trainer
+    a, b = logs["equal"], logs["trl"]
+    same_rollouts = a.get("reward") == b.get("reward")
+    rel = {k: abs(a[k] - b[k]) / max(abs(b[k]), 1e-8) for k in ("loss", "grad_norm")}
+    ok = same_rollouts and max(rel.values()) < 1e-4
+    return {"same_rollouts": same_rollouts, "relative_difference": rel, "ok": ok}
+
+
+def check_resume(spec, results: Path, *, cpu: bool) -> dict:
+    """Start a run in its own process group, SIGKILL the group once the first checkpoint is complete (its
+    ``trainer_state.json``, the last file a checkpoint gets, is there), start the run again: it resumes from its
+    newest checkpoint and ends at ``spec.steps``."""
+    from trgrpo import experiment
+    from trgrpo.fullscale import child_env, run_command, write_specs
+
+    ckpt_dir = Path(experiment.CHECKPOINT_DIR) / spec.group / spec.name
+    cfg = write_specs([spec], results / "logs" / spec.group / f"{spec.name}-killed.yaml")
+    cmd = run_command(cfg, results_dir=results, gpus=0 if cpu else 1, force=True)
+    log = cfg.with_suffix(".log")
+    print(f"[resume] {spec.name}, killed after its first checkpoint\n  log: {log}\n  $ {' '.join(cmd)}", flush=True)
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=child_env(0 if cpu else 1), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.time() + 900
+        while time.time() < deadline and proc.poll() is None:
+            if any((c / "trainer_state.json").exists() for c in ckpt_dir.glob("checkpoint-*")):
+                time.sleep(0.2 if cpu else 2)  # the file is written whole
+                break
+            time.sleep(0.05)
+        exit_before_kill = proc.poll()
+        if exit_before_kill is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the group ended between the poll and the kill
+                pass
+        proc.wait()
+    out = {"killed_with": "SIGKILL to the process group", "returncode": proc.returncode, "log": str(log)}
+    if exit_before_kill is not None:  # it ended (or failed) before its first checkpoint: nothing was killed
+        out.update(ok=False, error=f"the run exited with code {exit_before_kill} before the kill (log {log})")
+        return out
+    killed_at = sorted(int(c.name.split("-")[-1]) for c in ckpt_dir.glob("checkpoint-*"))
+    rec = _train(spec, results, cpu=cpu, force=False)  # the restart resumes (--force would start over)
+    resumed = rec.get("resumed_from")
+    ok = proc.returncode == -signal.SIGKILL and bool(resumed) and 0 < _step(resumed) < spec.steps
+    ok = ok and len(rec["history"]) == spec.steps and rec["steps_run"] == spec.steps - _step(resumed)
+    out.update(checkpoints_after_kill=killed_at, resumed_from=resumed, steps_run=rec["steps_run"], ok=ok)
+    return out
+
+
+def _step(ckpt: str | None) -> int:
+    return int(Path(ckpt).name.split("-")[-1]) if ckpt else 0
+
+
+def loss_head_cost(*, cpu: bool) -> dict:
+    """ms per forward + backward of the loss head, GRPO (TRL's ops) vs TR-GRPO (weights + loss + metrics)."""
+    import torch
+
+    from trgrpo.bench import LossBenchConfig, loss_fn, loss_inputs
+
+    batch, length, dtype = (4, 64, "float32") if cpu else (64, 4096, "bfloat16")
+    device = "cpu" if cpu else "cuda"
+    x = loss_inputs(batch, length, dtype, device=device)
+    cfg = LossBenchConfig(batch=batch, lengths=(length,), dtypes=(dtype,))
+    fns = {"grpo_trl": loss_fn("grpo_trl", cfg), "tr_ratio": loss_fn("tr_ratio", cfg)}
+    iters, out = (3 if cpu else 50), {}
+    for name, fn in list(fns.items()) * 2:  # the second pass is the measured one (the first warms up)
+        x["logps"].grad = None
+        if cpu:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                x["logps"].grad = None
+                fn(x).backward()
+            out[name] = (time.perf_counter() - t0) / iters * 1e3
+        else:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(iters):
+                x["logps"].grad = None
+                fn(x).backward()
+            end.record()
+            torch.cuda.synchronize()
+            out[name] = start.elapsed_time(end) / iters
+    return {
+        "batch": batch,
+        "length": length,
+        "dtype": dtype,
+        "timer": "perf_counter" if cpu else "CUDA events",
+        "ms_grpo": out["grpo_trl"],
+        "ms_tr": out["tr_ratio"],
+        "tr_over_grpo": out["tr_ratio"] / out["grpo_trl"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Prepared GPU check (make gpu-check); --cpu: the same on a tiny model")
+    ap.add_argument("--cpu", action="store_true", help="tiny model on the CPU, results in a temporary folder")
+    ap.add_argument("--out", default=None, help=f"JSON to write (GPU default: {GPU_OUT.relative_to(ROOT)})")
+    ap.add_argument("--wheels", default=str(WHEELS))
+    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--download-wheels", metavar="FREEZE", help="fill --wheels for the pip freeze's machine")
+    ap.add_argument("--platform", default="manylinux_2_28_x86_64", help="with --download-wheels: the GPU machine's")
+    ap.add_argument("--python-version", default="3.11", help="with --download-wheels: the GPU machine's")
+    args = ap.parse_args(argv)
+    if args.download_wheels:
+        need = download_wheels(
+            Path(args.download_wheels), Path(args.wheels), platform=args.platform, python_version=args.python_version
+        )
+        print(f"{len(need)} wheel(s) in {args.wheels}: {' '.join(need)}")
+        return 0
+    cpu = args.cpu
+    t0 = time.time()
+    from trgrpo.fullscale import cuda_missing
+
+    if not cpu and (problem := cuda_missing()):
+        print(f"error: {problem}; the check on a tiny CPU model: make gpu-check GPU_CHECK_ARGS=--cpu", file=sys.stderr)
+        return 2
+    installed = ensure_packages(Path(args.wheels))
+    from trgrpo import experiment, plan
+
+    use_vllm = (not cpu) and importlib.util.find_spec("vllm") is not None
+    work = Path(tempfile.mkdtemp(prefix="trgrpo-gpu-check-"))
+    out = Path(args.out) if args.out else (work / "check.json" if cpu else GPU_OUT)
+    experiment.CHECKPOINT_DIR = work / "checkpoints"  # the child processes get it through fullscale.child_env
+    results = work / "results"
+    model_dir = str(work / "model")
+    info = build_model(Path(model_dir), find_tokenizer(args.tokenizer), cpu=cpu)
+    steps = 2 if cpu else 3
+    record: dict[str, Any] = {
+        "mode": "cpu" if cpu else "gpu",
+        "model": info,
+        "use_vllm": use_vllm,
+        "installed_from_wheels": installed,
+        "machine": experiment.machine_info(),
+        "versions": experiment.package_versions(),
+        "git_commit": experiment.git_commit(),
+        "git_dirty": experiment.git_dirty(),
+        "processes": "each run its own `python -m trgrpo.train` process (trgrpo.fullscale.launch)",
+        "not_covered": list(NOT_COVERED),
+    }
+    if not use_vllm:
+        record["not_covered"].append("vLLM (not importable here): rollouts and evaluation went through HF generate")
+    runs = {}
+    for label, scheme in (("grpo", "equal"), ("tr", "tr")):
+        spec = check_spec(model_dir, scheme, cpu=cpu, use_vllm=use_vllm, steps=steps, name=label)
+        with contextlib.nullcontext() if cpu else _NvidiaSmi() as sampler:
+            rec = _train(spec, results, cpu=cpu)
+        runs[label] = _summary(rec)
+        runs[label]["nvidia_smi_peak_mib"] = getattr(sampler, "peak", None)
+        if not cpu:
+            est = plan.estimate(spec, gpus=1, gpu_mem_gb=_gpu_mem_gb(), gpu=plan.GPUS["H200"])
+            runs[label]["planner_estimate"] = {
+                "rollout_s_per_step": est["rollout_s_per_step"],
+                "train_s_per_step": est["train_s_per_step"],
+                "train_peak_gb": est["memory_gb"]["train_peak"],
+            }
+    record["runs"] = runs
+    checks = {
+        "finite_loss_and_grad_norm": all(_finite(r["loss"]) and _finite(r["grad_norm"]) for r in runs.values()),
+        "tr_weight_mean_not_1": any(w is not None and abs(w - 1.0) > 1e-6 for w in runs["tr"]["tr_weight_mean"]),
+        "grpo_weight_mean_is_1": all(w is None or abs(w - 1.0) < 1e-6 for w in runs["grpo"]["tr_weight_mean"]),
+        "evaluated": all(r["final"].get("n") == N_EVAL for r in runs.values()),
+    }
+    # the kill lands between the first checkpoint and the end: a checkpoint every step on the CPU, whose steps are short
+    resume_spec = check_spec(
+        model_dir, "tr", cpu=cpu, use_vllm=use_vllm, steps=8 if cpu else 4, name="resume", save_steps=1 if cpu else 2
+    )
+    record["resume"] = check_resume(resume_spec, results, cpu=cpu)
+    checks["kill_and_resume"] = record["resume"]["ok"]
+    # in this process, after the runs (its trainers' memory is not the runs' to share)
+    record["equivalence"] = check_equivalence(model_dir, work / "equivalence", cpu=cpu)
+    checks["equal_weights_equal_trl"] = record["equivalence"]["ok"]
+    record["loss_head"] = loss_head_cost(cpu=cpu)
+    record["checks"] = checks
+    record["ok"] = all(checks.values())
+    record["wall_time_s"] = time.time() - t0
+    experiment.write_json(out, record)
+    if cpu:  # the tiny model, checkpoints and run records are of no further use
+        import shutil
+
+        for sub in ("model", "checkpoints", "results", "equivalence"):
+            shutil.rmtree(work / sub, ignore_errors=True)
+        if not any(work.iterdir()):
+            work.rmdir()
+    print(json.dumps({"ok": record["ok"], "checks": checks, "out": str(out), "wall_time_s": record["wall_time_s"]}))
+    return 0 if record["ok"] else 1
+
+
+def _gpu_mem_gb() -> float:
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory / 1e9
+
 
 if __name__ == "__main__":
-    runpy.run_module("trgrpo.tooling.gpu_check", run_name="__main__", alter_sys=True)
+    # `python -m trgrpo.gpu_check` runs this file as `__main__`; the check uses the module under its import name, so
+    # that the task it registers is importable in the runs' own processes (fullscale.write_specs names its module).
+    from trgrpo.gpu_check import main as _main
+
+    sys.exit(_main())

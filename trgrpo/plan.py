@@ -1,6 +1,520 @@
-"""``python -m trgrpo.plan``: the command line of :mod:`trgrpo.pipeline.plan` (the module moved there)."""
+"""Memory and time planner for full-scale runs: ``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``.
 
-import runpy
+PLAN is a batch plan (``experiments/<name>.yaml``: notebooks 05/06 with parameters) or a training spec file
+(``base`` + ``grid``). For every run the planner estimates the peak memory per GPU, phase by phase, and the hours,
+from the model's shape and the stated :class:`Assumptions`; it exits 0 when every run fits and 1 otherwise, naming
+the settings to change. Estimates, not measurements: ``make gpu-check`` measures the figures they rest on.
+
+Memory per GPU (bytes; N parameters, W GPUs, m completions per micro-batch, T = prompt + completion tokens):
+
+- policy: fp32 weights 4N (TRL loads the policy in float32), gradients 4N, AdamW moments 8N; ZeRO-2 shards the
+  gradients and moments over W, ZeRO-3 also the weights;
+- reference model (beta > 0): fp32, 4N (ZeRO-3: / W);
+- activations of one micro-batch: 34 bytes per token, layer and hidden unit without checkpointing (Korthikanti et
+  al. 2022, 16-bit, flash attention); with checkpointing, one bf16 hidden state per layer plus one layer's 34;
+- logits of one micro-batch: m x completion x vocab in fp32, twice (logits and their log-softmax / gradient);
+- vLLM (colocate): ``vllm_gpu_memory_utilization`` x the GPU's memory; it must hold the bf16 weights (2N) and the
+  KV cache of at least one full-length sequence;
+- a fixed overhead (CUDA context, NCCL buffers, fragmentation).
+
+Time per optimizer step = rollout + training. Rollout (vLLM decode, memory-bound): a decode step reads the bf16
+weights and the KV cache of the running sequences at ``decode_bw_efficiency`` of the GPU's bandwidth, or costs
+2N FLOP per sequence at ``mfu`` of its peak, whichever is slower; a rollout takes the bulk of its tokens at that
+rate, and never less than the longest completion decoded alone. Training: (6 + 2 with checkpointing + 2 for the
+reference) x N FLOP per token at ``mfu`` of the GPUs' peak bf16 FLOP/s. Evaluation: greedy on the main process,
+while the others wait up to the spec's ``ddp_timeout_s``: an estimate above a third of it is a problem.
+
+Disk: a checkpoint holds the fp32 policy (4N; ZeRO-3 saves it in 16 bits, 2N) and the optimizer state (AdamW's two
+fp32 moments, 8N, plus DeepSpeed's fp32 master weights, 4N, on several GPUs); the newest is written before the
+previous one goes (``save_total_limit=1``), so a run needs twice that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from trgrpo.experiment import (
+    ROOT,
+    ConfigError,
+    RunSpec,
+    batch_layout,
+    parse_overrides,
+    read_config,
+    vllm_max_model_length,
+)
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the planner needs of a model (its config.json)."""
+
+    params: float
+    layers: int
+    hidden: int
+    vocab: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """bf16 K and V of every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+
+# From the models' config.json files (parameter counts as their model cards state them).
+MODEL_SHAPES = {
+    "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
+    "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
+    "Qwen2.5-7B": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
+    "Qwen2.5-7B-Instruct": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
+    "Qwen2.5-7B-Instruct-1M": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
+    "Llama-3.1-8B-Instruct": ModelShape(8.03e9, 32, 4096, 128256, 8, 128),
+    "embedded": ModelShape(0.135e9, 30, 576, 49152, 3, 64),  # SmolLM2-135M-Instruct
+}
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    tflops_bf16: float  # dense peak
+    bandwidth_tbs: float  # HBM
+
+
+GPUS = {
+    "H100": GPU("H100 SXM", 989.0, 3.35),
+    "H200": GPU("H200 SXM", 989.0, 4.8),
+    "A100": GPU("A100 80GB", 312.0, 2.0),
+    "L4": GPU("L4", 121.0, 0.3),
+}
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Stated assumptions of the estimate (to be corrected from ``make gpu-check`` measurements)."""
+
+    mean_prompt_tokens: int = 400  # K&K / math prompts with the chat template
+    mean_completion_tokens: int = 1024  # mean generated length (the maximum is the spec's max_completion_length)
+    mfu: float = 0.35  # achieved / peak bf16 FLOP/s in training and in compute-bound decoding
+    decode_bw_efficiency: float = 0.5  # achieved / peak HBM bandwidth in vLLM decoding
+    hf_generate_slowdown: float = 10.0  # HF generate vs vLLM tokens/s (evaluation without vLLM)
+    overhead_gb: float = 4.0  # CUDA context, NCCL buffers, fragmentation
+    vllm_runtime_gb: float = 1.0  # vLLM's own activations / CUDA graphs inside its share
+    activation_bytes: float = 34.0  # per token, layer and hidden unit without checkpointing
+
+
+def model_shape(model: str) -> ModelShape:
+    """The shape of a known model (by hub name or its last part), or of a local folder's config.json."""
+    name = Path(str(model)).name
+    if name in MODEL_SHAPES:
+        return MODEL_SHAPES[name]
+    cfg_path = Path(str(model)) / "config.json"
+    if cfg_path.exists():
+        c = json.loads(cfg_path.read_text())
+        h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+        heads = c["num_attention_heads"]
+        kv = c.get("num_key_value_heads", heads)
+        hd = c.get("head_dim") or h // heads
+        inter = c.get("intermediate_size", 4 * h)
+        embeddings = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
+        params = layers * (2 * h * h + 2 * h * kv * hd + 3 * h * inter) + embeddings
+        return ModelShape(float(params), layers, h, vocab, kv, hd)
+    raise ValueError(f"model {model!r}: unknown shape; known: {sorted(MODEL_SHAPES)} or a folder with config.json")
+
+
+def memory_gb(
+    spec: RunSpec,
+    shape: ModelShape,
+    *,
+    gpus: int,
+    gpu_mem_gb: float,
+    zero: int = 2,
+    micro: int | None = None,
+    checkpointing: bool | None = None,
+    vllm_util: float | None = None,
+    a: Assumptions = Assumptions(),
+) -> dict:
+    """Peak memory per GPU in GB, by component, for the training phase (the peak) and the rollout phase."""
+    n = shape.params
+    m = batch_layout(spec, gpus)["per_device_train_batch_size"] if micro is None else micro
+    ckpt = spec.gradient_checkpointing if checkpointing is None else checkpointing
+    util = spec.vllm_gpu_memory_utilization if vllm_util is None else vllm_util
+    shard_states = gpus if gpus > 1 else 1
+    shard_weights = gpus if (gpus > 1 and zero == 3) else 1
+    seq = vllm_max_model_length(spec)
+    tokens = m * seq
+    layer_act = a.activation_bytes * tokens * shape.hidden
+    act = (shape.layers * tokens * shape.hidden * 2 + layer_act) if ckpt else shape.layers * layer_act
+    parts = {
+        "weights": 4 * n / shard_weights,
+        "gradients": 4 * n / shard_states,
+        "optimizer": 8 * n / shard_states,
+        "reference": (4 * n / shard_weights) if spec.beta > 0 else 0.0,
+        "activations": act,
+        "logits": 2 * 4 * m * spec.max_completion_length * shape.vocab,
+        "vllm": util * gpu_mem_gb * GB if spec.use_vllm else 0.0,
+        "overhead": a.overhead_gb * GB,
+    }
+    out = {k: v / GB for k, v in parts.items()}
+    out["train_peak"] = sum(out.values())
+    out["rollout_peak"] = out["train_peak"] - out["activations"] - out["logits"]
+    out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - a.vllm_runtime_gb) if spec.use_vllm else 0.0
+    out["vllm_kv_needed_one_sequence"] = seq * shape.kv_bytes_per_token / GB if spec.use_vllm else 0.0
+    out["micro_batch_size"] = m
+    return out
+
+
+def _decode_step_s(n: float, batch: int, ctx: float, kv_tok: int, gpu: GPU, a: Assumptions) -> float:
+    memory_s = (2 * n + batch * ctx * kv_tok) / (gpu.bandwidth_tbs * 1e12 * a.decode_bw_efficiency)
+    compute_s = 2 * n * batch / (gpu.tflops_bf16 * 1e12 * a.mfu)
+    return max(memory_s, compute_s)
+
+
+def generation_seconds(
+    sequences: int, shape: ModelShape, spec: RunSpec, gpu: GPU, kv_cache_gb: float, a: Assumptions
+) -> tuple[float, float]:
+    """(seconds, tokens/s) for one GPU to generate ``sequences`` completions of the mean length."""
+    ctx = a.mean_prompt_tokens + a.mean_completion_tokens / 2
+    kv_tok = shape.kv_bytes_per_token
+    fit = int(kv_cache_gb * GB // (ctx * kv_tok)) if kv_cache_gb > 0 else sequences
+    batch = max(1, min(sequences, fit))
+    tok_s = batch / _decode_step_s(shape.params, batch, ctx, kv_tok, gpu, a)
+    bulk = sequences * a.mean_completion_tokens / tok_s
+    tail = spec.max_completion_length * _decode_step_s(shape.params, 1, ctx, kv_tok, gpu, a)
+    return max(bulk, tail), tok_s
+
+
+def estimate(
+    spec: RunSpec,
+    *,
+    gpus: int,
+    gpu_mem_gb: float,
+    gpu: GPU,
+    zero: int = 2,
+    a: Assumptions = Assumptions(),
+) -> dict:
+    """Memory, time and whether it fits, for one run."""
+    shape = model_shape(spec.model)
+    mem = memory_gb(spec, shape, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a)
+    lay = batch_layout(spec, gpus)
+    completions = lay["global_completions_per_step"]
+    kv_gb = mem["vllm_kv_cache"] if spec.use_vllm else gpu_mem_gb - mem["rollout_peak"]
+    rollout_s, tok_s = generation_seconds(completions // gpus, shape, spec, gpu, kv_gb, a)
+    if not spec.use_vllm:
+        rollout_s, tok_s = rollout_s * a.hf_generate_slowdown, tok_s / a.hf_generate_slowdown
+    tokens = completions * (a.mean_prompt_tokens + a.mean_completion_tokens)
+    flop_per_token = (6 + (2 if spec.gradient_checkpointing else 0) + (2 if spec.beta > 0 else 0)) * shape.params
+    train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * a.mfu)
+    eval_sequences = spec.n_eval * _eval_multiplier(spec)
+    eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb, a)[0] if eval_sequences else 0.0
+    if not spec.use_vllm:
+        eval_s *= a.hf_generate_slowdown
+    hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
+    problems = []
+    if 3 * eval_s > spec.ddp_timeout_s:
+        problems.append(
+            f"evaluation ~{eval_s / 3600:.1f} h on the main process > a third of ddp_timeout_s {spec.ddp_timeout_s} "
+            f"(the other processes' wait): ddp_timeout_s >= {3600 * math.ceil(3 * eval_s / 3600):.0f}"
+        )
+    if mem["train_peak"] > gpu_mem_gb:
+        problems.append(f"peak {mem['train_peak']:.1f} GB > {gpu_mem_gb:g} GB per GPU")
+    if spec.use_vllm and mem["vllm_kv_cache"] < mem["vllm_kv_needed_one_sequence"]:
+        problems.append(
+            f"vLLM's share ({spec.vllm_gpu_memory_utilization:g} x {gpu_mem_gb:g} GB) leaves "
+            f"{mem['vllm_kv_cache']:.1f} GB of KV cache < {mem['vllm_kv_needed_one_sequence']:.2f} GB for one sequence"
+        )
+    return {
+        "name": spec.name,
+        "model": spec.model,
+        "memory_gb": mem,
+        "batch": lay,
+        "rollout_s_per_step": rollout_s,
+        "rollout_tokens_per_s_per_gpu": tok_s,
+        "train_s_per_step": train_s,
+        "eval_s": eval_s,
+        "checkpoint_gb": checkpoint_gb(shape, gpus=gpus, zero=zero),
+        "hours": hours,
+        "fits": not problems,
+        "problems": problems,
+    }
+
+
+def checkpoint_gb(shape: ModelShape, *, gpus: int, zero: int) -> float:
+    """GB of one checkpoint (model and optimizer state, every rank's shard together); a run needs twice that."""
+    n = shape.params
+    model = 2 * n if (zero == 3 and gpus > 1) else 4 * n
+    optimizer = 8 * n + (4 * n if gpus > 1 else 0)
+    return (model + optimizer) / GB
+
+
+def _eval_multiplier(spec: RunSpec) -> int:
+    if spec.task == "math":
+        sets = list(spec.task_options.get("eval_sets", ["generated"]))
+        k = int(spec.task_options.get("sampled_k", 16))
+        return sum(k if s in ("amc", "aime24") else 1 for s in sets)
+    return 1
+
+
+def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: Assumptions = Assumptions()) -> list:
+    """The settings to change so that a run fits, the cheapest first: on the same GPUs the largest micro-batch that
+    fits (with checkpointing if needed), then vLLM's least share, ZeRO-3, then more GPUs. Returns
+    ``"setting: old -> new"`` strings (only the changed ones)."""
+    shape = model_shape(spec.model)
+    completions = spec.prompts_per_step * spec.num_generations
+    now = batch_layout(spec, gpus)["per_device_train_batch_size"] if completions % gpus == 0 else None
+    need_util = 2 * shape.params / GB + a.vllm_runtime_gb + vllm_max_model_length(spec) * shape.kv_bytes_per_token / GB
+    utils = [spec.vllm_gpu_memory_utilization]
+    if spec.use_vllm and round(need_util / gpu_mem_gb + 0.005, 2) != utils[0]:  # the least that holds one sequence
+        utils.append(round(need_util / gpu_mem_gb + 0.005, 2))
+    for w in [gpus] + [w for w in (2, 4, 8, 16, 32, 64) if w > gpus]:
+        if completions % w:
+            continue
+        per_gpu = completions // w
+        for z in [zero, 3] if zero == 2 and w > 1 else [zero if w == gpus else 3]:
+            for util in utils:
+                if util >= 0.95:
+                    continue
+                for m in [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]:  # the largest micro-batch first
+                    if w == gpus and now is not None and m > now:
+                        continue
+                    for ckpt in [spec.gradient_checkpointing, True]:
+                        s = dataclasses.replace(
+                            spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
+                        )
+                        mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z, a=a)
+                        ok = mem["train_peak"] <= gpu_mem_gb
+                        if ok and (not s.use_vllm or mem["vllm_kv_cache"] >= mem["vllm_kv_needed_one_sequence"]):
+                            out = []
+                            if w != gpus:
+                                out.append(f"--gpus: {gpus} -> {w}")
+                            if z != zero:
+                                out.append(f"accelerate_config: configs/zero{zero}.yaml -> configs/zero{z}.yaml")
+                            if ckpt != spec.gradient_checkpointing:
+                                out.append("gradient_checkpointing: false -> true")
+                            if util != spec.vllm_gpu_memory_utilization:
+                                old = spec.vllm_gpu_memory_utilization
+                                out.append(f"vllm_gpu_memory_utilization: {old:g} -> {util:g}")
+                            if m != now:
+                                out.append(f"micro_batch_size: {now} -> {m}")
+                            return out
+    return [
+        "model: a smaller one, or --gpu-mem-gb: GPUs with more memory (no setting of this plan fits "
+        f"{Path(str(spec.model)).name} on up to 64 GPUs of {gpu_mem_gb:g} GB)"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plans
+
+
+def notebook_defaults(notebook: Path) -> dict:
+    """The values of a notebook's ``parameters`` cell (full-scale defaults: SMOKE off)."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        raise ValueError(f"{notebook}: no cell tagged 'parameters'")
+    env: dict = {"os": os}
+    saved = os.environ.get("TRGRPO_SMOKE")
+    os.environ["TRGRPO_SMOKE"] = "0"
+    try:
+        exec(cell.source, env)  # noqa: S102 - the repo's own parameters cell: assignments only
+    finally:
+        if saved is None:
+            os.environ.pop("TRGRPO_SMOKE", None)
+        else:
+            os.environ["TRGRPO_SMOKE"] = saved
+    return {k: v for k, v in env.items() if k.isupper()}
+
+
+def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], str]:
+    """The runs a plan would start and the accelerate config it names (batch plan or training spec file).
+
+    ``overrides``: notebook parameters (``trgrpo.batch --set``) for a batch plan, spec fields for a spec
+    file. A file with ``notebooks`` or ``smoke`` is a batch plan (:func:`trgrpo.batch.load_plan` checks it:
+    notebooks that exist, parameters their parameters cells assign); only the project's notebooks 05 / 06 are read
+    (their parameters cells run here). Every local data file a run names must exist (relative paths from the
+    notebook's folder, where papermill runs it). Bad input: a :class:`ConfigError` naming the file and the field."""
+    from trgrpo import fullscale
+    from trgrpo.batch import load_plan
+    from trgrpo.train import load_specs
+
+    path = Path(path)
+    data = read_config(path)
+    if "notebooks" not in data and "smoke" not in data:
+        specs = load_specs(path, overrides)
+        _check_data_files(path, specs, Path.cwd())
+        return specs, "configs/zero2.yaml"
+    specs: list[RunSpec] = []
+    accel = "configs/zero2.yaml"
+    for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
+        build = next((f for prefix, f in fullscale.NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
+        if build is None:
+            continue  # notebooks that train nothing (08: tables)
+        where = f"{path}: notebooks[{i}]"
+        if nb.resolve().parent != (ROOT / "notebooks").resolve():
+            raise ConfigError(f"{where}.notebook: {nb} is not one of the project's notebooks/ (its cell would run)")
+        params = {**notebook_defaults(nb), **params}
+        accel = params.get("ACCELERATE_CONFIG") or accel
+        use_vllm = params.get("USE_VLLM")
+        try:
+            built = build(params, use_vllm=True if use_vllm is None else bool(use_vllm))
+        except (ValueError, TypeError, KeyError) as e:
+            raise ConfigError(f"{where}.parameters: {e}") from None
+        _check_data_files(path, built, nb.parent)
+        specs += built
+    return specs, accel
+
+
+def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
+    """Every local data file of the specs (K&K ``train_path`` / ``eval_path``, a math ``train`` or ``eval_sets``
+    entry that names no hub set) exists, relative paths from ``base``; else a :class:`ConfigError`."""
+    from trgrpo.tasks.math import MATH_HUB
+
+    for spec in specs:
+        opts = spec.task_options
+        files = {"train_path": opts.get("train_path"), "eval_path": opts.get("eval_path")}
+        if spec.task == "math":
+            files = {"train": opts.get("train"), "eval_sets": opts.get("eval_sets")}
+        for field, value in files.items():
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if not item or (spec.task == "math" and (item in MATH_HUB or item == "generated")):
+                    continue
+                if not (base / str(item)).exists():
+                    raise ConfigError(f"{path}: {spec.name}: {field} {item!r}: no such file (from {base})")
+
+
+def plan_report(
+    specs: list[RunSpec],
+    *,
+    gpus: int,
+    gpu_mem_gb: float,
+    gpu: GPU | None = None,
+    zero: int = 2,
+    a: Assumptions = Assumptions(),
+    title: str = "plan",
+) -> tuple[str, list[dict], list[str]]:
+    """(text table, per-run estimates, problems with the settings to change); no problems: every run fits."""
+    gpu = gpu or GPUS["H200" if gpu_mem_gb > 100 else "H100"]
+    rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero, a=a) for s in specs]
+    total = sum(r["hours"] for r in rows)
+    stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(a).items())
+    lines = [
+        f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), ZeRO-{zero}",
+        f"planner estimates from stated assumptions, not measurements: {stated}",
+        f"{'run':<58} {'GB/GPU':>7} {'rollout s':>9} {'train s':>8} {'h/run':>6}  fits",
+    ]
+    for r in rows:
+        m = r["memory_gb"]
+        lines.append(
+            f"{r['name'][:58]:<58} {m['train_peak']:>7.1f} {r['rollout_s_per_step']:>9.1f} "
+            f"{r['train_s_per_step']:>8.1f} {r['hours']:>6.2f}  {'yes' if r['fits'] else 'NO'}"
+        )
+    if rows:
+        m = rows[0]["memory_gb"]
+        parts = ("weights", "gradients", "optimizer", "reference", "activations", "logits", "vllm", "overhead")
+        lines.append("first run, GB per GPU: " + ", ".join(f"{k} {m[k]:.1f}" for k in parts))
+    lines.append(f"total: {total:.1f} h (runs one after another)")
+    if rows:
+        ckpt = max(r["checkpoint_gb"] for r in rows)
+        lines.append(
+            f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state), "
+            f"{2 * ckpt:.0f} GB per run while the newest replaces the previous (fewer: SAVE_STEPS / save_steps)"
+        )
+    problems = []
+    seen_models = set()
+    for s, r in zip(specs, rows):
+        if not r["fits"] and s.model not in seen_models:
+            seen_models.add(s.model)
+            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a) if _memory(r) else []
+            fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
+            problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
+    return "\n".join(lines), rows, problems
+
+
+def _memory(row: dict) -> bool:
+    """Whether a run's problems include memory (the settings :func:`suggestions` changes)."""
+    return any(not p.startswith("evaluation") for p in row["problems"])
+
+
+# Settings the README's table shows (plan file, GPUs, GB per GPU, GPU type).
+README_ROWS = (
+    ("kk_qwen3b.yaml", 8, 80, "H100"),
+    ("kk_qwen3b.yaml", 1, 141, "H200"),
+    ("kk_qwen3b_1gpu_reduced.yaml", 1, 141, "H200"),
+    ("kk_qwen3b_table4.yaml", 8, 80, "H100"),
+    ("kk_qwen3b_table7.yaml", 8, 80, "H100"),
+    ("kk_qwen7b.yaml", 8, 80, "H100"),
+    ("math_qwen7b.yaml", 8, 80, "H100"),
+    ("kk_qwen3b.yaml", 1, 16, "L4"),
+)
+
+
+def readme_table() -> str:
+    """The planner's estimates for the shipped plans, as the README shows them (tests keep the two equal)."""
+    lines = [
+        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | fits |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name, gpus, mem, kind in README_ROWS:
+        specs, accel = plan_specs(ROOT / "experiments" / name)
+        zero = 3 if "zero3" in accel else 2
+        _, rows, problems = plan_report(specs, gpus=gpus, gpu_mem_gb=mem, gpu=GPUS[kind], zero=zero)
+        peak = max(r["memory_gb"]["train_peak"] for r in rows)
+        per_run = sorted({round(r["hours"], 1) for r in rows})
+        h = f"{per_run[0]:.1f}" if len(per_run) == 1 else f"{per_run[0]:.1f}-{per_run[-1]:.1f}"
+        fits = "yes" if not problems else "no: " + problems[0].split("Change: ", 1)[-1]
+        lines.append(
+            f"| `{name}` | {gpus} x {GPUS[kind].name} {mem:g} GB, ZeRO-{zero} | {len(specs)} | {peak:.0f} | {h} | "
+            f"{sum(r['hours'] for r in rows):.0f} | {fits} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m trgrpo.plan", description="Estimate peak GPU memory and hours of a plan's runs"
+    )
+    ap.add_argument("plan", help="experiments/<name>.yaml (batch plan or training spec file)")
+    ap.add_argument("--gpus", type=int, required=True)
+    ap.add_argument("--gpu-mem-gb", type=float, required=True)
+    ap.add_argument("--gpu-type", default=None, choices=sorted(GPUS), help="default: H200 above 100 GB, else H100")
+    ap.add_argument("--zero", type=int, choices=(2, 3), default=None, help="ZeRO stage (default: the plan's)")
+    ap.add_argument("--json", action="store_true", help="print the estimates as JSON")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="as trgrpo.batch --set")
+    args = ap.parse_args(argv)
+    if args.gpus < 1 or args.gpu_mem_gb <= 0:
+        ap.error("--gpus must be >= 1 and --gpu-mem-gb > 0")
+    try:
+        specs, accel = plan_specs(args.plan, parse_overrides(args.set))
+        zero = args.zero or (3 if "zero3" in accel else 2)
+        gpu = GPUS[args.gpu_type] if args.gpu_type else None
+        text, rows, problems = plan_report(
+            specs, gpus=args.gpus, gpu_mem_gb=args.gpu_mem_gb, gpu=gpu, zero=zero, title=str(args.plan)
+        )
+    except ValueError as e:  # ConfigError, or a model whose shape is unknown: one line, no traceback
+        print(f"{ap.prog}: error: {e if isinstance(e, ConfigError) else f'{args.plan}: {e}'}", file=sys.stderr)
+        return 2
+    if args.json:
+        total = sum(r["hours"] for r in rows)
+        assumed = dataclasses.asdict(Assumptions())
+        out = {"runs": rows, "total_hours": total, "assumptions": assumed, "problems": problems}
+        print(json.dumps(out, indent=1))
+    else:
+        print(text)
+    for line in problems:
+        print(line, file=sys.stderr)
+    return 1 if problems else 0
+
 
 if __name__ == "__main__":
-    runpy.run_module("trgrpo.pipeline.plan", run_name="__main__", alter_sys=True)
+    sys.exit(main())

@@ -1,7 +1,331 @@
-"""``python -m trgrpo.toy_controls``: the command line of :mod:`trgrpo.pipeline.toy_controls` (the module moved
-there)."""
+"""The plan and grids of the toy controls (notebook 03, Part A; paper Section 4.3: Tables 4 and 7).
 
-import runpy
+Fixed before any run: the task (``addition``, chosen for its share of sampled tokens strictly between the weight
+bounds L and U, :func:`task_choice`), the primary metric and the evaluation steps (:data:`PLAN`), and three grids
+of :func:`trgrpo.toy.toy_spec` dicts:
+
+* :func:`controls_grid` -- GRPO (``equal``), TR with the weight outside the clip (``surrogate``) and inside it
+  (``ratio``, Eq. 9 as printed), ``const`` (TR's batch-mean scale, no regulation), ``tr_norm`` (TR's regulation,
+  no scale) and ``reverse`` (2 - w), paired by seed: the same seed gives the same warm start and data order;
+* :func:`kl_grid` -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under TR (surrogate) at
+  two betas;
+* :func:`tau_grid` -- Table 7's tau sweep; its GRPO baseline and tau = 9 are the controls grid's runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trgrpo import tables
+from trgrpo.experiment import RESULTS_DIR, write_result
+from trgrpo.tasks import addition
+
+TASK = "addition"
+CONTROLS_GROUP = "toy/controls"
+KL_GROUP = "toy/kl"
+TAU_GROUP = "toy/tau"
+EVAL_EVERY = 20
+# 60 steps (revised from 100 before any run finished: the machine's 2 cores are shared by ~8 sessions, so a
+# single-thread grid gets about a third of a core; 0.55 -> 0.8 of the accuracy gain comes in the first 60 steps).
+STEPS = 60
+EVAL_STEPS = tuple(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))  # 20, 40, 60
+N_EVAL = 400
+PRIMARY_METRIC = (
+    "mean greedy accuracy over the held-out evaluations at steps 20, 40 and 60 "
+    "(400 test items each, same items for every run)"
+)
+
+# arm label (trgrpo.toy.run_label) -> toy_spec settings
+ARMS: dict[str, dict] = {
+    "equal": dict(scheme="equal"),
+    "tr-surrogate": dict(scheme="tr", placement="surrogate"),
+    "tr-ratio": dict(scheme="tr", placement="ratio"),
+    "const-surrogate": dict(scheme="const", placement="surrogate"),
+    "tr_norm-surrogate": dict(scheme="tr_norm", placement="surrogate"),
+    "reverse-surrogate": dict(scheme="reverse", placement="surrogate"),
+    # added after the first five arms had run (issue 22), so that Table 4 has all its rows; same plan and seeds
+    "random": dict(scheme="random", placement="surrogate"),  # run_label names it "random" (no placement)
+}
+ADDED_ARMS = {
+    "random": "added after the first five arms' results (so that Table 4 has all its rows): same task, "
+    "steps, evaluations and seeds; the Holm family of the controls grows to every arm compared with GRPO",
+}
+BASELINE = "equal"
+CONTROL_SEEDS = tuple(range(12))
+KL_WEIGHTINGS = ("eq10", "outside", "plain")
+KL_BETAS = (0.001, 0.04)
+KL_SEEDS = tuple(range(8))
+# tau = 0.5 is left out: with sigma(0.5 p) every weight is L = 1 (weight_range), so the run *is* GRPO's.
+TAUS = (2.0, 7.0, 10.0, 20.0)
+TAU_SEEDS = tuple(range(5))
+# The KL and tau grids run as long as the controls and are measured the same way; the controls grid's GRPO and
+# TR runs of the same seed are their baselines.
+SHORT_STEPS = STEPS
+SHORT_EVAL_STEPS = EVAL_STEPS
+SHORT_METRIC = PRIMARY_METRIC
+
+PLAN = {
+    "task": TASK,
+    "primary_metric": PRIMARY_METRIC,
+    "eval_steps": list(EVAL_STEPS),
+    "n_eval": N_EVAL,
+    "steps": STEPS,
+    "baseline": BASELINE,
+    "arms": {k: v for k, v in ARMS.items()},
+    "seeds": list(CONTROL_SEEDS),
+    "added_arms": dict(ADDED_ARMS),
+    "test": "paired t-test on the per-seed primary metric, arm minus GRPO; 95 % t-interval; Holm over the arms "
+    "compared with GRPO (5 planned, then Random added)",
+    "kl_and_tau_grids": {
+        "steps": SHORT_STEPS,
+        "eval_steps": list(SHORT_EVAL_STEPS),
+        "metric": SHORT_METRIC,
+        "order": "controls, then kl at beta 0.04, then tau, then kl at beta 0.001 (what the compute allows)",
+        "kl": {
+            "scheme": "tr",
+            "placement": "surrogate",
+            "kl_weighting": list(KL_WEIGHTINGS),
+            "beta": list(KL_BETAS),
+            "seeds": list(KL_SEEDS),
+            "kl_metric": "TRL's plain k3 KL(pi || pi_ref), mean over steps 41-60",
+            "eq10_at_beta_0.001": "the controls grid's tr-surrogate runs (same settings)",
+        },
+        "tau": {
+            "taus": list(TAUS),
+            "seeds": list(TAU_SEEDS),
+            "baseline": "the controls grid's equal and tr-surrogate (tau = 9) runs of the same seeds",
+        },
+    },
+    "why": (
+        "The mean over three fixed evaluations averages out part of the sampling error of one 400-item evaluation "
+        "(+-0.02) and the step-to-step wobble of a run, and does not depend on which step is called final; "
+        "step 0 (the warm start, equal for every arm of a seed) is left out. 60 steps instead of 100 (revised "
+        "before any run finished): the shared 2-core machine gives one single-thread grid about a third of a core."
+    ),
+}
+
+
+def _spec(arm: str, seed: int, group: str, steps: int = STEPS, **extra: Any) -> dict:
+    from trgrpo.toy import toy_spec
+
+    return toy_spec(seed=seed, task=TASK, group=group, steps=steps, n_eval=N_EVAL, **ARMS[arm], **extra)
+
+
+def controls_grid(seeds: Sequence[int] = CONTROL_SEEDS, arms: Sequence[str] = tuple(ARMS)) -> list[dict]:
+    """Every arm on every seed, seed-major (a stopped grid leaves complete seeds behind)."""
+    return [_spec(arm, s, CONTROLS_GROUP) for s in seeds for arm in arms]
+
+
+def kl_name(kl_weighting: str, beta: float, seed: int) -> str:
+    return f"{TASK}-micro-tr-surrogate-kl{kl_weighting}-beta{beta:g}-seed{seed}"
+
+
+def kl_grid(
+    seeds: Sequence[int] = KL_SEEDS, betas: Sequence[float] = KL_BETAS, weightings: Sequence[str] = KL_WEIGHTINGS
+) -> list[dict]:
+    """TR (surrogate) under each KL weighting at each beta (Reading 3: Eq. 10 vs Eq. 12 vs Eq. 6), 60 steps;
+    eq10 at beta = 0.001 is the controls grid's ``tr-surrogate`` run (the same settings)."""
+    return [
+        _spec("tr-surrogate", s, KL_GROUP, SHORT_STEPS, kl_weighting=kw, beta=b, name=kl_name(kw, b, s))
+        for b in sorted(betas, reverse=True)  # the beta where the KL matters first
+        for s in seeds
+        for kw in weightings
+        if not (kw == "eq10" and b == 0.001)
+    ]
+
+
+def tau_grid(seeds: Sequence[int] = TAU_SEEDS, taus: Sequence[float] = TAUS) -> list[dict]:
+    """TR (surrogate) at every tau of Table 7 but 9 (tau = 9 and GRPO: the controls grid, same seeds)."""
+    return [_spec("tr-surrogate", s, TAU_GROUP, SHORT_STEPS, tau=t) for t in taus for s in seeds]
+
+
+GRIDS = {
+    "controls": controls_grid,
+    "kl": kl_grid,
+    "kl_high": lambda: kl_grid(betas=(max(KL_BETAS),)),  # the beta where the KL matters: first
+    "kl_low": lambda: kl_grid(betas=(min(KL_BETAS),)),
+    "tau": tau_grid,
+}
+
+
+GRIDS_GROUP = {"controls": CONTROLS_GROUP, "kl": KL_GROUP, "tau": TAU_GROUP}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Task choice: how many sampled tokens the weight has to act on
+
+PROB_BINS = [i / 20 for i in range(21)]  # 0, 0.05, ..., 1
+WEIGHT_BINS = [1.0 + i * 0.02 for i in range(21)]  # L = 1 ... U = 1.4
+
+
+def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4) -> dict:
+    """Histograms of sampled-token probabilities and their Eq. 11 weights (paper defaults), and the shares of
+    tokens with w = L, L < w < U and w = U (the schema of ``results/toy/*/token_hist.json``)."""
+    import numpy as np
+    import torch
+
+    from trgrpo.weights import token_weights
+
+    p = np.asarray(probs, dtype=float)
+    w = token_weights(torch.tensor(p, dtype=torch.float64), "tr", lower=lower, upper=upper).numpy()
+    n = int(p.size)
+    at_lo = int((w <= lower).sum())
+    at_hi = int((w >= upper).sum())
+    return {
+        "bins": PROB_BINS,
+        "prob_counts": np.histogram(p, bins=PROB_BINS)[0].tolist(),
+        "weight_bins": WEIGHT_BINS,
+        "weight_counts": np.histogram(np.clip(w, lower, upper), bins=WEIGHT_BINS)[0].tolist(),
+        "share_at_lower": at_lo / n,
+        "share_between": (n - at_lo - at_hi) / n,
+        "share_at_upper": at_hi / n,
+        "n_tokens": n,
+    }
+
+
+def token_histogram(
+    task: str = TASK, seed: int = 0, *, n_prompts: int = 512, temperature: float = 1.0, warm_kwargs: dict | None = None
+) -> dict:
+    """Sample one completion per training prompt from the warm-start policy of ``seed`` (where RL begins, at the
+    RL sampling temperature) and histogram pi(o_t) of every completion token (EOS included) and its weight."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trgrpo import toy
+
+    path = toy.warm_start(task, seed, **{"verbose": False, **(warm_kwargs or {})})
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(path)
+    rows = addition.records(addition.splits()["train"][:n_prompts], task)
+    prompts = [r["prompt"] for r in rows]
+    comps = addition.generate(
+        model,
+        tok,
+        prompts,
+        max_new_tokens=addition.MAX_COMPLETION[task],
+        do_sample=True,
+        temperature=temperature,
+        seed=seed,
+    )
+    probs: list[float] = []
+    model.eval()
+    with torch.no_grad():
+        for prompt, comp in zip(prompts, comps):
+            p_ids = tok(prompt)["input_ids"]
+            c_ids = tok(comp)["input_ids"] + [tok.eos_token_id]
+            c_ids = c_ids[: addition.MAX_COMPLETION[task]]
+            logits = model(input_ids=torch.tensor([p_ids + c_ids])).logits[0, len(p_ids) - 1 : -1] / temperature
+            lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(c_ids)), torch.tensor(c_ids)]
+            probs += lp.exp().tolist()
+    ws = toy.warm_start_info(path)
+    return {
+        "kind": "token_hist",
+        "task": task,
+        "model": f"micro-qwen2-{ws['n_parameters'] / 1e6:.2f}M warm start (seed {seed}, {ws['steps']} SFT steps)",
+        "seed": seed,
+        "temperature": temperature,
+        "n_prompts": n_prompts,
+        **weight_shares(probs),
+    }
+
+
+def task_choice(
+    tasks: Sequence[str] = ("addition", "addition_trace"),
+    *,
+    write: bool = True,
+    results_dir: Path | str | None = None,
+    **kw: Any,
+) -> dict:
+    """:func:`token_histogram` of every candidate task; the chosen one (:data:`TASK`) is written to
+    ``results/toy/controls/token_hist.json`` with the others under ``candidates``."""
+    from trgrpo.experiment import git_commit, git_dirty
+
+    hists = {t: token_histogram(t, **kw) for t in tasks}
+    out = {**hists[TASK], "candidates": hists, "git_commit": git_commit(), "git_dirty": git_dirty()}
+    if write:
+        write_result(CONTROLS_GROUP, "token_hist", out, results_dir)
+    return out
+
+
+# ---- toy_controls_cli: The command line of the toy controls (notebook 03, Part A): run a grid, write its summary, t
+
+
+# the first line of trgrpo.toy_controls' docstring, as the command's description
+DESCRIPTION = "The controls experiments of notebook 03 (Part A): what TR-GRPO's effect at toy scale is made of."
+
+
+def run(grid: str, *, results_dir: Path | str | None = None, allow_dirty: bool = False, limit: int | None = None):
+    """Run a grid (resumable) on a clean tree; every record carries the commit and ``git_dirty``."""
+    from trgrpo import toy
+    from trgrpo.experiment import git_dirty
+
+    if git_dirty() and not allow_dirty:
+        raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty; records say so)")
+    specs = GRIDS[grid]()
+    if limit is not None:
+        specs = specs[:limit]
+    # one seed at a time (its warm start, then its runs): a grid stopped early leaves complete, paired seeds
+    summaries = []
+    for seed in dict.fromkeys(s["seed"] for s in specs):
+        part = [s for s in specs if s["seed"] == seed]
+        summaries.append(
+            toy.run_grid(
+                part, results_dir=results_dir, eval_every=EVAL_EVERY, threads=1, progress=False, eval_sampled=False
+            )
+        )
+    return {k: sum(x[k] for x in summaries) for k in ("n_specs", "n_run", "n_skipped", "wall_time_s", "cpu_time_s")}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from trgrpo.tables import SUMMARIES
+    from trgrpo.toy_controls_readme import update_readme
+
+    ap = argparse.ArgumentParser(prog="python -m trgrpo.toy_controls", description=DESCRIPTION)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a grid (resumable)")
+    r.add_argument("grid", choices=sorted(GRIDS))
+    r.add_argument("--results-dir", default=None)
+    r.add_argument("--allow-dirty", action="store_true")
+    r.add_argument("--limit", type=int, default=None)
+    s = sub.add_parser("summary", help="write the summary.json of each grid from its records")
+    s.add_argument("grids", nargs="*", default=sorted(SUMMARIES))
+    s.add_argument("--results-dir", default=None)
+    sub.add_parser("readme", help="rewrite the README's toy-findings block from the summaries")
+    h = sub.add_parser("hist", help="write results/toy/controls/token_hist.json (task choice)")
+    h.add_argument("--allow-dirty", action="store_true")
+    p = sub.add_parser("plan", help="write results/toy/controls/plan.json")
+    p.add_argument("--results-dir", default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        print(json.dumps(run(a.grid, results_dir=a.results_dir, allow_dirty=a.allow_dirty, limit=a.limit)))
+    elif a.cmd == "summary":
+        for g in a.grids:
+            SUMMARIES[g](a.results_dir)
+            print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}")
+    elif a.cmd == "readme":
+        print("README changed" if update_readme() else "README unchanged")
+    elif a.cmd == "hist":
+        from trgrpo.experiment import git_dirty
+
+        if git_dirty() and not a.allow_dirty:
+            raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
+        from trgrpo import toy
+
+        toy.quiet()
+        tables.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
+        out = task_choice()
+        for t, hst in out["candidates"].items():
+            print(
+                f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
+                f"{hst['share_between']:.3f}, at U {hst['share_at_upper']:.3f}"
+            )
+    else:
+        write_result(CONTROLS_GROUP, "plan", {"kind": "plan", **PLAN}, a.results_dir)
+
 
 if __name__ == "__main__":
-    runpy.run_module("trgrpo.pipeline.toy_controls", run_name="__main__", alter_sys=True)
+    main()

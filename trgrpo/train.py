@@ -1,6 +1,214 @@
-"""``python -m trgrpo.train``: the command line of :mod:`trgrpo.pipeline.train` (the module moved there)."""
+"""CLI: ``python -m trgrpo.train --config experiments/<name>.yaml [--set key=value ...]``.
 
-import runpy
+The YAML holds one run spec (the fields of :class:`trgrpo.experiment.RunSpec`) or ``base`` plus a
+``grid`` of overrides, e.g.::
+
+    base: {task: kk, model: Qwen/Qwen2.5-3B-Instruct, steps: 200, group: kk_qwen3b}
+    grid:
+      - {scheme: equal, seed: 0}
+      - {scheme: tr, seed: 0}
+
+Every run is its own process: with several specs (or ``--gpus N``) this process trains nothing and starts one
+process per spec (:func:`trgrpo.fullscale.launch`: ``python -m trgrpo.train --config <that spec>`` on one
+GPU or the CPU, ``accelerate launch --config_file <--accelerate-config> --num_processes N`` on N GPUs), each with
+its log in ``runs/launch/<group>/``; one spec trains in this process. A process without a launcher's
+``WORLD_SIZE`` refuses several visible GPUs (TRL would spread one model over them with ``device_map="auto"``), a
+launcher's process refuses several specs, and a full-scale model without CUDA stops before anything loads.
+Runs whose results file already exists are skipped unless ``--force``, which re-runs them from scratch (their
+checkpoints cleared); otherwise a run with a checkpoint resumes (one whose last step is saved only evaluates).
+``--world-size N --print-config`` prints, without loading a model, one JSON object (a list for several specs)
+with the batch layout TRL will get on N processes and the memory settings (:func:`train_config_summary`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from trgrpo.experiment import (
+    RESULTS_DIR,
+    ConfigError,
+    RunSpec,
+    env_world_size,
+    parse_overrides,
+    read_config,
+    run,
+    train_config_summary,
+)
+from trgrpo.tasks import TASKS
+
+SPEC_FILE_KEYS = ("base", "grid", "imports")
+
+
+def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]:
+    """The run specs of a YAML file (one spec, or ``base`` + ``grid``), every one checked before any runs.
+
+    Refused with a :class:`ConfigError` naming the file and the field: an empty file, a YAML syntax error, fields
+    beside ``base`` / ``grid``, a ``grid`` that is not a list of mappings, no ``task``, a bad or unknown field, two
+    runs of the same group and name, and ``imports`` that are not a list of this project's modules (``trgrpo...``)
+    or of ``.py`` files next to the config."""
+    path = Path(path)
+    data = read_config(path)
+    import_task_modules(path, data.get("imports", []))
+    fields = [k for k in data if k not in SPEC_FILE_KEYS]
+    if fields and ("base" in data or "grid" in data):
+        raise ConfigError(f"{path}: field(s) {fields} beside 'base' / 'grid' would be ignored; put them in 'base'")
+    base = data.get("base", {k: data[k] for k in fields})
+    if not isinstance(base, dict):
+        raise ConfigError(f"{path}: field 'base' must be a mapping of run-spec fields, got {type(base).__name__}")
+    grid = data.get("grid", [{}])
+    if not isinstance(grid, list) or not grid or not all(isinstance(g, dict) for g in grid):
+        raise ConfigError(f"{path}: field 'grid' must be a non-empty list of mappings (one per run), got {grid!r:.80}")
+    overrides = overrides or {}
+    specs = []
+    for i, row in enumerate(grid):
+        where = f"{path}: grid[{i}]" if "grid" in data else str(path)
+        fields = {**base, **row, **overrides}
+        if "task" not in fields:
+            raise ConfigError(f"{where}: field 'task' is missing (the run's task: {sorted(TASKS)})")
+        try:
+            specs.append(RunSpec.from_dict(fields))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{where}: {e}" + (f" (with --set {sorted(overrides)})" if overrides else "")) from None
+    seen: dict[tuple[str, str], int] = {}
+    for i, spec in enumerate(specs):
+        j = seen.setdefault((spec.group, str(spec.name)), i)
+        if j != i:
+            raise ConfigError(f"{path}: grid[{j}] and grid[{i}] are both {spec.group}/{spec.name} (field 'name')")
+    return specs
+
+
+def import_task_modules(path: Path, imports) -> None:
+    """Import the modules that register the specs' tasks (:func:`trgrpo.fullscale.write_specs` lists them):
+    this project's modules (``trgrpo`` and below) and ``.py`` files in the config's folder, nothing else."""
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
+        raise ConfigError(f"{path}: field 'imports' must be a list of module names, got {imports!r:.80}")
+    for name in imports:
+        if name.endswith(".py"):
+            local = path.parent / name
+            if "/" in name or "\\" in name or not local.is_file():
+                raise ConfigError(f"{path}: imports: {name!r} is not a .py file in the config's folder {path.parent}")
+            module_spec = importlib.util.spec_from_file_location(local.stem, local)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[local.stem] = module
+            module_spec.loader.exec_module(module)
+        elif name == "trgrpo" or name.startswith("trgrpo."):
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise ConfigError(f"{path}: imports: {name!r} cannot be imported ({e})") from None
+        else:
+            raise ConfigError(
+                f"{path}: imports: {name!r} is neither a module of this project (trgrpo...) nor a .py file next "
+                "to the config"
+            )
+
+
+def _summary(path: str, i: int, spec: RunSpec, world: int) -> dict:
+    try:
+        return train_config_summary(spec, world)
+    except ValueError as e:  # the batch does not split over `world` processes
+        raise ConfigError(f"{path}: run {i} ({spec.name}): {e}") from None
+
+
+def _refuse(ap: argparse.ArgumentParser, error: Exception) -> int:
+    """One line on stderr, exit code 2 (argparse's convention for bad input)."""
+    print(f"{ap.prog}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m trgrpo.train", description="Train and evaluate TR-GRPO runs from a YAML spec"
+    )
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override spec fields")
+    ap.add_argument(
+        "--force", action="store_true", help="re-run from scratch (checkpoints cleared), even when results exist"
+    )
+    ap.add_argument("--results", default=str(RESULTS_DIR))
+    ap.add_argument("--no-keep-checkpoints", action="store_true", help="delete a run's checkpoints once it is done")
+    ap.add_argument("--print-config", action="store_true", help="print the batch layout as JSON and exit")
+    ap.add_argument("--world-size", type=int, default=None, help="processes assumed by --print-config")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs per run (> 1: each run under accelerate launch)")
+    ap.add_argument("--accelerate-config", default="configs/zero2.yaml", help="with --gpus > 1 (7B-8B: zero3.yaml)")
+    args = ap.parse_args(argv)
+    world = args.world_size or env_world_size()
+    try:
+        specs = load_specs(args.config, parse_overrides(args.set))
+        rows = [_summary(args.config, i, s, world) for i, s in enumerate(specs)]  # the batch splits on `world`
+    except ConfigError as e:
+        return _refuse(ap, e)
+    if args.print_config:
+        summary = {k: v for k, v in rows[0].items() if k != "name"}
+        differs = sorted({k for r in rows for k, v in r.items() if k != "name" and v != summary.get(k)})
+        summary = {k: v for k, v in summary.items() if k not in differs}
+        summary["runs"] = [r["name"] for r in rows]
+        if differs:  # fields that are not the same for every run: listed per run
+            summary["per_run"] = [{k: r[k] for k in ["name", *differs]} for r in rows]
+        print(json.dumps(summary, indent=1))
+        return 0
+    from trgrpo import fullscale
+
+    gpus, problem = processes(specs, args.gpus)
+    if problem:
+        return _refuse(ap, problem)
+    results = Path(args.results).resolve()  # absolute: launchers may run from another directory
+    if gpus is not None:  # this process trains nothing: one process per spec
+        try:
+            fullscale.launch(
+                specs,
+                gpus=gpus,
+                accelerate_config=args.accelerate_config,
+                results_dir=results,
+                force=args.force,
+                keep_checkpoints=not args.no_keep_checkpoints,
+                isolate=True,
+            )
+        except RuntimeError as e:  # a run's process failed: its log says why
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    for k, spec in enumerate(specs, 1):
+        target = results / spec.group / f"{spec.name}.json"
+        if target.exists() and not args.force:
+            print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
+            continue
+        print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
+        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints, resume=not args.force)
+    return 0
+
+
+def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str | None]:
+    """(GPUs per run when each spec gets its own process, None to train here; the one-line reason to refuse)."""
+    from trgrpo.fullscale import n_devices, refuse_without_cuda
+
+    if problem := refuse_without_cuda(specs):
+        return None, problem
+    visible = n_devices()
+    if "WORLD_SIZE" in os.environ:  # a process of accelerate launch / torchrun: the launcher chose the GPUs
+        if len(specs) > 1:
+            return None, (
+                f"{len(specs)} specs under a launcher (WORLD_SIZE={os.environ['WORLD_SIZE']}), one per launch: "
+                "`python -m trgrpo.train --config FILE --gpus N` launches each spec on N GPUs"
+            )
+        return None, None
+    if gpus is not None and not 1 <= gpus <= visible:
+        return None, f"--gpus {gpus}: {visible} GPU(s) visible"
+    if gpus is None and visible > 1:
+        return None, (
+            f"{visible} GPUs visible and no launcher (WORLD_SIZE unset): TRL would spread one model over them and run "
+            f"them one after another; --gpus {visible} (each run under accelerate launch), or one GPU: "
+            "CUDA_VISIBLE_DEVICES=0"
+        )
+    if len(specs) == 1 and (gpus or visible) == visible and visible <= 1:
+        return None, None
+    return (visible if gpus is None else gpus), None
+
 
 if __name__ == "__main__":
-    runpy.run_module("trgrpo.pipeline.train", run_name="__main__", alter_sys=True)
+    sys.exit(main())

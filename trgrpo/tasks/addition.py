@@ -1,5 +1,5 @@
 """The toy's task, two-digit addition (notebook 03, Part A): data, prompts, rewards, generation and held-out
-accuracy, registered as the run tasks ``addition`` and ``addition_trace`` for :func:`trgrpo.pipeline.experiment.run`.
+accuracy, registered as the run tasks ``addition`` and ``addition_trace`` for :func:`trgrpo.experiment.run`.
 
 ``addition``: prompt ``"1 2 + 3 4 ="``, completion ``"4 6"``. ``addition_trace``: completion
 ``"2 + 4 = 6 ; 1 + 3 + 0 = 4 ; 4 6"``, a worked column sum (~19 tokens, mostly confident copies plus a few uncertain
@@ -12,10 +12,10 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .registry import Task, register_task
+from trgrpo.tasks import Task, register_task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..pipeline.spec import RunSpec
+    from trgrpo.experiment import RunSpec
 
 TASK_NAMES = ("addition", "addition_trace")
 MAX_COMPLETION = {"addition": 6, "addition_trace": 24}
@@ -169,7 +169,7 @@ def evaluate_accuracy(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Run tasks: registered so that trgrpo.pipeline.experiment.run trains them (the run builds TRGRPOTrainer)
+# Run tasks: registered so that trgrpo.experiment.run trains them (the run builds TRGRPOTrainer)
 
 
 def _build(spec: RunSpec, tokenizer):

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .common import completion_text, greedy_generate, render_prompt
+from trgrpo.tasks.common import completion_text, greedy_generate, render_prompt
 
 SYSTEM = "You are a calculator."
 DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1

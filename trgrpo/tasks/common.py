@@ -105,7 +105,7 @@ def generate_completions(
     """
     import torch
 
-    from ..core.sampling import pad_token_id
+    from trgrpo.theory import pad_token_id
 
     if batch_size < 1 or max_new_tokens < 1 or num_return_sequences < 1:
         raise ValueError("batch_size, max_new_tokens and num_return_sequences must be >= 1")

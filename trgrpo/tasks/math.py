@@ -1,94 +1,434 @@
-"""Math: binary boxed-answer reward, data, simple prompt, evaluation (paper Section 4.1, App. B.1.2, Table 2).
+"""The binary math reward of paper App. B.1.2: 1.0 if the last boxed answer equals the reference, else 0.0.
 
-* Reward (App. B.1.2). 1.0 if the last ``\\boxed{...}`` of the completion (brace-matched; only the text after
-  the last ``</think>`` when there is one) is equivalent to the reference under math-verify, else 0.0. No format
-  term. The model's answer is parsed with math-verify's LaTeX extractor only (latex2sympy, an ANTLR grammar):
-  its plain-expression extractor, which hands text to sympy's ``parse_expr`` (``eval``), is kept for the trusted
-  reference. The one ``eval`` the answer still reaches is ``sympy.Number`` on a lexer NUMBER token (digits,
-  ``.``, ``,``), e.g. ``Integer (123 )`` (tested).
-  Bounded cost: the scan is a couple of C-level ``rfind`` plus at most ``MAX_ANSWER_CHARS`` characters of brace
-  matching, so a 1 MB completion costs about a millisecond. Answers longer than ``MAX_ANSWER_CHARS`` or nested
-  deeper than ``MAX_NESTING`` score 0 (unless equal to the reference as strings). Numbers that would blow up in
-  C-level arithmetic (``9^{9^{9}}``, ``100000!``) are refused after parsing, before sympy compares them. Sympy's
-  parse + verify get a CPU-time budget of the calling thread (``timeout_s``, default 1 s; a watchdog thread
-  delivers it in any thread), so a verdict does not depend on the machine's load or on a thread pool
-  (math-verify's own integer-second alarms are disabled).
-* Data. Offline arithmetic from reasoning-gym (``basic_arithmetic``, ``chain_sum``) with exact integer answers
-  (:func:`generate_math`); local files (:func:`load_math_file`) and the paper's hub datasets
-  (:data:`MATH_HUB`, :func:`load_math_hub`: DeepScaleR, Open-Reasoner-Zero, MATH-500, Minerva,
-  OlympiadBench, AMC 2022-23, AIME 2024).
-* Prompt. A simple prompt with no chat template (App. B.1.2: base model, no instruction template).
-* Evaluation. Greedy accuracy (MATH-500, Minerva, OlympiadBench) and avg@k / pass@k with k = 16 (AMC, AIME).
-
-Layout: :mod:`~trgrpo.tasks.math_extract` (boxed answer), :mod:`~trgrpo.tasks.math_budget` (time budget, watchdog),
-:mod:`~trgrpo.tasks.math_gold` (reference answers), :mod:`~trgrpo.tasks.math_blowup` (blow-up guard),
-:mod:`~trgrpo.tasks.math_verifier` (math-verify comparison, warm-up), :mod:`~trgrpo.tasks.math_reward` (the
-reward), :mod:`~trgrpo.tasks.math_data` (data, prompt), :mod:`~trgrpo.tasks.math_eval` (evaluation). This module
-re-exports their public names.
+No format term. :func:`math_reward` never raises and always returns 0.0 or 1.0: the answer is found by a bounded
+scan (:mod:`trgrpo.tasks.math_verify`), an exact string match scores at once, and otherwise math-verify compares
+(:mod:`trgrpo.tasks.math_verify`) under a CPU-time budget of the calling thread (:mod:`trgrpo.tasks.math_verify`):
+the verdict does not depend on the machine's load.
+:func:`make_math_reward_func` wraps it as TRL's reward function.
 """
 
 from __future__ import annotations
 
+import ast
 import logging
+import operator
+import os
+from collections.abc import Callable, Iterable, Sequence
+from fractions import Fraction
+from typing import Any
 
-from .math_budget import BudgetExceeded, time_budget
-from .math_data import (
-    MATH_HUB,
-    MATH_INSTRUCTION,
-    MATH_PAPER_NAMES,
-    exact_arithmetic,
-    generate_math,
-    load_math_file,
-    load_math_hub,
-    math_dataset,
-    math_prompt,
-    math_source,
-    normalize_math_row,
+from trgrpo.tasks.common import (
+    as_list,
+    completion_text,
+    first_present,
+    generate_completions,
+    greedy_generate,
+    load_from_hub,
+    mean_avg_at_k,
+    mean_pass_at_k,
+    read_table,
 )
-from .math_eval import evaluate_math, evaluate_math_sampled
-from .math_extract import BOXED, MAX_ANSWER_CHARS, MAX_NESTING, THINK_END, extract_boxed_answer, nesting_depth
-from .math_gold import GoldAnswer, analyze_gold, gold_forms
-from .math_reward import DEFAULT_TIMEOUT_S, MATH_REWARD_VALUES, make_math_reward_func, math_reward
-from .math_verifier import REL_TOL, warm_up
+from trgrpo.tasks.math_verify import (
+    MAX_NESTING,
+    BudgetExceeded,
+    _answer_text,
+    _equivalent,
+    _normalize,
+    analyze_gold,
+    extract_boxed_answer,
+    gold_forms,
+    nesting_depth,
+    time_budget,
+    warm_up,
+)
+
+DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (the calling thread's own clock)
+MATH_REWARD_VALUES = frozenset({0.0, 1.0})
+
+logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
+
+
+def math_reward(completion: Any, answer: Any, *, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> float:
+    """Binary math reward of App. B.1.2: 1.0 if the last boxed answer equals ``answer`` under math-verify.
+
+    ``answer`` is a string, a number, or a list of accepted forms (any one scores). Never raises and always
+    returns 0.0 or 1.0: non-strings, missing/unbalanced/over-long boxes, parse errors, blow-ups and running out
+    of the ``timeout_s`` CPU budget (any thread) all give 0.0. math-verify is loaded and the reference parsed before
+    the budget starts.
+    """
+    try:
+        if not isinstance(completion, str):
+            return 0.0
+        golds = gold_forms(answer)
+        pred = extract_boxed_answer(completion)
+        if pred is None or not pred.strip() or not golds:
+            return 0.0
+        norm_pred = _normalize(pred)
+        if norm_pred and any(norm_pred == _normalize(g) for g in golds):
+            return 1.0
+        if nesting_depth(pred) > MAX_NESTING:
+            return 0.0
+        warm_up()
+        for gold in golds:  # trusted and cached: outside the budget
+            analyze_gold(gold)
+        with time_budget(timeout_s):
+            return 1.0 if any(_equivalent(pred, gold) for gold in golds) else 0.0
+    except BudgetExceeded:
+        return 0.0
+    except Exception:  # parse/verify failures of any kind (RecursionError and MemoryError included)
+        logger.debug("math_reward failed", exc_info=True)
+        return 0.0
+
+
+def make_math_reward_func(*, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Callable[..., list[float]]:
+    """TRL reward function ``math_accuracy_reward(prompts, completions, completion_ids=None, answer=..., **kw)``.
+
+    ``completions`` are strings or message lists; the dataset column ``answers`` (every accepted form, see
+    :func:`math_dataset`) or ``answer`` arrives as a kwargs list. math-verify is loaded and warmed here, before
+    any budget.
+    """
+    warm_up()
+
+    def math_accuracy_reward(
+        prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
+    ) -> list[float]:
+        """App. B.1.2: 1 if the last boxed answer matches the reference, else 0."""
+        answers = kwargs.get("answers")
+        if answers is None:
+            answers = kwargs.get("answer")
+        if answers is None:
+            raise KeyError("the math reward needs the dataset column 'answer' (see math_dataset)")
+        if len(answers) != len(completions):
+            raise ValueError("completions and answer must have the same length")
+        return [math_reward(completion_text(c), a, timeout_s=timeout_s) for c, a in zip(completions, answers)]
+
+    return math_accuracy_reward
+
+
+# ---- math_data: Math data and prompt (paper Section 4.1, App. B.1.2): generated arithmetic, local files, the paper'
+
+
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+# --------------------------------------------------------------------------------------------------
+# Data: offline arithmetic, local files, hub
+# --------------------------------------------------------------------------------------------------
+
+_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Small numbers, so that a CPU-sized model can learn something. allow_parentheses=True selects reasoning-gym's
+    # expression builder that respects operator precedence (its "simple" builder folds left to right, so
+    # "6 + 10 * 0" comes with the answer 0); answers are recomputed exactly anyway (exact_arithmetic).
+    "basic_arithmetic": dict(
+        min_terms=2,
+        max_terms=3,
+        min_digits=1,
+        max_digits=2,
+        operators=("+", "-", "*"),
+        allow_parentheses=True,
+        allow_negation=False,
+    ),
+    "chain_sum": dict(min_terms=2, max_terms=4, min_digits=1, max_digits=2, allow_negation=False),
+}
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def exact_arithmetic(expression: str) -> Fraction:
+    """Exact value of an expression of integer literals, + - * /, unary minus and parentheses.
+
+    An AST walk over Fractions (never ``eval``); anything else raises ValueError, x/0 raises ZeroDivisionError.
+    """
+
+    def walk(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            value = walk(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return Fraction(node.value)
+        raise ValueError(f"not plain integer arithmetic: {ast.dump(node)[:80]}")
+
+    if len(expression) > 10_000:
+        raise ValueError("expression too long")
+    return walk(ast.parse(expression.strip(), mode="eval"))
+
+
+def generate_math(n: int, seed: int = 0, task: str = "basic_arithmetic", **config: Any) -> list[dict[str, str]]:
+    """``n`` distinct arithmetic problems from reasoning-gym with exact answers: [{"problem", "answer"}, ...].
+
+    ``task`` is ``"basic_arithmetic"`` or ``"chain_sum"``; ``config`` overrides the generator's options
+    (defaults: 2-3 or 2-4 terms of 1-2 digits). The answer is recomputed exactly from the expression
+    (:func:`exact_arithmetic`); problems whose exact value is not an integer are skipped (reasoning-gym divides
+    with floor division). Deterministic by ``seed``.
+    """
+    import reasoning_gym
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    if task not in _TASK_DEFAULTS:
+        raise ValueError(f"task must be one of {sorted(_TASK_DEFAULTS)}, got {task!r}")
+    options = {**_TASK_DEFAULTS[task], **config}
+    size = 4 * n + 16
+    ds = reasoning_gym.create_dataset(task, size=size, seed=seed, **options)
+    seen: set[str] = set()
+    out: list[dict[str, str]] = []
+    for item in ds:
+        problem = str(item["question"]).strip()
+        try:
+            value = exact_arithmetic(str(item["metadata"]["expression"]))
+        except (ValueError, ZeroDivisionError, KeyError, SyntaxError):
+            continue
+        if problem in seen or value.denominator != 1:
+            continue
+        seen.add(problem)
+        out.append({"problem": problem, "answer": str(value.numerator)})
+        if len(out) == n:
+            return out
+    raise ValueError(f"only {len(out)} distinct {task} problems for these options; widen them or lower n")
+
+
+def math_prompt(record: dict[str, Any]) -> str:
+    """The prompt of a record: the one its data row carried (DeepScaleR's rows end with their own instruction, "Let's
+    think step by step and output the final answer within \\boxed{}."), used as is; otherwise the simple prompt of
+    App. B.1.2 (no chat template): the problem, then :data:`MATH_INSTRUCTION`."""
+    if record.get("prompt"):
+        return str(record["prompt"])
+    return f"{str(record['problem']).strip()}\n{MATH_INSTRUCTION}"
+
+
+def math_dataset(records: Sequence[dict[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` with ``prompt`` (plain text) and ``answer`` for TRL's ``GRPOTrainer``; plus
+    ``answers`` (every accepted form, the reward reads it) when a record has more than one."""
+    import datasets
+
+    columns: dict[str, list[Any]] = {
+        "prompt": [math_prompt(r) for r in records],
+        "answer": [str(r["answer"]) for r in records],
+    }
+    forms = [list(gold_forms(r.get("answers") or r["answer"])) for r in records]
+    if any(len(f) > 1 for f in forms):
+        columns["answers"] = forms
+    return datasets.Dataset.from_dict(columns)
+
+
+def _problem_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    try:  # a conversational prompt: the last user message
+        messages = [m for m in as_list(value) if isinstance(m, dict)]
+    except TypeError:
+        return None
+    users = [m for m in messages if m.get("role") == "user" or m.get("from") == "human"]
+    if not users:
+        return None
+    return str(users[-1].get("content", users[-1].get("value", ""))).strip() or None
+
+
+def _prompt_as_is(value: Any) -> str | None:
+    """The text of a row's own prompt, unchanged: a string, or the content of its last user message."""
+    if isinstance(value, str):
+        return value or None
+    try:
+        users = [m for m in as_list(value) if isinstance(m, dict) and m.get("role") == "user"]
+    except TypeError:
+        return None
+    if not users:
+        return None
+    return str(users[-1].get("content") or "") or None
+
+
+def normalize_math_row(row: Any) -> dict[str, str]:
+    """One row of a math file as {"problem", "answer"}.
+
+    Reads ``problem``/``question``, else ``prompt`` (text or messages: kept as ``prompt``, used as is), and
+    ``answer``/``final_answer``/``reward_model.ground_truth`` (a list: every form accepted, Minerva's rows); a
+    ``solution`` with a ``\\boxed{}`` gives its last boxed answer. Also reads
+    Open-Reasoner-Zero's pairs ``[{"from": "human", "value": q}, {"from": "assistant", "ground_truth": {...}}]``.
+    """
+    if isinstance(row, (list, tuple)) and len(row) == 2 and all(isinstance(m, dict) for m in row):  # ORZ
+        row = {"problem": row[0].get("value"), "answer": row[1].get("ground_truth")}
+    if not isinstance(row, dict):
+        raise TypeError(f"a math row is a dict, got {type(row).__name__}")
+    problem = _problem_text(first_present(row, ("problem", "question")))
+    prompt = None
+    if problem is None:  # a row that carries its prompt (DeepScaleR's verl rows): the prompt as the row has it
+        problem = _problem_text(row.get("prompt"))
+        prompt = _prompt_as_is(row.get("prompt"))
+    raw_answer = first_present(row, ("answer", "final_answer", "gold", "target"))
+    if raw_answer is None and isinstance(row.get("reward_model"), dict):
+        raw_answer = row["reward_model"].get("ground_truth")
+    answer = _answer_text(raw_answer)
+    if answer is None and isinstance(row.get("solution"), str):
+        answer = extract_boxed_answer(row["solution"], max_chars=10_000) or None
+    if problem is None or answer is None:
+        raise ValueError(f"a math row needs a problem (problem/question/prompt) and an answer; got keys {sorted(row)}")
+    record = {"problem": problem, "answer": answer, **({"prompt": prompt} if prompt else {})}
+    forms = gold_forms(raw_answer) if raw_answer is not None and not isinstance(raw_answer, (str, dict)) else ()
+    if len(forms) > 1:  # several accepted forms (Minerva): keep them all, the reward accepts any
+        record["answers"] = list(forms)
+    return record
+
+
+def load_math_file(path: str | os.PathLike, *, allow_empty: bool = False) -> list[dict[str, str]]:
+    """Read math problems from a local ``.parquet``/``.jsonl``/``.json`` file as [{"problem", "answer"}, ...].
+
+    Errors name the file and the row; a file without rows is an error unless ``allow_empty``."""
+    records = []
+    for i, row in enumerate(read_table(path, allow_empty=allow_empty)):
+        try:
+            records.append(normalize_math_row(row))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}: row {i}: {e}") from e
+    return records
+
+
+# name -> (hub repo, config or None, split). Training sets (App. B.1.2) and the benchmarks of Table 2.
+MATH_HUB: dict[str, tuple[str, str | None, str]] = {
+    "deepscaler": ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"),
+    "orz": ("Tonic/OpenReasonerZero", None, "train"),  # a hub copy of ORZ's orz_math_57k_collected.json
+    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
+    "minerva": ("math-ai/minervamath", None, "test"),
+    "olympiadbench": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
+    "amc": ("AI-MO/aimo-validation-amc", None, "train"),  # AMC 12 2022-2023, 83 problems
+    "aime24": ("HuggingFaceH4/aime_2024", None, "train"),
+}
+
+
+# The names Table 2 and Section 4.1 give the sets (DSR / ORZ for the training sets).
+MATH_PAPER_NAMES: dict[str, str] = {
+    "deepscaler": "DeepScaleR (DSR)",
+    "orz": "Open-Reasoner-Zero (ORZ)",
+    "math500": "MATH 500",
+    "minerva": "Minerva",
+    "olympiadbench": "Olympiad Bench",
+    "amc": "AMC",
+    "aime24": "AIME",
+}
+
+
+def math_source(name: str, size: int) -> dict[str, Any]:
+    """Where a math set came from, for the run record: the paper's name and the hub repository, a local file, or
+    generated arithmetic, which is stated as an offline substitute for the paper's sets."""
+    if name == "generated":
+        return {
+            "name": "generated arithmetic",
+            "source": "generated",
+            "substitute": True,
+            "note": "offline substitute for the paper's sets (no hub access)",
+            "size": size,
+        }
+    if name in MATH_HUB:
+        repo, config, split = MATH_HUB[name]
+        return {
+            "name": MATH_PAPER_NAMES[name],
+            "source": repo,
+            "config": config,
+            "split": split,
+            "substitute": False,
+            "size": size,
+        }
+    return {
+        "name": os.path.splitext(os.path.basename(str(name)))[0],
+        "source": str(name),
+        "substitute": False,
+        "size": size,
+    }
+
+
+def load_math_hub(name: str, *, split: str | None = None) -> list[dict[str, str]]:
+    """A dataset of :data:`MATH_HUB` from the hub as [{"problem", "answer"}, ...] (needs a network).
+
+    Offline, raises a RuntimeError that says so and points to :func:`load_math_file`.
+    """
+    if name not in MATH_HUB:
+        raise ValueError(f"unknown math dataset {name!r}; choose one of {sorted(MATH_HUB)} or use load_math_file")
+    repo, config, default_split = MATH_HUB[name]
+    args = (config,) if config else ()
+    ds = load_from_hub(repo, *args, split=split or default_split)
+    return [normalize_math_row(dict(row)) for row in ds]
+
+
+# ---- math_eval: Math evaluation of paper Section 4.1 / Table 2: greedy accuracy (MATH-500, Minerva, OlympiadBench)
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def evaluate_math(
+    model: Any,
+    tokenizer: Any,
+    records: Sequence[dict[str, Any]],
+    *,
+    batch_size: int = 8,
+    max_new_tokens: int = 1024,
+    return_completions: bool = False,
+) -> dict[str, Any]:
+    """Greedy accuracy (Section 4.1: MATH-500, Minerva, OlympiadBench): {"accuracy", "n"}."""
+    if not records:
+        raise ValueError("evaluate at least one record")
+    prompts = [math_prompt(r) for r in records]
+    completions = greedy_generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    scores = [math_reward(c, r.get("answers") or r["answer"]) for c, r in zip(completions, records)]
+    result: dict[str, Any] = {"accuracy": sum(scores) / len(scores), "n": len(scores)}
+    if return_completions:
+        result["completions"] = completions
+    return result
+
+
+def evaluate_math_sampled(
+    model: Any,
+    tokenizer: Any,
+    records: Sequence[dict[str, Any]],
+    *,
+    k: int = 16,
+    pass_ks: Iterable[int] | None = None,
+    batch_size: int = 2,
+    max_new_tokens: int = 1024,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    seed: int = 0,
+    return_completions: bool = False,
+) -> dict[str, Any]:
+    """avg@k and pass@k from k samples per problem (Section 4.1: AMC and AIME, k = 16).
+
+    Returns {"avg@k": ..., "pass@k": ..., "n": ..., "k": ...} plus pass@j for each j in ``pass_ks``.
+    Sampling temperature/top-p are not given in the paper; 0.6/0.95 are the usual choice for avg@k.
+    """
+    if not records:
+        raise ValueError("evaluate at least one record")
+    prompts = [math_prompt(r) for r in records]
+    samples = generate_completions(
+        model,
+        tokenizer,
+        prompts,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        num_return_sequences=k,
+        do_sample=True,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+    )
+    correct = [
+        [math_reward(c, r.get("answers") or r["answer"]) == 1.0 for c in row] for row, r in zip(samples, records)
+    ]
+    result: dict[str, Any] = {f"avg@{k}": mean_avg_at_k(correct), f"pass@{k}": mean_pass_at_k(correct, k)}
+    for j in pass_ks or ():
+        result[f"pass@{j}"] = mean_pass_at_k(correct, j)
+    result.update(n=len(records), k=k)
+    if return_completions:
+        result["completions"] = samples
+    return result
+
+
+# ---- math: Math: binary boxed-answer reward, data, simple prompt, evaluation (paper Section 4.1, App. B.1.2, Table
+
 
 logger = logging.getLogger(__name__)  # the logger the math_* modules write to
-
-__all__ = [
-    # constants
-    "MAX_ANSWER_CHARS",
-    "MAX_NESTING",
-    "DEFAULT_TIMEOUT_S",
-    "MATH_REWARD_VALUES",
-    "BOXED",
-    "THINK_END",
-    "MATH_INSTRUCTION",
-    "REL_TOL",
-    # answer extraction
-    "extract_boxed_answer",
-    "nesting_depth",
-    # time budget
-    "BudgetExceeded",
-    "time_budget",
-    # reference answers
-    "GoldAnswer",
-    "analyze_gold",
-    "gold_forms",
-    # verification and reward
-    "warm_up",
-    "math_reward",
-    "make_math_reward_func",
-    # data and prompt
-    "exact_arithmetic",
-    "generate_math",
-    "math_prompt",
-    "math_dataset",
-    "normalize_math_row",
-    "load_math_file",
-    "MATH_HUB",
-    "MATH_PAPER_NAMES",
-    "math_source",
-    "load_math_hub",
-    # evaluation
-    "evaluate_math",
-    "evaluate_math_sampled",
-]

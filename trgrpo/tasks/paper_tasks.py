@@ -1,4 +1,4 @@
-"""The paper's tasks registered for :func:`trgrpo.pipeline.experiment.run`: Knights & Knaves (``kk``, App. B.1.1, Table
+"""The paper's tasks registered for :func:`trgrpo.experiment.run`: Knights & Knaves (``kk``, App. B.1.1, Table
 1),
 math (``math``, App. B.1.2, Table 2) and two-number addition for a small chat model (``arith``, notebook 03 Part B).
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .registry import Task, register_task
+from trgrpo.tasks import Task, register_task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..pipeline.spec import RunSpec
+    from trgrpo.experiment import RunSpec
 
 
 def _kk_files(opts: dict, key: str, n: int, n_people) -> list[dict]:
-    from . import kk
+    from trgrpo.tasks import kk
 
     try:
         return kk.load_kk_files(opts[key], n=n, n_people=n_people)
@@ -29,7 +29,7 @@ def _kk_files(opts: dict, key: str, n: int, n_people) -> list[dict]:
 def _kk_build(spec: RunSpec, tokenizer):
     """K&K data: the Logic-RL parquet files when ``train_path`` / ``eval_path`` are given (the paper's splits,
     ``test_new`` for evaluation), reasoning-gym's generator offline otherwise."""
-    from . import kk
+    from trgrpo.tasks import kk
 
     opts = spec.task_options
     n_people = opts.get("n_people", (3, 4, 5, 6, 7))
@@ -51,7 +51,7 @@ def _kk_build(spec: RunSpec, tokenizer):
 
 
 def _kk_data_source(spec: RunSpec, train_ds, records) -> dict:
-    from . import kk
+    from trgrpo.tasks import kk
 
     opts = spec.task_options
     return {
@@ -62,13 +62,13 @@ def _kk_data_source(spec: RunSpec, train_ds, records) -> dict:
 
 
 def _kk_rewards(spec: RunSpec):
-    from . import kk
+    from trgrpo.tasks import kk
 
     return kk.make_kk_reward_funcs(prefilled_think=bool(spec.task_options.get("prefill_think", False)))
 
 
 def _kk_eval(model, tokenizer, records, spec: RunSpec) -> dict:
-    from . import kk
+    from trgrpo.tasks import kk
 
     res = kk.evaluate_kk(
         model,
@@ -88,7 +88,7 @@ SAMPLED_MATH_SETS = ("amc", "aime")
 
 
 def _load_math_source(source: str, n: int, seed: int) -> list[dict]:
-    from . import math as tm
+    from trgrpo.tasks import math as tm
 
     if source == "generated":
         return tm.generate_math(n, seed=seed)
@@ -99,7 +99,7 @@ def _load_math_source(source: str, n: int, seed: int) -> list[dict]:
 
 def _math_build(spec: RunSpec, tokenizer):
     """Train on generated arithmetic offline, or a file / hub set (``train``: deepscaler, orz, a path)."""
-    from . import math as tm
+    from trgrpo.tasks import math as tm
 
     opts = spec.task_options
     train = _load_math_source(opts.get("train", "generated"), spec.n_train, spec.seed + 1000)
@@ -113,7 +113,7 @@ def _math_build(spec: RunSpec, tokenizer):
 
 def _math_data_source(spec: RunSpec, train_ds, evals) -> dict:
     """Each set under the name Table 2 gives it, with its source; generated arithmetic is marked a substitute."""
-    from . import math as tm
+    from trgrpo.tasks import math as tm
 
     opts = spec.task_options
     names = opts.get("eval_sets", ["generated"])
@@ -124,14 +124,14 @@ def _math_data_source(spec: RunSpec, train_ds, evals) -> dict:
 
 
 def _math_rewards(spec: RunSpec):
-    from . import math as tm
+    from trgrpo.tasks import math as tm
 
     return [tm.make_math_reward_func()]
 
 
 def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
     """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
-    from . import math as tm
+    from trgrpo.tasks import math as tm
 
     opts = spec.task_options
     max_new = spec.max_eval_tokens or spec.max_completion_length
@@ -163,7 +163,7 @@ def _math_eval(model, tokenizer, evals, spec: RunSpec) -> dict:
 
 def _arith_build(spec: RunSpec, tokenizer):
     """Small arithmetic for a small chat model (notebook 03, Part B): train and held-out problems are disjoint."""
-    from . import arith
+    from trgrpo.tasks import arith
 
     low, high = spec.task_options.get("range", arith.DEFAULT_RANGE)
     kind = spec.task_options.get("kind", "add")
@@ -172,13 +172,13 @@ def _arith_build(spec: RunSpec, tokenizer):
 
 
 def _arith_rewards(spec: RunSpec):
-    from . import arith
+    from trgrpo.tasks import arith
 
     return arith.make_arith_reward_funcs(spec.task_options.get("reward", "answer+format"))
 
 
 def _arith_eval(model, tokenizer, records, spec: RunSpec) -> dict:
-    from . import arith
+    from trgrpo.tasks import arith
 
     return arith.evaluate_arith(
         model,

@@ -1,158 +1,850 @@
-"""Agentic search, Search-R1 style (paper Section 4.1 "agentic", Section 4.2.3, App. B.1.3, Eq. 14, Table 3).
-
-The model answers a question by calling a ``search`` tool over a corpus, reading the passages it returns,
-and writing ``<answer>...</answer>``. Training is TRL's own multi-turn tool loop: ``GRPOTrainer(tools=[...])``
-parses each ``<tool_call>``, runs the tool, appends its response to the sequence and generates again,
-and marks the tool's tokens with ``tool_mask = 0``; :class:`trgrpo.TRGRPOTrainer` multiplies its loss mask by
-that mask, so tool output never gets a gradient ("intermediate tool calls are masked in the policy loss",
-Section 4.1). The reward is Eq. 14: +1 when the normalised last answer exactly matches a gold answer,
--1 otherwise.
-
-Differences from the paper's setting, all explicit:
-
-* Tool-call format: TRL's (Qwen2.5) ``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>``
-  and ``<tool_response>`` turns instead of Search-R1's ``<search>``/``<information>`` tags; the same
-  information flows, and the masking is the same. SmolLM2's own chat template cannot render tool calls,
-  so :func:`prepare_tokenizer` installs TRL's Qwen2.5 template (same ``<|im_start|>`` tokens).
-* Retriever: BM25 (``bm25s``) by default and in tests; :class:`DenseRetriever` (MiniLM + FAISS) as an
-  option; the paper's E5 + FAISS over the 2018 Wikipedia dump is reached through :class:`ServerRetriever`
-  (Search-R1's ``retrieval_server.py`` protocol on localhost), not exercised offline.
-* Data: offline, a generated encyclopedia of fictional entities (:mod:`trgrpo.tasks.search_data`) whose
-  one-hop / two-hop / comparison questions stand in for Table 3's General QA / Multi-hop QA columns; the
-  seven real sets load with :func:`trgrpo.tasks.search_data.load_qa` where files or a hub are available.
-* A small model never calls a tool by itself, so a CPU run starts with a short supervised warm start on
-  scripted search trajectories (:func:`warm_start`), then GRPO or TR-GRPO. The CPU toy uses a ~1M-parameter
-  Llama with a word-level tokenizer over the corpus (:func:`micro_model`): on 2 shared cores SmolLM2-135M
-  needs minutes for a single RL step of the toy's size.
-
-Layout: :mod:`~trgrpo.tasks.search_retrieval` (retrievers), :mod:`~trgrpo.tasks.search_tool` (the tool),
-:mod:`~trgrpo.tasks.search_prompts` (chat templates, prompts, dataset), :mod:`~trgrpo.tasks.search_micro` (word
-tokenizer, micro model, warm start), :mod:`~trgrpo.tasks.search_reward` (Eq. 14),
-:mod:`~trgrpo.tasks.search_eval` (rollouts, EM), :mod:`~trgrpo.tasks.search_render` (HTML, Table 3 layout), and
-the run loop with the trainer in :mod:`trgrpo.pipeline.search_run` (outside ``tasks/``: a task never imports the
-trainer).
-This module re-exports all of them; the run-loop names load from :mod:`trgrpo.pipeline.search_run` on first access.
-"""
+"""The ``search`` tool the model calls through TRL's tool loop: a query in, formatted passages out."""
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import functools
+import hashlib
+import html
+import inspect
+import json
+import math
+import os
+import random
+import re
+import string
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .search_data import TABLE3_DATASETS, TABLE3_LABELS, Corpus, make_corpus
-from .search_eval import (
-    evaluate_no_search,
-    evaluate_search,
-    summarise_em,
-    trl_rollouts,
+from trgrpo.tasks import Task, register_task
+from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS, Corpus, make_corpus, make_retriever
+
+SEARCH_TOOL_NAME = "search"
+MALFORMED_KEY = "_malformed_call"  # argument under which an unparseable tool call reaches the tool
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The search tool (what TRL calls inside its tool loop)
+
+
+def format_passages(hits: Sequence[dict[str, Any]], *, max_chars: int = 400) -> str:
+    """Search-R1's ``_passages2string``: one ``Doc i (Title: ...) text`` line per hit."""
+    if not hits:
+        return "No results found."
+    lines = []
+    for i, h in enumerate(hits, 1):
+        text = str(h.get("text", ""))
+        if len(text) > max_chars:
+            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
+        lines.append(f"Doc {i} (Title: {h.get('title', '')}) {text}")
+    return "\n".join(lines)
+
+
+def tool_call_text(query: str) -> str:
+    """The text of one search call, exactly as the Qwen2.5 chat template renders it."""
+    payload = json.dumps({"query": query}, ensure_ascii=False)
+    return f'<tool_call>\n{{"name": "{SEARCH_TOOL_NAME}", "arguments": {payload}}}\n</tool_call>'
+
+
+def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 300) -> Callable[..., str]:
+    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])`` that never raises.
+
+    Wrong or missing arguments and unparseable calls (routed here by :func:`prepare_tokenizer`) get a
+    clear ``Error: ...`` message back as the tool response, so the rollout goes on.
+    """
+
+    def search(query: str = "", **kwargs) -> str:
+        if MALFORMED_KEY in kwargs:
+            raw = str(kwargs[MALFORMED_KEY])[:120]
+            return (
+                f"Error: could not parse the tool call {raw!r}. Call the tool as "
+                f"{tool_call_text('your query')!r} (JSON with a name and an arguments object)."
+            )
+        if kwargs:
+            return f"Error: search takes one argument, 'query' (a string); got {sorted(kwargs)}."
+        if not isinstance(query, str) or not query.strip():
+            return "Error: search needs a non-empty 'query' string."
+        try:
+            hits = retriever.search(query.strip()[:max_query_chars], top_k)
+        except Exception as e:  # the rollout must go on even if a retrieval server fails
+            return f"Error: the retriever failed ({type(e).__name__}: {e})."
+        return format_passages(hits)
+
+    search.__doc__ = """Search the encyclopedia and return the most relevant passages.
+
+    Args:
+        query: the words to search for, e.g. a name
+    """
+    # The schema TRL shows the model lists `query` only; **kwargs is there to answer bad calls clearly.
+    search.__signature__ = inspect.Signature(
+        [inspect.Parameter("query", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)], return_annotation=str
+    )
+    search.__name__ = search.__qualname__ = SEARCH_TOOL_NAME
+    search.retriever = retriever
+    search.top_k = top_k
+    return search
+
+
+# ---- search_prompts: Chat templates that render tool calls (TRL's Qwen2.5 one, or a compact one), the system prompt
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chat template and tool-call parsing
+
+
+# Qwen2.5's template (TRL's copy) with a one-line tool description instead of the JSON-schema block: the
+# same <|im_start|> turns, the same <tool_call>/<tool_response> format, ~150 fewer prompt tokens (CPU runs).
+COMPACT_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.' }}{%- endif %}"
+    "{%- if tools %}{{- '\\nTools:' }}{%- for tool in tools %}{%- set f = tool.function if tool.function is defined "
+    "else tool %}{{- ' ' + f.name + '(' + (f.parameters.properties | list | join(', ')) + ')' }}{%- endfor %}"
+    '{{- \'. Call one as <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>\' }}{%- endif %}'
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for message in messages %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant' and not message.tool_calls) %}"
+    "{%- if not (message.role == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>' + message.role }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}"
+    "{%- set tool_call = tool_call.function %}{%- endif %}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' }}{{- tool_call.name }}{{- \'", "arguments": \' }}'
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-from .search_micro import (
-    WORD_PATTERN,
-    WORD_SPECIALS,
-    build_word_tokenizer,
-    corpus_texts,
-    encode_trajectory,
-    load_tokenizer,
-    micro_model,
-    scripted_turns,
-    warm_start,
+TEMPLATES = ("auto", "qwen2.5", "compact")
+
+
+def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
+    """Make ``tokenizer`` ready for TRL's tool loop: a tool-capable chat template, response parsing, and
+    lenient parsing of malformed calls. Returns the same tokenizer.
+
+    ``template="auto"`` keeps a template that already renders tool calls (Qwen2.5's own) and otherwise
+    installs TRL's Qwen2.5 template: SmolLM2's drops tool calls, and Qwen2.5's uses the same
+    ``<|im_start|>``/``<|im_end|>`` tokens. ``"compact"`` installs :data:`COMPACT_CHAT_TEMPLATE` (same turns and
+    tool format, a one-line tool description; for CPU runs). TRL would treat an unparseable ``<tool_call>``
+    (bad JSON) as plain text and end the rollout silently; here it becomes a call whose tool response is a
+    clear error message instead.
+    """
+    from trl.chat_template_utils import (
+        add_response_schema,
+        qwen2_5_chat_template,
+        qwen3_template,
+        supports_tool_calling,
+    )
+
+    if template not in TEMPLATES:
+        raise ValueError(f"template must be one of {TEMPLATES}, got {template!r}")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if template == "compact":
+        tokenizer.chat_template = COMPACT_CHAT_TEMPLATE
+        tokenizer.response_template = qwen3_template  # <tool_call> JSON </tool_call>, content up to <|im_end|>
+    elif template == "qwen2.5" or not supports_tool_calling(tokenizer):
+        tokenizer.chat_template = qwen2_5_chat_template
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        add_response_schema(tokenizer)
+    if not getattr(tokenizer, "_trgrpo_lenient_tools", False):
+        _install_lenient_parsing(tokenizer)
+    return tokenizer
+
+
+def _valid_tool_calls(calls: Any) -> bool:
+    if calls is None:
+        return True
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
+            return False
+    return True
+
+
+def _install_lenient_parsing(tokenizer: Any) -> None:
+    original = tokenizer.parse_response
+
+    def parse_response(response, schema=None, *, prefix=None, tools=None):
+        batched = isinstance(response, (list, tuple)) and response and isinstance(response[0], (list, tuple, str))
+        if batched or getattr(response, "ndim", 1) > 1:
+            return original(response, schema, prefix=prefix, tools=tools)
+        try:
+            parsed, error = original(response, schema, prefix=prefix, tools=tools), None
+        except (ValueError, TypeError) as e:
+            parsed, error = None, e
+        if isinstance(parsed, dict) and _valid_tool_calls(parsed.get("tool_calls")):
+            return parsed
+        text = response if isinstance(response, str) else tokenizer.decode(response, skip_special_tokens=True)
+        if "<tool_call>" in text:
+            before, _, raw = text.partition("<tool_call>")
+            raw = raw.split("</tool_call>")[0].strip()
+            call = {"type": "function", "function": {"name": SEARCH_TOOL_NAME, "arguments": {MALFORMED_KEY: raw}}}
+            return {"role": "assistant", "content": before.strip(), "tool_calls": [call]}
+        if error is not None:
+            raise error
+        return parsed
+
+    tokenizer.parse_response = parse_response
+    tokenizer._trgrpo_lenient_tools = True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts and datasets
+
+SYSTEM_PROMPT = (
+    "Answer the question. Use the search tool to look up facts, as often as you need. "
+    "Write the final answer as <answer>...</answer>."
 )
-from .search_prompts import (
-    COMPACT_CHAT_TEMPLATE,
-    NO_SEARCH_SYSTEM_PROMPT,
-    SYSTEM_PROMPT,
-    TEMPLATES,
-    prepare_tokenizer,
-    search_dataset,
-    search_messages,
-)
-from .search_render import (
-    mean_results,
-    render_rollout_html,
-    rollout_text,
-    table3,
-)
-from .search_retrieval import (
-    RETRIEVERS,
-    BM25Retriever,
-    DenseRetriever,
-    ServerRetriever,
-    make_retriever,
-    recall_at_k,
-)
-from .search_reward import (
-    exact_match,
-    extract_answer,
-    final_text,
-    normalize_answer,
-    search_reward,
-)
-from .search_tool import (
-    MALFORMED_KEY,
-    SEARCH_TOOL_NAME,
-    format_passages,
-    make_search_tool,
-    tool_call_text,
+NO_SEARCH_SYSTEM_PROMPT = "Answer the question from your own knowledge. Write the final answer as <answer>...</answer>."
+
+
+def search_messages(question: str, *, search: bool = True) -> list[dict[str, str]]:
+    """The chat prompt: a system message (the tool schema is appended by the template) and the question."""
+    system = SYSTEM_PROMPT if search else NO_SEARCH_SYSTEM_PROMPT
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"Question: {question}"}]
+
+
+def search_dataset(records: Sequence[dict[str, Any]], *, search: bool = True):
+    """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (messages), ``answers``, ``type``, ``dataset``, ``id``."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": search_messages(r["question"], search=search),
+                "answers": [str(a) for a in r["answers"]],
+                "type": r.get("type", ""),
+                "dataset": r.get("dataset", ""),
+                "id": str(r.get("id", i)),
+            }
+            for i, r in enumerate(records)
+        ]
+    )
+
+
+# ---- search_reward: The reward of the search task (Eq. 14): +1 when the normalised last ``<answer>`` exactly matche
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reward (Eq. 14) and exact match
+
+
+_PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]+")
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+
+
+def normalize_answer(s: Any) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and the articles a/an/the, collapse whitespace (linear)."""
+    text = _PUNCTUATION.sub("", str(s)).lower()
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+_TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
+
+
+def extract_answer(text: Any) -> str | None:
+    """The content of the last ``<answer>...</answer>``, as Search-R1 takes it (the last match of
+    ``<answer>(.*?)</answer>``, any case), or None. One pass over the tags: the regex itself retried at every unclosed
+    ``<answer>`` and took quadratic time (480 KB: 270 s)."""
+    if not isinstance(text, str):
+        return None
+    last, start = None, None
+    for tag in _TAG.finditer(text):
+        if not tag.group(1):  # an opening tag: the first one after the last match opens the next
+            start = tag.end() if start is None else start
+        elif start is not None:
+            last, start = (start, tag.start()), None
+    return text[last[0] : last[1]].strip() if last else None
+
+
+def exact_match(prediction: Any, answers: Any) -> bool:
+    """Normalised exact match against any gold answer."""
+    if prediction is None:
+        return False
+    golds = [answers] if isinstance(answers, (str, int, float)) else list(answers or [])
+    pred = normalize_answer(prediction)
+    return any(pred == normalize_answer(g) for g in golds)
+
+
+def final_text(completion: Any) -> str:
+    """The model's own text of a completion: a string, or the assistant messages of a tool conversation
+    (tool responses excluded, so a retrieved passage cannot supply the answer tag)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)):
+        parts = [
+            str(m.get("content") or "")
+            for m in completion
+            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+        ]
+        return "\n".join(parts)
+    return ""
+
+
+def search_reward(completions: Sequence[Any], answers: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+    """Eq. 14: R = +1 if the normalised last ``<answer>`` exactly matches a gold answer, else -1. Never raises."""
+    out = []
+    answers = list(answers) if answers is not None else [None] * len(completions)
+    for i, completion in enumerate(completions):
+        try:
+            golds = answers[i] if i < len(answers) else None
+            if golds is not None and not isinstance(golds, (str, int, float)):
+                golds = list(golds)
+            ok = golds is not None and exact_match(extract_answer(final_text(completion)), golds)
+        except Exception:  # a reward must never stop training
+            ok = False
+        out.append(1.0 if ok else -1.0)
+    return out
+
+
+# ---- search_render: Showing the search task's results: a rollout as HTML or text (tool tokens marked), Table 3's la
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Showing a rollout and the Table 3 layout
+
+
+def render_rollout_html(tokenizer: Any, rollout: dict[str, Any], *, show_prompt: bool = False) -> str:
+    """HTML of one rollout, token by token: the model's tokens (trained, ``tool_mask = 1``) on green, the
+    tool's tokens (``tool_mask = 0``, no gradient) on grey; hover shows the token id and mask."""
+    parts = [
+        '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.6;font-size:12px">',
+        '<div style="margin-bottom:6px"><span style="background:#c8f7c5;padding:1px 4px">model token '
+        '(in the loss)</span> <span style="background:#e0e0e0;color:#555;padding:1px 4px">tool token (masked, no '
+        "gradient)</span></div>",
+    ]
+    if show_prompt:
+        parts.append(f'<span style="color:#999">{html.escape(tokenizer.decode(rollout["prompt_ids"]))}</span>')
+    for tid, m in zip(rollout["completion_ids"], rollout["tool_mask"]):
+        text = html.escape(tokenizer.decode([tid]))
+        style = "background:#c8f7c5" if m else "background:#e0e0e0;color:#555"
+        parts.append(f'<span style="{style}" title="id {tid}, tool_mask {m}">{text}</span>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
+    """Plain-text view of a rollout: tool (masked) spans inside ``[[masked: ...]]``."""
+    out, span, cur = [], [], None
+    for tid, m in zip(rollout["completion_ids"], rollout["tool_mask"]):
+        if m != cur and span:
+            text = tokenizer.decode(span)
+            out.append(text if cur else f"[[masked: {text}]]")
+            span = []
+        cur = m
+        span.append(tid)
+    if span:
+        text = tokenizer.decode(span)
+        out.append(text if cur else f"[[masked: {text}]]")
+    return "".join(out)
+
+
+def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
+    """Table 3's layout as a DataFrame: one row per ``{"method": ..., "em_by_type": {...}}`` (or per-dataset
+    results), General QA columns, then Multi-hop QA columns, then their average.
+
+    Generated questions: General QA = one-hop; Multi-hop = two-hop, comparison. Real data: NQ, TriviaQA,
+    PopQA | HQA, 2Wiki, Musique, Bamboogle. The average is over the columns, as in the paper.
+    """
+    import pandas as pd
+
+    scale = 100.0 if percent else 1.0
+    keys_seen = {k for r in rows for k in (r.get("em_by_type") or {})}
+    if keys_seen & set(TABLE3_DATASETS):
+        cols = [(("General QA" if k in TABLE3_DATASETS[:3] else "Multi-hop QA"), k) for k in TABLE3_DATASETS]
+        label = TABLE3_LABELS
+    else:
+        cols = [("General QA", "one-hop"), ("Multi-hop QA", "two-hop"), ("Multi-hop QA", "comparison")]
+        label = {}
+    data, index = [], []
+    for r in rows:
+        by = r.get("em_by_type") or {}
+        vals = [by.get(k, float("nan")) * scale for _, k in cols]
+        present = [v for v in vals if not math.isnan(v)]
+        data.append(vals + [sum(present) / len(present) if present else float("nan")])
+        index.append(r.get("method", "?"))
+    columns = pd.MultiIndex.from_tuples([(g, label.get(k, k)) for g, k in cols] + [("", "Avg.")])
+    return pd.DataFrame(data, index=pd.Index(index, name="method"), columns=columns).round(2)
+
+
+def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Average ``em`` and ``em_by_type`` over several evaluation dicts (e.g. seeds)."""
+    results = [r for r in results if r]
+    if not results:
+        return {}
+    keys = sorted({k for r in results for k in r.get("em_by_type", {})})
+    return {
+        "em": sum(r["em"] for r in results) / len(results),
+        "em_by_type": {
+            k: sum(r["em_by_type"][k] for r in results if k in r["em_by_type"])
+            / max(1, sum(k in r["em_by_type"] for r in results))
+            for k in keys
+        },
+        "n_seeds": len(results),
+    }
+
+
+# ---- search_eval: Evaluating the search task: rollouts through the trainer's own generation + tool loop (greedy EM
+
+
+def trl_rollouts(
+    trainer: Any,
+    records: Sequence[dict[str, Any]],
+    *,
+    greedy: bool = True,
+    batch_size: int = 32,
+) -> list[dict[str, Any]]:
+    """Rollouts of ``records`` through the trainer's own generation + tool loop (``GRPOTrainer._generate``,
+    TRL 1.16), the same code path as training; greedy by default (evaluation).
+
+    Each item: the record, ``prompt_ids``, ``completion_ids``, ``tool_mask`` (0 = tool tokens), the parsed
+    ``messages``, the ``answer`` (last ``<answer>``), ``em`` (bool) and ``tool_calls`` (count).
+    """
+    model = trainer.model
+    was_training = model.training
+    saved_config = trainer.generation_config
+    if greedy:
+        gc = copy.deepcopy(saved_config)
+        gc.do_sample, gc.temperature, gc.top_p, gc.top_k, gc.min_p = False, None, None, None, None
+        trainer.generation_config = gc
+    tools = {t.__name__: t for t in trainer._standalone_tools}
+    out: list[dict[str, Any]] = []
+    model.eval()
+    try:
+        for start in range(0, len(records), batch_size):
+            chunk = list(records[start : start + batch_size])
+            prompts = [search_messages(r["question"]) for r in chunk]
+            trainer._sync_tool_dicts = [dict(tools) for _ in chunk]
+            trainer._async_tool_dicts = [{} for _ in chunk]
+            prompt_ids, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
+            for i, r in enumerate(chunk):
+                mask = tool_mask[i] if tool_mask is not None else [1] * len(completion_ids[i])
+                answer = extract_answer(final_text(completions[i]))
+                out.append(
+                    {
+                        "record": r,
+                        "prompt_ids": list(prompt_ids[i]),
+                        "completion_ids": list(completion_ids[i]),
+                        "tool_mask": list(mask),
+                        "messages": completions[i],
+                        "answer": answer,
+                        "em": exact_match(answer, r["answers"]),
+                        "tool_calls": sum(
+                            len(m.get("tool_calls") or []) for m in completions[i] if isinstance(m, dict)
+                        ),
+                    }
+                )
+    finally:
+        trainer.generation_config = saved_config
+        model.train(was_training)
+    return out
+
+
+def summarise_em(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """EM overall and per question type / dataset (Table 3 layout), the answer-format rate, tool calls."""
+    if not rows:
+        return {"em": float("nan"), "accuracy": float("nan"), "n": 0, "em_by_type": {}, "em_by_dataset": {}}
+    res: dict[str, Any] = {"n": len(rows)}
+    res["em"] = res["accuracy"] = sum(r["em"] for r in rows) / len(rows)
+    for key, name in (("type", "em_by_type"), ("dataset", "em_by_dataset")):
+        groups: dict[str, list[bool]] = {}
+        for r in rows:
+            groups.setdefault(str(r["record"].get(key, "")), []).append(bool(r["em"]))
+        res[name] = {k: sum(v) / len(v) for k, v in sorted(groups.items())}
+        res[name.replace("em_", "n_")] = {k: len(v) for k, v in sorted(groups.items())}
+    res["answer_rate"] = sum(r["answer"] is not None for r in rows) / len(rows)
+    if "tool_calls" in rows[0]:
+        res["tool_calls_mean"] = sum(r["tool_calls"] for r in rows) / len(rows)
+    return res
+
+
+def evaluate_search(
+    trainer: Any, records: Sequence[dict[str, Any]], *, batch_size: int = 32, n_examples: int = 3
+) -> dict[str, Any]:
+    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, plus a few example texts."""
+    t0 = time.time()
+    rows = trl_rollouts(trainer, records, greedy=True, batch_size=batch_size)
+    res = summarise_em(rows)
+    res["examples"] = [
+        {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
+        for r in rows[:n_examples]
+    ]
+    res["seconds"] = time.time() - t0
+    return res
+
+
+def evaluate_no_search(
+    model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], *, batch_size: int = 16, max_new_tokens: int = 32
+) -> dict[str, Any]:
+    """The no-search baseline of the same model: greedy answers from parametric knowledge only.
+
+    EM uses the last ``<answer>`` when there is one and the whole reply otherwise (a base model may ignore
+    the tag; on fictional entities the baseline is near zero either way).
+    """
+    from trgrpo.tasks.common import greedy_generate
+
+    t0 = time.time()
+    tokenizer.padding_side = "left"
+    texts = greedy_generate(
+        model,
+        tokenizer,
+        [search_messages(r["question"], search=False) for r in records],
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+    )
+    rows = []
+    for r, text in zip(records, texts):
+        tagged = extract_answer(text)
+        pred = tagged if tagged is not None else text.strip()
+        rows.append({"record": r, "answer": tagged, "em": exact_match(pred, r["answers"])})
+    res = summarise_em(rows)
+    res["examples"] = [
+        {"question": r["question"], "answers": r["answers"], "reply": t} for r, t in zip(records, texts)
+    ][:3]
+    res["seconds"] = time.time() - t0
+    return res
+
+
+# ---- search_micro: The CPU toy of the search task: a word-level tokenizer over the corpus, a ~1M-parameter Llama, a
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A micro model for CPU runs: a word-level tokenizer over the corpus and a small Llama trained from scratch
+
+WORD_PATTERN = r" ?[A-Za-z0-9_]+| ?[^A-Za-z0-9_\s]|\n| +"
+WORD_SPECIALS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+
+
+def build_word_tokenizer(texts: Sequence[str], *, template: str = "compact") -> Any:
+    """A word-level tokenizer (a word with its leading space is one token, so a name is one or two tokens)
+    whose ``decode(encode(x)) == x`` for any text made of words seen in ``texts``; ``<|im_start|>`` and
+    ``<|im_end|>`` (eos) are special tokens, so the chat template and TRL's tool loop work unchanged."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    split = re.compile("|".join(re.escape(t) for t in WORD_SPECIALS))
+    pieces: set[str] = {"\n", " "}
+    pieces |= {c for c in string.printable if c not in string.whitespace}
+    pieces |= {" " + c for c in string.printable if c not in string.whitespace}
+    for text in texts:
+        for chunk in split.split(text):
+            pieces.update(re.findall(WORD_PATTERN, chunk))
+    vocab = {t: i for i, t in enumerate(WORD_SPECIALS + sorted(pieces - set(WORD_SPECIALS)))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+    )
+    return prepare_tokenizer(tok, template=template)
+
+
+def corpus_texts(corpus: Corpus, tool: Callable[..., str]) -> list[str]:
+    """Every text a run on ``corpus`` shows the model: rendered prompts, scripted trajectories, tool errors."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    renderer = prepare_tokenizer(
+        PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))),
+        template="compact",
+    )
+    texts = [format_passages([p]) for p in corpus.passages]
+    texts += [tool(q="x"), tool(query=""), tool(**{MALFORMED_KEY: "x"}), "No results found."]
+    for split in corpus.questions.values():
+        for q in split:
+            texts.append(renderer.apply_chat_template(search_messages(q["question"], search=False), tokenize=False))
+            turns = scripted_turns(q, tool, check_gold=False)
+            texts.append(
+                renderer.apply_chat_template(search_messages(q["question"]) + turns, tools=[tool], tokenize=False)
+            )
+    return texts
+
+
+def micro_model(
+    corpus: Corpus,
+    tool: Callable[..., str],
+    *,
+    hidden: int = 128,
+    layers: int = 3,
+    heads: int = 4,
+    seed: int = 0,
+    path: str | os.PathLike | None = None,
+) -> str:
+    """Save a small random Llama with a word-level tokenizer built from ``corpus`` (for CPU runs: the
+    135M embedded model needs minutes per RL step on 2 cores). Cached by its inputs; returns the folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trgrpo.models import cache_dir
+
+    texts = corpus_texts(corpus, tool)
+    key = hashlib.sha256(json.dumps([texts, hidden, layers, heads, seed]).encode()).hexdigest()[:16]
+    target = Path(path) if path is not None else cache_dir() / "search" / f"micro-{key}"
+    if (target / "config.json").exists():
+        return str(target)
+    tok = build_word_tokenizer(texts)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=1024,
+        bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(cfg)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target)
+    tok.save_pretrained(target)
+    return str(target)
+
+
+def load_tokenizer(path: str | os.PathLike, template: str = "auto") -> Any:
+    """``AutoTokenizer`` + :func:`prepare_tokenizer`; a micro model's word tokenizer keeps its compact template."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if template == "auto" and tok.chat_template == COMPACT_CHAT_TEMPLATE:
+        template = "compact"
+    return prepare_tokenizer(tok, template=template)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Warm start: supervised steps on scripted search trajectories
+
+
+def scripted_turns(
+    record: dict[str, Any], tool: Callable[..., str], *, check_gold: bool = True
+) -> list[dict[str, Any]] | None:
+    """The messages of a scripted solution: one search per scripted query, then the answer.
+
+    Tool responses are the real retriever output. Returns None when a hop's gold passage is not retrieved
+    (so the warm start never teaches answering from passages that do not hold the answer).
+    """
+    turns: list[dict[str, Any]] = []
+    for hop, query in enumerate(record["queries"]):
+        response = tool(query=query)
+        gold = record["gold_ids"][hop] if hop < len(record.get("gold_ids", [])) else None
+        retriever = getattr(tool, "retriever", None)
+        if check_gold and gold is not None and retriever is not None:
+            ids = {h["id"] for h in retriever.search(query, getattr(tool, "top_k", 3))}
+            if gold not in ids:
+                return None
+        call = {"type": "function", "function": {"name": SEARCH_TOOL_NAME, "arguments": {"query": query}}}
+        turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        turns.append({"role": "tool", "name": SEARCH_TOOL_NAME, "content": response})
+    turns.append({"role": "assistant", "content": f"<answer>{record['answers'][0]}</answer>"})
+    return turns
+
+
+def encode_trajectory(
+    tokenizer: Any, prompt: list[dict[str, Any]], turns: list[dict[str, Any]], tools: list[Callable]
+) -> tuple[list[int], list[int]]:
+    """Token ids and a 0/1 mask (1 = the model's own tokens) laid out as TRL's tool loop lays out a rollout.
+
+    Prompt with generation header | assistant turn up to and including ``<|im_end|>`` | tool suffix
+    (``\\n<|im_start|>user\\n<tool_response>...<|im_end|>\\n<|im_start|>assistant\\n``) | ... | final turn.
+    """
+    eos = tokenizer.eos_token
+
+    def render(msgs: list[dict[str, Any]], gen: bool) -> str:
+        return tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=gen)
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    msgs = list(prompt)
+    done = render(msgs, True)
+    input_ids, mask = ids(done), [0] * len(ids(done))
+    for msg in turns:
+        if msg["role"] == "assistant":
+            full = render(msgs + [msg], False)
+            if not full.startswith(done):
+                raise ValueError("the chat template is not prefix-preserving; TRL's tool loop needs one that is")
+            piece = full[len(done) :]
+            piece = piece[: piece.rindex(eos) + len(eos)]
+            keep = 1
+        else:  # tool: everything after the previous <|im_end|> up to the next assistant header
+            full = render(msgs + [msg], True)
+            piece = full[len(done) :]
+            keep = 0
+        piece_ids = ids(piece)
+        input_ids += piece_ids
+        mask += [keep] * len(piece_ids)
+        msgs.append(msg)
+        done += piece
+    return input_ids, mask
+
+
+def warm_start(
+    model: str,
+    records: Sequence[dict[str, Any]],
+    tool: Callable[..., str],
+    *,
+    steps: int = 60,
+    batch_size: int = 4,
+    learning_rate: float = 5e-5,
+    seed: int = 0,
+    template: str = "auto",
+    out_dir: str | os.PathLike | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """A few supervised steps (plain torch AdamW loop) on scripted trajectories; the model is saved to a
+    folder (cached by a hash of its inputs) for TRL, which reloads the reference model from that path.
+
+    Returns ``{"path", "losses", "n_trajectories", "seconds", "cached"}``. The loss covers the model's own
+    tokens only (tool calls and answers), never the prompt or the tool responses.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trgrpo.models import cache_dir, pad_batch, resolve_model, sft_step
+
+    path = resolve_model(model)
+    tokenizer = load_tokenizer(path, template)
+    examples = []
+    for r in records:
+        turns = scripted_turns(r, tool)
+        if turns is not None:
+            examples.append(encode_trajectory(tokenizer, search_messages(r["question"]), turns, [tool]))
+    if not examples:
+        raise ValueError("no scripted trajectory found its gold passages: check the retriever and the corpus")
+    key = hashlib.sha256(
+        json.dumps([str(path), examples, steps, batch_size, learning_rate, seed]).encode()
+    ).hexdigest()[:16]
+    target = Path(out_dir) if out_dir is not None else cache_dir() / "search" / f"warmstart-{key}"
+    info_path = target / "warm_start.json"
+    if info_path.exists() and (target / "config.json").exists():
+        info = json.loads(info_path.read_text())
+        info.update(path=str(target), cached=True)
+        return info
+    t0 = time.time()
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    net.train()
+    opt = torch.optim.AdamW(net.parameters(), lr=learning_rate, weight_decay=0.0)
+    pad = tokenizer.pad_token_id
+    losses = []
+    order: list[int] = []
+    for step in range(steps):
+        if len(order) < batch_size:
+            order += rng.sample(range(len(examples)), len(examples))
+        batch = [examples[order.pop()] for _ in range(batch_size)]
+        losses.append(sft_step(net, opt, pad_batch(batch, pad), clip_norm=1.0))
+        if verbose and (step % 10 == 0 or step == steps - 1):
+            print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}")
+    target.mkdir(parents=True, exist_ok=True)
+    net.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    info = {
+        "base_model": str(model),
+        "steps": steps,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "seed": seed,
+        "n_trajectories": len(examples),
+        "losses": losses,
+        "seconds": time.time() - t0,
+    }
+    info_path.write_text(json.dumps(info, indent=1))
+    info.update(path=str(target), cached=False)
+    return info
+
+
+# ---- search_task: Agentic search as a run task (``task: search``) for :func:`trgrpo.experiment.run`: the data, the
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trgrpo.experiment import RunSpec
+
+
+def search_task(
+    train_records: Sequence[dict[str, Any]],
+    eval_records: Sequence[dict[str, Any]],
+    tool: Callable[..., str],
+    *,
+    template: str = "auto",
+) -> Task:
+    """The search task over given train / eval question records and a ``search`` tool."""
+
+    return Task(
+        build=lambda spec, tokenizer: (search_dataset(list(train_records)), list(eval_records)),
+        reward_funcs=lambda spec: [search_reward],
+        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records),
+        tokenizer=lambda path, spec: load_tokenizer(path, template),
+        trainer_kwargs=lambda spec: {"tools": [tool]},
+        evaluate_with_trainer=True,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _corpus_and_tool(corpus: str, corpus_seed: int, retriever: str, top_k: int) -> tuple[Any, Callable[..., str]]:
+
+    if corpus != "synthetic":
+        raise ValueError(f"task_options.corpus: only the offline 'synthetic' corpus is built here, got {corpus!r}")
+    c = make_corpus(int(corpus_seed))
+    return c, make_search_tool(make_retriever(retriever, c.passages), top_k=int(top_k))
+
+
+def _from_options(spec: RunSpec) -> Task:
+    o = spec.task_options
+    corpus, tool = _corpus_and_tool(
+        o.get("corpus", "synthetic"), o.get("corpus_seed", 0), o.get("retriever", "bm25"), o.get("top_k", 3)
+    )
+    train = corpus.questions["train"][: spec.n_train]
+    return search_task(train, corpus.questions["test"][: spec.n_eval], tool, template=o.get("template", "auto"))
+
+
+register_task(
+    "search",
+    Task(
+        build=lambda spec, tokenizer: _from_options(spec).build(spec, tokenizer),
+        reward_funcs=lambda spec: _from_options(spec).reward_funcs(spec),
+        evaluate=lambda trainer, tokenizer, records, spec: _from_options(spec).evaluate(
+            trainer, tokenizer, records, spec
+        ),
+        tokenizer=lambda path, spec: _from_options(spec).tokenizer(path, spec),
+        trainer_kwargs=lambda spec: _from_options(spec).trainer_kwargs(spec),
+        evaluate_with_trainer=True,
+    ),
 )
 
-__all__ = [
-    "BM25Retriever",
-    "DenseRetriever",
-    "ServerRetriever",
-    "make_retriever",
-    "recall_at_k",
-    "make_search_tool",
-    "prepare_tokenizer",
-    "load_tokenizer",
-    "build_word_tokenizer",
-    "micro_model",
-    "COMPACT_CHAT_TEMPLATE",
-    "search_messages",
-    "search_dataset",
-    "normalize_answer",
-    "extract_answer",
-    "exact_match",
-    "search_reward",
-    "scripted_turns",
-    "encode_trajectory",
-    "warm_start",
-    "make_search_trainer",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
-    "trl_rollouts",
-    "evaluate_search",
-    "evaluate_no_search",
-    "render_rollout_html",
-    "rollout_text",
-    "summarise_em",
-    "mean_results",
-    "table3",
-    "SearchSpec",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
-    "run_search",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
-    "make_corpus",
-    "Corpus",
-    "TABLE3_DATASETS",
-    "TABLE3_LABELS",
-    "SCHEME_LABELS",  # noqa: F822 - loaded from trgrpo.pipeline.search_run by __getattr__
-    "MALFORMED_KEY",
-    "NO_SEARCH_SYSTEM_PROMPT",
-    "RETRIEVERS",
-    "SEARCH_TOOL_NAME",
-    "SYSTEM_PROMPT",
-    "TEMPLATES",
-    "WORD_PATTERN",
-    "WORD_SPECIALS",
-    "corpus_texts",
-    "final_text",
-    "format_passages",
-    "tool_call_text",
-]
 
-# The run loop builds the trainer, so it lives in trgrpo.pipeline.search_run; its names stay reachable from here, loaded
+# ---- search: Agentic search, Search-R1 style (paper Section 4.1 "agentic", Section 4.2.3, App. B.1.3, Eq. 14, Table
+
+
+# The run loop builds the trainer, so it lives in trgrpo.search_run; its names stay reachable from here, loaded
 # only when asked for (importing this task module never imports the trainer).
 _RUN_NAMES = ("SCHEME_LABELS", "SearchSpec", "make_search_trainer", "run_search")
 
 
 def __getattr__(name: str) -> Any:
     if name in _RUN_NAMES:
-        from ..pipeline import search_run
+        from trgrpo import search_run
 
         return getattr(search_run, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,1081 @@
+"""The run record: one schema for every task, its provenance, and the JSON files it lives in.
+
+A run record is ``results/<group>/<name>.json``, written once at the end of a run by :func:`write_result`
+(through :func:`trgrpo.experiment.run` for every task: addition toy, K&K, math, arithmetic, search). Its
+schema is
+:data:`RUN_FIELDS` (required, with their types) and :data:`OPTIONAL_FIELDS`; :func:`validate_record` checks it
+when a record is written and again when :func:`load_results` / :func:`read_record` read it back, and names the
+file and the field when something is wrong.
+
+Other JSON files beside the runs (summaries, analyses, plans) carry a ``kind`` other than ``"run"`` and are
+written as they are. A record without ``kind`` but with a ``history`` is an unmarked run record (hand-built, e.g.
+in tests): its :data:`CORE_FIELDS` are checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import numbers
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trgrpo.tasks import TASKS, Task
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
+RUN_KIND = "run"
+
+_NUM = (int, float)
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+# Fields every run record has (the readers, notebooks 03 / 07 / 08 and the tables, rely on them).
+CORE_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "group": (str,),
+    "scheme": (str,),
+    "seed": (int,),
+    "steps": (int,),
+    "spec": (dict,),
+    "history": (list,),  # one dict per optimizer step, each with an int "step"
+}
+RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    **CORE_FIELDS,
+    "task": (str,),
+    "model": (str,),
+    "initial": _OPT_DICT,  # held-out evaluation before training (None when not measured)
+    "final": (dict,),  # held-out evaluation after training ({} with n_eval = 0)
+    "train_time_s": _NUM,
+    "seconds_per_step": _NUM,
+    "wall_time_s": _NUM,
+    "peak_memory": (dict,),
+    "machine": (dict,),
+    "versions": (dict,),
+    "git_commit": _OPT_STR,
+    "finished_at": (str,),
+}
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "git_dirty": (bool, type(None)),
+    "resumed_from": _OPT_STR,
+    "data_source": _OPT_DICT,
+    "steps_run": (int,),
+    "batch": (dict,),
+    "live_logs": _OPT_STR,
+    # the addition toy (trgrpo.toy.run_toy)
+    "eval_history": (list,),
+    "warm_start": _OPT_DICT,
+    "warm_start_cached_at": (str,),
+    "model_path": (str,),
+    "placement": _OPT_STR,
+    "tau": (int, float, type(None)),
+    "reward_kind": (str,),
+    "cpu_time_s": _NUM,
+    "run_wall_time_s": _NUM,
+    "torch_threads": (int,),
+    # agentic search (trgrpo.search_run.run_search)
+    "method": (str,),
+    "init_model": _OPT_STR,
+    "scale": (str,),
+    "eval_curve": (list,),
+    "baseline_no_search": _OPT_DICT,
+    "example_rollout": _OPT_DICT,
+    "n_train": (int,),
+    "n_eval": (int,),
+    # the real-LM experiment's task calibration (trgrpo.lm_science.stage0)
+    "calibration": (dict,),
+}
+STEP_LISTS = ("history", "eval_history", "eval_curve")  # lists of dicts, each with an int "step"
+
+
+class RecordError(ValueError):
+    """A run record that does not follow the schema; the message names the file (when known) and the field."""
+
+
+def is_run_record(record: Any) -> bool:
+    """A run record: ``kind == "run"``, or no ``kind`` and a ``history`` or a ``scheme`` (records written before
+    ``kind``; one that lost either field is then still a run record, and the readers name what it lacks)."""
+    if not isinstance(record, dict):
+        return False
+    kind = record.get("kind")
+    return kind == RUN_KIND or (kind is None and ("history" in record or "scheme" in record))
+
+
+def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:  # True is an int to Python, not to the schema
+        return False
+    if float in types and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return True
+    return isinstance(value, types)
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def validate_record(record: Any, where: str = "run record", *, strict_unknown: bool = False) -> dict:
+    """Check ``record`` against the schema; return it. Raises :class:`RecordError` naming ``where`` and the field.
+
+    A ``kind: "run"`` record needs every :data:`RUN_FIELDS` field, an unmarked one the :data:`CORE_FIELDS`;
+    the types of :data:`OPTIONAL_FIELDS` present are checked too. ``strict_unknown`` (the writer) also rejects
+    fields the schema does not know, so a new field is declared here before a record carries it."""
+    if not isinstance(record, dict):
+        raise RecordError(f"{where}: a run record is a JSON object, got {type(record).__name__}")
+    if record.get("kind", RUN_KIND) != RUN_KIND:
+        raise RecordError(f"{where}: field 'kind' is {record['kind']!r}, not a run record ({RUN_KIND!r})")
+    required = RUN_FIELDS if record.get("kind") == RUN_KIND else CORE_FIELDS
+    known = {**RUN_FIELDS, **OPTIONAL_FIELDS}
+    for key, types in required.items():
+        if key not in record:
+            raise RecordError(f"{where}: missing required field {key!r} ({_type_names(types)})")
+    for key, value in record.items():
+        types = known.get(key)
+        if types is None:
+            if strict_unknown:
+                raise RecordError(f"{where}: unknown field {key!r}; declare it in trgrpo.experiment.OPTIONAL_FIELDS")
+            continue
+        if not _type_ok(value, types):
+            raise RecordError(
+                f"{where}: field {key!r} must be {_type_names(types)}, got {type(value).__name__} ({value!r:.60})"
+            )
+    for key in STEP_LISTS:
+        for i, row in enumerate(record.get(key) or []):
+            if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+                raise RecordError(f"{where}: field '{key}[{i}]' must be a dict with an integer 'step', got {row!r:.80}")
+            for name, value in row.items():  # the tables and figures read every value as a number
+                if value is not None and not _type_ok(value, (float,)):
+                    raise RecordError(
+                        f"{where}: field '{key}[{i}].{name}' must be a number or null, got {type(value).__name__} "
+                        f"({value!r:.40})"
+                    )
+    if record.get("kind") == RUN_KIND and not record["name"]:
+        raise RecordError(f"{where}: field 'name' is empty")
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Provenance: what every record says about where and how it was made
+
+
+def machine_info() -> dict:
+    import torch
+
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+def package_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("trgrpo", "torch", "transformers", "trl", "accelerate", "datasets", "papermill", "vllm"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    if "trgrpo" not in out:  # run from the source tree, not installed
+        from trgrpo import __version__
+
+        out["trgrpo"] = __version__
+    return out
+
+
+def _git(*args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit() -> str | None:
+    out = _git("rev-parse", "HEAD")
+    return (out.stdout.strip() or None) if out is not None else None
+
+
+def git_dirty() -> bool | None:
+    """True if tracked files differ from the commit (numbers then belong to a tree no commit names); None if unknown."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
+
+
+def peak_memory_mb() -> dict:
+    import torch
+
+    out = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        out["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def build_record(
+    *,
+    name: str,
+    group: str,
+    task: str,
+    scheme: str,
+    seed: int,
+    model: str,
+    steps: int,
+    spec: dict,
+    history: list[dict],
+    initial: dict | None,
+    final: dict,
+    train_time_s: float,
+    steps_run: int,
+    t0: float,
+    **fields: Any,
+) -> dict:
+    """A run record: the run's identity and results, then the common provenance (time, memory, machine, package
+    versions, git commit and state, finish time). Every run pipeline builds its record here."""
+    return {
+        "kind": RUN_KIND,
+        "name": name,
+        "group": group,
+        "task": task,
+        "scheme": scheme,
+        "seed": seed,
+        "model": model,
+        "steps": steps,
+        "spec": spec,
+        "history": history,
+        "initial": initial,
+        "final": final,
+        **fields,
+        "train_time_s": train_time_s,
+        "seconds_per_step": train_time_s / max(1, steps_run),
+        "steps_run": steps_run,
+        "wall_time_s": time.time() - t0,
+        "peak_memory": peak_memory_mb(),
+        "machine": machine_info(),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Files
+
+
+def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
+    """``value`` as a name under a root folder: one path component, or with ``nested`` a relative path of several
+    (``kk/qwen/main``); never absolute, never ``.`` / ``..``, an empty part or a backslash. ValueError names
+    ``field``; a run's ``group`` and ``name`` are checked so when its spec is made."""
+    what = "a relative path under the results folder" if nested else "one path component (a file name)"
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} must be {what}, got {value!r}")
+    parts = value.split("/")
+    bad = (
+        "\\" in value
+        or "\x00" in value
+        or value.startswith(("/", "~"))
+        or (not nested and len(parts) > 1)
+        or any(part in ("", ".", "..") for part in parts)
+    )
+    if bad:
+        raise ValueError(f"{field} must be {what}, without '..', '/' at the start or empty parts, got {value!r}")
+    return value
+
+
+def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
+    """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook). A run record is
+    validated first (:func:`validate_record`, unknown fields rejected); other kinds are written as they are.
+    ``group`` and ``name`` must stay under ``results_dir`` (:func:`check_folder_name`)."""
+    path = Path(results_dir or RESULTS_DIR) / check_folder_name("group", group, nested=True)
+    path = path / f"{check_folder_name('name', name)}.json"
+    if is_run_record(record):
+        validate_record(jsonable(record), f"{path} (not written)", strict_unknown=True)
+    return write_json(path, record)
+
+
+def read_record(path: Path | str) -> dict:
+    """One run record, parsed and validated (:class:`RecordError` naming the file and the field)."""
+    path = Path(path)
+    return validate_record(_read_json(path), str(path))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}: not valid JSON ({e})") from e
+
+
+def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
+    """Every run record under ``results/<group>/`` (recursively, sorted by path), each validated.
+
+    Files of another ``kind`` (summaries, analyses stored beside the runs) are skipped; a file that is not JSON, or
+    a run record that breaks the schema (one without its ``scheme`` or ``history`` too), raises :class:`RecordError`
+    naming the file and the field: no record drops out of a mean unseen."""
+    base = Path(results_dir or RESULTS_DIR) / group
+    if not base.exists():
+        return []
+    out = []
+    for p in sorted(base.rglob("*.json")):
+        rec = _read_json(p)
+        if is_run_record(rec):
+            out.append(validate_record(rec, str(p)))
+    return out
+
+
+def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bool:
+    """Replace the text between the markers ``start`` and ``end`` of the file at ``path`` with ``body`` (a generated
+    README block); True if the file changed. Raises ValueError naming the file when a marker is missing."""
+    path = Path(path)
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{path} lacks the markers {start!r} ... {end!r}")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{start}\n{body}{end}{tail}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def write_json(path: Path | str, record: Any) -> Path:
+    """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
+    share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or
+    the new one, never a part; a killed write leaves at most a stray temporary file, which the next write of the
+    same path removes (its writer's process id, in its name, is no longer running)."""
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(jsonable(record), indent=1, sort_keys=False)
+    _remove_stray_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return path
+
+
+def _remove_stray_temporaries(path: Path) -> None:
+    """Delete ``.<name>.<pid>.*.tmp`` files beside ``path`` whose process is gone (a write killed before its rename)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        except (PermissionError, OverflowError):  # alive under another user / not a process id
+            continue
+
+
+@contextlib.contextmanager
+def file_lock(path: Path | str) -> Iterator[None]:
+    """An exclusive lock (``fcntl.flock``) on the sidecar file ``<path>.lock``, for read-modify-write updates."""
+    import fcntl
+
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def update_json(path: Path | str, update: Callable[[Any], Any], default: Any = None) -> Any:
+    """Read ``path`` (``default`` when it does not exist), apply ``update``, write the result atomically, all under
+    :func:`file_lock`: concurrent updaters (two grids appending to ``grid-summary.json``) lose no update."""
+    path = Path(path)
+    with file_lock(path):
+        current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+        new = update(current)
+        write_json(path, new)
+    return new
+
+
+def jsonable(x):
+    """Plain JSON values: tuples to lists, tensors/numpy scalars to numbers, non-finite floats to null."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if hasattr(x, "item") and callable(x.item):
+        return jsonable(x.item())
+    return x
+
+
+# ---- spec: The run spec: every setting that defines one run (:class:`RunSpec`), checked when it is made.
+
+
+# "off" or one of TRL 1.16's vllm_importance_sampling_mode values (GRPOConfig)
+VLLM_IMPORTANCE_SAMPLING = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+# Table 6: sampling temperature per task.
+TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
+
+
+@dataclass
+class RunSpec:
+    """Everything that defines a run. Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
+
+    task: str = "kk"
+    model: str = "embedded"
+    scheme: str = "tr"
+    tau: float = 9.0
+    tau_mode: str = "scale"
+    alpha: float = 2.0
+    mu: float = 0.25
+    lower: float = 1.0
+    upper: float = 1.4
+    placement: str = "ratio"
+    kl_weighting: str = "eq10"
+    seed: int = 0
+    steps: int = 20
+    prompts_per_step: int = 2
+    num_generations: int = 8
+    max_completion_length: int = 4096
+    max_eval_tokens: int | None = None
+    temperature: float | None = None  # None -> Table 6 value for the task
+    learning_rate: float = 1e-6
+    beta: float = 0.001
+    epsilon: float = 0.2
+    epsilon_high: float = 0.24
+    gradient_accumulation_steps: int = 1
+    micro_batch_size: int | None = None  # completions per device per forward pass (None: from accumulation)
+    n_train: int = 1000
+    n_eval: int = 100
+    eval_before: bool = False
+    save_steps: int = 20
+    use_vllm: bool = False
+    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
+    # TRL's correction for vLLM's sampling probabilities differing from the policy's: "off" as in verl, the paper's
+    # code base (TRL's default, "sequence_mask" with C_max 3, gives whole completions no gradient); or a TRL mode
+    vllm_importance_sampling: str = "off"
+    # seconds processes wait for each other (NCCL / gloo): the main process evaluates while the others wait, and HF
+    # generate of 500 puzzles x 4096 tokens takes hours (TRL's 1800 s would end the run); the planner checks it
+    ddp_timeout_s: int = 6 * 3600
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    report_to: str = "none"  # "tensorboard" / "trackio": live logs beside the results JSON (<run>.logs/)
+    task_options: dict = field(default_factory=dict)
+    group: str = "runs"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        from trgrpo.loss import validate_loss_options
+        from trgrpo.weights import validate_weight_params
+
+        validate_weight_params(self)  # Eq. 11's fields (scheme, alpha, mu, tau, lower, upper, tau_mode), named as here
+        validate_loss_options(
+            placement=self.placement,
+            kl_weighting=self.kl_weighting,
+            beta=self.beta,
+            eps_low=self.epsilon,
+            eps_high=self.epsilon_high,
+            names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
+        )
+        _check_spec_types(self)
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "num_generations",
+            "max_completion_length",
+            "n_train",
+            "n_eval",
+            "save_steps",
+            "gradient_accumulation_steps",
+            "ddp_timeout_s",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < (0 if name == "n_eval" else 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.micro_batch_size is not None and (
+            not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1
+        ):
+            raise ValueError(f"micro_batch_size must be a positive integer or None, got {self.micro_batch_size!r}")
+        if self.vllm_importance_sampling not in VLLM_IMPORTANCE_SAMPLING:
+            raise ValueError(
+                f"vllm_importance_sampling must be one of {list(VLLM_IMPORTANCE_SAMPLING)}, "
+                f"got {self.vllm_importance_sampling!r}"
+            )
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        if self.name is None:
+            self.name = self.default_name()
+
+    def default_name(self) -> str:
+        scheme = self.scheme
+        if self.scheme in ("tr", "reverse"):
+            scheme += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
+        return f"{self.task}-{Path(str(self.model)).name}-{scheme}-seed{self.seed}"
+
+    @property
+    def sampling_temperature(self) -> float:
+        return self.temperature if self.temperature is not None else TEMPERATURES.get(self.task, 1.0)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSpec:
+        """A spec from a dict (a YAML file): numbers that PyYAML leaves as strings (``1e-6``, ``1e1``: YAML 1.1 wants
+        a dot and a signed exponent) are read as numbers for the numeric fields."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(known)}")
+        return cls(**{k: _yaml_number(k, v) for k, v in d.items()})
+
+
+_FLOAT_FIELDS = ("tau", "alpha", "mu", "lower", "upper", "learning_rate", "beta", "epsilon", "epsilon_high")
+_FLOAT_FIELDS += ("temperature",)
+_INT_FIELDS = (
+    "seed",
+    "steps",
+    "prompts_per_step",
+    "num_generations",
+    "max_completion_length",
+    "max_eval_tokens",
+    "n_train",
+    "n_eval",
+    "save_steps",
+    "gradient_accumulation_steps",
+    "ddp_timeout_s",
+)
+_BOOL_FIELDS = ("eval_before", "use_vllm", "bf16", "gradient_checkpointing")
+_STR_FIELDS = ("task", "model", "scheme", "tau_mode", "placement", "kl_weighting", "group")
+_STR_FIELDS += ("vllm_importance_sampling",)
+_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _yaml_number(name: str, value: Any) -> Any:
+    """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field; anything else unchanged."""
+    if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value.strip()):
+        return value
+    number = float(value)
+    if name in _FLOAT_FIELDS:
+        return number
+    if name in _INT_FIELDS and number.is_integer():
+        return int(number)
+    return value
+
+
+def _check_spec_types(spec: RunSpec) -> None:
+    """Type, finiteness and range of the fields :func:`validate_weight_params` / ``validate_loss_options`` do not
+    cover (ValueError naming the field)."""
+    for name in ("learning_rate", "temperature"):
+        v = getattr(spec, name)
+        if v is None and name == "temperature":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
+    for name in _INT_FIELDS:
+        v = getattr(spec, name)
+        if v is None and name == "max_eval_tokens":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+    if spec.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {spec.seed}")
+    if spec.max_eval_tokens is not None and spec.max_eval_tokens < 1:
+        raise ValueError(f"max_eval_tokens must be >= 1 (or None), got {spec.max_eval_tokens}")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(spec, name), bool):
+            raise ValueError(f"{name} must be true or false, got {getattr(spec, name)!r}")
+    for name in _STR_FIELDS:
+        if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
+            raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
+    check_folder_name("group", spec.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
+    if spec.name is not None:
+        check_folder_name("name", spec.name)
+    if not isinstance(spec.task_options, dict):
+        raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")
+
+
+class ConfigError(ValueError):
+    """Bad input to a command line (train, batch, plan): one line naming the file and the field. The command lines
+    print it without a traceback and exit with code 2, before anything is written."""
+
+
+def read_config(path: str | Path, what: str = "config") -> dict:
+    """A YAML file that must hold a non-empty mapping; every fault is a :class:`ConfigError` naming the file (and the
+    line and column of a syntax error)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the {what} file ({type(e).__name__}: {e})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    if data is None or data == {}:
+        raise ConfigError(f"{path}: the {what} file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} file holds a mapping, got a {type(data).__name__}")
+    return data
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``--set`` of the command lines: ``["STEPS=10", "SEEDS=[0]"]`` -> ``{"STEPS": 10, "SEEDS": [0]}`` (values read
+    as YAML); a bad item is a :class:`ConfigError` naming it."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
+    return out
+
+
+# ---- experiment: One run, one entry point: a run spec -> train with TRGRPOTrainer -> evaluate -> ``results/<group>/
+
+
+CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batch arithmetic (Table 6 -> TRL). TRL 1.16: one optimizer step sums ``gradient_accumulation_steps`` micro-batches
+# of ``per_device_train_batch_size`` completions on each of ``world_size`` processes; a generation round makes
+# per_device x world x steps_per_generation completions. steps_per_generation = accumulation gives one on-policy
+# update per rollout, as verl does with ppo_mini_batch_size >= train_batch_size.
+
+# Table 6 "Mini-batch size" read as verl's train_batch_size: prompts per optimizer step (x G = 8 completions).
+PAPER_PROMPTS_PER_STEP = {"kk": 64, "math": 128, "search": 32}
+BATCH_READING = (
+    "Table 6 'Mini-batch size' = prompts per optimizer step (verl train_batch_size), each with G completions; "
+    "'Micro-batch size (updates)' >= it (verl ppo_mini_batch_size), so one on-policy update per step. "
+    "The global figures do not depend on the number of GPUs."
+)
+# Prompt tokens budgeted for vLLM's context (the chat template + puzzle / problem; search adds tool output).
+PROMPT_TOKENS = {"kk": 1024, "math": 1024, "search": 4096}
+
+
+def batch_layout(spec: RunSpec, world_size: int = 1) -> dict:
+    """TRL's per-device batch, accumulation and steps per generation for the spec's *global* batch.
+
+    Global completions per optimizer step = prompts_per_step x num_generations
+    = per_device_train_batch_size x gradient_accumulation_steps x world_size, on any ``world_size``.
+    With ``micro_batch_size`` set, the per-device batch is that and the accumulation follows; otherwise the
+    accumulation is ``gradient_accumulation_steps`` and the per-device batch follows.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    completions = spec.prompts_per_step * spec.num_generations
+    if spec.micro_batch_size is not None:
+        per_device = spec.micro_batch_size
+        if completions % (per_device * world_size):
+            raise ValueError(
+                f"prompts_per_step x num_generations = {completions} completions do not split into micro_batch_size "
+                f"{per_device} x {world_size} process(es): change micro_batch_size or prompts_per_step"
+            )
+        accumulation = completions // (per_device * world_size)
+    else:
+        accumulation = spec.gradient_accumulation_steps
+        if completions % (accumulation * world_size):
+            raise ValueError(
+                f"prompts_per_step x num_generations = {completions} completions do not split into "
+                f"gradient_accumulation_steps {accumulation} x {world_size} process(es): change "
+                "gradient_accumulation_steps or set micro_batch_size"
+            )
+        per_device = completions // (accumulation * world_size)
+    return {
+        "world_size": world_size,
+        "per_device_train_batch_size": per_device,
+        "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": accumulation,
+        "num_generations": spec.num_generations,
+        "global_prompts_per_step": completions // spec.num_generations,
+        "global_completions_per_step": per_device * accumulation * world_size,
+        "updates_per_step": 1,
+    }
+
+
+def vllm_max_model_length(spec: RunSpec) -> int:
+    """vLLM's context: prompt budget (``task_options.max_prompt_tokens`` or :data:`PROMPT_TOKENS`) + completion."""
+    prompt = int(spec.task_options.get("max_prompt_tokens", PROMPT_TOKENS.get(spec.task, 1024)))
+    return prompt + spec.max_completion_length
+
+
+def env_world_size() -> int:
+    """The process count ``accelerate launch`` / ``torchrun`` set (1 when started alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
+    """What ``train --print-config`` prints: the batch layout and the memory settings, without loading a model."""
+    return {
+        "name": spec.name,
+        "model": spec.model,
+        **batch_layout(spec, world_size),
+        "gradient_checkpointing": spec.gradient_checkpointing,
+        "bf16": spec.bf16,
+        "use_vllm": spec.use_vllm,
+        "vllm_max_model_length": vllm_max_model_length(spec),
+        "vllm_gpu_memory_utilization": spec.vllm_gpu_memory_utilization,
+        "vllm_importance_sampling": spec.vllm_importance_sampling,
+        "ddp_timeout_s": spec.ddp_timeout_s,
+        "max_completion_length": spec.max_completion_length,
+        "steps": spec.steps,
+        "batch_reading": BATCH_READING,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, **overrides):
+    """The :class:`TRGRPOConfig` for a spec (Table 6 defaults, logging every step, checkpoints)."""
+    import torch
+
+    from trgrpo.trainer import TRGRPOConfig
+
+    cuda = torch.cuda.is_available()
+    layout = batch_layout(spec, env_world_size() if world_size is None else world_size)
+    kw = dict(
+        output_dir=str(output_dir),
+        seed=spec.seed,
+        data_seed=spec.seed,
+        max_steps=spec.steps,
+        per_device_train_batch_size=layout["per_device_train_batch_size"],
+        gradient_accumulation_steps=layout["gradient_accumulation_steps"],
+        steps_per_generation=layout["steps_per_generation"],
+        num_generations=spec.num_generations,
+        max_completion_length=spec.max_completion_length,
+        temperature=spec.sampling_temperature,
+        learning_rate=spec.learning_rate,
+        beta=spec.beta,
+        epsilon=spec.epsilon,
+        epsilon_high=spec.epsilon_high,
+        weight_scheme=spec.scheme,
+        weight_alpha=spec.alpha,
+        weight_mu=spec.mu,
+        weight_tau=spec.tau,
+        weight_lower=spec.lower,
+        weight_upper=spec.upper,
+        weight_tau_mode=spec.tau_mode,
+        weight_placement=spec.placement,
+        kl_weighting=spec.kl_weighting,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=spec.save_steps,
+        save_total_limit=1,  # resuming needs only the last checkpoint (model + optimizer: 1.6 GB for SmolLM2)
+        save_only_model=False,
+        report_to=spec.report_to,
+        use_cpu=not cuda,
+        bf16=spec.bf16 and cuda,
+        disable_tqdm=False,
+        gradient_checkpointing=spec.gradient_checkpointing,
+        use_vllm=spec.use_vllm,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+        ddp_timeout=spec.ddp_timeout_s,
+        vllm_importance_sampling_correction=spec.vllm_importance_sampling != "off",
+    )
+    if spec.vllm_importance_sampling != "off":
+        kw["vllm_importance_sampling_mode"] = spec.vllm_importance_sampling
+    if spec.use_vllm:
+        kw.update(
+            vllm_mode="colocate",
+            vllm_max_model_length=vllm_max_model_length(spec),
+            vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization,
+        )
+    kw.update(overrides)
+    return TRGRPOConfig(**kw)
+
+
+def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path | None:
+    """Where ``report_to`` logging goes: ``results/<group>/<name>.logs/`` beside the record; None without it."""
+    if spec.report_to in ("none", "", None):
+        return None
+    return Path(results_dir or RESULTS_DIR).resolve() / spec.group / f"{spec.name}.logs"
+
+
+def checkpoint_folder(spec: RunSpec, checkpoint_dir: Path | str | None = None) -> Path:
+    """``<checkpoints>/<group>/<name>/``, its names checked again (a spec's fields can be reassigned after it is made):
+    the ``rmtree`` of ``resume=False`` and ``keep_checkpoints=False`` never leaves the checkpoints root."""
+    root = Path(checkpoint_dir or CHECKPOINT_DIR)
+    return root / check_folder_name("group", spec.group, nested=True) / check_folder_name("name", spec.name)
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    ckpts = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    ckpts = [c for c in ckpts if (c / "trainer_state.json").exists()]
+    return str(ckpts[-1]) if ckpts else None
+
+
+def history_from_log(log_history: list[dict]) -> list[dict]:
+    """One dict per optimizer step (TRL logs every step with ``logging_steps=1``)."""
+    rows = []
+    for h in log_history:
+        if "loss" in h and "step" in h:
+            rows.append({k: v for k, v in h.items() if isinstance(v, (int, float))})
+    return rows
+
+
+def run(
+    spec: RunSpec | dict,
+    *,
+    results_dir: Path | str | None = None,
+    checkpoint_dir: Path | str | None = None,
+    resume: bool = True,
+    callbacks: list | None = None,
+    config_overrides: dict | None = None,
+    keep_checkpoints: bool = True,
+    verbose: bool = True,
+    record_extras: Callable[[dict], dict] | None = None,
+    trainer_ready: Callable[[Any], None] | None = None,
+    task: Task | None = None,
+) -> dict:
+    """Train and evaluate one spec; write its results record once (validated, :mod:`trgrpo.experiment`) and
+    return it.
+
+    ``callbacks`` go to the trainer; ``record_extras(record)``, called after the final evaluation, returns fields
+    to add to or replace in the record before it is written (declared in
+    :data:`trgrpo.experiment.OPTIONAL_FIELDS`);
+    ``trainer_ready(trainer)`` sees the trainer once it is built (a callback that evaluates through it); ``task``
+    replaces the registered task of ``spec.task`` (data held in objects, e.g.
+    :func:`trgrpo.search_run.run_search`'s
+    records and tool)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from trgrpo.models import resolve_model
+    from trgrpo.trainer import TRGRPOTrainer
+
+    spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
+    task = task or TASKS[spec.task]
+    model_path = resolve_model(spec.model)
+    out_dir = checkpoint_folder(spec, checkpoint_dir)
+    if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation
+        shutil.rmtree(out_dir, ignore_errors=True)
+    ckpt = last_checkpoint(out_dir) if resume else None
+    finished = _checkpoint_step(ckpt) >= spec.steps  # killed during the final evaluation: evaluate only
+    if _checkpoint_step(ckpt) > spec.steps:
+        raise ValueError(
+            f"{ckpt} is past the run's last step (steps = {spec.steps}): another spec ran under the name "
+            f"{spec.name!r}; start from scratch (resume=False, train --force) or give this run another name"
+        )
+    t0 = time.time()
+
+    tokenizer = task.tokenizer(model_path, spec) if task.tokenizer else AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_ds, eval_records = task.build(spec, tokenizer)
+    data_source = task.data_source(spec, train_ds, eval_records) if task.data_source else None
+    logs = live_log_dir(spec, results_dir)
+    if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
+        if verbose:
+            print(f"[trgrpo] live logs ({spec.report_to}): {logs}")
+    out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
+    (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
+    config = make_config(spec, out_dir, **(config_overrides or {}))
+    trainer = TRGRPOTrainer(
+        model=model_path,
+        reward_funcs=task.reward_funcs(spec),
+        args=config,
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        **(task.trainer_kwargs(spec) if task.trainer_kwargs else {}),
+    )
+    if trainer_ready is not None:
+        trainer_ready(trainer)
+    if not verbose:  # transformers prints every step's log dict otherwise
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+    initial = None
+    if spec.eval_before and spec.n_eval > 0:
+        initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
+    if ckpt and verbose:
+        print(f"[trgrpo] {'evaluating' if finished else 'resuming'} {spec.name} from {ckpt}")
+    train_t0 = time.time()
+    if finished:  # train() would make one more step; load the last step's weights and log instead
+        from transformers import TrainerState
+
+        trainer._load_from_checkpoint(ckpt)
+        trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=ckpt)
+    train_s = time.time() - train_t0
+    main_process = trainer.accelerator.is_main_process
+    final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
+    history = history_from_log(trainer.state.log_history)
+    steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
+    layout = batch_layout(spec, trainer.accelerator.num_processes)
+    record = build_record(
+        name=spec.name,
+        group=spec.group,
+        task=spec.task,
+        scheme=spec.scheme,
+        seed=spec.seed,
+        model=spec.model,
+        steps=spec.steps,
+        spec=dataclasses.asdict(spec),
+        history=history,
+        initial=initial,
+        final=final,
+        train_time_s=train_s,
+        steps_run=steps_run,
+        t0=t0,
+        data_source=data_source,
+        batch={**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
+        resumed_from=ckpt,
+        live_logs=str(logs) if logs is not None else None,
+    )
+    if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
+        record.update(record_extras(record))
+    path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
+    if verbose and main_process:
+        acc = final.get("accuracy")
+        print(
+            f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
+            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}"
+        )
+    if not keep_checkpoints:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    del trainer
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return record
+
+
+def _checkpoint_step(ckpt: str | None) -> int:
+    return int(Path(ckpt).name.split("-")[-1]) if ckpt else 0
+
+
+def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec) -> dict:
+    """Evaluate on the main process only (the others wait), through the run's colocated vLLM engine when it has one
+    (its weights synced to the final policy first, by every rank); HF generate on ZeRO-3 needs every rank."""
+    acc = trainer.accelerator
+    engine = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
+    if engine is not None:
+        trainer.vllm_generation.sync_weights()  # collective under ZeRO-3: every rank
+        if hasattr(engine, "wake_up") and getattr(trainer.args, "vllm_enable_sleep_mode", False):
+            engine.wake_up()
+    if acc.num_processes == 1:
+        return _evaluate(trainer, tokenizer, task, records, spec, engine=engine)
+    zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
+    run_here = acc.is_main_process or (zero3 and engine is None)
+    result = _evaluate(trainer, tokenizer, task, records, spec, engine=engine) if run_here else {}
+    acc.wait_for_everyone()
+    return result
+
+
+class VLLMGenerate:
+    """``model.generate`` of HF's interface on a vLLM engine, for :func:`trgrpo.tasks.common.generate_completions`:
+    greedy when ``do_sample`` is false (temperature 0), else the given temperature / top-p; left-padded prompts in,
+    prompt + completion ids out (completions padded with ``pad_token_id``)."""
+
+    def __init__(self, engine, policy) -> None:
+        self.engine, self.policy, self.training = engine, policy, False
+
+    def parameters(self):
+        return self.policy.parameters()
+
+    def eval(self):
+        return self
+
+    def train(self, mode: bool = True):
+        return self
+
+    def generate(
+        self,
+        input_ids,
+        attention_mask,
+        max_new_tokens: int,
+        do_sample: bool = False,
+        num_return_sequences: int = 1,
+        pad_token_id: int = 0,
+        temperature=None,
+        top_p=None,
+        **_,
+    ):
+        import torch
+        from vllm import SamplingParams
+
+        ids_masks = zip(input_ids.cpu(), attention_mask.cpu())
+        prompts = [{"prompt_token_ids": ids[m.bool()].tolist()} for ids, m in ids_masks]
+        params = SamplingParams(
+            n=num_return_sequences,
+            max_tokens=max_new_tokens,
+            temperature=float(temperature or 1.0) if do_sample else 0.0,
+            top_p=float(top_p or 1.0) if do_sample else 1.0,
+        )
+        outputs = self.engine.generate(prompts, sampling_params=params, use_tqdm=False)
+        rows = [list(c.token_ids) for o in outputs for c in o.outputs]
+        width = input_ids.shape[1]
+        out = torch.full((len(rows), width + max(1, max(map(len, rows)))), pad_token_id, dtype=torch.long)
+        out[:, :width] = input_ids.cpu().repeat_interleave(num_return_sequences, dim=0)
+        for i, r in enumerate(rows):
+            out[i, width : width + len(r)] = torch.tensor(r, dtype=torch.long)
+        return out
+
+
+def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engine=None) -> dict:
+    if task.evaluate_with_trainer:  # rollouts through the trainer's own generation (search: its tool loop)
+        return task.evaluate(trainer, tokenizer, records, spec)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if engine is not None:  # vLLM batches itself: hand it every prompt at once
+        opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}
+        spec = dataclasses.replace(spec, task_options=opts)
+        return task.evaluate(VLLMGenerate(engine, model), tokenizer, records, spec)
+    was_training = model.training
+    model.eval()
+    pad_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        return task.evaluate(model, tokenizer, records, spec)
+    finally:
+        tokenizer.padding_side = pad_side
+        model.train(was_training)

@@ -1,0 +1,429 @@
+"""Full-scale runs (paper Section 4, Table 6, App. C.1-C.3): run specs for K&K and math, and launching them.
+
+On GPUs every run is its own process (a spec YAML file, then ``python -m trgrpo.train`` on one GPU or
+``accelerate launch`` with the DeepSpeed ZeRO configuration in ``configs/`` on several); its log streams into the
+notebook and is kept beside the spec file. No home-made distributed code, and no process builds a second
+colocated vLLM engine. Single-process CPU runs (smoke mode) stay in the calling process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from trgrpo.experiment import PAPER_PROMPTS_PER_STEP, RESULTS_DIR, ROOT, RunSpec
+
+# Executed notebooks (trgrpo.batch) and the logs and spec files of launched runs; not committed.
+RUNS_DIR = Path(os.environ.get("TRGRPO_RUNS", ROOT / "runs"))
+# A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
+FULL_SCALE_PARAMS = 1e9
+
+# Table 7 sweeps (App. C.1)
+TABLE7_TAUS = (0.5, 2.0, 7.0, 9.0, 10.0, 20.0)
+TABLE7_RANGES = ((1.0, 1.2), (1.0, 1.4), (0.8, 1.5), (0.5, 1.5))
+
+
+def short_model_name(model: str) -> str:
+    return "embedded" if model in ("embedded", None) else Path(str(model)).name
+
+
+def kk_specs(
+    model: str = "Qwen/Qwen2.5-3B-Instruct",
+    *,
+    schemes=("equal", "tr", "reverse", "random"),
+    seeds=(0,),
+    steps: int = 200,
+    taus=(),
+    ranges=(),
+    prompts_per_step: int = PAPER_PROMPTS_PER_STEP["kk"],
+    num_generations: int = 8,
+    max_completion_length: int = 4096,
+    micro_batch_size: int | None = 2,
+    gradient_checkpointing: bool = True,
+    n_train: int = 5000,
+    n_eval_per_size: int = 100,
+    n_people=(3, 4, 5, 6, 7),
+    prefill_think: bool = True,
+    train_path=None,
+    eval_path=None,
+    placement: str = "ratio",
+    tau_mode: str = "scale",
+    use_vllm: bool = False,
+    bf16: bool = True,
+    group: str | None = None,
+    **extra,
+) -> list[RunSpec]:
+    """Table 1/4 runs (one per scheme and seed), plus the Table 7 sweeps over tau and (L, U) for ``tr``.
+
+    Batch: 64 prompts x 8 completions per optimizer step, one update (Table 6 as read in
+    :data:`trgrpo.experiment.BATCH_READING`), micro-batches of ``micro_batch_size`` completions per device,
+    gradient
+    checkpointing on.
+
+    Data as the paper's: with ``train_path`` / ``eval_path`` (a Logic-RL parquet file or a list of them, the
+    ``test_new`` splits for evaluation) the puzzles come from those files, otherwise from reasoning-gym's generator
+    offline; the record's ``data_source`` says which. ``prefill_think`` opens the assistant turn with ``<think>`` as
+    Logic-RL's prompt does (on by default here).
+    """
+    group = group or f"kk/{short_model_name(model)}"
+    data = {"prefill_think": bool(prefill_think)}
+    data.update({k: v for k, v in (("train_path", train_path), ("eval_path", eval_path)) if v})
+    common = dict(
+        task="kk",
+        model=model,
+        steps=steps,
+        prompts_per_step=prompts_per_step,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        micro_batch_size=micro_batch_size,
+        gradient_checkpointing=gradient_checkpointing,
+        n_train=n_train,
+        n_eval=n_eval_per_size * len(n_people),
+        placement=placement,
+        tau_mode=tau_mode,
+        use_vllm=use_vllm,
+        bf16=bf16,
+        learning_rate=1e-6,
+        beta=0.001,
+        temperature=0.7,
+        task_options={"n_people": list(n_people), "eval_n_people": list(n_people), **data},
+    )
+    for key, value in extra.items():
+        if key == "task_options":
+            common["task_options"] = {**common["task_options"], **value}
+        else:
+            common[key] = value
+    specs = [RunSpec(**common, scheme=s, seed=seed, group=f"{group}/main") for s in schemes for seed in seeds]
+    specs += [
+        RunSpec(**common, scheme="tr", tau=float(t), seed=seed, group=f"{group}/tau") for t in taus for seed in seeds
+    ]
+    specs += [
+        RunSpec(**common, scheme="tr", lower=float(lo), upper=float(up), seed=seed, group=f"{group}/range")
+        for lo, up in ranges
+        for seed in seeds
+    ]
+    return specs
+
+
+TABLE2_EVAL_SETS = ("olympiadbench", "minerva", "math500", "amc", "aime24")
+WHOLE_SETS = 1000  # n_eval caps each set: above the largest of Table 2 (OlympiadBench, 675 rows), so none is cut
+
+
+def math_specs(
+    model: str = "Qwen/Qwen2.5-7B",
+    *,
+    schemes=("equal", "tr"),
+    seeds=(0,),
+    steps: int = 200,
+    train: str = "deepscaler",
+    eval_sets=TABLE2_EVAL_SETS,
+    prompts_per_step: int = PAPER_PROMPTS_PER_STEP["math"],
+    num_generations: int = 8,
+    max_completion_length: int = 4096,
+    micro_batch_size: int | None = 2,
+    gradient_checkpointing: bool = True,
+    n_train: int = 10000,
+    n_eval: int = WHOLE_SETS,
+    sampled_k: int = 16,
+    use_vllm: bool = False,
+    bf16: bool = True,
+    group: str | None = None,
+    **extra,
+) -> list[RunSpec]:
+    """Table 2 runs: base model, binary boxed-answer reward (App. B.1.2), temperature 1.0.
+
+    ``train``: "deepscaler" (DSR), "orz", "generated" (offline arithmetic) or a local parquet/jsonl path;
+    ``eval_sets``: hub names of :data:`trgrpo.tasks.math.MATH_HUB`, "generated", or paths.
+    """
+    group = group or f"math/{short_model_name(model)}/{Path(train).stem}"
+    common = dict(
+        task="math",
+        model=model,
+        steps=steps,
+        prompts_per_step=prompts_per_step,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        micro_batch_size=micro_batch_size,
+        gradient_checkpointing=gradient_checkpointing,
+        n_train=n_train,
+        n_eval=n_eval,
+        use_vllm=use_vllm,
+        bf16=bf16,
+        learning_rate=1e-6,
+        beta=0.001,
+        temperature=1.0,
+        task_options={"train": train, "eval_sets": list(eval_sets), "sampled_k": sampled_k},
+    )
+    common.update(extra)
+    return [RunSpec(**common, scheme=s, seed=seed, group=group) for s in schemes for seed in seeds]
+
+
+def _get(params: dict, key: str, default=None):
+    value = params.get(key, default)
+    return default if value is None and default is not None else value
+
+
+def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
+    """Notebook 05's parameters cell (upper-case names) -> :func:`kk_specs`; the planner reads plans the same way."""
+    return kk_specs(
+        params["MODEL"],
+        schemes=tuple(params["SCHEMES"]),
+        seeds=tuple(params["SEEDS"]),
+        steps=int(params["STEPS"]),
+        taus=tuple(_get(params, "TAUS", ())),
+        ranges=[tuple(r) for r in _get(params, "RANGES", ())],
+        prompts_per_step=int(params["PROMPTS_PER_STEP"]),
+        num_generations=int(params["GROUP_SIZE"]),
+        max_completion_length=int(params["MAX_COMPLETION_LENGTH"]),
+        micro_batch_size=_get(params, "MICRO_BATCH_SIZE", 2),
+        gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
+        n_train=int(params["N_TRAIN"]),
+        n_eval_per_size=int(params["N_EVAL_PER_SIZE"]),
+        prefill_think=bool(_get(params, "PREFILL_THINK", True)),
+        train_path=params.get("KK_TRAIN_PATH"),
+        eval_path=params.get("KK_EVAL_PATH"),
+        placement=_get(params, "PLACEMENT", "ratio"),
+        tau_mode=_get(params, "TAU_MODE", "scale"),
+        use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
+        bf16=bool(_get(params, "BF16", True)),
+        temperature=float(_get(params, "TEMPERATURE", 0.7)),
+        max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
+        report_to=_get(params, "REPORT_TO", "none"),
+        save_steps=int(_get(params, "SAVE_STEPS", 20)),
+    )
+
+
+def math_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
+    """Notebook 06's parameters cell -> :func:`math_specs`."""
+    return math_specs(
+        params["MODEL"],
+        schemes=tuple(params["SCHEMES"]),
+        seeds=tuple(params["SEEDS"]),
+        steps=int(params["STEPS"]),
+        train=params["TRAIN"],
+        eval_sets=tuple(params["EVAL_SETS"]),
+        prompts_per_step=int(params["PROMPTS_PER_STEP"]),
+        num_generations=int(params["GROUP_SIZE"]),
+        max_completion_length=int(params["MAX_COMPLETION_LENGTH"]),
+        micro_batch_size=_get(params, "MICRO_BATCH_SIZE", 2),
+        gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
+        n_train=int(params["N_TRAIN"]),
+        n_eval=int(params["N_EVAL"]),
+        sampled_k=int(_get(params, "SAMPLED_K", 16)),
+        use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
+        bf16=bool(_get(params, "BF16", True)),
+        max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
+        report_to=_get(params, "REPORT_TO", "none"),
+        save_steps=int(_get(params, "SAVE_STEPS", 20)),
+    )
+
+
+NOTEBOOK_SPECS = {"05_": kk_specs_from_parameters, "06_": math_specs_from_parameters}
+
+
+def n_devices() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def cuda_missing() -> str | None:
+    """None when torch sees a CUDA device; otherwise why not, in one line naming torch's CUDA and the driver."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"no CUDA device: torch {torch.__version__} is a CPU build (install vLLM's torch: environment.yml)"
+    return (
+        f"no CUDA device: torch {torch.__version__} is built for CUDA {torch.version.cuda} and sees no GPU; the NVIDIA "
+        "driver must support that CUDA (vLLM 0.31's torch 2.13 is built for CUDA 13: driver >= 580; `nvidia-smi` "
+        "prints the driver and the highest CUDA it supports): update the driver"
+    )
+
+
+def is_full_scale(model: str) -> bool:
+    """A model of at least :data:`FULL_SCALE_PARAMS` parameters (the planner's shape), or one it does not know."""
+    from trgrpo.plan import model_shape
+
+    try:
+        return model_shape(model).params >= FULL_SCALE_PARAMS
+    except ValueError:  # a hub name the planner has no shape for: a full-scale model
+        return True
+
+
+def refuse_without_cuda(specs: list[RunSpec]) -> str | None:
+    """One line when a full-scale run (:func:`is_full_scale`) would start without CUDA, before any model loads."""
+    big = next((s for s in specs if is_full_scale(s.model)), None)
+    problem = cuda_missing() if big is not None else None
+    if problem is None:
+        return None
+    return (
+        f"{big.name}: {short_model_name(big.model)} is a full-scale model and {problem}; "
+        "on a CPU run smoke mode instead: python -m trgrpo.batch experiments/smoke.yaml"
+    )
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return n_devices() > 0 and importlib.util.find_spec("vllm") is not None
+
+
+def task_module(task: str) -> str | None:
+    """The module that registers ``task`` (a child process imports it); None when it lives in ``__main__``."""
+    from trgrpo.tasks import TASKS
+
+    module = TASKS[task].build.__module__
+    return None if module == "__main__" else module
+
+
+def write_specs(specs: list[RunSpec], path: Path) -> Path:
+    """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    grid = [dataclasses.asdict(s) for s in specs]
+    imports = sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"})
+    data = {"imports": imports} if imports else {}
+    path.write_text(yaml.safe_dump({**data, "base": {}, "grid": grid}, sort_keys=False))
+    return path
+
+
+def run_command(
+    spec_file: Path | str,
+    *,
+    results_dir: Path | str,
+    gpus: int = 0,
+    cpu_processes: int = 1,
+    accelerate_config: str = "configs/zero2.yaml",
+    force: bool = False,
+    keep_checkpoints: bool = True,
+) -> list[str]:
+    """The command that trains one spec file in its own process (no process ever builds a second vLLM engine).
+
+    ``gpus > 1``: ``accelerate launch`` with the DeepSpeed config; ``cpu_processes > 1`` (tests, no GPU):
+    ``accelerate launch --multi_gpu`` on CPU (torchrun + gloo; ``accelerate launch --cpu`` starts only one process);
+    otherwise ``python -m trgrpo.train``. ``results_dir`` is passed absolute (the launcher runs from the repo root).
+    """
+    train = ["-m", "trgrpo.train", "--config", str(Path(spec_file).resolve())]
+    train += ["--results", str(Path(results_dir).resolve())]
+    train += (["--force"] if force else []) + ([] if keep_checkpoints else ["--no-keep-checkpoints"])
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
+    if gpus > 1:
+        cfg = Path(accelerate_config)
+        cfg = cfg if cfg.is_absolute() else ROOT / cfg
+        return [*accelerate, "--config_file", str(cfg), "--num_processes", str(gpus), *train]
+    if cpu_processes > 1:
+        flags = ["--multi_gpu", "--num_processes", str(cpu_processes), "--num_machines", "1"]
+        flags += ["--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port())]
+        return [*accelerate, *flags, *train]
+    return [sys.executable, *train]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(gpus: int = 0) -> dict:
+    """The environment of a run's process: this one's, with the checkpoint folder, the repository on PYTHONPATH and,
+    for a one-GPU run on a machine with several, only the first GPU visible."""
+    from trgrpo import experiment
+
+    env = dict(os.environ)
+    env["TRGRPO_CHECKPOINTS"] = str(Path(experiment.CHECKPOINT_DIR).resolve())
+    if gpus == 1 and n_devices() > 1:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return env
+
+
+def launch(
+    specs: list[RunSpec],
+    *,
+    gpus: int | None = None,
+    accelerate_config: str = "configs/zero2.yaml",
+    results_dir: Path | str | None = None,
+    force: bool = False,
+    keep_checkpoints: bool = True,
+    cpu_processes: int = 1,
+    log_dir: Path | str | None = None,
+    isolate: bool | None = None,
+) -> list[dict]:
+    """Run specs, each in its own process (:func:`run_command`), with its log streamed and kept in ``log_dir``.
+
+    ``isolate=None``: own processes whenever a GPU is used (a colocated vLLM engine per process, never two) or
+    ``cpu_processes > 1``; a single-process CPU run (smoke runs, tests) stays in this process, which saves the
+    start-up of a new interpreter and TRL.
+
+    ``keep_checkpoints=False`` deletes a run's checkpoint folder once its result is written (smoke runs: a
+    SmolLM2 checkpoint with its optimizer state is 1.6 GB). ``accelerate_config``: ``configs/zero2.yaml`` or
+    ``configs/zero3.yaml`` (7B-8B models) when ``gpus > 1``.
+
+    Returns the result records (read back from ``results_dir``, absolute). Specs whose results exist are skipped
+    unless ``force`` (which re-runs them from scratch); a spec with a checkpoint resumes from it. Raises after the
+    last run if any run failed. A full-scale run without CUDA stops everything first (SystemExit with one line,
+    :func:`refuse_without_cuda`).
+    """
+    import json
+
+    if problem := refuse_without_cuda(specs):
+        raise SystemExit(problem)
+    results_dir = Path(results_dir or RESULTS_DIR).resolve()
+    log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
+    gpus = n_devices() if gpus is None else gpus
+    todo = [s for s in specs if force or not (results_dir / s.group / f"{s.name}.json").exists()]
+    where = "CPU" if gpus == 0 else f"{gpus} GPU(s)"
+    if gpus == 0 and cpu_processes > 1:
+        where = f"CPU, {cpu_processes} processes"
+    print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
+    failed = []
+    isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
+    for k, spec in enumerate(todo, 1):
+        if not isolate or task_module(spec.task) is None:  # a task defined in __main__: a child cannot import it
+            from trgrpo.experiment import run
+
+            print(f"[{k}/{len(todo)}] {spec.name} (in this process)", flush=True)
+            run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
+            continue
+        cfg = write_specs([spec], log_dir / spec.group / f"{spec.name}.yaml")
+        log = cfg.with_suffix(".log")
+        cmd = run_command(
+            cfg,
+            results_dir=results_dir,
+            gpus=gpus,
+            cpu_processes=cpu_processes,
+            accelerate_config=accelerate_config,
+            force=force,
+            keep_checkpoints=keep_checkpoints,
+        )
+        print(f"[{k}/{len(todo)}] {spec.name}\n  log: {log}\n  $ {' '.join(cmd)}", flush=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=child_env(gpus), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        assert proc.stdout is not None
+        with log.open("w") as fh:
+            for line in proc.stdout:
+                fh.write(line)
+                sys.stdout.write(line)
+        if proc.wait() != 0:
+            failed.append(f"{spec.name} (exit code {proc.returncode}, log {log})")
+    if failed:
+        raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
+    return [
+        json.loads((results_dir / s.group / f"{s.name}.json").read_text())
+        for s in specs
+        if (results_dir / s.group / f"{s.name}.json").exists()
+    ]

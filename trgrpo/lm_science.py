@@ -1,0 +1,232 @@
+"""The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic): does TR-GRPO's regulation change what a
+pretrained model learns? Each stage reads its committed plan (``results/lm/<stage>/plan.yaml``) and writes its
+records beside it; a restarted stage skips the records it already has.
+
+Stage 0, task calibration (:func:`stage0`): for each candidate task of the plan, in order, a short GRPO probe; its
+record carries ``calibration``: the sampled accuracy at the training temperature and where the sampled tokens fall
+on Eq. 11's curve (shares at L, strictly between, at U), measured the same way on the model before and after the
+probe (:func:`measure`). ``decision.json`` applies the plan's acceptance rule: the first candidate that passes.
+
+Later stages (:func:`grid`): the plan's ``base`` run spec, its ``arms`` (a scheme and overrides each) and ``seeds``;
+each run evaluates greedily on the fixed held-out set at the plan's ``eval_steps`` and after its last step
+(``eval_history``), and its history holds per step the shares of tokens at L / between / at U of Eq. 11
+(``tr/eq11_*``) and the pre-clip gradient norm (``grad_norm``). Runs go seed by seed, all arms of a seed together,
+so that a stopped grid leaves complete pairs.
+
+``python -m trgrpo.lm_science stage0 results/lm/stage0/plan.yaml``
+``python -m trgrpo.lm_science grid results/lm/stage1/plan.yaml``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, write_json
+
+
+def measure(model: Any, tokenizer: Any, problems: list[dict], m: dict) -> dict[str, Any]:
+    """Sample ``m["samples_per_prompt"]`` completions of each problem at ``m["temperature"]`` (at most
+    ``m["max_new_tokens"]`` tokens, seed ``m["seed"]``): the share answered right (first integer) and the shares
+    of sampled tokens with Eq. 11's weight (paper defaults) at L, strictly between L and U, and at U."""
+    from trgrpo.tasks import arith
+    from trgrpo.token_stats import sample_token_probabilities, weight_histogram
+
+    k = m["samples_per_prompt"]
+    occ = sample_token_probabilities(
+        model,
+        tokenizer,
+        [arith.arith_prompt(p) for p in problems],
+        samples_per_prompt=k,
+        max_new_tokens=m["max_new_tokens"],
+        temperature=m["temperature"],
+        batch_size=16,
+        seed=m["seed"],
+    )
+    texts = [""] * (len(problems) * k)
+    for row, text in zip(occ.completion, occ.texts):
+        texts[row] += text
+    right = [arith.answer_reward(t, problems[i // k]["answer"]) for i, t in enumerate(texts)]
+    h = weight_histogram(occ.probs, task="arith", model="embedded")
+    shares = {f: h[f] for f in ("share_at_lower", "share_between", "share_at_upper", "n_tokens")}
+    return {"sampled_accuracy": sum(right) / len(right), "n_completions": len(right), **shares}
+
+
+def probe_spec(plan: dict, cand: dict) -> RunSpec:
+    """The GRPO probe of one candidate: the plan's ``probe`` settings with the candidate's task options."""
+    options = {"kind": cand["kind"], "range": list(cand["range"]), "reward": plan["reward"]}
+    return RunSpec.from_dict(
+        {
+            **plan["probe"],
+            "task": "arith",
+            "model": plan["model"],
+            "task_options": options,
+            "group": plan["group"],
+            "name": f"probe-{cand['id']}",
+        }
+    )
+
+
+def accepted(plan: dict, cal: dict) -> bool:
+    """The plan's acceptance rule on one candidate's ``calibration``."""
+    rule = plan["accept"]
+    lo, hi = rule["sampled_accuracy_before"]
+    before, after = cal["before"], cal["after"]
+    return (
+        lo <= before["sampled_accuracy"] <= hi
+        and before["share_between"] >= rule["share_between_before_min"]
+        and after["share_between"] >= rule["share_between_after_min"]
+    )
+
+
+def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict:
+    """Run (or skip, when recorded) each candidate's probe, then write ``decision.json`` beside the plan."""
+    from trgrpo.experiment import read_record
+
+    plan = yaml.safe_load(Path(plan_path).read_text())
+    results = Path(results_dir or RESULTS_DIR)
+    rows = []
+    for cand in plan["candidates"]:
+        spec = probe_spec(plan, cand)
+        path = results / spec.group / f"{spec.name}.json"
+        if not path.exists():
+            _probe(plan, cand, spec, results)
+        rec = read_record(path)
+        cal = rec["calibration"]
+        rows.append(
+            {
+                "id": cand["id"],
+                "kind": cand["kind"],
+                "range": cand["range"],
+                "before": cal["before"],
+                "after": cal["after"],
+                "accepted": accepted(plan, cal),
+                "seconds_per_step": rec["seconds_per_step"],
+                "greedy_accuracy": [(rec.get("initial") or {}).get("accuracy"), rec["final"].get("accuracy")],
+            }
+        )
+    choice = next((r["id"] for r in rows if r["accepted"]), None)
+    decision = {
+        "kind": "lm_stage0_decision",
+        "plan": str(plan_path),
+        "accepted": choice,
+        "candidates": rows,
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+    }
+    write_json(results / plan["group"] / "decision.json", decision)
+    print(f"[stage0] accepted: {choice or 'none'}")
+    return decision
+
+
+def _probe(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
+    """Train one candidate's probe; its record gets ``calibration`` (before and after, the same measurement)."""
+    from trgrpo.experiment import run
+    from trgrpo.tasks import arith
+
+    low, high = cand["range"]
+    problems = arith.make_problems(plan["measure"]["n_prompts"], seed=0, low=low, high=high, kind=cand["kind"])
+    cal: dict[str, Any] = {"measure": plan["measure"]}
+    held: dict[str, Any] = {}
+
+    def before(trainer):
+        held["trainer"] = trainer
+        cal["before"] = measure(trainer.model, trainer.processing_class, problems, plan["measure"])
+        print(f"[stage0] {cand['id']} before: {_fmt(cal['before'])}", flush=True)
+
+    def after(record):
+        trainer = held["trainer"]
+        cal["after"] = measure(trainer.model, trainer.processing_class, problems, plan["measure"])
+        print(f"[stage0] {cand['id']} after {spec.steps} steps: {_fmt(cal['after'])}", flush=True)
+        return {"calibration": cal}
+
+    run(spec, results_dir=results, trainer_ready=before, record_extras=after, keep_checkpoints=False)
+
+
+def grid_specs(plan: dict) -> list[RunSpec]:
+    """The plan's runs, seed by seed: ``<arm>-seed<k>`` in ``plan["group"]``."""
+    return [
+        RunSpec.from_dict(
+            {
+                **plan["base"],
+                **arm.get("set", {}),
+                "scheme": arm["scheme"],
+                "seed": seed,
+                "group": plan["group"],
+                "name": f"{arm['id']}-seed{seed}",
+            }
+        )
+        for seed in plan["seeds"]
+        for arm in plan["arms"]
+    ]
+
+
+def grid(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
+    """Run every run of the plan that has no record yet (a killed run starts again from its beginning)."""
+    plan = yaml.safe_load(Path(plan_path).read_text())
+    results = Path(results_dir or RESULTS_DIR)
+    specs = grid_specs(plan)
+    for k, spec in enumerate(specs, 1):
+        if not (results / spec.group / f"{spec.name}.json").exists():
+            print(f"[grid] {k}/{len(specs)} {spec.name}", flush=True)
+            _grid_run(spec, plan["eval_steps"], results)
+
+
+def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
+    """One run with greedy held-out evaluations at ``eval_steps`` (greedy: nothing drawn from the sampling RNG)."""
+    from transformers import TrainerCallback
+
+    from trgrpo.experiment import run
+    from trgrpo.tasks import TASKS
+
+    task, rows, held = TASKS[spec.task], [], {}
+
+    class HeldOut(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if state.global_step in eval_steps:
+                model.eval()
+                acc = task.evaluate(model, processing_class, held["records"], spec)["accuracy"]
+                model.train()
+                rows.append({"step": state.global_step, "accuracy": acc})
+                print(f"[grid] {spec.name} step {state.global_step}: accuracy {acc:.3f}", flush=True)
+
+    def ready(trainer):
+        held["records"] = task.build(spec, trainer.processing_class)[1]  # the run's own held-out set
+
+    def extras(record):
+        start = [{"step": 0, "accuracy": record["initial"]["accuracy"]}] if record.get("initial") else []
+        return {"eval_history": [*start, *rows, {"step": spec.steps, "accuracy": record["final"]["accuracy"]}]}
+
+    run(
+        spec,
+        results_dir=results,
+        callbacks=[HeldOut()],
+        trainer_ready=ready,
+        record_extras=extras,
+        keep_checkpoints=False,
+    )
+
+
+def _fmt(m: dict) -> str:
+    return (
+        f"sampled accuracy {m['sampled_accuracy']:.3f}, tokens at L {m['share_at_lower']:.3f}, between "
+        f"{m['share_between']:.3f}, at U {m['share_at_upper']:.3f} ({m['n_tokens']} tokens)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="The real-LM experiment, one stage from its committed plan")
+    ap.add_argument("stage", choices=["stage0", "grid"])
+    ap.add_argument("plan")
+    ap.add_argument("--results", default=None)
+    args = ap.parse_args(argv)
+    (stage0 if args.stage == "stage0" else grid)(args.plan, args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Readable notebook output, set once at ``import trgrpo`` (issue 17).
+
+* FutureWarnings that transformers, TRL, accelerate, datasets and huggingface_hub raise about their own internals
+  (deprecations the reader cannot act on) are filtered; anything else still shows.
+* Headless runs (``TRGRPO_HEADLESS=1``, set by ``trgrpo.batch`` and the notebook tests) turn progress bars off:
+  a saved notebook would keep a widget frozen at "0%". In JupyterLab the bars stay (tqdm's notebook bar).
+* The project's own ``[trgrpo] ...`` status lines go to stdout (they are not errors).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
+
+
+def headless() -> bool:
+    """True in a headless run (papermill from ``trgrpo.batch`` or the tests)."""
+    return os.environ.get("TRGRPO_HEADLESS", "0") not in ("", "0", "false", "False")
+
+
+def configure() -> None:
+    """Filter the dependencies' FutureWarnings; in a headless run, disable progress bars (tqdm, transformers, hub)."""
+    warnings.filterwarnings("ignore", category=FutureWarning, module=DEPENDENCIES)
+    if headless():
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        import sys
+
+        if "transformers" in sys.modules:  # imported before trgrpo: its bar switch was read already
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | None = None, max_items: int = 8) -> str:
+    """Write a notebook's ``headline`` record to ``path`` (atomic JSON, NaN -> null) and print a short summary:
+    a ``saved to PATH`` line, then ``key: value`` for at most ``max_items`` top-level scalar entries (those named in
+    ``keys``, in that order, else the first ones; nested entries are in the file, not on screen). Returns the text."""
+    from pathlib import Path
+
+    from trgrpo.experiment import write_json
+
+    if not isinstance(headline, dict):
+        raise TypeError(f"headline must be a dict, got {type(headline).__name__}")
+    saved = write_json(Path(path), headline)
+    unknown = [k for k in keys or [] if k not in headline]
+    if unknown:
+        raise KeyError(f"keys not in headline: {unknown}")
+    items = [(k, headline[k]) for k in keys] if keys else list(headline.items())
+    scalars = [(k, v) for k, v in items if v is None or isinstance(v, (bool, int, float, str))]
+    lines = [f"saved to {saved}"] + [f"  {k}: {_short(v)}" for k, v in scalars[:max_items]]
+    rest = len(headline) - min(len(scalars), max_items)
+    if rest:
+        lines.append(f"  (+{rest} more entries in the file)")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+# ---- notebook: The few lines every notebook needs, in one place: ``nb = setup("01_gradient_norm_theorem", SMOKE)``.
+
+
+SMOKE_ENV = "TRGRPO_SMOKE"
+FALSE_WORDS = ("", "0", "false", "False")
+
+
+def smoke_from_env() -> bool:
+    """``TRGRPO_SMOKE`` as a switch: unset, empty, ``0`` or ``false`` is off, anything else on."""
+    return os.environ.get(SMOKE_ENV, "0") not in FALSE_WORDS
+
+
+def find_root(start: str | os.PathLike | None = None) -> Path:
+    """The nearest of ``start`` (default: the working folder) and its parents that holds a ``trgrpo/`` package
+    folder; ``start`` itself when none does."""
+    here = Path(start or Path.cwd()).resolve()
+    return next((p for p in (here, *here.parents) if (p / "trgrpo" / "__init__.py").is_file()), here)
+
+
+def versions(*packages: str) -> str:
+    """One line: python, each named package's version (torch with its device: CPU or the CUDA device count), and
+    trgrpo's. ``print(versions("torch", "numpy"))`` is a notebook's first output."""
+    import importlib
+
+    from trgrpo import __version__
+
+    parts = [f"python {platform.python_version()}"]
+    for name in packages:
+        module = importlib.import_module(name)
+        text = f"{name} {getattr(module, '__version__', '?')}"
+        if name == "torch":
+            n = module.cuda.device_count()
+            text += f" ({n} CUDA device{'s' * (n != 1)})" if n else " (CPU)"
+        parts.append(text)
+    return " | ".join(parts + [f"trgrpo {__version__}"])
+
+
+def cpu_threads(threads: int = 0) -> int:
+    """Set torch's CPU threads and return the number: ``threads`` if > 0, else 2 (or 1 when the machine is already
+    busy: two threads thrash on a loaded 2-core machine), never more than the cores."""
+    import torch
+
+    cores = os.cpu_count() or 1
+    busy = hasattr(os, "getloadavg") and os.getloadavg()[0] >= cores
+    n = threads if threads > 0 else (1 if busy else min(2, cores))
+    torch.set_num_threads(n)
+    return n
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """Where a notebook's outputs go, and its clock (see the module docstring)."""
+
+    name: str
+    smoke: bool
+    root: Path
+    started: float = field(default_factory=time.time)
+
+    @property
+    def tag(self) -> str:
+        return "_smoke" if self.smoke else ""
+
+    @property
+    def results(self) -> Path:
+        own = self.root / "results"
+        package_checkout = Path(__file__).resolve().parents[1] / "results"
+        return own if own.is_dir() or not package_checkout.is_dir() else package_checkout
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs" / "smoke-results" if self.smoke else self.root / "results"
+
+    @property
+    def figures(self) -> Path:
+        return Path(os.environ.get("TRGRPO_FIGURES") or self.root / "figures")
+
+    @property
+    def headline_path(self) -> Path:
+        return self.root / "results" / "notebooks" / f"{self.name}{self.tag}.json"
+
+    def elapsed(self) -> float:
+        """Seconds since :func:`setup`."""
+        return time.time() - self.started
+
+    def save_headline(self, headline: dict, keys: list[str] | None = None) -> Path:
+        """Write ``headline`` to :attr:`headline_path` (JSON) and print ``saved to ...`` and at most eight of its
+        entries (those named in ``keys``): :func:`trgrpo.notebook.save_headline`."""
+
+        save_headline(headline, self.headline_path, keys=keys)
+        return self.headline_path
+
+
+def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | None = None) -> Notebook:
+    """The :class:`Notebook` of the notebook ``name`` (its file name without ``.ipynb``), in smoke mode if ``smoke``
+    (``None``: :func:`smoke_from_env`), rooted at ``root`` (default :func:`find_root`). Prints one line saying the
+    mode."""
+    if not isinstance(name, str) or not name or Path(name).name != name or name.endswith(".ipynb"):
+        raise ValueError(f"name must be the notebook's file name without folder or .ipynb, got {name!r}")
+    nb = Notebook(name, smoke_from_env() if smoke is None else bool(smoke), Path(root) if root else find_root())
+    print(f"{name}: {'smoke mode (a fast pipeline check: its numbers mean nothing)' if nb.smoke else 'full mode'}")
+    return nb

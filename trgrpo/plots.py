@@ -1,0 +1,924 @@
+"""Figure functions for the notebooks: a flat module of ``plot_xxx(..., ax=None) -> Figure`` and :func:`save`.
+
+Figures are built with :class:`matplotlib.figure.Figure` (not pyplot), so nothing is shown twice in a
+notebook and nothing leaks between calls. :func:`save` writes ``figures/<name>.png`` at a modest dpi so the
+PNGs stay small; :func:`show` displays a figure or a saved PNG in a notebook (``plots.show(plots.save(fig, name))``
+embeds the very file in figures/).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from trgrpo import stats as an
+from trgrpo.loss import zero_gradient_mask
+from trgrpo.paper import TABLE7_LU, TABLE7_TAUS
+from trgrpo.weights import WeightParams, as_weight_params, token_weights
+
+DEFAULTS = WeightParams()  # the paper's Eq. 11 hyperparameters (App. B.2)
+SCHEME_COLORS = {"equal": "tab:green", "tr": "tab:blue", "reverse": "tab:orange", "random": "tab:gray"}
+SCHEME_LABELS = {"equal": "GRPO (w = 1)", "tr": "TR-GRPO", "reverse": "Reverse (2 - w)", "random": "Random"}
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def figures_dir() -> Path:
+    """Where :func:`save` writes: ``$TRGRPO_FIGURES``, else ``figures/`` of the checkout holding this package,
+    else ``./figures``."""
+    env = os.environ.get("TRGRPO_FIGURES")
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parents[1]
+    if (root / "pyproject.toml").exists():
+        return root / "figures"
+    return Path.cwd() / "figures"
+
+
+def save(fig: Figure, name: str, directory: str | os.PathLike | None = None, *, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``<directory or figures_dir()>/<name>.png`` and return the path."""
+    d = Path(directory) if directory is not None else figures_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / (name if name.endswith(".png") else f"{name}.png")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def show(fig_or_path: Figure | str | os.PathLike, *, dpi: int = 100):
+    """An IPython image of a figure (rendered to PNG) or of a saved PNG, e.g. ``plots.show(plots.save(fig, name))``.
+
+    Figures here are not pyplot figures, so a notebook displays them through this (no ``%matplotlib`` needed).
+    """
+    from IPython.display import Image
+
+    if isinstance(fig_or_path, (str, os.PathLike)):
+        return Image(filename=str(fig_or_path))
+    buf = io.BytesIO()
+    fig_or_path.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return Image(data=buf.getvalue(), format="png")
+
+
+def _has_data(ax) -> bool:
+    """True if ``ax`` draws something visible: a line through two finite points, a bar of finite non-zero height,
+    a non-empty scatter/collection or an image (a one-step run draws single points, which do not show)."""
+    for line in ax.get_lines():
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        if (np.isfinite(x) & np.isfinite(y)).sum() >= 2:
+            return True
+    for patch in ax.patches:
+        h = getattr(patch, "get_height", lambda: 0.0)()
+        if np.isfinite(h) and h != 0:
+            return True
+    return bool(ax.images) or any(len(c.get_offsets()) or len(c.get_paths()) for c in ax.collections)
+
+
+def mark_smoke(fig, what: str, path: str | os.PathLike | None = None, *, smoke: bool = True):
+    """Label a figure from a smoke run: its title (the suptitle if it has one, else each axis title) gets a line
+    ``(smoke run: <what>)`` and each axis that draws nothing a note that it is empty by design. ``smoke=False``
+    returns ``fig`` unchanged; ``path`` re-saves it."""
+    if not smoke:
+        return fig
+    label = f"(smoke run: {what})"
+    sup = fig.get_suptitle()
+    if sup:
+        fig.suptitle(f"{sup}\n{label}")
+    for ax in fig.axes:
+        if not sup:
+            ax.set_title(f"{ax.get_title()}\n{label}" if ax.get_title() else label)
+        if not _has_data(ax):
+            ax.text(
+                0.5,
+                0.5,
+                "empty by design in a smoke run (too few steps to draw)",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="gray",
+            )
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
+def _axes(ax, figsize=(5.0, 3.6)):
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _np(x) -> np.ndarray:
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def _p_grid(n: int = 1001) -> torch.Tensor:
+    return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+
+
+def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *, seed: int = 0) -> np.ndarray:
+    """Weights of ``params`` (its scheme, or ``scheme``) as numpy; ``"random"`` draws from a generator seeded
+    ``seed``."""
+    if scheme is not None and scheme != params.scheme:
+        params = params.replace(scheme=scheme)
+    return token_weights(p, params, generator=torch.Generator().manual_seed(int(seed))).numpy()
+
+
+# --------------------------------------------------------------------------------------------------
+# notebook 01: Theorem 3.1 / 3.2
+# --------------------------------------------------------------------------------------------------
+
+
+def plot_theorem31_bounds(samples: dict, *, ax=None, max_points: int = 6000, seed: int = 0) -> Figure:
+    """||1_k - p|| against 1 - p_k for random distributions, between the lines y = x and y = sqrt(2) x (App. D).
+
+    ``samples``: the dict of :func:`trgrpo.theory.theorem31_samples`; colour = vocabulary size.
+    """
+    fig, ax = _axes(ax, (5.2, 4.0))
+    x, y, v = _np(samples["lower"]), _np(samples["norm"]), np.asarray(samples["vocab_size"])
+    if x.size > max_points:
+        idx = np.random.default_rng(seed).choice(x.size, max_points, replace=False)
+        x, y, v = x[idx], y[idx], v[idx]
+    for vs in sorted(set(v.tolist())):
+        sel = v == vs
+        ax.scatter(x[sel], y[sel], s=5, alpha=0.5, label=f"V = {vs}")
+    line = np.linspace(0, 1, 50)
+    ax.plot(line, line, "k-", lw=1, label="1 - p_k")
+    ax.plot(line, math.sqrt(2) * line, "k--", lw=1, label="sqrt(2) (1 - p_k)")
+    ax.set_xlabel("1 - p_k")
+    ax.set_ylabel("||1_k - p||_2")
+    ax.set_title("Theorem 3.1: (1 - p_k) <= ||1_k - p|| <= sqrt(2)(1 - p_k)")
+    ax.legend(fontsize=7, markerscale=2)
+    return fig
+
+
+def plot_grad_norm_vs_prob(
+    probs,
+    grad_norms,
+    *,
+    bins: int | Sequence[float] = 10,
+    fit: bool = True,
+    ax=None,
+    ylabel: str = "||grad log pi(o_t)||",
+    title: str | None = None,
+    max_points: int = 5000,
+) -> Figure:
+    """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
+    from trgrpo.stats import binned_means
+    from trgrpo.theory import fit_proportional
+
+    fig, ax = _axes(ax, (5.4, 3.8))
+    p, g = _np(probs), _np(grad_norms)
+    sp, sg = p, g
+    if p.size > max_points:
+        idx = np.random.default_rng(0).choice(p.size, max_points, replace=False)
+        sp, sg = p[idx], g[idx]
+    ax.scatter(sp, sg, s=6, alpha=0.3, color="tab:blue", label=f"tokens (n = {p.size})")
+    b = binned_means(p, g, bins)
+    ax.errorbar(b["x_mean"], b["mean"], yerr=b["sem"], fmt="o-", color="tab:red", ms=4, label="binned mean")
+    if fit:
+        c, r2 = fit_proportional(1 - p, g)
+        line = np.linspace(0, 1, 101)
+        ax.plot(line, c * (1 - line), "k--", lw=1, label=f"{c:.3g} (1 - pi)  (R² = {r2:.2f})")
+    ax.set_xlabel("pi(o_t)")
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(-0.02, 1.02)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_theorem32_spread(
+    grad_norms,
+    probs,
+    *,
+    tau_modes: Sequence[str] = ("scale", "divide"),
+    ax=None,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> Figure:
+    """Eq. 13: box plots of w ||grad log pi|| / mean for GRPO, TR-GRPO and Reverse under each tau reading
+    (the other Eq. 11 hyperparameters from ``params`` / ``fields``)."""
+    from trgrpo.stats import spread_stats
+
+    fig, ax = _axes(ax, (6.4, 3.8))
+    g = torch.as_tensor(_np(grad_norms))
+    p = torch.as_tensor(_np(probs)).clamp(0, 1)
+    base = as_weight_params(params, **fields)
+    data, labels, colors = [], [], []
+    for mode in tau_modes:
+        for scheme in ("equal", "tr", "reverse"):
+            w = token_weights(p, base.replace(scheme=scheme, tau_mode=mode))
+            v = (w * g).numpy()
+            s = spread_stats(v)
+            data.append(v / s["mean"])
+            labels.append(f"{SCHEME_LABELS[scheme].split(' (')[0]}\n{mode}\nCV {s['cv']:.3f}")
+            colors.append(SCHEME_COLORS[scheme])
+    bp = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
+    ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    for patch, c in zip(bp["boxes"], colors):
+        patch.set_facecolor(c)
+        patch.set_alpha(0.5)
+    ax.set_ylabel("w ||grad log pi|| / its mean")
+    ax.set_title("Theorem 3.2: spread of the weighted gradient norm", fontsize=10)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# notebook 02: the weight function (Eq. 11) and the three readings
+# --------------------------------------------------------------------------------------------------
+
+
+def _label(params: WeightParams) -> str:
+    """The fields of ``params`` that differ from the paper defaults, ``"defaults"`` when none do."""
+    changed = {k: v for k, v in vars(params).items() if v != getattr(DEFAULTS, k)}
+    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
+
+
+def plot_weight_function(
+    settings: Sequence[WeightParams | dict] | None = None,
+    *,
+    labels: Sequence[str] | None = None,
+    ax=None,
+    title: str = "Eq. 11: w(p)",
+) -> Figure:
+    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields (missing
+    keys take the paper defaults)."""
+    fig, ax = _axes(ax)
+    settings = list(settings) if settings is not None else [DEFAULTS]
+    p = _p_grid()
+    for i, s in enumerate(settings):
+        params = s if isinstance(s, WeightParams) else as_weight_params(**s)
+        ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else _label(params))
+    ax.set_xlabel("p = pi(o_t)")
+    ax.set_ylabel("w")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_tau_sweep(
+    taus: Sequence[float] = TABLE7_TAUS, *, ax=None, params: WeightParams | str = "tr", **fields: Any
+) -> Figure:
+    """w(p) for each tau of Table 7 under one reading of tau (``params.tau_mode``, or the keyword ``tau_mode``)."""
+    base = as_weight_params(params, **fields)
+    form = "sigmoid(tau p)" if base.tau_mode == "scale" else "sigmoid(p / tau)"
+    return plot_weight_function(
+        [base.replace(tau=t) for t in taus],
+        labels=[f"tau = {t:g}" for t in taus],
+        ax=ax,
+        title=f"Table 7 tau sweep, tau_mode='{base.tau_mode}': {form}",
+    )
+
+
+def plot_lu_ranges(
+    ranges: Sequence[tuple[float, float]] = TABLE7_LU, *, ax=None, params: WeightParams | str = "tr", **fields: Any
+) -> Figure:
+    """w(p) for each (L, U) of Table 7."""
+    base = as_weight_params(params, **fields)
+    return plot_weight_function(
+        [base.replace(lower=lo, upper=up) for lo, up in ranges],
+        labels=[f"(L, U) = ({lo:g}, {up:g})" for lo, up in ranges],
+        ax=ax,
+        title="Table 7 clip ranges (L, U)",
+    )
+
+
+def plot_schemes(
+    *, ax=None, seed: int = 0, n_random: int = 400, params: WeightParams | str = "tr", **fields: Any
+) -> Figure:
+    """TR-GRPO, Reverse (2 - w), Equal and Random (uniform on [0.5, 1.5]) weights against p (Table 4)."""
+    fig, ax = _axes(ax)
+    p = _p_grid()
+    base = as_weight_params(params, **fields)
+    for scheme in ("tr", "reverse", "equal"):
+        ax.plot(p.numpy(), _weights(p, base, scheme), color=SCHEME_COLORS[scheme], label=SCHEME_LABELS[scheme])
+    pr = torch.rand(n_random, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    ax.scatter(pr.numpy(), _weights(pr, base, "random", seed=seed), s=4, alpha=0.4,
+               color=SCHEME_COLORS["random"], label="Random (U[0.5, 1.5])")  # fmt: skip
+    ax.set_xlabel("p = pi(o_t)")
+    ax.set_ylabel("w")
+    ax.set_title("Weight schemes of Table 4", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
+    """The factor of Eq. 13: w (1 - p) for TR-GRPO and Reverse against the bare 1 - p of Eq. 8."""
+    fig, ax = _axes(ax)
+    p = _p_grid()
+    base = as_weight_params(params, **fields)
+    for scheme in ("equal", "tr", "reverse"):
+        w = _weights(p, base, scheme)
+        ax.plot(p.numpy(), w * (1 - p.numpy()), color=SCHEME_COLORS[scheme], label=f"{SCHEME_LABELS[scheme]}")
+    ax.set_xlabel("p = pi(o_t)")
+    ax.set_ylabel("w (1 - p)")
+    ax.set_title(f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_zero_gradient(
+    *,
+    placement: str = "ratio",
+    ratio: float = 1.0,
+    eps_low: float = 0.2,
+    eps_high: float = 0.24,
+    ax=None,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> Figure:
+    """Reading 2 (Eq. 9): the clipped quantity (w r or r) against p, the trust band [1 - eps_l, 1 + eps_h],
+    and the p where a token with A > 0 (red) or A < 0 (blue) gets no policy gradient."""
+    fig, ax = _axes(ax)
+    p = _p_grid()
+    w = torch.as_tensor(_weights(p, as_weight_params(params, **fields), "tr"))
+    r = torch.full_like(p, float(ratio))
+    x = (w * r) if placement == "ratio" else r
+    ax.plot(p.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
+    ax.axhspan(1 - eps_low, 1 + eps_high, color="tab:green", alpha=0.12, label="trust band")
+    for sign, color, name in ((1.0, "tab:red", "A > 0: no gradient"), (-1.0, "tab:blue", "A < 0: no gradient")):
+        zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement).numpy()
+        if zero.any():
+            ax.fill_between(p.numpy(), 0, 1, where=zero, color=color, alpha=0.15, transform=ax.get_xaxis_transform(),
+                            label=name)  # fmt: skip
+    ax.set_ylim(min(0.7, float(x.min()) - 0.05), max(1.5, float(x.max()) + 0.05))
+    ax.set_xlabel("p = pi(o_t)")
+    ax.set_ylabel("clipped quantity")
+    ax.set_title(f"placement='{placement}', r = {ratio:g}", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def plot_kl_offset(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
+    """Reading 3: at pi = pi_ref, the value of Eq. 10 (w - log w - 1) and its slope in log pi (1 - w),
+    against the 'outside' form (Eq. 12's gradient) and Eq. 6, both 0 there."""
+    from trgrpo.readings import kl_offset_table
+
+    fig, ax = _axes(ax)
+    p = np.linspace(0.001, 1.0, 400)
+    rows = kl_offset_table(p.tolist(), params=as_weight_params(params, **fields).replace(scheme="tr"))
+    ax.plot(p, [r["eq10_value"] for r in rows], color="tab:purple", label="Eq. 10 value: w - log w - 1")
+    ax.plot(p, [r["eq10_dlogpi"] for r in rows], color="tab:purple", ls="--", label="Eq. 10 d/dlog pi: 1 - w")
+    ax.plot(p, [r["outside_value"] for r in rows], color="tab:gray", label="'outside' / Eq. 6: value and slope 0")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel("p = pi(o_t) = pi_ref(o_t)")
+    ax.set_ylabel("KL term at pi = pi_ref")
+    ax.set_title("Reading 3: Eq. 10 is not zero at pi = pi_ref", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_weight_explorer(
+    params: WeightParams | str = "tr",
+    *,
+    placement: str = "ratio",
+    eps_low: float = 0.2,
+    eps_high: float = 0.24,
+    **fields: Any,
+) -> Figure:
+    """Three panels for one setting (``params``, or the Eq. 11 keywords ``fields``): w(p) (paper default dashed),
+    the Eq. 13 factor w(1 - p), and the zero-gradient regions of Eq. 9 at r = 1 under ``placement``.
+    The callback of :func:`weight_explorer`."""
+    fig = Figure(figsize=(12.0, 3.6), layout="constrained")
+    axes = fig.subplots(1, 3)
+    params = as_weight_params(params, **fields)
+    p = _p_grid()
+    w = _weights(p, params, "tr")
+    axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
+    axes[0].plot(p.numpy(), w, color="tab:blue", lw=2, label="this setting")
+    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color="tab:orange", lw=1, label="Reverse 2 - w")
+    axes[0].set_xlabel("p")
+    axes[0].set_ylabel("w")
+    flat = bool(np.allclose(w, 1.0))
+    axes[0].set_title(
+        f"w(p): tau_mode='{params.tau_mode}'" + (" (w = 1 = 2 - w: lines coincide)" if flat else ""), fontsize=10
+    )
+    axes[0].legend(fontsize=7)
+    plot_eq13_factor(ax=axes[1], params=params)
+    plot_zero_gradient(ax=axes[2], placement=placement, eps_low=eps_low, eps_high=eps_high, params=params)
+    return fig
+
+
+def explorer_sample_probs(n: int = 2400, seed: int = 0) -> torch.Tensor:
+    """The explorer's sample batch: the probability of a sampled token in peaked, medium and flat contexts over a
+    1000-token vocabulary (a third each; the synthetic batch of notebook 02's exercises)."""
+    from trgrpo.theory import pick_tokens, random_distributions
+
+    g = torch.Generator().manual_seed(seed)
+    parts = []
+    for temperature in (0.05, 0.3, 1.0):
+        probs = random_distributions(n // 3, 1000, temperature, generator=g)
+        parts.append(probs.gather(-1, pick_tokens(probs, "sample", generator=g)[:, None]).squeeze(-1))
+    return torch.cat(parts)
+
+
+def explorer_readout(
+    placement: str = "ratio",
+    eps_low: float = 0.2,
+    eps_high: float = 0.24,
+    sample=None,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> str:
+    """One line for the explorer: the cut-off probability above which a token with A > 0 gets no gradient (and below
+    which one with A < 0 gets none) at r = 1 under ``placement``, and the share of a sample batch silenced."""
+    from trgrpo.readings import zero_gradient_fraction, zero_gradient_thresholds
+
+    kw = {"params": as_weight_params(params, **fields).replace(scheme="tr")}
+    th = zero_gradient_thresholds(eps_low=eps_low, eps_high=eps_high, resolution=1e-4, **kw)[placement]
+    sample = explorer_sample_probs() if sample is None else torch.as_tensor(sample, dtype=torch.float64)
+    frac = zero_gradient_fraction(sample, eps_low=eps_low, eps_high=eps_high, **kw)
+    pos = "none" if th["pos_from_p"] is None else f"p >= {th['pos_from_p']:.3f}"
+    neg = "none" if th["neg_up_to_p"] is None else f"p <= {th['neg_up_to_p']:.3f}"
+    return (
+        f"placement={placement!r}, r = 1: no gradient for A > 0 at {pos}, for A < 0 at {neg}. "
+        f"Of {sample.numel()} sampled tokens, silenced if A > 0: {frac[placement + '_pos']:.1%}, "
+        f"if A < 0: {frac[placement + '_neg']:.1%}."
+    )
+
+
+EXPLORER_TAUS = (0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 9.0, 10.0, 12.0, 15.0, 20.0, 30.0)  # Table 7 and between
+
+
+def weight_explorer(**defaults):
+    """Sliders for alpha, mu, tau, L, U and dropdowns for tau_mode and placement that redraw
+    :func:`plot_weight_explorer` live (ipywidgets). Returns the widget; display it in a notebook."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    d = {**vars(DEFAULTS), "placement": "ratio", **defaults}
+    style = {"description_width": "initial"}  # the whole label, never "tau_m..."
+    controls = {
+        "alpha": widgets.FloatSlider(value=d["alpha"], min=0.5, max=4.0, step=0.1, description="alpha", style=style),
+        "mu": widgets.FloatSlider(value=d["mu"], min=-0.5, max=0.45, step=0.05, description="mu", style=style),
+        # A fixed list that holds Table 7's taus and the given one: a log slider snapped tau = 9 to 10^0.95 = 8.91.
+        "tau": widgets.SelectionSlider(
+            options=[(f"{t:g}", t) for t in sorted({*EXPLORER_TAUS, float(d["tau"])})],
+            value=float(d["tau"]),
+            description="tau",
+            style=style,
+        ),  # fmt: skip
+        "lower": widgets.FloatSlider(value=d["lower"], min=0.1, max=1.5, step=0.05, description="L", style=style),
+        "upper": widgets.FloatSlider(value=d["upper"], min=0.5, max=1.95, step=0.05, description="U", style=style),
+        "tau_mode": widgets.Dropdown(
+            options=["scale", "divide"], value=d["tau_mode"], description="tau_mode", style=style
+        ),  # fmt: skip
+        "placement": widgets.Dropdown(
+            options=["ratio", "surrogate"], value=d["placement"], description="placement", style=style
+        ),  # fmt: skip
+    }
+    out = widgets.Output()
+    sample = explorer_sample_probs()
+
+    def redraw(**kw) -> None:
+        out.clear_output(wait=True)
+        with out:
+            if kw["lower"] > kw["upper"]:
+                print(f"L = {kw['lower']} > U = {kw['upper']}: move L below U")
+                return
+            placement = kw.pop("placement")
+            params = as_weight_params(**kw)  # the sliders' values, validated once
+            print(explorer_readout(placement, sample=sample, params=params))
+            display(show(plot_weight_explorer(params=params, placement=placement)))
+
+    widgets.interactive_output(redraw, controls)
+    box = widgets.VBox(
+        [widgets.HBox([controls["alpha"], controls["mu"], controls["tau"]]),
+         widgets.HBox([controls["lower"], controls["upper"], controls["tau_mode"], controls["placement"]]),
+         out]
+    )  # fmt: skip
+    box.controls = controls  # for tests and for readers who want to set values from code
+    box.output = out
+    return box
+
+
+# ---- toy_plots: Figures of the CPU toy (notebook 03): Figure 3 and 4 analogs, per-token gradient norm vs probabilit
+
+
+# Paper colours where it has them (Figure 2: TR-GRPO blue, Reverse orange, GRPO green).
+COLORS = {
+    "equal": "tab:green",
+    "tr-surrogate": "tab:blue",
+    "tr-ratio": "tab:purple",
+    "reverse-surrogate": "tab:orange",
+    "random": "tab:gray",
+    "equal-randomreward": "black",
+    "const-surrogate": "tab:red",
+    "tr_norm-surrogate": "tab:cyan",
+}
+NAMES = {
+    "equal": "GRPO (equal w)",
+    "tr-surrogate": "TR-GRPO, w outside clip",
+    "tr-ratio": "TR-GRPO, w in ratio (Eq. 9)",
+    "reverse-surrogate": "Reverse (2 - w)",
+    "random": "Random w ~ U[0.5, 1.5]",
+    "equal-randomreward": "GRPO, random reward",
+    "const-surrogate": "const: TR's batch-mean scale only",
+    "tr_norm-surrogate": "tr_norm: TR's regulation only (mean 1)",
+}
+
+
+def color(label: str) -> str:
+    return COLORS.get(label, "tab:brown")
+
+
+def name(label: str) -> str:
+    return NAMES.get(label, label)
+
+
+def _save(fig, path: Path | str | None):
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return fig
+
+
+def _traces(ax, groups: dict, labels: Sequence[str], key, *, smooth: int = 1, band: bool = True) -> None:
+    """Per-seed traces faint, the median across seeds bold, the inter-quartile range shaded."""
+    for label in labels:
+        runs = groups.get(label, [])
+        if not runs:
+            continue
+        steps, m = an.stack(runs, key)
+        if steps.size == 0:
+            continue
+        if smooth > 1:
+            m = np.vstack([an.rolling_mean(row, smooth) for row in m])
+        c = color(label)
+        for row in m:
+            ax.plot(steps, row, color=c, alpha=0.18, lw=0.8)
+        med, lo, hi = an.band(m)
+        ax.plot(steps, med, color=c, lw=2.2, label=f"{name(label)} (n={len(runs)})")
+        if band and len(runs) > 1:
+            ax.fill_between(steps, lo, hi, color=c, alpha=0.15, lw=0)
+
+
+def plot_reward_accuracy(
+    groups: dict, labels: Sequence[str], *, smooth: int = 10, path: Path | str | None = None, title: str = ""
+):
+    """Figure 4 analog: training reward (moving average over ``smooth`` steps) and held-out greedy and sampled
+    accuracy during training, per seed faint, median bold."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    _traces(axes[0], groups, labels, "reward", smooth=smooth)
+    axes[0].set(title=f"training reward (mean of {smooth}-step window)", xlabel="step", ylabel="reward")
+    for ax, key, what in ((axes[1], "greedy_accuracy", "greedy"), (axes[2], "sampled_accuracy", "sampled, T = 1")):
+
+        def get(r, key=key):
+            ev = [e for e in r.get("eval_history") or [] if key in e]  # sampled: only where it was measured
+            return np.asarray([e["step"] for e in ev], float), np.asarray([e[key] for e in ev], float)
+
+        _traces(ax, groups, labels, get)
+        ax.set(title=f"held-out accuracy ({what})", xlabel="step", ylabel="accuracy")
+    axes[0].legend(fontsize=8, loc="lower right")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_grad_norms(
+    groups: dict, labels: Sequence[str], *, smooth: int = 1, path: Path | str | None = None, title: str = ""
+):
+    """Figure 3 analog: the gradient norm per step (before clipping), raw and divided by the step's mean token
+    weight (so a scheme whose weights are larger on average is not penalised for it)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    _traces(axes[0], groups, labels, "grad_norm", smooth=smooth)
+    axes[0].set(title="gradient norm (raw)", xlabel="step", ylabel="||grad||")
+    _traces(axes[1], groups, labels, an.grad_norm_per_mean_weight, smooth=smooth)
+    axes[1].set(title="gradient norm / mean token weight", xlabel="step", ylabel="||grad|| / mean w")
+    axes[1].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins: int = 10):
+    """Per-token ||grad log pi(o_t)|| against pi(o_t) (Theorem 3.1, Eq. 8), with binned means, and the same
+    norms multiplied by the TR weight and by the Reverse weight (Theorem 3.2, Eq. 13)."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from trgrpo.weights import token_weights
+
+    p = np.asarray(record["prob"])
+    g = np.asarray(record["grad_norm"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    ax = axes[0]
+    ax.scatter(p, g, s=6, alpha=0.35, color="tab:blue", lw=0)
+    b = an.binned_means(p, g, bins)
+    ax.errorbar(b["center"], b["mean"], yerr=b["std"], color="black", marker="o", ms=4, lw=1.5, label="bin mean ± std")
+    ax.set(
+        xlabel="token probability π(o_t)",
+        ylabel="||∇θ log π(o_t)||",
+        title=f"per-token gradient norm: corr with π {record['corr_prob_grad_norm']:+.2f}\n"
+        f"({p.size} tokens, {np.mean(p > 0.9):.0%} of them with π > 0.9)",
+    )
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    pt = torch.tensor(p)
+    for scheme, label in (("equal", "equal"), ("tr", "tr-surrogate"), ("reverse", "reverse-surrogate")):
+        w = token_weights(pt, scheme).numpy()
+        bw = an.binned_means(p, w / w.mean() * g, bins)
+        cv = record.get("weighted_spread", {}).get(scheme, {}).get("cv", float("nan"))
+        ax.plot(
+            bw["center"], bw["mean"], marker="o", ms=4, color=color(label), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
+        )
+    ax.set(
+        xlabel="token probability π(o_t)",
+        ylabel="bin mean of (w / mean w) · ||∇θ log π||",
+        title="weighted, mean weight divided out (Eq. 13, |γ| = 1)",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_zero_grad(table: Sequence[dict], *, path: Path | str | None = None):
+    """Share of completion tokens with zero policy gradient (I_trust = 0, Eq. 12), split by the sign of the
+    advantage, per run label: rows ``{"run", "pos", "neg"}`` (means over steps and seeds)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(table)), 3.8))
+    x = np.arange(len(table))
+    ax.bar(x - 0.2, [r["pos"] for r in table], 0.4, label="A > 0", color="tab:green")
+    ax.bar(x + 0.2, [r["neg"] for r in table], 0.4, label="A < 0", color="tab:red")
+    for i, r in enumerate(table):
+        ax.text(i - 0.2, r["pos"] + 0.01, f"{r['pos']:.2f}", ha="center", fontsize=8)
+        ax.text(i + 0.2, r["neg"] + 0.01, f"{r['neg']:.2f}", ha="center", fontsize=8)
+    ax.set_xticks(x, [name(r["run"]) for r in table], rotation=20, ha="right", fontsize=8)
+    ax.set(ylabel="share of tokens with zero gradient", ylim=(0, 1.08), title="tokens the clip cuts off, by sign of A")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_final(groups: dict, labels: Sequence[str], key: str = "accuracy", *, path: Path | str | None = None):
+    """Table 4 analog as a plot: final held-out accuracy per seed (dots, same seed joined) and mean ± std."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels)), 3.8))
+    seeds = sorted({r["seed"] for lb in labels for r in groups.get(lb, [])})
+    for s in seeds:
+        ys = [next((an.final_metric(r, key) for r in groups.get(lb, []) if r["seed"] == s), np.nan) for lb in labels]
+        ax.plot(range(len(labels)), ys, color="gray", alpha=0.25, lw=0.8)
+    for i, lb in enumerate(labels):
+        v = [an.final_metric(r, key) for r in groups.get(lb, [])]
+        ax.scatter([i] * len(v), v, color=color(lb), s=18, alpha=0.7)
+        m, sd, _ = an.mean_std(v)
+        ax.errorbar([i + 0.15], [m], yerr=[sd], color=color(lb), marker="D", ms=6, capsize=4, lw=2)
+    ax.set_xticks(range(len(labels)), [name(lb) for lb in labels], rotation=20, ha="right", fontsize=8)
+    ax.set(ylabel=f"final held-out {key}", title="after RL (dots: seeds, lines join a seed's runs)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_paired_deltas(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
+    """Each arm's paired difference to GRPO with its 95 % t-interval (rows of
+    :func:`trgrpo.toy_controls.arm_rows`), and the minimum detectable effect as a grey band around 0."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "delta_vs_equal" in r]
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(rows) + 1.4))
+    for i, r in enumerate(rows):
+        c = color(r["arm"])
+        ax.errorbar(
+            r["delta_vs_equal"],
+            i,
+            xerr=[[r["delta_vs_equal"] - r["ci_low"]], [r["ci_high"] - r["delta_vs_equal"]]],
+            fmt="o",
+            color=c,
+            capsize=4,
+        )
+        ax.text(
+            r["ci_high"], i, f"  p={r['p']:.2g} (Holm {r.get('p_holm', float('nan')):.2g})", va="center", fontsize=8
+        )
+    mde = np.nanmedian([r.get("mde", np.nan) for r in rows]) if rows else np.nan
+    if np.isfinite(mde):
+        ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
+        ax.legend(loc="upper left", fontsize=8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), [name(r["arm"]) for r in rows])
+    ax.set_xlabel("Δ vs GRPO, same seed (95 % t-interval)")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
+    """Held-out greedy accuracy at the fixed evaluation steps: mean over seeds per arm with its 95 % t-interval."""
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for j, label in enumerate(labels):
+        runs = groups.get(label, [])
+        if not runs:
+            continue
+        steps = sorted({e["step"] for r in runs for e in r["eval_history"]})
+        m, lo, hi = [], [], []
+        for st in steps:
+            v = [e["greedy_accuracy"] for r in runs for e in r["eval_history"] if e["step"] == st]
+            mean, sd, n = an.mean_std(v)
+            q = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else 0.0
+            m.append(mean), lo.append(mean - q), hi.append(mean + q)
+        x = np.asarray(steps) + (j - len(labels) / 2) * 0.6
+        ax.errorbar(
+            x,
+            m,
+            yerr=[np.subtract(m, lo), np.subtract(hi, m)],
+            color=color(label),
+            marker="o",
+            ms=3,
+            capsize=2,
+            label=f"{name(label)} (n={len(runs)})",
+        )
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out greedy accuracy (400 items)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_kl(arms: dict, *, path: Path | str | None = None):
+    """KL(pi || pi_ref) (TRL's plain k3) along training under each ``kl_weighting``, one panel per beta
+    (``arms``: beta -> weighting -> records, :func:`trgrpo.toy_controls.kl_arms`)."""
+    import matplotlib.pyplot as plt
+
+    colors = {"eq10": "tab:red", "outside": "tab:blue", "plain": "tab:green"}
+    fig, axes = plt.subplots(1, len(arms), figsize=(6.5 * len(arms), 4), squeeze=False)
+    for ax, (beta, groups) in zip(axes[0], sorted(arms.items(), key=lambda kv: -float(kv[0]))):
+        for kw, runs in sorted(groups.items()):
+            steps, m = an.stack(runs, "kl")
+            if steps.size == 0:
+                continue
+            keep = steps <= min(len(r["history"]) for r in runs if r.get("history")) + 0.5
+            med = np.nanmean(m[:, keep], 0)
+            for row in m[:, keep]:
+                ax.plot(steps[keep], row, color=colors.get(kw, "k"), alpha=0.12, lw=0.7)
+            ax.plot(steps[keep], med, color=colors.get(kw, "k"), lw=2, label=f"{kw} (n={len(runs)})")
+        ax.set_yscale("log")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("KL(π || π_ref), k3")
+        ax.set_title(f"β = {beta}")
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_token_hist(hists: dict, *, path: Path | str | None = None):
+    """Sampled-token probabilities and their Eq. 11 weights, one column per histogram record (task or model),
+    with the shares at L, strictly between, and at U in the titles."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(hists), figsize=(5 * len(hists), 6), squeeze=False)
+    for j, (label, h) in enumerate(hists.items()):
+        for i, (edges, counts, xl) in enumerate(
+            [(h["bins"], h["prob_counts"], "π(o_t) of sampled tokens"), (h["weight_bins"], h["weight_counts"], "w")]
+        ):
+            ax = axes[i][j]
+            e = np.asarray(edges)
+            frac = np.asarray(counts, float) / max(1, h["n_tokens"])
+            ax.bar(e[:-1], frac, width=np.diff(e), align="edge", color="tab:blue" if i == 0 else "tab:orange")
+            ax.set_xlabel(xl)
+            ax.set_ylabel("share of tokens")
+        axes[0][j].set_title(
+            f"{label}: {h['n_tokens']} tokens\nw = L {h['share_at_lower']:.1%}, between {h['share_between']:.1%}, "
+            f"w = U {h['share_at_upper']:.1%}",
+            fontsize=9,
+        )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
+    """The answer page's figure (notebook 08): each arm's paired difference to GRPO (rows of
+    :func:`trgrpo.answers.forest_rows`), thin line the 95 % t-interval, thick line the interval at the
+    level of Holm's first step over its family (the one the verdicts read), an open black diamond the paper's own
+    effect of that arm (Table 4 or 7, Qwen2.5-3B on K&K) where the paper has one."""
+    import matplotlib.pyplot as plt
+
+    rows = list(rows)
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
+    labels, drawn = [], False
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        c = color(r["arm"].split("-tau")[0]) if r["group"] == "toy/controls" else "tab:blue"
+        ax.plot(r["ci95"], [y, y], color=c, lw=1.2)
+        ax.plot(r["ci"], [y, y], color=c, lw=4, alpha=0.45, solid_capstyle="butt")
+        ax.plot(r["delta"], y, "o", color=c)
+        if r.get("paper_effect") is not None:
+            label = None if drawn else "the paper's effect"
+            ax.plot(r["paper_effect"], y, "D", color="k", mfc="none", ms=7, label=label)
+            drawn = True
+        labels.append(f"{r['label']} (n = {r['n']})")
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), labels[::-1])
+    ax.set_xlabel("Δ primary metric vs GRPO, same seed (thin: 95 % t-interval; thick: at the verdict's level)")
+    if drawn:
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+# ---- search_plots: Figures of notebook 07 (agentic search, Section 4.2.3 / Table 3): training curves and EM per que
+
+
+def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float]]:
+    steps = sorted({s for c in curves for s, _ in c})
+    means = []
+    for s in steps:
+        vals = [v for c in curves for t, v in c if t == s and v is not None]
+        means.append(sum(vals) / len(vals) if vals else float("nan"))
+    return steps, means
+
+
+def plot_search_curves(records: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
+    """Reward (Eq. 14) and grad-norm per step, and greedy EM before/after (or every ``eval_every`` steps):
+    GRPO vs TR-GRPO, one thin line per seed, the mean over seeds bold."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = [("reward", "reward (Eq. 14, mean of the step's rollouts)"), ("grad_norm", "grad norm"), ("eval", "")]
+    schemes = [s for s in SCHEME_COLORS if any(r["scheme"] == s for r in records)]
+    for ax, (key, ylabel) in zip(axes, panels):
+        for scheme in schemes:
+            runs = [r for r in records if r["scheme"] == scheme]
+            if key == "eval":
+                curves = [[(p["step"], p["em"]) for p in r.get("eval_curve", [])] for r in runs]
+            else:
+                curves = [[(h["step"], h.get(key)) for h in r["history"] if h.get(key) is not None] for r in runs]
+            for c in curves:
+                if c:
+                    ax.plot(
+                        *zip(*c), color=SCHEME_COLORS[scheme], alpha=0.3, lw=1, marker="o" if key == "eval" else None
+                    )
+            steps, means = _mean_curve(curves)
+            if steps:
+                label = f"{SCHEME_LABELS.get(scheme, scheme)} (mean of {len(runs)} seed{'s' * (len(runs) > 1)})"
+                ax.plot(
+                    steps,
+                    means,
+                    color=SCHEME_COLORS[scheme],
+                    lw=2.2,
+                    label=label,
+                    marker="o" if key == "eval" else None,
+                )
+        if key == "eval":
+            ax.set_ylim(0.0, max(0.1, min(1.0, ax.get_ylim()[1] * 1.1)))
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(ylabel if key != "eval" else "greedy EM, held-out questions")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
+    """Grouped bars of EM per question type (Table 3's columns) for each method row
+    (``{"method": ..., "em_by_type": {...}}``)."""
+    import matplotlib.pyplot as plt
+
+    types = sorted({t for r in rows for t in r.get("em_by_type", {})}, key=_type_order)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(types) * max(1, len(rows)) / 3, 3.4))
+    width = 0.8 / max(1, len(rows))
+    for i, r in enumerate(rows):
+        xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(types))]
+        ys = [100 * r["em_by_type"].get(t, float("nan")) for t in types]
+        ax.bar(xs, ys, width=width, label=r.get("method", f"row {i}"))
+    ax.set_xticks(range(len(types)), types)
+    ax.set_ylabel("exact match (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _type_order(t: str) -> tuple[int, str]:
+    order = ["one-hop", "two-hop", "comparison", "nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique"]
+    return (order.index(t) if t in order else len(order), t)

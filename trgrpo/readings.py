@@ -1,0 +1,250 @@
+"""Tables for notebook 02: the weight function of Eq. 11 under its readings, next to the paper's numbers.
+
+* :func:`tau_table` / :func:`lu_table`: Table 7's settings, the range of w under each ``tau_mode``, the
+  probabilities where w leaves L and reaches U, and the paper's accuracy for that setting.
+* :func:`zero_gradient_table` / :func:`zero_gradient_thresholds` / :func:`zero_gradient_fraction`:
+  reading 2 (Eq. 9) - with ``placement="ratio"`` at r = 1, which tokens lose their whole policy gradient,
+  by p and by the sign of A, against ``placement="surrogate"`` (via :func:`trgrpo.loss.zero_gradient_mask`).
+* :func:`kl_offset_table`: reading 3 - at pi = pi_ref the KL of Eq. 10 is w - log w - 1, not 0, and its
+  gradient is (1 - w) grad log pi; the ``outside`` form (Eq. 12's gradient) and Eq. 6 are 0 there
+  (via :func:`trgrpo.loss.kl_term`).
+
+All weights come from :func:`trgrpo.token_weights`; nothing here re-implements Eq. 9-11. Every function takes the
+weight setting as one :class:`~trgrpo.weights.WeightParams` (``params=``) or as its fields by keyword
+(``tau=3.0, tau_mode="divide"``; the rest keep the paper's defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, zero_gradient_mask
+from trgrpo.paper import KK_COLUMNS, TABLE7_LU, TABLE7_TAUS, table7_accuracy
+from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weights, weight_range
+
+DEFAULT_EPS_LOW = 0.2  # Table 6
+DEFAULT_EPS_HIGH = 0.24  # Table 6 (clip-higher)
+PROBE_PROBS = (0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.9)
+
+
+def _grid(resolution: float) -> torch.Tensor:
+    n = int(round(1.0 / resolution)) + 1
+    return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+
+
+def first_p(condition: torch.Tensor, p: torch.Tensor) -> float | None:
+    """The smallest p of the grid where ``condition`` holds (``None`` when it never does)."""
+    idx = torch.nonzero(condition)
+    return float(p[idx[0, 0]]) if idx.numel() else None
+
+
+def weight_thresholds(
+    params: WeightParams | str = "tr", *, resolution: float = 1e-5, **fields: Any
+) -> dict[str, float | None]:
+    """Where Eq. 11 leaves its clip bounds: the smallest p with w > L and the smallest p with w = U (grid).
+
+    ``params``: a :class:`~trgrpo.weights.WeightParams` (its scheme is ignored: these are Eq. 11's weights), or the
+    Eq. 11 keywords ``fields`` (paper defaults)."""
+    params = as_weight_params(params, **fields).replace(scheme="tr")
+    p = _grid(resolution)
+    w = token_weights(p, params)
+    return {
+        "p_above_lower": first_p(w > params.lower + 1e-12, p),
+        "p_at_upper": first_p(w >= params.upper - 1e-12, p),
+    }
+
+
+def _weight_columns(prefix: str, params: WeightParams) -> dict:
+    lo, hi = weight_range(params)
+    th = weight_thresholds(params)
+    return {
+        f"{prefix}w_min": lo,
+        f"{prefix}w_max": hi,
+        f"{prefix}p_above_L": th["p_above_lower"],
+        f"{prefix}p_at_U": th["p_at_upper"],
+    }
+
+
+def _paper_columns(acc: dict[str, float]) -> dict:
+    return {f"paper_{c}": acc[c] for c in KK_COLUMNS}
+
+
+def tau_table(
+    taus: Sequence[float] = TABLE7_TAUS,
+    params: WeightParams | str = "tr",
+    *,
+    tau_modes: Sequence[str] = TAU_MODES,
+    **fields: Any,
+) -> list[dict]:
+    """Table 7's tau sweep: per tau, w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
+
+    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults; the scheme is ``"tr"``).
+    Keys: ``tau``, ``{mode}_w_min``, ``{mode}_w_max``, ``{mode}_p_above_L``, ``{mode}_p_at_U`` for each mode,
+    ``paper_3`` .. ``paper_7``, ``paper_avg`` (``None`` for a tau the paper did not run).
+    """
+    base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
+    rows = []
+    for tau in taus:
+        row: dict = {"tau": float(tau)}
+        for mode in tau_modes:
+            row.update(_weight_columns(f"{mode}_", base.replace(tau=tau, tau_mode=mode)))
+        try:
+            row.update(_paper_columns(table7_accuracy(tau=float(tau))))
+        except KeyError:
+            row.update({f"paper_{c}": None for c in KK_COLUMNS})
+        rows.append(row)
+    return rows
+
+
+def lu_table(
+    ranges: Sequence[tuple[float, float]] = TABLE7_LU,
+    params: WeightParams | str = "tr",
+    *,
+    tau_modes: Sequence[str] = TAU_MODES,
+    **fields: Any,
+) -> list[dict]:
+    """Table 7's (L, U) ranges: w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
+
+    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults; the scheme is ``"tr"``)."""
+    base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
+    rows = []
+    for lower, upper in ranges:
+        row: dict = {"lower": float(lower), "upper": float(upper)}
+        for mode in tau_modes:
+            row.update(_weight_columns(f"{mode}_", base.replace(lower=lower, upper=upper, tau_mode=mode)))
+        try:
+            row.update(_paper_columns(table7_accuracy(lu=(float(lower), float(upper)))))
+        except KeyError:
+            row.update({f"paper_{c}": None for c in KK_COLUMNS})
+        rows.append(row)
+    return rows
+
+
+def zero_gradient_table(
+    probs: Sequence[float] = PROBE_PROBS,
+    *,
+    ratio: float = 1.0,
+    eps_low: float = DEFAULT_EPS_LOW,
+    eps_high: float = DEFAULT_EPS_HIGH,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> list[dict]:
+    """Reading 2 (Eq. 9): for each p, does a token lose its whole policy gradient, by placement and sign of A?
+
+    At importance ratio ``ratio`` (1 on the first update of a batch). Keys: ``p``, ``w``, ``w_times_r`` and
+    ``{placement}_{pos|neg}`` (True = zero policy gradient: the clipped branch of min(.) is active).
+    """
+    p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
+    w = token_weights(p, params, **fields)
+    r = torch.full_like(p, float(ratio))
+    rows = [{"p": float(p[i]), "w": float(w[i]), "w_times_r": float(w[i] * r[i])} for i in range(len(p))]
+    for placement in PLACEMENTS:
+        for sign, name in ((1.0, "pos"), (-1.0, "neg")):
+            zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement)
+            for i, row in enumerate(rows):
+                row[f"{placement}_{name}"] = bool(zero[i])
+    return rows
+
+
+def zero_gradient_thresholds(
+    *,
+    ratio: float = 1.0,
+    eps_low: float = DEFAULT_EPS_LOW,
+    eps_high: float = DEFAULT_EPS_HIGH,
+    resolution: float = 1e-5,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> dict[str, dict[str, float | None]]:
+    """For each placement: the smallest p whose A > 0 token gets no policy gradient, and the largest p whose
+    A < 0 token gets none (``None``: no such p), at importance ratio ``ratio``."""
+    p = _grid(resolution)
+    w = token_weights(p, params, **fields)
+    r = torch.full_like(p, float(ratio))
+    out = {}
+    for placement in PLACEMENTS:
+        pos = zero_gradient_mask(r, torch.ones_like(p), w, eps_low, eps_high, placement)
+        neg = zero_gradient_mask(r, -torch.ones_like(p), w, eps_low, eps_high, placement)
+        idx = torch.nonzero(neg)
+        out[placement] = {
+            "pos_from_p": first_p(pos, p),
+            "neg_up_to_p": float(p[idx[-1, 0]]) if idx.numel() else None,
+        }
+    return out
+
+
+def zero_gradient_fraction(
+    probs,
+    *,
+    ratio: float = 1.0,
+    eps_low: float = DEFAULT_EPS_LOW,
+    eps_high: float = DEFAULT_EPS_HIGH,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> dict[str, float]:
+    """Share of the given tokens (probabilities ``probs``) that would get no policy gradient at ratio ``ratio``,
+    per placement, if their advantage were positive (``{placement}_pos``) or negative (``{placement}_neg``)."""
+    p = torch.as_tensor(probs, dtype=torch.float64).flatten()
+    w = token_weights(p, params, **fields)
+    r = torch.full_like(p, float(ratio))
+    out = {}
+    for placement in PLACEMENTS:
+        for sign, name in ((1.0, "pos"), (-1.0, "neg")):
+            zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement)
+            out[f"{placement}_{name}"] = float(zero.double().mean()) if p.numel() else 0.0
+    return out
+
+
+def kl_offset_table(
+    probs: Sequence[float] = PROBE_PROBS,
+    *,
+    kl_weightings: Sequence[str] = KL_WEIGHTINGS,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> list[dict]:
+    """Reading 3 (Eq. 10 vs Eq. 12) at pi = pi_ref: value of each KL form and its derivative in log pi.
+
+    Keys: ``p``, ``w``, ``{mode}_value`` and ``{mode}_dlogpi`` (d KL / d log pi; the gradient w.r.t. theta is
+    this times grad log pi) for each ``kl_weighting``; ``eq10_target_ratio`` = w and ``eq10_target_p`` = w p:
+    Eq. 10 is minimised where w pi_ref / pi = 1, i.e. at pi / pi_ref = w, so it pulls pi towards w pi_ref
+    (more than 1 for p > 1 / w).
+    """
+    p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
+    w = token_weights(p, params, **fields)
+    ref = p.log()
+    rows = [
+        {"p": float(p[i]), "w": float(w[i]), "eq10_target_ratio": float(w[i]), "eq10_target_p": float(w[i] * p[i])}
+        for i in range(len(p))
+    ]
+    for mode in kl_weightings:
+        logps = ref.clone().requires_grad_(True)
+        kl = kl_term(logps, ref, w, mode)
+        (grad,) = torch.autograd.grad(kl.sum(), logps)
+        for i, row in enumerate(rows):
+            row[f"{mode}_value"] = float(kl[i].detach())
+            row[f"{mode}_dlogpi"] = float(grad[i])
+    return rows
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, digits: int = 3) -> str:
+    """A plain-text table of dict rows (floats rounded, None as '-'), for printing in notebooks."""
+    if not rows:
+        return "(empty)"
+    cols = list(columns) if columns is not None else list(rows[0])
+
+    def cell(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float):
+            return f"{round(v, digits) + 0.0:.{digits}f}"  # + 0.0 turns -0.0 into 0.0
+        return str(v)
+
+    body = [[cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(wd) for c, wd in zip(cols, widths)), "  ".join("-" * wd for wd in widths)]
+    lines += ["  ".join(v.rjust(wd) for v, wd in zip(b, widths)) for b in body]
+    return "\n".join(lines)

@@ -1,1 +1,0 @@
-"""Reading results: statistics, tables, the paper's numbers, the answer page, plots by subject."""

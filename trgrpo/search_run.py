@@ -1,0 +1,286 @@
+"""One agentic-search run (paper Table 3): a :class:`trgrpo.TRGRPOTrainer` with the search tool, TR-GRPO or GRPO
+from a (warm-started) model, greedy EM before and after, ``results/<group>/<name>.json``.
+
+The task itself (retrievers, tool, prompts, reward, evaluation) lives in :mod:`trgrpo.tasks.search`, its run-task
+form in :mod:`trgrpo.tasks.search`; :func:`run_search` maps a :class:`SearchSpec` onto a run spec and trains it
+through :func:`trgrpo.experiment.run` like every other task (one record schema, one writer). The trainer
+factory
+sits outside ``tasks/`` because it builds the trainer (a task never imports it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trgrpo.experiment import RESULTS_DIR
+from trgrpo.tasks.search import (
+    evaluate_search,
+    load_tokenizer,
+    rollout_text,
+    search_dataset,
+    search_reward,
+    trl_rollouts,
+)
+
+# ---------------------------------------------------------------------------------------------------------------
+# TRL's tool loop for training and evaluation
+
+
+def make_search_trainer(
+    model: str,
+    train_records: Sequence[dict[str, Any]],
+    tool: Callable[..., str],
+    *,
+    output_dir: str | os.PathLike,
+    scheme: str = "tr",
+    steps: int = 10,
+    prompts_per_step: int = 2,
+    num_generations: int = 8,
+    temperature: float = 0.8,
+    learning_rate: float = 1e-6,
+    max_completion_length: int = 4096,
+    max_tool_calls: int = 4,
+    seed: int = 0,
+    template: str = "auto",
+    callbacks: list | None = None,
+    quiet: bool = True,
+    **config: Any,
+):
+    """A :class:`trgrpo.TRGRPOTrainer` with the search tool (Eq. 14 reward, Table 6 search settings by default:
+    G = 8, temperature 0.8, lr 1e-6, beta 0.001, clip 0.20/0.24, max response 4096), its config built as a
+    :func:`run_search` builds it (:func:`trgrpo.experiment.make_config` + :func:`search_config_overrides`)."""
+    from trgrpo.experiment import make_config
+    from trgrpo.models import resolve_model
+    from trgrpo.trainer import TRGRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    path = resolve_model(model)
+    spec = SearchSpec(
+        scheme=scheme,
+        seed=seed,
+        model=str(path),
+        steps=steps,
+        prompts_per_step=prompts_per_step,
+        num_generations=num_generations,
+        temperature=temperature,
+        learning_rate=learning_rate,
+        max_completion_length=max_completion_length,
+        max_tool_calls=max_tool_calls,
+        template=template,
+        config=config,
+    )
+    args = make_config(
+        search_run_spec(spec, max(1, len(train_records)), 0), output_dir, world_size=1, **search_config_overrides(spec)
+    )
+    trainer = TRGRPOTrainer(
+        model=path,
+        reward_funcs=[search_reward],
+        args=args,
+        train_dataset=search_dataset(train_records),
+        processing_class=load_tokenizer(path, template),
+        tools=[tool],
+        callbacks=callbacks,
+    )
+    if quiet:  # the per-step log dicts stay in trainer.state.log_history (and the results file)
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run: TR-GRPO or GRPO from a (warm-started) model, results/<group>/<name>.json
+
+
+@dataclass
+class SearchSpec:
+    """One search run. Defaults follow Table 6's search column (G = 8, temperature 0.8, lr 1e-6, response
+    4096) on the paper's model; a CPU toy shrinks them explicitly."""
+
+    scheme: str = "tr"
+    seed: int = 0
+    model: str = "Qwen/Qwen2.5-3B"
+    init_model: str | None = None  # the warm-started checkpoint, if any (else ``model``)
+    steps: int = 200
+    prompts_per_step: int = 4
+    num_generations: int = 8
+    temperature: float = 0.8
+    learning_rate: float = 1e-6
+    max_completion_length: int = 4096
+    max_tool_calls: int = 4
+    retriever: str = "bm25"
+    top_k: int = 3
+    template: str = "auto"  # chat template: "auto" (the model's own if it renders tools, else Qwen2.5), "compact"
+    corpus: str = "synthetic"
+    corpus_seed: int = 0
+    scale: str = "full"
+    group: str = "search"
+    name: str | None = None
+    config: dict = field(default_factory=dict)  # extra TRGRPOConfig fields (weight_placement, beta, use_vllm, ...)
+
+    def __post_init__(self) -> None:
+        from trgrpo.weights import validate_weight_params
+
+        validate_weight_params(scheme=self.scheme)  # built-in or registered (weights.register_scheme)
+        for name in ("steps", "prompts_per_step", "num_generations", "max_completion_length", "max_tool_calls"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be >= 2 (Eq. 4 needs a group)")
+        if self.name is None:
+            self.name = f"search-{Path(str(self.model)).name}-{self.scheme}-seed{self.seed}"
+
+
+SCHEME_LABELS = {"equal": "GRPO", "tr": "TR-GRPO", "reverse": "Reverse", "random": "Random"}
+
+
+def _eval_callback(records: list[dict[str, Any]], every: int):
+    """A callback that evaluates greedy EM every ``every`` steps (the EM curve); its ``trainer`` is set later."""
+    from transformers import TrainerCallback
+
+    class EvalCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.trainer, self.points = None, []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.trainer is not None and state.global_step % every == 0:
+                self.points.append({"step": state.global_step, "em": evaluate_search(self.trainer, records)["em"]})
+
+    return EvalCallback()
+
+
+def search_run_spec(spec: SearchSpec, n_train: int, n_eval: int, *, eval_before: bool = True):
+    """The :class:`trgrpo.experiment.RunSpec` of a search run (task ``search``, its retriever / corpus / template in
+    ``task_options``), trained from ``init_model`` when there is one."""
+    from trgrpo.experiment import RunSpec
+
+    options = {k: getattr(spec, k) for k in ("retriever", "top_k", "template", "corpus", "corpus_seed", "scale")}
+    return RunSpec(
+        task="search",
+        model=str(spec.init_model or spec.model),
+        scheme=spec.scheme,
+        seed=spec.seed,
+        steps=spec.steps,
+        prompts_per_step=spec.prompts_per_step,
+        num_generations=spec.num_generations,
+        max_completion_length=spec.max_completion_length,
+        temperature=spec.temperature,
+        learning_rate=spec.learning_rate,
+        n_train=n_train,
+        n_eval=n_eval,
+        eval_before=eval_before,
+        task_options={**options, "max_tool_calls": spec.max_tool_calls},
+        group=spec.group,
+        name=spec.name,
+    )
+
+
+def search_config_overrides(spec: SearchSpec) -> dict[str, Any]:
+    """What a search run's trainer config sets beyond :func:`trgrpo.experiment.make_config`: the tool-call
+    budget,
+    no checkpoints or progress bars, TRL's own defaults for gradient checkpointing and bf16 (the committed search
+    records were trained with them), then ``spec.config``."""
+    return dict(
+        max_tool_calling_iterations=spec.max_tool_calls,
+        save_strategy="no",
+        disable_tqdm=True,
+        gradient_checkpointing=True,
+        bf16=None,
+        **spec.config,
+    )
+
+
+def run_search(
+    spec: SearchSpec,
+    *,
+    train_records: Sequence[dict[str, Any]],
+    eval_records: Sequence[dict[str, Any]],
+    tool: Callable[..., str],
+    initial: dict[str, Any] | None = None,
+    baseline: dict[str, Any] | None = None,
+    warm_start_info: dict[str, Any] | None = None,
+    eval_every: int = 0,
+    results_dir: str | os.PathLike | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Train one scheme with TRL's tool loop through :func:`trgrpo.experiment.run` (the task of
+    :func:`trgrpo.tasks.search.search_task` over these records and tool), evaluate greedy EM before/after,
+    write ``results/<group>/<name>.json`` once (scheme, seed, model, steps, history with reward/grad_norm/em, final
+    with em/accuracy per type, the EM curve, one example rollout, wall time, machine). ``initial`` skips the
+    evaluation before training when it is already known (the same start for every scheme)."""
+    import torch
+
+    from trgrpo.experiment import run
+    from trgrpo.tasks.search import search_task
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    callback = _eval_callback(list(eval_records), eval_every) if eval_every else None
+    held: dict[str, Any] = {}
+
+    def ready(trainer) -> None:
+        held["trainer"] = trainer
+        if callback is not None:
+            callback.trainer = trainer
+
+    def extras(record: dict[str, Any]) -> dict[str, Any]:
+        """Search's fields: training EM per step, the EM curve, one greedy rollout, the start it came from."""
+        trainer, final = held.pop("trainer"), record["final"]
+        start = initial if initial is not None else record["initial"]
+        for h in record["history"]:
+            if "reward" in h:
+                h["em"] = (h["reward"] + 1.0) / 2.0  # Eq. 14 rewards are +-1: the training EM of the step's rollouts
+        eval_curve = [{"step": 0, "em": start["em"]}, *(callback.points if callback else [])]
+        if eval_curve[-1]["step"] != spec.steps:
+            eval_curve.append({"step": spec.steps, "em": final["em"]})
+        example = trl_rollouts(trainer, list(eval_records[:1]), greedy=True)[0] if eval_records else None
+        return dict(
+            model=spec.model,
+            spec=dataclasses.asdict(spec),
+            initial=start,
+            method=SCHEME_LABELS.get(spec.scheme, spec.scheme),
+            init_model=spec.init_model,
+            scale=spec.scale,
+            eval_curve=eval_curve,
+            baseline_no_search=baseline,
+            warm_start={k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
+            example_rollout=None
+            if example is None
+            else {
+                "question": example["record"]["question"],
+                "answers": example["record"]["answers"],
+                "completion_ids": example["completion_ids"],
+                "tool_mask": example["tool_mask"],
+                "text": rollout_text(trainer.processing_class, example),
+                "em": example["em"],
+            },
+            n_train=len(train_records),
+            n_eval=len(eval_records),
+        )
+
+    torch.manual_seed(spec.seed)
+    record = run(
+        search_run_spec(spec, len(train_records), len(eval_records), eval_before=initial is None),
+        task=search_task(train_records, eval_records, tool, template=spec.template),
+        results_dir=results_dir,
+        checkpoint_dir=checkpoint_dir,
+        resume=False,
+        callbacks=[callback] if callback else None,
+        config_overrides=search_config_overrides(spec),
+        keep_checkpoints=False,
+        verbose=False,
+        record_extras=extras,
+        trainer_ready=ready,
+    )
+    if verbose:
+        print(
+            f"[search] {spec.name}: EM {record['initial']['em']:.3f} -> {record['final']['em']:.3f} in "
+            f"{len(record['history'])} steps, {record['wall_time_s']:.0f} s -> "
+            f"{Path(results_dir or RESULTS_DIR) / spec.group / spec.name}.json"
+        )
+    return record

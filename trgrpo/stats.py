@@ -1,0 +1,418 @@
+"""Statistics over run records: mean +- std across seeds, paired t-tests and t-intervals against GRPO,
+step trajectories, gradient-norm summaries (Figure 3, Table 4 and Table 7 analogs). A flat module of functions.
+
+A run record is the dict :func:`trgrpo.experiment.run` writes: ``history`` holds one dict per optimizer
+step (``reward``, ``grad_norm``, ``tr/weight_mean``, ...), ``final`` the held-out evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """(mean, sample std, n): THE spread convention of the project, used for seeds, steps, tokens and bins alike.
+
+    The std is the sample standard deviation with ddof = 1, sqrt(sum (x - mean)^2 / (n - 1)) -- 0 for a single
+    value; ``None``, NaN and inf are dropped (n counts what is left; mean and std are NaN when nothing is)."""
+    x = np.asarray([v for v in values if v is not None], dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0:
+        return math.nan, math.nan, 0
+    return float(x.mean()), float(x.std(ddof=1)) if n > 1 else 0.0, n
+
+
+def spread_stats(values) -> dict[str, float]:
+    """Spread of a sample (the coefficient of variation of Theorem 3.2 in notebooks 01 and 03): n, mean, std
+    (ddof = 1, :func:`mean_std`), cv = std / mean, median, max, max / median. Non-finite values are dropped."""
+    x = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        raise ValueError("spread_stats needs at least one finite value")
+    mean, std, n = mean_std(x)
+    med, top = float(np.median(x)), float(x.max())
+    return {
+        "n": n,
+        "mean": mean,
+        "std": std,
+        "cv": std / mean if mean != 0 else math.nan,
+        "median": med,
+        "max": top,
+        "max_over_median": top / med if med != 0 else math.nan,
+    }
+
+
+def fmt_mean_std(values: Iterable[float], digits: int = 2, n: bool = False) -> str:
+    """``"0.81 ± 0.03"`` (with ``" (n=5)"`` when ``n``)."""
+    m, s, k = mean_std(values)
+    if k == 0:
+        return "–"
+    out = f"{m:.{digits}f} ± {s:.{digits}f}"
+    return out + f" (n={k})" if n else out
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    stat: Callable[[np.ndarray], float] = np.mean,
+    n_boot: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``stat`` (resampling ``values`` with replacement)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))
+    boots = np.apply_along_axis(stat, 1, x[idx]) if stat is not np.mean else x[idx].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
+
+
+def paired_comparison(
+    treatment: Sequence[float],
+    control: Sequence[float],
+    *,
+    level: float = 0.95,
+) -> dict:
+    """Treatment minus control, paired by position (same seed, same warm start): :func:`paired_t`'s mean
+    difference, its std, t interval and p-value, and the sign count.
+
+    The interval is the t-interval (never a percentile bootstrap: at the n of a seed grid, n <= 12, a bootstrap
+    interval is too narrow). The degenerate case follows :func:`paired_t`, the one convention of the project:
+    every difference equal gives the interval (d, d) and p = 1 when d = 0, p = 0 otherwise; n < 2 gives NaN."""
+    t = paired_t(treatment, control, level=level)
+    n = t["n"]
+    return {
+        "n": n,
+        "mean_diff": t["mean_diff"],
+        "std_diff": t["sd_diff"] if n > 1 else 0.0,
+        "t_ci": t["ci"],
+        "t_stat": t["t"],
+        "p_value": t["p"],
+        "wins": t["higher"],
+        "losses": t["lower"],
+        "ties": t["ties"],
+        "level": level,
+    }
+
+
+def paired_t(treatment: Sequence[float], control: Sequence[float], *, level: float = 0.95) -> dict:
+    """Paired t-test of treatment minus control (same seed = same warm start and data order): n, mean
+    difference, its sd (ddof=1), the ``level`` t-interval, two-sided p, and the sign count with ties apart
+    (``higher`` + ``lower`` + ``ties`` = n). p = 1 when every difference is 0; NaN when n < 2."""
+    from scipy import stats
+
+    a = np.asarray(treatment, dtype=float)
+    b = np.asarray(control, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples must have the same length, got {a.size} and {b.size}")
+    d = a - b
+    n = int(d.size)
+    out = {
+        "n": n,
+        "mean_diff": float(d.mean()) if n else math.nan,
+        "sd_diff": float(d.std(ddof=1)) if n > 1 else math.nan,
+        "higher": int((d > 0).sum()),
+        "lower": int((d < 0).sum()),
+        "ties": int((d == 0).sum()),
+    }
+    if n < 2:
+        out.update(ci=(math.nan, math.nan), t=math.nan, p=math.nan)
+    elif out["sd_diff"] == 0:
+        same = out["mean_diff"] == 0
+        out.update(ci=(out["mean_diff"], out["mean_diff"]), t=math.nan, p=1.0 if same else 0.0)
+    else:
+        se = out["sd_diff"] / math.sqrt(n)
+        q = float(stats.t.ppf(0.5 + level / 2, n - 1))
+        t = out["mean_diff"] / se
+        out.update(
+            ci=(out["mean_diff"] - q * se, out["mean_diff"] + q * se), t=t, p=float(2 * stats.t.sf(abs(t), n - 1))
+        )
+    return out
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (same order out; NaN stays NaN, not counted)."""
+    p = np.asarray(pvalues, dtype=float)
+    ok = np.flatnonzero(np.isfinite(p))
+    out = np.full(p.shape, math.nan)
+    m = ok.size
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Smallest true mean paired difference a two-sided paired t-test at ``alpha`` detects with ``power``,
+    given the sd of the differences and n pairs: (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)."""
+    from scipy import stats
+
+    if n < 2 or not math.isfinite(sd_diff):
+        return math.nan
+    q = float(stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1))
+    return q * sd_diff / math.sqrt(n)
+
+
+def family_alpha(m: int, alpha: float = 0.05) -> float:
+    """The two-sided level of one comparison in a family of ``m`` (Bonferroni, alpha / m): the level of Holm's
+    first step, at which the project's verdicts read their intervals and give their detectable effects."""
+    if m < 1:
+        raise ValueError(f"a family has at least one comparison, got m={m}")
+    return alpha / m
+
+
+def clip_share(records: Iterable[dict], max_grad_norm: float) -> dict:
+    """How often gradient clipping acted: the share of logged steps whose pre-clip ``grad_norm`` (what TRL logs)
+    exceeds ``max_grad_norm``, and the median pre-clip norm, over every step of ``records``."""
+    norms = [h["grad_norm"] for r in records for h in r.get("history", []) if h.get("grad_norm") is not None]
+    norms = np.asarray(norms, dtype=float)
+    norms = norms[np.isfinite(norms)]
+    if norms.size == 0:
+        return {"n_steps": 0, "share_clipped": math.nan, "median_norm": math.nan, "max_grad_norm": max_grad_norm}
+    return {
+        "n_steps": int(norms.size),
+        "share_clipped": float((norms > max_grad_norm).mean()),
+        "median_norm": float(np.median(norms)),
+        "max_grad_norm": float(max_grad_norm),
+    }
+
+
+def sign_count(diffs: Sequence[float]) -> str:
+    """``"9 higher, 2 lower, 1 tie of 12"``: the per-seed signs, ties counted apart."""
+    d = np.asarray(diffs, dtype=float)
+    ties = int((d == 0).sum())
+    return f"{int((d > 0).sum())} higher, {int((d < 0).sum())} lower, {ties} tie{'s' if ties != 1 else ''} of {d.size}"
+
+
+def fmt_paired(cmp: dict, digits: int = 3) -> str:
+    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_comparison`: the t-interval."""
+    lo, hi = cmp["t_ci"]
+    p = cmp["p_value"]
+    ptxt = "p=n/a" if p is None or not math.isfinite(p) else f"p={p:.2g}"
+    return f"{cmp['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({cmp['wins']}/{cmp['n']} up)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Trajectories
+
+
+def series(record: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of ``key`` over a record's history (steps where it is missing are left out)."""
+    rows = [(h["step"], h[key]) for h in record.get("history", []) if h.get(key) is not None and "step" in h]
+    if not rows:
+        return np.zeros(0), np.zeros(0)
+    s, v = zip(*rows)
+    return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+
+
+def grad_norm_per_mean_weight(record: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, grad_norm / tr/weight_mean): the gradient norm with the weight's overall scale divided out, so
+    schemes compare on how the weight redistributes the gradient over tokens, not on its mean (Eq. 13)."""
+    s, g = series(record, "grad_norm")
+    s2, w = series(record, "tr/weight_mean")
+    if s.size == 0 or s2.size == 0:
+        return s, g
+    wmap = dict(zip(s2.tolist(), w.tolist()))
+    return s, np.asarray([gi / wmap.get(si, math.nan) for si, gi in zip(s.tolist(), g.tolist())])
+
+
+def stack(records: Sequence[dict], key: str | Callable[[dict], tuple[np.ndarray, np.ndarray]]) -> tuple:
+    """(steps, matrix runs x steps) of a history key (or a function of a record returning (steps, values)),
+    aligned on the union of steps with NaN where a run lacks a step."""
+    get = key if callable(key) else (lambda r: series(r, key))
+    pairs = [get(r) for r in records]
+    steps = np.asarray(sorted({float(s) for st, _ in pairs for s in st}))
+    pos = {s: i for i, s in enumerate(steps.tolist())}
+    m = np.full((len(records), steps.size), np.nan)
+    for i, (st, v) in enumerate(pairs):
+        for s, x in zip(st.tolist(), v.tolist()):
+            m[i, pos[float(s)]] = x
+    return steps, m
+
+
+def band(matrix: np.ndarray, lo: float = 0.25, hi: float = 0.75) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Median and the (lo, hi) quantiles across runs (rows), per step, ignoring NaN."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(matrix, 0), np.nanquantile(matrix, lo, 0), np.nanquantile(matrix, hi, 0)
+
+
+def rolling_mean(x: Sequence[float], window: int) -> np.ndarray:
+    """Trailing moving average (the first values average what is there)."""
+    x = np.asarray(x, dtype=float)
+    if window <= 1 or x.size == 0:
+        return x
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    out = np.empty_like(x)
+    for i in range(x.size):
+        j = max(0, i + 1 - window)
+        out[i] = (c[i + 1] - c[j]) / (i + 1 - j)
+    return out
+
+
+def trajectory_stats(values: Sequence[float], *, spike_k: float = 3.0) -> dict:
+    """Mean, std (ddof = 1) and coefficient of variation over steps, mean absolute step-to-step change, and spikes:
+    steps above median + ``spike_k`` x MAD (the "fewer spikes" of Figure 3)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"mean": math.nan, "std": math.nan, "cv": math.nan, "mean_abs_change": math.nan, "spikes": 0}
+    s = spread_stats(x)
+    med = s["median"]
+    mad = float(np.median(np.abs(x - med))) * 1.4826
+    return {
+        "mean": s["mean"],
+        "std": s["std"],
+        "cv": s["cv"] if x.size > 1 else math.nan,
+        "mean_abs_change": float(np.abs(np.diff(x)).mean()) if x.size > 1 else 0.0,
+        "spikes": int((x > med + spike_k * mad).sum()) if mad > 0 else 0,
+    }
+
+
+def weighted_norm_spread(grad_norms: Sequence[float], weights: Sequence[float]) -> dict:
+    """Spread of per-token ||g_t|| = w_t ||grad log pi(o_t)|| (Eq. 13 with |gamma| = 1): mean, std (ddof = 1) and
+    coefficient of variation (:func:`spread_stats`), raw and with the mean weight divided out (Theorem 3.2:
+    w (1 - p) varies less)."""
+    g = np.asarray(grad_norms, dtype=float) * np.asarray(weights, dtype=float)
+    s = spread_stats(g)
+    wm = float(np.mean(weights))
+    return {
+        "mean": s["mean"],
+        "std": s["std"],
+        "cv": s["cv"] if g.size > 1 else math.nan,
+        "mean_weight": wm,
+        "std_per_mean_weight": s["std"] / wm,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Binning: one convention for every binned mean and histogram
+
+
+def bin_edges(bins: int | Sequence[float] = 10, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
+    """The edges of ``bins`` equal-width bins of [lo, hi] (``bins + 1`` numbers), or ``bins`` itself when it is a
+    sequence of edges (at least two, increasing)."""
+    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
+        if bins < 1:
+            raise ValueError(f"bins must be >= 1, got {bins}")
+        if not lo < hi:
+            raise ValueError(f"bin range needs lo < hi, got lo={lo}, hi={hi}")
+        return np.linspace(lo, hi, int(bins) + 1)
+    edges = np.asarray(bins, dtype=float)
+    if edges.ndim != 1 or edges.size < 2 or not np.all(np.diff(edges) > 0):
+        raise ValueError(f"bins must be an int >= 1 or at least two increasing edges, got {bins!r}")
+    return edges
+
+
+def bin_index(x, edges: np.ndarray) -> np.ndarray:
+    """The bin of each value of ``x``: bin k holds edges[k] <= x < edges[k + 1], and the last bin also its right
+    edge (as :func:`numpy.histogram`); values outside the edges are counted in the first or last bin."""
+    return np.clip(np.searchsorted(edges, np.asarray(x, dtype=float), side="right") - 1, 0, len(edges) - 2)
+
+
+def bin_counts(x, bins: int | Sequence[float] = 10, lo: float = 0.0, hi: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, edges): a histogram of ``x`` with the bins of :func:`bin_edges` and :func:`bin_index`."""
+    edges = bin_edges(bins, lo, hi)
+    return np.bincount(bin_index(x, edges), minlength=len(edges) - 1), edges
+
+
+def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) -> dict[str, np.ndarray]:
+    """Mean, std (ddof = 1, :func:`mean_std`), standard error and count of ``y`` in bins of ``x`` (equal-width on
+    [0, 1] for an int; :func:`bin_index`).
+
+    Bins with fewer than ``min_count`` points are dropped. Returns arrays ``left, right, center, x_mean,
+    mean, std, sem, count``.
+    """
+    x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=float).ravel()
+    y = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y, dtype=float).ravel()
+    edges = bin_edges(bins)
+    idx = bin_index(x, edges)
+    rows = []
+    for b in range(len(edges) - 1):
+        sel = idx == b
+        c = int(sel.sum())
+        if c < max(min_count, 1):
+            continue
+        mean, sd, _ = mean_std(y[sel])
+        rows.append((edges[b], edges[b + 1], 0.5 * (edges[b] + edges[b + 1]), x[sel].mean(), mean, sd,
+                     sd / math.sqrt(c), c))  # fmt: skip
+    names = ("left", "right", "center", "x_mean", "mean", "std", "sem", "count")
+    if not rows:
+        return {k: np.zeros(0) for k in names}
+    arr = np.array(rows, dtype=np.float64)
+    return {k: (arr[:, i].astype(int) if k == "count" else arr[:, i]) for i, k in enumerate(names)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables
+
+
+def group_by(records: Iterable[dict], key: Callable[[dict], str]) -> dict[str, list[dict]]:
+    """Records grouped by ``key(record)``, each group sorted by seed."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        out[key(r)].append(r)
+    return {k: sorted(v, key=lambda r: r.get("seed", 0)) for k, v in out.items()}
+
+
+def final_metric(record: dict, key: str = "accuracy") -> float:
+    """``record["final"][key]`` (NaN when missing)."""
+    v = (record.get("final") or {}).get(key)
+    return math.nan if v is None else float(v)
+
+
+def history_mean(record: dict, key: str, *, last: int | None = None) -> float:
+    """Mean of a history key over all steps (or the ``last`` steps)."""
+    _, v = series(record, key)
+    if last:
+        v = v[-last:]
+    return float(np.nanmean(v)) if v.size else math.nan
+
+
+def paired_by_seed(treatment: Sequence[dict], control: Sequence[dict], value: Callable[[dict], float]) -> tuple:
+    """Values of the runs whose seed appears in both lists, aligned by seed: (treatment, control, seeds)."""
+    c = {r["seed"]: value(r) for r in control}
+    seeds = sorted(s for s in {r["seed"] for r in treatment} if s in c)
+    t = {r["seed"]: value(r) for r in treatment}
+    return [t[s] for s in seeds], [c[s] for s in seeds], seeds
+
+
+def comparison_table(
+    groups: dict[str, list[dict]],
+    metrics: dict[str, Callable[[dict], float]],
+    *,
+    baseline: str = "equal",
+    compare: str | None = None,
+    digits: int = 3,
+    order: Sequence[str] | None = None,
+) -> list[dict]:
+    """Rows ``{"run": label, "n": n, metric: "m ± s", ...}`` plus, for ``compare`` (a metric name), the paired
+    difference against ``baseline`` (same seeds) with its 95 % t-interval and t-test p-value."""
+    rows = []
+    labels = list(order) if order else list(groups)
+    for label in labels:
+        runs = groups.get(label, [])
+        if not runs:
+            continue
+        row = {"run": label, "n": len(runs)}
+        for name, fn in metrics.items():
+            row[name] = fmt_mean_std([fn(r) for r in runs], digits)
+        if compare is not None and label != baseline and baseline in groups:
+            t, c, _ = paired_by_seed(runs, groups[baseline], metrics[compare])
+            if len(t) >= 2:
+                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = fmt_paired(paired_comparison(t, c), digits)
+        rows.append(row)
+    return rows

@@ -1,0 +1,678 @@
+"""The model's answer: the last ``\boxed{...}`` of a completion, found by a bounded scan (paper App. B.1.2).
+
+Only the text after the last ``</think>`` counts when there is one; braces are matched. The scan is a couple of
+C-level ``rfind`` plus at most :data:`MAX_ANSWER_CHARS` characters, so a 1 MB completion costs about a
+millisecond (:func:`extract_boxed_answer`). :func:`nesting_depth` measures the bracket depth that latex2sympy's
+parser would pay for exponentially; :func:`_normalize` is the light normalisation of the exact-match fast path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from trgrpo.tasks.common import as_list, first_present
+
+MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (real answers are far shorter)
+MAX_NESTING = 10  # deeper {[( nesting scores 0: latex2sympy's ANTLR parser is exponential in brace depth
+BOXED = "\\boxed{"
+THINK_END = "</think>"
+
+# --------------------------------------------------------------------------------------------------
+# Answer extraction (bounded scan)
+# --------------------------------------------------------------------------------------------------
+
+
+def extract_boxed_answer(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
+    """Content of the last ``\\boxed{...}`` after the last ``</think>`` (or anywhere without one).
+
+    Brace-matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``). None when there is no ``\\boxed{``, when the
+    last one is unbalanced, or when its content is longer than ``max_chars``. Cost: two ``rfind`` over the text
+    and at most ``max_chars + 1`` characters scanned, whatever the text's length.
+    """
+    cut = text.rfind(THINK_END)
+    lo = cut + len(THINK_END) if cut >= 0 else 0
+    start = text.rfind(BOXED, lo)
+    if start < 0:
+        return None
+    begin = start + len(BOXED)
+    depth = 1
+    for j in range(begin, min(len(text), begin + max_chars + 1)):
+        ch = text[j]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[begin:j]
+    return None
+
+
+# \left \right \displaystyle (not \leftarrow ...), thin spaces \! \, \; \: \<space>, dollar signs
+_STRIP = re.compile(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[!,;: ]|\$")
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest nesting of ``{``, ``[`` and ``(`` (unmatched closers ignored); a loop over at most 1000 chars."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "{[(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}])" and depth > 0:
+            depth -= 1
+    return deepest
+
+
+def _normalize(s: str) -> str:
+    """Light string normalisation for the exact-match fast path (never used to say "wrong")."""
+    s = _STRIP.sub("", s.strip())
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = "".join(s.split())
+    return s.rstrip(".")
+
+
+# ---- math_budget: A CPU-time budget for sympy's parse and verify (the math reward of paper App. B.1.2 never hangs,
+
+
+# --------------------------------------------------------------------------------------------------
+# CPU-time budget of the calling thread (a watchdog thread delivers it)
+# --------------------------------------------------------------------------------------------------
+
+
+class BudgetExceeded(BaseException):
+    """Raised inside sympy when the CPU budget is spent. A BaseException, so that the ``except Exception`` blocks
+    inside math-verify and sympy do not swallow it."""
+
+
+_REFIRE_S = 0.01  # after the budget, raise again every 10 ms: C code that swallows exceptions (dict lookups
+# calling a Python __eq__, as antlr4's prediction contexts do) must not absorb the only one
+_PATIENCE = 20  # deliveries (200 ms) to wait for a frame of _INTERRUPTIBLE before raising wherever the code is
+# the parser/verifier's packages, and the math task's own modules (trgrpo.tasks.math and trgrpo.tasks.math_*)
+_INTERRUPTIBLE = ("sympy", "mpmath", "antlr4", "latex2sympy2_extended", "math_verify", f"{__package__}.math")
+
+
+def _in_import(frame: Any) -> bool:
+    """True when an import is running somewhere in the stack of ``frame``."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _thread_clock(thread_id: int) -> int | None:
+    """The CPU-time clock of a thread (None where the platform has none: the budget is then wall-clock time)."""
+    try:
+        return time.pthread_getcpuclockid(thread_id)
+    except (AttributeError, OSError):
+        return None
+
+
+def _now(clock: int | None) -> float:
+    return time.clock_gettime(clock) if clock is not None else time.monotonic()
+
+
+class _Watchdog:
+    """One daemon thread that raises :class:`BudgetExceeded` in other threads once they have spent their CPU budget.
+
+    A thread's CPU time grows no faster than wall time, so the watchdog sleeps for the budget left and then reads the
+    thread's clock again. The exception is delivered with ``PyThreadState_SetAsyncExc`` (at the target's next
+    bytecode, like a signal handler's), again every 10 ms until the budget is disarmed, never inside an import, and
+    preferably in a frame of the parser/verifier. Disarming under the lock also cancels a delivery that is still
+    pending, so nothing fires after the block is left.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._jobs: dict[int, dict[str, Any]] = {}  # token -> thread id, clock, start, budget, next check, fires
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float) -> int:
+        ident = threading.get_ident()
+        clock = _thread_clock(ident)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="trgrpo-math-budget", daemon=True)
+                self._thread.start()
+            self._next += 1
+            self._jobs[self._next] = dict(
+                ident=ident, clock=clock, start=_now(clock), budget=seconds, due=time.monotonic() + seconds, fires=0
+            )
+            self._cond.notify()
+            return self._next
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            job = self._jobs.pop(token, None)
+            if job is not None and job["fires"]:
+                _set_async_exc(job["ident"], None)  # cancel a delivery still pending
+
+    def _run(self) -> None:
+        import sys
+
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for job in [j for j in self._jobs.values() if j["due"] <= now]:
+                    if not job["fires"]:
+                        try:
+                            left = job["budget"] - (_now(job["clock"]) - job["start"])
+                        except OSError:  # the thread is gone
+                            left = 0.0
+                        if left > 0:  # descheduled or waiting for the GIL: not spent yet
+                            job["due"] = now + max(left, 1e-3)
+                            continue
+                    job["due"] = now + _REFIRE_S
+                    job["fires"] += 1
+                    frame = sys._current_frames().get(job["ident"])
+                    if frame is None or _in_import(frame):
+                        continue
+                    module = frame.f_globals.get("__name__", "")
+                    if module.startswith(_INTERRUPTIBLE) or job["fires"] > _PATIENCE:
+                        _set_async_exc(job["ident"], BudgetExceeded)
+                wait = min((job["due"] for job in self._jobs.values()), default=now + 60) - time.monotonic()
+                self._cond.wait(timeout=max(wait, 1e-3))
+
+
+def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+
+
+_WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, and maybe a lock held at the fork
+    os.register_at_fork(after_in_child=_WATCHDOG.__init__)
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`BudgetExceeded` in the block once this thread has used ``seconds`` of CPU time, in any thread.
+
+    A no-op for ``None``/``<= 0``. The :class:`_Watchdog` thread delivers it; once the budget is spent the exception
+    is raised again every 10 ms until the block is left. Only a single long C call (one huge integer power) cannot be
+    interrupted: :func:`_is_blowup` refuses those before they run. No signal or timer of the process is touched.
+    """
+    if not seconds or seconds <= 0:
+        yield
+        return
+    token = _WATCHDOG.arm(seconds)
+    try:
+        yield
+    finally:
+        while True:  # a late delivery may land in here: retry until the disarm has run whole
+            try:
+                _WATCHDOG.disarm(token)
+                break
+            except BudgetExceeded:
+                continue
+
+
+# ---- math_blowup: The blow-up guard of the math reward (paper App. B.1.2): sizes judged from the unevaluated parse.
+
+
+# --------------------------------------------------------------------------------------------------
+# Blow-up guard: sizes judged from the unevaluated parse, before sympy computes anything
+# --------------------------------------------------------------------------------------------------
+
+_MAX_DIGITS = 100_000  # no (sub)expression may have a value of more decimal digits (10^{100000}, 2^{2^{16}})
+_MAX_COUNT = 10_000  # factorial-like arguments, terms of a sum or product
+_MAX_MATRIX_AMPERSANDS = 24  # a matrix larger than 5x5 (latex2sympy computes determinants while parsing)
+_GAMMA_LIKE = {"gamma", "loggamma", "polygamma", "uppergamma", "lowergamma", "beta", "zeta"}
+_MAX_NODES = 5_000
+_LOG10_2 = math.log10(2)
+
+
+class _Blowup(Exception):
+    pass
+
+
+def _is_combinatorial(node: Any) -> bool:
+    """factorial, binomial, subfactorial, catalan, fibonacci, gamma, ...: huge values from moderate inputs."""
+    if not getattr(node, "is_Function", False):
+        return False
+    cls = type(node)
+    return cls.__module__.startswith("sympy.functions.combinatorial") or cls.__name__ in _GAMMA_LIKE
+
+
+def _magnitude(node: Any, depth: int) -> float:
+    """Upper bound of ``|node|`` (a symbol counts as 10)."""
+    if getattr(node, "is_Number", False):
+        try:
+            return abs(float(node))
+        except (OverflowError, TypeError, ValueError):
+            return math.inf
+    d = _digits(node, depth + 1)
+    return math.inf if d > 300 else 10.0**d
+
+
+def _digits(node: Any, depth: int = 0) -> float:
+    """Upper bound of the number of decimal digits of ``node``'s value (and of its exact numerator/denominator),
+    from the unevaluated tree; raises :class:`_Blowup` when a part is out of bounds."""
+    import sympy
+
+    if depth > 200:
+        raise _Blowup("too deep")
+    if getattr(node, "is_Integer", False):
+        return max(1.0, abs(int(node)).bit_length() * _LOG10_2)
+    if getattr(node, "is_Rational", False):
+        return max(1.0, max(abs(node.p).bit_length(), node.q.bit_length()) * _LOG10_2)
+    if getattr(node, "is_Float", False):
+        _sign, _man, exp, bc = node._mpf_
+        return 1.0 + abs(exp + bc) * _LOG10_2
+    if isinstance(node, sympy.MatrixBase):
+        if node.rows * node.cols > (_MAX_MATRIX_AMPERSANDS + 6):
+            raise _Blowup("matrix")
+        return max((_digits(x, depth + 1) for x in node), default=1.0)
+    args = getattr(node, "args", ())
+    if not args:
+        return 1.0
+    if isinstance(node, sympy.Pow):
+        base, exp = args
+        if getattr(base, "is_Number", False) and base in (0, 1, -1):
+            return 1.0
+        size = max(_digits(base, depth + 1), 1.0) * max(_magnitude(exp, depth), 1.0)
+    elif _is_combinatorial(node):
+        n = max((_magnitude(a, depth) for a in args if not getattr(a, "free_symbols", None)), default=1.0)
+        if n > _MAX_COUNT:
+            raise _Blowup("factorial-like of a large number")
+        for a in args:
+            _digits(a, depth + 1)
+        size = max(n, 2.0) * math.log10(max(n, 2.0)) + 1.0
+    elif isinstance(node, (sympy.Sum, sympy.Product)):
+        count = 1.0
+        for lim in node.limits:
+            if len(lim) == 3:
+                count *= _magnitude(lim[1], depth) + _magnitude(lim[2], depth) + 1.0
+        if count > _MAX_COUNT:
+            raise _Blowup("sum or product of many terms")
+        inner = _digits(node.function, depth + 1)
+        size = inner * count if isinstance(node, sympy.Product) else inner + math.log10(count)
+    elif isinstance(node, sympy.Mul):
+        size = sum(_digits(a, depth + 1) for a in args)
+    else:
+        size = max(_digits(a, depth + 1) for a in args) + 1.0
+    if size > _MAX_DIGITS:
+        raise _Blowup("too many digits")
+    return size
+
+
+def _is_blowup(expr: Any) -> bool:
+    """True when evaluating ``expr`` could spend long, uninterruptible C time, or the tree is implausibly large.
+
+    Judged on the unevaluated parse (``sympy.evaluate(False)``): refused are values of more than 10^5 digits by
+    an upper bound that follows exponents written as sums or products and towers in the base (``10^{100000}``,
+    ``(10^{9999})^{9999}``, ``10^{999999999-1}``, ``2^{2^{2^{2^{2}}}}``), factorial-like functions of numbers above
+    10^4 (``(9999 \\cdot 9999)!``, ``\\binom{10^{9}}{5}``), sums and products of more than 10^4 terms, matrices of
+    more than 30 cells, and trees of more than 5000 nodes.
+    """
+    import sympy
+
+    if not isinstance(expr, (sympy.Basic, sympy.MatrixBase)):
+        return False
+    try:
+        if isinstance(expr, sympy.Basic):
+            for count, _node in enumerate(sympy.preorder_traversal(expr)):
+                if count > _MAX_NODES:
+                    return True
+        _digits(expr)
+    except _Blowup:
+        return True
+    except Exception:  # a comparison with nan/zoo, RecursionError, ...: refuse rather than risk it
+        return True
+    return False
+
+
+def _too_large_matrix(latex: str) -> bool:
+    """latex2sympy builds matrices (and their determinants) while parsing: refuse large ones before."""
+    return "matrix" in latex and latex.count("&") > _MAX_MATRIX_AMPERSANDS
+
+
+# ---- math_gold: The reference answer of a math item, parsed once and checked (paper App. B.1.2, Table 2's benchmark
+
+
+logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
+
+# --------------------------------------------------------------------------------------------------
+# math-verify, imported once
+# --------------------------------------------------------------------------------------------------
+
+
+class _DropTimeoutDisabled(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+
+@functools.lru_cache(maxsize=1)
+def _math_verify() -> Any:
+    """Import math-verify once (sympy takes ~1 s) and silence its "timeout disabled" warning (we pass ``None`` on
+    purpose and apply our own budget)."""
+    import math_verify
+    import math_verify.parser  # noqa: F401  (its parse cache is cleared after unevaluated parses)
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_DropTimeoutDisabled())
+    return math_verify
+
+
+# --------------------------------------------------------------------------------------------------
+# The reference answer: parsed once per item, checked, case and variables kept where they matter
+# --------------------------------------------------------------------------------------------------
+
+_SCI_NUMBER = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*[eE]\s*([-+]?\d+)\s*")
+_TEXT_BLOCK = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+# math-verify's normalisation of LaTeX answers (LatexExtractionConfig's default)
+_MV_NORMALIZATION = dict(
+    basic_latex=True, units=True, malformed_operators=True, nits=True, boxed="all", equations=False
+)
+
+
+def _sci_to_latex(text: str) -> str:
+    """``4.4e7`` -> ``4.4\\times 10^{7}`` when the whole answer is a number in scientific notation (math-verify reads
+    ``4.4e7`` as 4.4 * e * 7)."""
+    m = _SCI_NUMBER.fullmatch(text)
+    return f"{m.group(1)}\\times 10^{{{int(m.group(2))}}}" if m else text
+
+
+def _bare_letters(latex: str) -> set[str]:
+    """Letters outside commands and ``\\text{}``/``\\mathrm{}`` blocks: the variables an answer names."""
+    return set(re.findall(r"[A-Za-z]", _COMMAND.sub(" ", _TEXT_BLOCK.sub(" ", latex))))
+
+
+def _letters(expr: Any) -> set[str]:
+    return {ch for name in _symbol_names(expr) for ch in name if ch.isalpha()}
+
+
+def _symbol_names(expr: Any) -> set[str]:
+    return {str(getattr(s, "name", s)) for s in getattr(expr, "free_symbols", ())}
+
+
+def _strict_parse(latex: str, *, units: bool = True, evaluate: bool = True) -> Any:
+    """latex2sympy on the whole answer with the case of symbols kept (math-verify lower-cases them: ``N=n`` becomes
+    the always-true ``n=n``). With ``units`` math-verify's unit removal runs (it also drops a trailing ``c`` or
+    ``m``); without, only ``\\text{}``/``\\mathrm{}`` blocks are dropped. Raises when it does not parse."""
+    from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy
+    from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
+    from math_verify.grader import should_treat_as_complex
+    from sympy.core.parameters import evaluate as sympy_evaluate
+
+    if not units:
+        latex = _TEXT_BLOCK.sub(" ", latex)
+    text = normalize_latex(latex, NormalizationConfig(**{**_MV_NORMALIZATION, "units": units}))
+    if not text.strip():
+        raise ValueError("empty answer")
+    with sympy_evaluate(evaluate):
+        return latex2sympy(
+            text,
+            is_real=not should_treat_as_complex(text),
+            convert_degrees=False,
+            normalization_config=None,
+            conversion_config=ConversionConfig(lowercase_symbols=False),
+        )
+
+
+@dataclass(frozen=True)
+class GoldAnswer:
+    """A reference answer read once (:func:`analyze_gold`).
+
+    ``mode`` says how answers are compared with it: ``"mv"`` math-verify's reading; ``"strict"`` the case- and
+    variable-keeping reading (math-verify's reading loses a variable, folds case that matters, or fails); ``"string"``
+    neither parses (only an equal string scores). ``note`` says why it is not ``"mv"``.
+    """
+
+    text: str
+    latex: str
+    mv: tuple[Any, ...]
+    strict: Any
+    units: bool
+    mode: str
+    note: str | None
+
+
+@functools.lru_cache(maxsize=8192)
+def analyze_gold(answer: str) -> GoldAnswer:
+    """Parse one reference answer (trusted: math-verify's plain-expression reader runs on it too) and check the
+    reading against a case- and variable-keeping one. A gold whose reading is suspicious is logged (once)."""
+    import sympy
+
+    mv = _math_verify()
+    latex = str(answer).strip()
+    if latex.startswith("$") and latex.endswith("$"):
+        latex = latex.strip("$").strip()
+    inner = (extract_boxed_answer(latex, max_chars=10_000) or latex) if BOXED in latex else latex
+    inner = _sci_to_latex(inner)
+    try:
+        mv_forms = tuple(
+            mv.parse(
+                BOXED + inner + "}",
+                extraction_config=[mv.LatexExtractionConfig(), mv.ExprExtractionConfig()],
+                parsing_timeout=None,
+            )
+        )
+    except Exception:
+        mv_forms = ()
+    mv_expr = next((x for x in mv_forms if isinstance(x, (sympy.Basic, sympy.MatrixBase))), None)
+    bare = _bare_letters(inner)
+    strict, units = None, True
+    with contextlib.suppress(Exception):
+        strict = _strict_parse(inner, units=True)
+    lost = bare - _letters(strict) if strict is not None else bare
+    if lost:  # the unit removal may have taken a variable (``\frac{1}{\sqrt{2}}c``): read it without
+        with contextlib.suppress(Exception):
+            keep = _strict_parse(inner, units=False)
+            if len(bare - _letters(keep)) < len(lost):
+                strict, units = keep, False
+    mode, note = "mv", None
+    if mv_expr is None and strict is None:
+        mode, note = "string", "neither math-verify nor latex2sympy parses it: only an identical answer scores"
+    elif strict is None:
+        pass
+    elif mv_expr is None:
+        mode, note = "strict", f"math-verify cannot read it; compared as {strict}"
+    elif {n.lower() for n in _symbol_names(mv_expr)} != {n.lower() for n in _symbol_names(strict)}:
+        mode, note = "strict", f"math-verify reads it as {mv_expr}; compared as {strict}"
+    elif any(n != n.lower() for n in _symbol_names(strict)):
+        mode = "strict"  # case kept: N and n, T and t are different symbols
+    if note is not None:
+        logger.warning("math reference answer %r: %s", str(answer)[:200], note)
+    return GoldAnswer(str(answer), inner, mv_forms, strict, units, mode, note)
+
+
+def gold_forms(answer: Any) -> tuple[str, ...]:
+    """The accepted forms of a reference answer: a string, a number or a list of them (Minerva rows with two)."""
+    if isinstance(answer, (list, tuple)) or (hasattr(answer, "tolist") and not isinstance(answer, (str, bytes))):
+        items = answer.tolist() if hasattr(answer, "tolist") else list(answer)
+        items = items if isinstance(items, list) else [items]
+    else:
+        items = [answer]
+    forms = []
+    for item in items:
+        text = _answer_text(item) if not isinstance(item, str) else item.strip()
+        if text and text not in forms:
+            forms.append(text)
+    return tuple(forms)
+
+
+def _answer_text(value: Any) -> str | None:
+    """A reference answer as text: numbers without a trailing ``.0``, first of a list, ``{"value": ...}``."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return _answer_text(first_present(value, ("value", "answer", "ground_truth")))
+    if not isinstance(value, (str, bytes, int, float)) and hasattr(value, "__len__"):
+        items = as_list(value)
+        return _answer_text(items[0]) if items else None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        if value != value:  # NaN: an empty cell of a table
+            return None
+        if value.is_integer():
+            value = int(value)
+        else:
+            return _float_text(value)
+    text = str(value).strip()
+    return text or None
+
+
+def _float_text(value: float) -> str:
+    """The number a float answer stands for: a float32 cell (parquet) as float32's shortest text (0.3, not
+    0.30000001192092896), binary noise of a float64 dropped at 15 significant digits (0.3, not 0.30000000000000004)."""
+    import numpy as np
+
+    if math.isfinite(value) and float(np.float32(value)) == value:
+        return str(np.float32(value))
+    return format(value, ".15g")
+
+
+# ---- math_verifier: Equivalence of a model's boxed answer and a reference under math-verify, guarded (paper App. B.
+
+
+# Scored once, without a budget, before any budget starts (make_math_reward_func, math_reward): these load what
+# sympy and math-verify import lazily (antlr4's LL1Analyzer, sympy.combinatorics for factoring, assumption
+# wrappers, set expressions, the case-keeping reading), so that no alarm has to wait for an import (the alarm
+# handler never interrupts one, see time_budget) and the first answer of a fresh process is not cut short.
+_WARM_UP = (
+    ("\\frac{1}{2}", "0.5"),
+    ("x^2+7x+10", "(x+2)(x+5)"),
+    ("\\left(3, \\frac{\\pi}{2}\\right)", "[1, 2)"),
+    ("10\\%", "1.5e3"),
+    ("N=n+1", "N=n"),
+    ("9.224 \\times 10^{-19}", "8.224 \\times 10^{-19}"),
+)
+_WARM_LOCK = threading.Lock()
+_warmed = False
+
+
+def warm_up() -> None:
+    """Import math-verify and run the whole scoring path on a few answers, without a budget (idempotent, thread
+    safe). Called by :func:`make_math_reward_func` and before the budget of every :func:`math_reward`."""
+    global _warmed
+    if _warmed:
+        return
+    with _WARM_LOCK:
+        if _warmed:
+            return
+        _math_verify()
+        for pred, gold in _WARM_UP:
+            with contextlib.suppress(Exception):
+                _equivalent(pred, gold)
+        _warmed = True
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------------------------------
+
+REL_TOL = 1e-5  # numbers below 0.1 in magnitude must agree to this relative tolerance (see _close_enough)
+
+
+def _close_enough(gold: Any, pred: Any) -> bool:
+    """math-verify rounds floats to 6 decimal places, so every pair of magnitudes below 1e-6 compares equal
+    (9.224e-19 == 8.224e-19). When both sides are numbers below 0.1 in magnitude, also require a relative
+    agreement of :data:`REL_TOL` (only ever turns a yes into a no)."""
+    import sympy
+
+    try:
+        if not (getattr(gold, "is_number", False) and getattr(pred, "is_number", False)):
+            return True
+        g, p = complex(sympy.N(gold, 30)), complex(sympy.N(pred, 30))
+    except Exception:
+        return True
+    big = max(abs(g), abs(p))
+    if not math.isfinite(big) or big >= 0.1:
+        return True
+    return abs(g - p) <= REL_TOL * big
+
+
+_NEGATED_GROUP = re.compile(r"\s*-\s*(?:\\left\s*)?(?:\(|\[|\\\{|\\lbrace)")
+
+
+def _guards_hold(pred: str, gold: Any, parsed: Any) -> bool:
+    """False where math-verify's yes is wrong: a negated tuple / set / interval (it reads ``-(a, b)`` as ``{a, b}``),
+    or two equations that are not the same up to swapping sides (it compares their right-hand sides only)."""
+    import sympy
+
+    if _NEGATED_GROUP.match(pred) and isinstance(parsed, (sympy.Tuple, sympy.Set, sympy.MatrixBase)):
+        return False
+    if isinstance(gold, sympy.Equality) and isinstance(parsed, sympy.Equality):
+        g, p = gold.lhs - gold.rhs, parsed.lhs - parsed.rhs
+        # a derivative of a plain symbol (dv/dt, v not a function of t) is 0 to sympy: keep each one as a symbol
+        held = {d: sympy.Dummy() for d in g.atoms(sympy.Derivative) | p.atoms(sympy.Derivative)}
+        g, p = g.xreplace(held), p.xreplace(held)
+        return any(sympy.simplify(g - sign * p) == 0 for sign in (1, -1))
+    return True
+
+
+def _first_expr(forms: Iterable[Any]) -> Any:
+    import sympy
+
+    return next((x for x in forms if isinstance(x, (sympy.Basic, sympy.MatrixBase))), None)
+
+
+def _parse_guarded_mv(pred: str) -> list[Any]:
+    """math-verify's LaTeX reading of a model answer, refused (empty) when the unevaluated parse is a blow-up."""
+    from sympy.core.parameters import evaluate as sympy_evaluate
+
+    mv = _math_verify()
+    cfg = [mv.LatexExtractionConfig()]
+    try:
+        with sympy_evaluate(False):
+            raw = mv.parse(BOXED + pred + "}", extraction_config=cfg, parsing_timeout=None)
+    finally:  # its cache is keyed by the text only: drop the unevaluated results
+        mv.parser.parse_latex_cached.cache_clear()
+    if not raw or any(_is_blowup(p) for p in raw):
+        return []
+    return mv.parse(BOXED + pred + "}", extraction_config=cfg, parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _equivalent(pred: str, gold: str) -> bool:
+    """Equivalence of a boxed prediction and one reference form (cached: rollouts repeat answers).
+
+    May raise BudgetExceeded (not cached then)."""
+    mv = _math_verify()
+    ref = analyze_gold(gold)
+    if ref.mode == "string":
+        return False
+    pred = _sci_to_latex(pred)
+    if _too_large_matrix(pred):
+        return False
+    if ref.mode == "mv":
+        parsed = _parse_guarded_mv(pred)
+        if parsed and mv.verify(list(ref.mv), parsed, timeout_seconds=None):
+            gold, expr = _first_expr(ref.mv), _first_expr(parsed)
+            return _guards_hold(pred, gold, expr) and _close_enough(gold, expr)
+        expr = _first_expr(parsed)
+        if ref.strict is None or not _bare_letters(pred) - (_letters(expr) if expr is not None else set()):
+            return False
+        # the unit removal took a variable of the answer (``\frac{1}{m}t``): read it with its letters kept
+    try:  # "strict": the same case- and variable-keeping reading on both sides
+        units = ref.units if ref.mode == "strict" else False
+        if _is_blowup(_strict_parse(pred, units=units, evaluate=False)):
+            return False
+        parsed_pred = _strict_parse(pred, units=units)
+    except BudgetExceeded:
+        raise
+    except Exception:
+        return False
+    names, gold_names = _symbol_names(parsed_pred), _symbol_names(ref.strict)
+    if ref.mode == "mv":  # math-verify's reading folds case: so does this comparison
+        names, gold_names = {n.lower() for n in names}, {n.lower() for n in gold_names}
+    if names != gold_names:  # T is not t (strict), c/sqrt(2) is not 1/sqrt(2)
+        return False
+    if not mv.verify([ref.strict], [parsed_pred], timeout_seconds=None):
+        return False
+    return _guards_hold(pred, ref.strict, parsed_pred) and _close_enough(ref.strict, parsed_pred)

@@ -1,0 +1,571 @@
+"""The one sampler of the library: completions drawn from the policy's own distribution (paper Section 3).
+
+Theorem 3.1 and Figure 1 are statements about tokens the policy itself samples, so the theory
+(:func:`trgrpo.theory.sample_completions`) and the token statistics
+(:func:`trgrpo.token_stats.sample_token_probabilities`) both draw with :func:`sample_batch`: temperature
+scaling only, no top-k and no nucleus cut, prompts left-padded so every completion starts at one column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trgrpo.stats import binned_means as binned_means
+from trgrpo.stats import spread_stats
+from trgrpo.weights import WeightParams, as_weight_params, token_weights
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id a batch is padded with: the tokenizer's pad token, else its EOS token."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad token nor an eos token to pad with")
+    return pad
+
+
+@torch.no_grad()
+def sample_batch(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    num_return_sequences: int = 1,
+) -> tuple[dict, torch.Tensor]:
+    """(the left-padded encoding of ``texts``, the sampled sequences: prompt columns then completion columns).
+
+    ``texts`` are rendered prompts (chat template already applied; no special tokens are added). The caller
+    seeds torch's generator first. Each prompt gives ``num_return_sequences`` rows, next to each other.
+    """
+    if max_new_tokens < 1 or num_return_sequences < 1:
+        raise ValueError("max_new_tokens and num_return_sequences must be >= 1")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 to sample, got {temperature!r}")
+    old_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = old_side
+    seqs = model.generate(
+        **enc,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,  # the policy's whole distribution at this temperature
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        num_return_sequences=num_return_sequences,
+        pad_token_id=pad_token_id(tokenizer),
+    )
+    return enc, seqs
+
+
+# ---- theory: Theorem 3.1 and 3.2 numerically (paper Section 3 and Appendix D).
+
+
+# the one statistics module (std with ddof = 1); binned_means is re-exported for notebook 01
+
+# --------------------------------------------------------------------------------------------------
+# Theorem 3.1: the identity and the bounds on random distributions
+# --------------------------------------------------------------------------------------------------
+
+DEFAULT_VOCAB_SIZES = (2, 10, 1000, 49152)  # 49152 = SmolLM2's vocabulary
+DEFAULT_TEMPERATURES = (0.05, 0.3, 1.0, 3.0)  # peaked ... flat (logits ~ N(0, 1) divided by these)
+
+
+def log_softmax_grad(logits: torch.Tensor, k: torch.Tensor | int) -> torch.Tensor:
+    """App. D: d log softmax(h)_k / d h = 1_k - softmax(h), for logits (..., V) and token ids k (...)."""
+    p = torch.softmax(logits, dim=-1)
+    k = torch.as_tensor(k, device=logits.device).expand(logits.shape[:-1])
+    one_hot = torch.nn.functional.one_hot(k.long(), logits.shape[-1]).to(p.dtype)
+    return one_hot - p
+
+
+def _split_at(probs: torch.Tensor, k: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(p_k, sum_{j != k} p_j, sum_{j != k} p_j^2), the sums taken over the other tokens directly.
+
+    Summing the other tokens (instead of computing 1 - p_k) keeps 1 - p_k exact when p_k rounds to 1.
+    """
+    k = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1]).long()
+    other = 1 - torch.nn.functional.one_hot(k, probs.shape[-1]).to(probs.dtype)
+    pk = probs.gather(-1, k.unsqueeze(-1)).squeeze(-1)
+    return pk, (probs * other).sum(-1), (probs**2 * other).sum(-1)
+
+
+def one_hot_minus_p_norm(probs: torch.Tensor, k: torch.Tensor | int) -> torch.Tensor:
+    """||1_k - p||_2 = sqrt((1 - p_k)^2 + sum_{j != k} p_j^2) for probs (..., V) and ids k (...)."""
+    _, rest, rest_sq = _split_at(probs, k)
+    return torch.sqrt(rest**2 + rest_sq)
+
+
+def theorem31_bounds(probs: torch.Tensor, k: torch.Tensor | int) -> dict[str, torch.Tensor]:
+    """Both sides of App. D's bounds: {"p_k", "lower" = 1 - p_k, "norm" = ||1_k - p||, "upper" = sqrt(2)(1 - p_k)}.
+
+    1 - p_k is computed as sum_{j != k} p_j (equal for a distribution, and exact in floating point).
+    """
+    pk, rest, rest_sq = _split_at(probs, k)
+    return {
+        "p_k": pk,
+        "lower": rest,
+        "norm": torch.sqrt(rest**2 + rest_sq),
+        "upper": math.sqrt(2) * rest,
+    }
+
+
+def random_distributions(
+    n: int,
+    vocab_size: int,
+    temperature: float = 1.0,
+    *,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """``n`` distributions softmax(z / temperature) over ``vocab_size`` tokens, z ~ N(0, 1).
+
+    Small temperatures give peaked distributions (one token near 1), large ones flat distributions.
+    """
+    if n < 1 or vocab_size < 2 or not temperature > 0:
+        raise ValueError(f"need n >= 1, vocab_size >= 2, temperature > 0; got {n}, {vocab_size}, {temperature}")
+    z = torch.randn(n, vocab_size, generator=generator, dtype=dtype)
+    return torch.softmax(z / temperature, dim=-1)
+
+
+def pick_tokens(probs: torch.Tensor, how: str = "sample", *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Token ids k for each row of ``probs``: ``sample`` (k ~ p, as a model samples), ``uniform``, or ``argmax``."""
+    if how == "sample":
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    if how == "uniform":
+        return torch.randint(0, probs.shape[-1], probs.shape[:-1], generator=generator)
+    if how == "argmax":
+        return probs.argmax(-1)
+    raise ValueError(f"how must be 'sample', 'uniform' or 'argmax', got {how!r}")
+
+
+def theorem31_samples(
+    n: int = 200,
+    vocab_sizes: Sequence[int] = DEFAULT_VOCAB_SIZES,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
+    *,
+    picks: Sequence[str] = ("sample", "uniform", "argmax"),
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Sample ``n`` distributions per (vocab size, temperature, pick) and return both sides of the bounds.
+
+    Returns flat arrays ``vocab_size, temperature, pick, p_k, lower, norm, upper``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    cols: dict[str, list] = {k: [] for k in ("vocab_size", "temperature", "pick", "p_k", "lower", "norm", "upper")}
+    for v in vocab_sizes:
+        for t in temperatures:
+            for how in picks:
+                probs = random_distributions(n, int(v), float(t), generator=g)
+                b = theorem31_bounds(probs, pick_tokens(probs, how, generator=g))
+                for key in ("p_k", "lower", "norm", "upper"):
+                    cols[key].append(b[key].numpy())
+                cols["vocab_size"].append(np.full(n, int(v)))
+                cols["temperature"].append(np.full(n, float(t)))
+                cols["pick"].append(np.full(n, how))
+    return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+def bounds_summary(samples: dict[str, np.ndarray], *, rtol: float = 1e-12) -> list[dict]:
+    """Per (vocab size, temperature): count, range of p_k, range of ||1_k - p|| / (1 - p_k) and violations.
+
+    The ratio lies in [1, sqrt(2)]: 1 when the rest of the mass is spread flat over many tokens,
+    sqrt(2) when it sits on a single other token. The ratio skips tokens with 1 - p_k = 0 exactly;
+    a violation is a norm outside [lower, upper] by more than ``rtol`` relative.
+    """
+    rows = []
+    keys = sorted(set(zip(samples["vocab_size"].tolist(), samples["temperature"].tolist())))
+    for v, t in keys:
+        sel = (samples["vocab_size"] == v) & (samples["temperature"] == t)
+        low, norm, up = samples["lower"][sel], samples["norm"][sel], samples["upper"][sel]
+        ok = low > 0
+        ratio = norm[ok] / low[ok]
+        rows.append(
+            {
+                "vocab_size": int(v),
+                "temperature": float(t),
+                "n": int(sel.sum()),
+                "p_k_min": float(samples["p_k"][sel].min()),
+                "p_k_max": float(samples["p_k"][sel].max()),
+                "ratio_min": float(ratio.min()) if ratio.size else float("nan"),
+                "ratio_max": float(ratio.max()) if ratio.size else float("nan"),
+                "violations": int(((norm < low * (1 - rtol)) | (norm > up * (1 + rtol))).sum()),
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-token gradient norms of a real LM
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenBatch:
+    """Prompts + sampled completions, left-padded: ``completion_mask`` marks the completion tokens."""
+
+    input_ids: torch.Tensor  # (B, S)
+    attention_mask: torch.Tensor  # (B, S)
+    completion_mask: torch.Tensor  # (B, S), 1 on completion tokens (up to and including the first EOS)
+    prompt_length: int  # S_prompt: completions start at this column
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+@torch.no_grad()
+def sample_completions(
+    model,
+    tokenizer,
+    messages: Sequence[list[dict]] | Sequence[str],
+    *,
+    max_new_tokens: int = 96,
+    temperature: float = 0.7,
+    seed: int = 0,
+    prefill: str = "",
+) -> TokenBatch:
+    """Sample one completion per prompt from the model itself (chat template; ``prefill`` appended to it).
+
+    ``messages``: chat message lists (rendered with the tokenizer's chat template and a generation prompt)
+    or plain strings. Completion tokens after the first EOS are masked out.
+    """
+    texts = [
+        (tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) if not isinstance(m, str) else m)
+        + prefill
+        for m in messages
+    ]
+    torch.manual_seed(seed)
+    enc, out = sample_batch(model, tokenizer, texts, max_new_tokens=max_new_tokens, temperature=temperature)
+    s_prompt = enc["input_ids"].shape[1]
+    completion = out[:, s_prompt:]
+    is_eos = completion == tokenizer.eos_token_id
+    after_eos = (is_eos.cumsum(1) - is_eos.long()) > 0  # strictly after the first EOS
+    comp_mask = (~after_eos).long()
+    attn = torch.cat([enc["attention_mask"], comp_mask], dim=1)
+    cmask = torch.cat([torch.zeros_like(enc["attention_mask"]), comp_mask], dim=1)
+    return TokenBatch(input_ids=out, attention_mask=attn, completion_mask=cmask, prompt_length=s_prompt)
+
+
+@dataclass
+class TokenGradNorms:
+    """Per completion token (flattened over the batch): pi(o_t) and ||grad log pi(o_t)|| by parameter group."""
+
+    probs: torch.Tensor  # (N,) pi(o_t) at the given temperature
+    grad_norm: torch.Tensor  # (N,) ||grad_theta log pi(o_t)||_2 over the whole subset
+    group_norms: dict[str, torch.Tensor]  # (N,) per group: "head", "final_norm", "blocks"
+    one_hot_minus_p: torch.Tensor  # (N,) ||1_k - p||_2 (App. D)
+    hidden_norm: torch.Tensor  # (N,) ||a_L|| (the final normed hidden state fed to the head)
+    token_ids: torch.Tensor  # (N,)
+    sequence: torch.Tensor  # (N,) row of the batch
+    position: torch.Tensor  # (N,) column of the token in input_ids
+    subset: dict[str, object] = field(default_factory=dict)  # description of the parameter subset
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        d = {
+            "probs": self.probs,
+            "grad_norm": self.grad_norm,
+            "one_hot_minus_p": self.one_hot_minus_p,
+            "hidden_norm": self.hidden_norm,
+            "token_ids": self.token_ids,
+        }
+        d.update({f"norm_{k}": v for k, v in self.group_norms.items()})
+        return {k: v.detach().cpu().numpy() for k, v in d.items()}
+
+
+def _bias(module, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    b = getattr(module, "bias", None)
+    return None if b is None else b.to(dtype)
+
+
+def _decoder_parts(model):
+    """(decoder, its layers, final norm, head) of a HF causal LM with the Llama/Qwen/Mistral layout."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    layers = getattr(base, "layers", None)
+    norm = getattr(base, "norm", None)
+    head = model.get_output_embeddings()
+    if layers is None or norm is None or head is None:
+        raise ValueError(
+            f"{type(model).__name__}: expected model.model.layers, model.model.norm and an output embedding "
+            "(Llama/Qwen/Mistral layout)"
+        )
+    return base, layers, norm, head
+
+
+def parameter_subset(model, last_k_blocks: int = 2) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
+    """The parameters whose per-token gradient :func:`per_token_grad_norms` measures, by group.
+
+    ``blocks``: the last ``last_k_blocks`` decoder layers; ``final_norm``: the RMSNorm before the head.
+    The head itself (``lm_head``, tied to the input embedding in SmolLM2) is handled analytically.
+    """
+    _, layers, norm, _ = _decoder_parts(model)
+    if not 0 <= last_k_blocks <= len(layers):
+        raise ValueError(f"last_k_blocks must be in [0, {len(layers)}], got {last_k_blocks}")
+    start = len(layers) - last_k_blocks
+    blocks = [
+        (f"layers.{start + i}.{n}", p) for i, layer in enumerate(layers[start:]) for n, p in layer.named_parameters()
+    ]
+    return {"blocks": blocks, "final_norm": [(f"norm.{n}", p) for n, p in norm.named_parameters()]}
+
+
+def per_token_grad_norms(
+    model,
+    batch: TokenBatch,
+    *,
+    last_k_blocks: int = 2,
+    temperature: float = 1.0,
+    chunk_size: int = 16,
+    method: str = "loop",
+) -> TokenGradNorms:
+    """||grad_theta log pi(o_t)||_2 for every completion token, over a stated parameter subset (Eq. 8).
+
+    Parameter subset, and why: the output head (the classifier W of Theorem 3.1), the final RMSNorm and
+    the last ``last_k_blocks`` decoder blocks (the layers l near L in Eq. 8). A full-parameter per-token
+    gradient of a 135M model is one backward pass through all 30 blocks per token, far too slow on a CPU;
+    the last blocks are where the factor 1_k - p enters first, and the earlier ones only multiply it by
+    further Jacobians (Lemma D.1).
+
+    The head: log pi(o_t) = log softmax(W a_L / T)_k, so its gradient w.r.t. W is the rank-one matrix
+    (1_k - p) a_L^T / T, whose norm is exactly ||1_k - p|| ||a_L|| / T (App. D). We use this closed form.
+    When the head is tied to the input embedding (SmolLM2, Qwen2.5-3B), the tied matrix also receives the
+    embedding-lookup gradient of every earlier input token, which flows through all blocks; we count only
+    the head's own use of the matrix, as if untied, which is the W of Theorem 3.1. The embedding and the
+    earlier blocks are frozen during the measurement (their ``requires_grad`` is restored afterwards).
+
+    ``temperature``: pi = softmax(logits / T), as TRL computes log-probs for the loss. ``method``:
+    ``"loop"`` (one backward per token, the fastest on a CPU) or ``"batched"`` (one vmapped backward per
+    ``chunk_size`` tokens via ``is_grads_batched``); both give the same numbers. Sequences are processed one at
+    a time, without their padding; the head's (n, V) matrices are built ``chunk_size`` x 16 tokens at a time.
+    """
+    if method not in ("batched", "loop"):
+        raise ValueError(f"method must be 'batched' or 'loop', got {method!r}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    base, layers, norm_mod, head = _decoder_parts(model)
+    groups = parameter_subset(model, last_k_blocks)
+    train_params = [p for g in groups.values() for _, p in g]
+    group_slices, i = {}, 0
+    for name, g in groups.items():
+        group_slices[name] = slice(i, i + len(g))
+        i += len(g)
+
+    saved = {id(p): p.requires_grad for p in model.parameters()}
+    was_training = model.training
+    captured: dict[str, torch.Tensor] = {}
+    hook = norm_mod.register_forward_hook(lambda mod, args, out: captured.__setitem__("a_L", out))
+    out_cols: dict[str, list[torch.Tensor]] = {
+        k: [] for k in ("probs", "head", "final_norm", "blocks", "ohmp", "hnorm", "ids", "seq", "pos")
+    }
+    try:
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in train_params:
+            p.requires_grad_(True)
+        for b in range(batch.input_ids.shape[0]):
+            keep = batch.attention_mask[b].bool()
+            cols = torch.nonzero(keep).squeeze(-1)
+            ids = batch.input_ids[b, keep].unsqueeze(0)
+            cmask = batch.completion_mask[b, keep]
+            targets = torch.nonzero(cmask).squeeze(-1)  # positions (in the unpadded row) of completion tokens
+            targets = targets[targets > 0]
+            if targets.numel() == 0:
+                continue
+            base(input_ids=ids, use_cache=False)  # the decoder only: logits are needed at `targets` alone
+            a_L = captured["a_L"][0, targets - 1]  # (n, d) final normed hidden states predicting each target
+            tok = ids[0, targets]
+            with torch.no_grad():
+                logp, ohmp, hnorm, head_sq, cotangent = _head_terms(
+                    a_L.detach(), tok, head, temperature, 16 * chunk_size
+                )
+            sq = _per_token_sq_norms(
+                a_L, cotangent.to(a_L.dtype), train_params, group_slices, chunk_size=chunk_size, method=method
+            )
+            n = logp.shape[0]
+            out_cols["probs"].append(logp.detach().exp())
+            out_cols["head"].append(head_sq.sqrt())
+            out_cols["final_norm"].append(sq["final_norm"].sqrt())
+            out_cols["blocks"].append(sq["blocks"].sqrt())
+            out_cols["ohmp"].append(ohmp)
+            out_cols["hnorm"].append(hnorm)
+            out_cols["ids"].append(tok)
+            out_cols["seq"].append(torch.full((n,), b, dtype=torch.long))
+            out_cols["pos"].append(cols[targets])
+            del a_L, cotangent, captured["a_L"]
+    finally:
+        hook.remove()
+        for p in model.parameters():
+            p.requires_grad_(saved[id(p)])
+        model.train(was_training)
+
+    if not out_cols["probs"]:
+        raise ValueError("the batch has no completion tokens (completion_mask is all zeros)")
+    cat = {k: torch.cat(v).detach() for k, v in out_cols.items()}
+    group_norms = {k: cat[k] for k in ("head", "final_norm", "blocks")}
+    total = torch.sqrt(sum(v**2 for v in group_norms.values()))
+    n_params = {k: sum(p.numel() for _, p in g) for k, g in groups.items()}
+    n_params["head"] = head.weight.numel() + (head.bias.numel() if getattr(head, "bias", None) is not None else 0)
+    subset = {
+        "last_k_blocks": last_k_blocks,
+        "blocks": (
+            f"layers {len(layers) - last_k_blocks}..{len(layers) - 1} of {len(layers)}"
+            if last_k_blocks
+            else "no blocks"
+        ),
+        "head": "closed form ||1_k - p|| ||a_L|| / T (the head's own use of the matrix; tied embedding not counted)",
+        "tied_head": bool(getattr(model.config, "tie_word_embeddings", False)),
+        "n_params": n_params,
+        "temperature": temperature,
+    }
+    return TokenGradNorms(
+        probs=cat["probs"],
+        grad_norm=total,
+        group_norms=group_norms,
+        one_hot_minus_p=cat["ohmp"],
+        hidden_norm=cat["hnorm"],
+        token_ids=cat["ids"],
+        sequence=cat["seq"],
+        position=cat["pos"],
+        subset=subset,
+    )
+
+
+def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, rows: int) -> tuple[torch.Tensor, ...]:
+    """Per token, from the final hidden states a_L (n, d): log pi, ||1_k - p||, ||a_L||, the head's squared
+    gradient norm ||(1_k - p) a_L^T / T||^2 (+ ||1_k - p||^2 / T^2 for a bias) and the cotangent
+    d log pi / d a_L = W^T (1_k - p) / T, ``rows`` tokens at a time (App. D)."""
+    dt = torch.promote_types(a_L.dtype, torch.float32)  # at least float32 for the softmax
+    w_head, bias = head.weight.to(dt), _bias(head, dt)
+    outs: list[list[torch.Tensor]] = [[] for _ in range(5)]
+    for s in range(0, a_L.shape[0], max(1, rows)):
+        a, k = a_L[s : s + rows].to(dt), tok[s : s + rows]
+        logits = torch.nn.functional.linear(a, w_head, bias) / temperature
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, k.unsqueeze(-1)).squeeze(-1)
+        resid = log_softmax_grad(logits, k)  # (rows, V) = 1_k - p
+        ohmp, hnorm = resid.norm(dim=-1), a.norm(dim=-1)
+        head_sq = (ohmp * hnorm / temperature) ** 2
+        if bias is not None:
+            head_sq = head_sq + (ohmp / temperature) ** 2
+        for lst, v in zip(outs, (logp, ohmp, hnorm, head_sq, (resid @ w_head) / temperature)):
+            lst.append(v)
+    return tuple(torch.cat(lst) for lst in outs)
+
+
+def _per_token_sq_norms(
+    outputs: torch.Tensor,
+    cotangents: torch.Tensor,
+    params: list[torch.nn.Parameter],
+    group_slices: dict[str, slice],
+    *,
+    chunk_size: int,
+    method: str,
+) -> dict[str, torch.Tensor]:
+    """Squared norm, per group of ``params``, of the gradient of <outputs[t], cotangents[t]> for each row t.
+
+    ``outputs``: (n, d) activations with a graph to ``params``; ``cotangents``: (n, d), constant. Row t's
+    gradient is the chain rule for log pi(o_t) when ``cotangents[t] = d log pi(o_t) / d outputs[t]``.
+    """
+    n = outputs.shape[0]
+    res = {k: torch.zeros(n, dtype=torch.float64) for k in group_slices}
+    if not params:
+        return res
+    if method == "loop":
+        for t in range(n):
+            grads = torch.autograd.grad(
+                outputs[t], params, grad_outputs=cotangents[t], retain_graph=True, allow_unused=True
+            )
+            for k, sl in group_slices.items():
+                res[k][t] = sum(float((g.double() ** 2).sum()) for g in grads[sl] if g is not None)
+        return res
+    for s in range(0, n, chunk_size):
+        c = min(chunk_size, n - s)
+        rows = torch.zeros(c, *outputs.shape, dtype=outputs.dtype)
+        idx = torch.arange(c)
+        rows[idx, s + idx] = cotangents[s : s + c]
+        grads = torch.autograd.grad(
+            outputs, params, grad_outputs=rows, retain_graph=True, is_grads_batched=True, allow_unused=True
+        )
+        for k, sl in group_slices.items():
+            acc = torch.zeros(c, dtype=torch.float64)
+            for g in grads[sl]:
+                if g is not None:
+                    acc += (g.double() ** 2).reshape(c, -1).sum(1)
+            res[k][s : s + c] = acc
+        del grads, rows
+    return res
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics: Spearman, proportional fit, spread of the weighted norms (Theorem 3.2)
+# --------------------------------------------------------------------------------------------------
+
+
+def _np(x) -> np.ndarray:
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def spearman(x, y) -> tuple[float, float]:
+    """Spearman rank correlation and its two-sided p-value (scipy)."""
+    from scipy.stats import spearmanr
+
+    res = spearmanr(_np(x), _np(y))
+    return float(res.statistic), float(res.pvalue)
+
+
+def fit_proportional(x, y) -> tuple[float, float]:
+    """Least squares y ~ c x through the origin (the 1 - pi trend of Eq. 8): returns (c, R^2 about the mean)."""
+    x, y = _np(x), _np(y)
+    c = float((x * y).sum() / (x * x).sum())
+    ss_res = float(((y - c * x) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return c, (1 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
+
+
+def theorem32_spread(
+    grad_norms,
+    probs,
+    *,
+    tau_modes: Sequence[str] = ("scale", "divide"),
+    schemes: Sequence[str] = ("equal", "tr", "reverse"),
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> list[dict]:
+    """Eq. 13: spread of w * ||grad log pi|| for each weight scheme under each tau reading.
+
+    ``grad_norms``: ||grad log pi(o_t)|| per token (or 1 - pi for the bare factor of Eq. 13); ``probs``:
+    pi(o_t). Weights come from :func:`trgrpo.token_weights` (``equal`` = plain GRPO, w = 1) with the other Eq. 11
+    hyperparameters of ``params`` (or the keywords ``fields``; paper defaults). The factor
+    |gamma| of Eq. 13 is left out: it is one number per completion (|A| on-policy, beta -> 0).
+    Rows: ``tau_mode, scheme, w_mean, w_min, w_max`` and the keys of :func:`spread_stats`.
+    """
+    g = torch.as_tensor(_np(grad_norms))
+    p = torch.as_tensor(_np(probs)).clamp(0, 1)
+    if g.shape != p.shape:
+        raise ValueError(f"grad_norms and probs must have the same shape, got {tuple(g.shape)} and {tuple(p.shape)}")
+    base = as_weight_params(params, **fields)
+    rows = []
+    for mode in tau_modes:
+        for scheme in schemes:
+            w = token_weights(p, base.replace(scheme=scheme, tau_mode=mode))
+            rows.append(
+                {
+                    "tau_mode": mode,
+                    "scheme": scheme,
+                    "w_mean": float(w.mean()),
+                    "w_min": float(w.min()),
+                    "w_max": float(w.max()),
+                    **spread_stats(w * g),
+                }
+            )
+    return rows

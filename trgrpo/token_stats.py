@@ -1,0 +1,582 @@
+"""Token-probability statistics behind Figure 1 (Section 1): which tokens does the model itself find likely?
+
+For the model's own sampled answers, each token's probability pi_theta(o_t) (at the sampling temperature,
+as the trainer sees it) is averaged over the token's occurrences,
+
+    pi_bar(o) = 1 / #occ(o) * sum_{occurrences} pi_theta(o_t),
+
+for tokens occurring at least ``min_count`` times; the highest and lowest become the two word clouds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # weights imports torch; this module loads it only where it is needed
+    from trgrpo.weights import WeightParams
+
+CATEGORIES = ("operator", "bracket", "number", "name", "tag/format", "punctuation", "word", "other")
+_OPERATORS = set("+-*/=<>^%|&!~") | {"==", "!=", "<=", ">=", "->", "=>", "×", "÷", "±", "≤", "≥", "≠", "∧", "∨", "¬"}
+_BRACKETS = set("()[]{}<>")
+_LOGIC_WORDS = {"knight", "knave", "not", "and", "or", "if", "then", "iff", "true", "false", "is", "lying", "truth"}
+
+
+@dataclass
+class TokenOccurrences:
+    """Per sampled completion token: its id, its text, pi_theta(o_t) and the index of its completion (completions
+    numbered prompt by prompt, ``samples_per_prompt`` each, so ``completion // samples_per_prompt`` is the prompt)."""
+
+    token_ids: list[int]
+    texts: list[str]
+    probs: list[float]
+    completion: list[int] = field(default_factory=list)
+
+
+def sample_token_probabilities(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    *,
+    samples_per_prompt: int = 4,
+    max_new_tokens: int = 128,
+    temperature: float = 0.7,
+    batch_size: int = 4,
+    seed: int = 0,
+) -> TokenOccurrences:
+    """Sample answers from ``model`` and return every completion token with its probability.
+
+    Prompts are chat messages (rendered with the tokenizer's template) or plain strings. Probabilities are
+    computed in a second forward pass from temperature-scaled logits (the distribution that was sampled).
+    """
+    import torch
+
+    from trgrpo.tasks.common import render_prompt
+    from trgrpo.theory import sample_batch
+
+    if samples_per_prompt < 1 or max_new_tokens < 1:
+        raise ValueError("samples_per_prompt and max_new_tokens must be >= 1")
+    texts = [render_prompt(tokenizer, p)[0] for p in prompts]
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    out = TokenOccurrences([], [], [])
+    gen = torch.Generator().manual_seed(seed)
+    model.eval()
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        enc, seqs = sample_batch(
+            model,
+            tokenizer,
+            chunk,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            num_return_sequences=samples_per_prompt,
+        )
+        with torch.no_grad():
+            attn = (seqs != tokenizer.pad_token_id).long()
+            prompt_len = enc["input_ids"].shape[1]
+            attn[:, :prompt_len] = enc["attention_mask"].repeat_interleave(samples_per_prompt, dim=0)
+            logits = model(input_ids=seqs, attention_mask=attn).logits[:, prompt_len - 1 : -1].float()
+            logp = torch.log_softmax(logits / temperature, dim=-1)
+            comp = seqs[:, prompt_len:]
+            tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+        for j, (row_ids, row_lp) in enumerate(zip(comp.tolist(), tok_logp.tolist())):
+            # the completion's own index (prompt start + j // samples_per_prompt), also for an empty completion: the
+            # prompt of a token is completion // samples_per_prompt (the unit of prompt_bootstrap)
+            row = start * samples_per_prompt + j
+            for tid, lp in zip(row_ids, row_lp):
+                if tid == tokenizer.pad_token_id:
+                    break
+                out.token_ids.append(tid)
+                out.texts.append(tokenizer.decode([tid]))
+                out.probs.append(float(torch.tensor(lp).exp()))
+                out.completion.append(row)
+                if tid == tokenizer.eos_token_id:
+                    break
+    return out
+
+
+def average_probabilities(
+    texts: Sequence[str], probs: Sequence[float], *, min_count: int = 5, strip: bool = True
+) -> dict[str, tuple[float, int]]:
+    """pi_bar(o) and #occ(o) for every token text seen at least ``min_count`` times (Section 1)."""
+    if len(texts) != len(probs):
+        raise ValueError(f"texts and probs differ in length ({len(texts)} vs {len(probs)})")
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1, got {min_count}")
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for t, p in zip(texts, probs):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"probs must lie in [0, 1], got {p}")
+        key = t.strip() if strip else t
+        if not key:
+            continue
+        sums[key] += p
+        counts[key] += 1
+    return {k: (sums[k] / counts[k], counts[k]) for k in sums if counts[k] >= min_count}
+
+
+def _continues(prev: str, text: str) -> bool:
+    """True when token ``text`` continues the word that ``prev`` ended (no space between two letters or digits)."""
+    if not prev or not text or text[0].isspace():
+        return False
+    return (prev[-1].isalpha() and text[0].isalpha()) or (prev[-1].isdigit() and text[0].isdigit())
+
+
+def word_occurrences(
+    texts: Sequence[str], probs: Sequence[float], completion: Sequence[int] | None = None
+) -> tuple[list[str], list[float]]:
+    """Whole words from sampled tokens: word pieces joined, the word's probability the product of its pieces'.
+
+    A token continues the previous word when it starts with a letter (digit) right after a letter (digit) of the
+    same completion, with no space: ``" Kn" + "aves"`` is the word ``" Knaves"`` with probability
+    pi(" Kn") * pi("aves"), the probability that the model writes the whole word once it starts it. Any other
+    token (a leading space, punctuation, an operator, a bracket) starts a new word. ``completion`` (one index per
+    token, as in :class:`TokenOccurrences`) keeps words from running across two completions.
+    """
+    if len(texts) != len(probs) or (completion is not None and len(completion) != len(texts)):
+        raise ValueError(
+            f"texts, probs and completion differ in length ({len(texts)}, {len(probs)}, "
+            f"{len(completion) if completion is not None else '-'})"
+        )
+    words: list[str] = []
+    wprobs: list[float] = []
+    for i, (t, p) in enumerate(zip(texts, probs)):
+        same = i > 0 and (completion is None or completion[i] == completion[i - 1])
+        if words and same and _continues(texts[i - 1], t):
+            words[-1] += t
+            wprobs[-1] *= float(p)
+        else:
+            words.append(t)
+            wprobs.append(float(p))
+    return words, wprobs
+
+
+def top_and_bottom(
+    stats: dict[str, tuple[float, int]], k: int = 100, *, max_share: float = 0.5
+) -> tuple[list[tuple[str, float, int]], list[tuple[str, float, int]]]:
+    """The ``k`` tokens with the highest and the lowest average probability (ties broken by count, then text).
+
+    Each end holds at most ``max_share`` of the tokens (rounded down), so the two lists never overlap; with
+    ``max_share < 0.5`` a middle that belongs to neither end stays out (Figure 1 contrasts two extremes).
+    """
+    if not 0.0 < max_share <= 0.5:
+        raise ValueError(f"max_share must lie in (0, 0.5], got {max_share}")
+    items = sorted(((t, p, n) for t, (p, n) in stats.items()), key=lambda x: (-x[1], -x[2], x[0]))
+    k = min(k, int(len(items) * max_share))
+    return items[:k], sorted(items[-k:], key=lambda x: (x[1], -x[2], x[0])) if k else []
+
+
+def classify_token(text: str, names: Sequence[str] = ()) -> str:
+    """A coarse category, to check the paper's claim that operators, brackets and names dominate the high end."""
+    t = text.strip()
+    if not t:
+        return "other"
+    if t in _BRACKETS or all(c in _BRACKETS for c in t):
+        return "bracket"
+    if t in _OPERATORS or all(c in _OPERATORS for c in t):
+        return "operator"
+    if re.fullmatch(r"\d+([.,]\d+)?", t):
+        return "number"
+    if t.startswith("<") and t.endswith(">") or t.startswith("</") or re.fullmatch(r"<\|?\w+\|?>?|\w+>|</?\w*", t):
+        return "tag/format"
+    if any(t == n or t == n[: len(t)] and len(t) >= 3 for n in names):
+        return "name"
+    if all(unicodedata.category(c).startswith("P") for c in t):
+        return "punctuation"
+    if t.lower() in _LOGIC_WORDS or t.isalpha():
+        return "word"
+    return "other"
+
+
+def category_shares(items: Sequence[tuple[str, float, int]], names: Sequence[str] = ()) -> dict[str, float]:
+    """Share of each category among ``items`` (as returned by :func:`top_and_bottom`)."""
+    counts = dict.fromkeys(CATEGORIES, 0)
+    for t, _, _ in items:
+        counts[classify_token(t, names)] += 1
+    n = max(1, len(items))
+    return {c: round(v / n, 3) for c, v in counts.items()}
+
+
+STRUCTURAL = ("operator", "bracket", "number", "name", "tag/format")  # Figure 1's "operators, brackets, names"
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for a proportion k / n (95 % by default); (0, 1) when n = 0."""
+    if not (isinstance(k, int) and isinstance(n, int)) or n < 0 or not 0 <= k <= n:
+        raise ValueError(f"need integers 0 <= k <= n, got k={k!r}, n={n!r}")
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def difference_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (his method 10) for p1 - p2 from two Wilson intervals (95 % by default)."""
+    p1, p2 = k1 / max(n1, 1), k2 / max(n2, 1)
+    l1, u1 = wilson_interval(k1, n1, z)
+    l2, u2 = wilson_interval(k2, n2, z)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def structural_claim(
+    high: Sequence[tuple[str, float, int]], low: Sequence[tuple[str, float, int]], names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Figure 1's claim as a count: the share of structural items (:data:`STRUCTURAL`) at the high and low end.
+
+    Returns the counts, both shares with Wilson 95 % intervals, their difference with Newcombe's interval,
+    Fisher's exact one-sided p (high > low) and a ``verdict``: ``"supported"`` when the difference's interval
+    lies above 0, ``"contradicted"`` when it lies below, ``"undecided"`` otherwise.
+    """
+    from scipy.stats import fisher_exact
+
+    k_hi = sum(classify_token(t, names) in STRUCTURAL for t, _, _ in high)
+    k_lo = sum(classify_token(t, names) in STRUCTURAL for t, _, _ in low)
+    n_hi, n_lo = len(high), len(low)
+    lo_d, hi_d = difference_interval(k_hi, n_hi, k_lo, n_lo)
+    p = (
+        float(fisher_exact([[k_hi, n_hi - k_hi], [k_lo, n_lo - k_lo]], alternative="greater")[1])
+        if n_hi and n_lo
+        else 1.0
+    )
+    verdict = "supported" if lo_d > 0 else "contradicted" if hi_d < 0 else "undecided"
+    return {
+        "k_high": k_hi,
+        "n_high": n_hi,
+        "share_high": k_hi / n_hi if n_hi else None,
+        "ci_high": wilson_interval(k_hi, n_hi),
+        "k_low": k_lo,
+        "n_low": n_lo,
+        "share_low": k_lo / n_lo if n_lo else None,
+        "ci_low": wilson_interval(k_lo, n_lo),
+        "difference": (k_hi / n_hi if n_hi else 0.0) - (k_lo / n_lo if n_lo else 0.0),
+        "difference_ci": (lo_d, hi_d),
+        "p_fisher_greater": p,
+        "verdict": verdict,
+    }
+
+
+def word_cloud(
+    items: Sequence[tuple[str, float, int]], *, high: bool = True, seed: int = 0, width: int = 600, height: int = 360
+):
+    """A wordcloud image: size grows with the average probability (``high``) or with 1 - probability."""
+    from wordcloud import WordCloud
+
+    freqs = {}
+    for t, p, _ in items:
+        key = t if t.strip() else repr(t)
+        freqs[key] = max(1e-6, p if high else 1.0 - p)
+    wc = WordCloud(
+        width=width,
+        height=height,
+        background_color="white",
+        random_state=seed,
+        regexp=r"\S+",
+        collocations=False,
+        normalize_plurals=False,
+    )
+    return wc.generate_from_frequencies(freqs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where the sampled tokens fall on Eq. 11's weight curve (notebook 03: is the toy representative of a real LM?)
+
+HIST_KEYS = (
+    "task",
+    "model",
+    "bins",
+    "prob_counts",
+    "weight_bins",
+    "weight_counts",
+    "share_at_lower",
+    "share_between",
+    "share_at_upper",
+    "n_tokens",
+)
+
+
+def weight_histogram(
+    probs: Sequence[float],
+    *,
+    task: str,
+    model: str,
+    n_bins: int = 20,
+    n_weight_bins: int = 20,
+    params: WeightParams | str = "tr",
+    atol: float = 1e-6,
+    **fields: Any,
+) -> dict[str, Any]:
+    """Histograms of sampled-token probabilities and of their TR weights (Eq. 11), and where the weights sit.
+
+    The Eq. 11 hyperparameters come from ``params`` (a :class:`~trgrpo.weights.WeightParams`; its scheme is
+    ignored: these are TR's weights) or the keywords ``fields`` (paper defaults).
+
+    ``share_at_lower``: tokens with w = L (|w - L| <= atol), ``share_at_upper``: w = U, ``share_between``: strictly
+    between (the three add up to 1). Probabilities are binned on ``n_bins`` equal bins of [0, 1], weights on
+    ``n_weight_bins`` equal bins of [L, U]; the top edge is inclusive (w = U and p = 1 land in the last bin).
+    """
+    import numpy as np
+    import torch
+
+    from trgrpo.stats import bin_counts
+    from trgrpo.weights import as_weight_params, token_weights
+
+    if n_bins < 1 or n_weight_bins < 1:
+        raise ValueError(f"n_bins and n_weight_bins must be >= 1, got {n_bins} and {n_weight_bins}")
+    p = torch.as_tensor(list(probs), dtype=torch.float64)
+    if p.numel() == 0:
+        raise ValueError("probs is empty: no sampled tokens to histogram")
+    params = as_weight_params(params, **fields).replace(scheme="tr")
+    lower, upper = params.lower, params.upper
+    w = token_weights(p, params).numpy()
+    prob_counts, bins = bin_counts(p.numpy(), n_bins)  # the binning of trgrpo.stats (top edge inclusive)
+    weight_counts, weight_bins = bin_counts(w, n_weight_bins, lower, upper)
+    n = int(p.numel())
+    at_lower = int(np.sum(np.abs(w - lower) <= atol))
+    at_upper = int(np.sum(np.abs(w - upper) <= atol))
+    return {
+        "task": task,
+        "model": model,
+        "bins": [round(float(b), 10) for b in bins],
+        "prob_counts": [int(c) for c in prob_counts],
+        "weight_bins": [round(float(b), 10) for b in weight_bins],
+        "weight_counts": [int(c) for c in weight_counts],
+        "share_at_lower": at_lower / n,
+        "share_between": (n - at_lower - at_upper) / n,
+        "share_at_upper": at_upper / n,
+        "n_tokens": n,
+        "weight_params": params.eq11(),
+    }
+
+
+def check_histogram(rec: dict[str, Any]) -> dict[str, Any]:
+    """Raise ``ValueError`` naming the field when ``rec`` does not follow :data:`HIST_KEYS`' schema; return it."""
+    missing = [k for k in HIST_KEYS if k not in rec]
+    if missing:
+        raise ValueError(f"token histogram lacks field(s) {missing}")
+    for counts, edges in (("prob_counts", "bins"), ("weight_counts", "weight_bins")):
+        if len(rec[counts]) != len(rec[edges]) - 1:
+            raise ValueError(f"{counts} has {len(rec[counts])} entries for {len(rec[edges])} edges in {edges}")
+        if sum(rec[counts]) != rec["n_tokens"]:
+            raise ValueError(f"{counts} sums to {sum(rec[counts])}, not n_tokens = {rec['n_tokens']}")
+    total = rec["share_at_lower"] + rec["share_between"] + rec["share_at_upper"]
+    if abs(total - 1.0) > 1e-9:
+        raise ValueError(f"share_at_lower + share_between + share_at_upper = {total}, not 1")
+    return rec
+
+
+def fmt_interval(ci: Sequence[float], digits: int = 2) -> str:
+    """``[lo, hi]`` with ``digits`` decimals (the notebooks' way of quoting an interval)."""
+    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def ends_rows(
+    high: Sequence[tuple[str, float, int]], low: Sequence[tuple[str, float, int]], n: int = 10
+) -> list[dict[str, Any]]:
+    """Side-by-side rows of the ``n`` highest and ``n`` lowest items: text, average probability, occurrences."""
+    return [
+        {
+            "highest": repr(h[0]),
+            "π̄ (high)": round(h[1], 3),
+            "occ (high)": h[2],
+            "lowest": repr(lo[0]),
+            "π̄ (low)": round(lo[1], 3),
+            "occ (low)": lo[2],
+        }
+        for h, lo in zip(high[:n], low[:n])
+    ]
+
+
+def claim_rows(claims: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One table row per :func:`structural_claim` result (keyed by level: token, word)."""
+    return [
+        {
+            "level": level,
+            "high: structural / n": f"{c['k_high']} / {c['n_high']}",
+            "share high [95% CI]": f"{c['share_high']:.2f} {fmt_interval(c['ci_high'])}",
+            "low: structural / n": f"{c['k_low']} / {c['n_low']}",
+            "share low [95% CI]": f"{c['share_low']:.2f} {fmt_interval(c['ci_low'])}",
+            "difference [95% CI]": f"{c['difference']:+.2f} {fmt_interval(c['difference_ci'])}",
+            "Fisher p (high > low)": round(c["p_fisher_greater"], 3),
+            "verdict": c["verdict"],
+        }
+        for level, c in claims.items()
+    ]
+
+
+def arith_token_histogram(
+    model_name: str = "embedded",
+    *,
+    n_prompts: int = 64,
+    samples_per_prompt: int = 8,
+    max_new_tokens: int = 8,
+    temperature: float = 1.0,
+    seed: int = 0,
+    params: WeightParams | str = "tr",
+    **fields: Any,
+) -> dict[str, Any]:
+    """:func:`weight_histogram` of a chat model's own sampled tokens on the addition task (notebook 03, Part B),
+    with the Eq. 11 hyperparameters of ``params`` (or the keywords ``fields``; paper defaults).
+
+    The model answers ``n_prompts`` training pairs of :mod:`trgrpo.tasks.arith` (the prompts its GRPO runs start
+    from) ``samples_per_prompt`` times at ``temperature``, as in one GRPO step; every completion token counts.
+    """
+    from trgrpo.models import load_model_and_tokenizer
+    from trgrpo.tasks import arith
+
+    model, tokenizer = load_model_and_tokenizer(model_name)
+    problems = arith.make_problems(n_prompts, seed=seed)
+    occ = sample_token_probabilities(
+        model,
+        tokenizer,
+        [arith.arith_prompt(p) for p in problems],
+        samples_per_prompt=samples_per_prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        batch_size=16,
+        seed=seed,
+    )
+    rec = weight_histogram(occ.probs, task="arith", model=str(model_name), params=params, **fields)
+    rec.update(
+        n_prompts=n_prompts,
+        samples_per_prompt=samples_per_prompt,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        policy="initial (before RL)",
+    )
+    return rec
+
+
+def histogram_rows(hists: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per histogram record: sampled tokens and the shares at L, strictly between, at U."""
+    return [
+        {
+            "": label,
+            "sampled tokens": h["n_tokens"],
+            "w = L (p small)": round(h["share_at_lower"], 3),
+            "L < w < U": round(h["share_between"], 3),
+            "w = U (p large)": round(h["share_at_upper"], 3),
+        }
+        for label, h in hists.items()
+    ]
+
+
+def plot_histograms(hists: dict[str, dict[str, Any]], path: Any = None):
+    """Side by side per record: the sampled-token probabilities (top row) and their TR weights (bottom row)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
+    for j, (label, h) in enumerate(hists.items()):
+        check_histogram(h)
+        n = h["n_tokens"]
+        for i, (edges, counts, xlabel) in enumerate(
+            [
+                (h["bins"], h["prob_counts"], "π of the sampled token"),
+                (h["weight_bins"], h["weight_counts"], "w (Eq. 11)"),
+            ]
+        ):
+            ax = axes[i, j]
+            e = np.asarray(edges)
+            ax.bar(e[:-1], np.asarray(counts) / n, width=np.diff(e), align="edge", color=f"C{i}", edgecolor="white")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("share of tokens")
+        axes[0, j].set_title(f"{label}\n{n} tokens", fontsize=9)
+        axes[1, j].set_title(
+            f"w = L {h['share_at_lower']:.0%} · between {h['share_between']:.0%} · w = U {h['share_at_upper']:.0%}",
+            fontsize=9,
+        )
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    return fig
+
+
+def figure1_difference(
+    occ: TokenOccurrences,
+    level: str,
+    *,
+    names: Sequence[str] = (),
+    min_count: int = 5,
+    end_share: float = 1 / 3,
+    top_k: int = 100,
+) -> float:
+    """The share of structural items at the high end minus at the low end (:func:`structural_claim`), ranking
+    ``level`` ``"token"`` or ``"word"`` (:func:`word_occurrences`) items of ``occ`` as notebook 04 does."""
+    texts, probs = occ.texts, occ.probs
+    if level == "word":
+        texts, probs = word_occurrences(occ.texts, occ.probs, occ.completion)
+    elif level != "token":
+        raise ValueError(f"level must be 'token' or 'word', got {level!r}")
+    high, low = top_and_bottom(average_probabilities(texts, probs, min_count=min_count), k=top_k, max_share=end_share)
+    return structural_claim(high, low, names)["difference"] if high and low else math.nan
+
+
+def prompt_bootstrap(
+    occ: TokenOccurrences,
+    samples_per_prompt: int,
+    *,
+    levels: Sequence[str] = ("token", "word"),
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    n_prompts: int | None = None,
+    **rank: Any,
+) -> dict[str, dict[str, Any]]:
+    """Figure 1's count with the prompt as the unit of independence: a cluster bootstrap that resamples the
+    prompts (all samples of a prompt together) with replacement, re-ranks the items and recounts each time.
+
+    Per level: the observed difference, the bootstrap's percentile interval at 1 - alpha / m (Bonferroni over the
+    m levels, the level of Holm's first step; with tens of prompts the percentile interval is a fair one) and at
+    95 %, the one-sided share of resamples at or below 0, and the number of prompts (``n_prompts``, default: the
+    highest prompt index seen + 1). The category lists are those of
+    :func:`classify_token`, fixed; ``rank`` goes to :func:`figure1_difference`."""
+    import numpy as np
+
+    prompt = [c // samples_per_prompt for c in occ.completion]
+    n_prompts = n_prompts if n_prompts is not None else (max(prompt) + 1 if prompt else 0)
+    by_prompt: list[list[int]] = [[] for _ in range(n_prompts)]
+    for i, p in enumerate(prompt):
+        by_prompt[p].append(i)
+    rng = np.random.default_rng(seed)
+    observed = {lv: figure1_difference(occ, lv, **rank) for lv in levels}
+    boots: dict[str, list[float]] = {lv: [] for lv in levels}
+    for _ in range(n_boot):
+        ids, texts, probs, comp = [], [], [], []
+        for j, p in enumerate(rng.integers(0, n_prompts, n_prompts)):
+            for i in by_prompt[p]:  # a resampled prompt's completions get fresh indices: words never join across
+                ids.append(occ.token_ids[i])
+                texts.append(occ.texts[i])
+                probs.append(occ.probs[i])
+                comp.append(j * samples_per_prompt + occ.completion[i] % samples_per_prompt)
+        sample = TokenOccurrences(ids, texts, probs, comp)
+        for lv in levels:
+            boots[lv].append(figure1_difference(sample, lv, **rank))
+    m = len(levels)
+    out = {}
+    for lv in levels:
+        b = np.asarray(boots[lv], dtype=float)
+        b = b[np.isfinite(b)]
+        q = alpha / m / 2
+        out[lv] = {
+            "difference": observed[lv],
+            "ci": [float(np.quantile(b, q)), float(np.quantile(b, 1 - q))] if b.size else [math.nan, math.nan],
+            "level": 1 - alpha / m,
+            "ci95": [float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))] if b.size else [math.nan] * 2,
+            "share_at_or_below_0": float((b <= 0).mean()) if b.size else math.nan,
+            "n_boot": int(b.size),
+            "n_prompts": n_prompts,
+        }
+    return out

@@ -1,0 +1,548 @@
+"""The toy's model: a word-level tokenizer (every digit, ``+``, ``=``, ``;`` one token; canonical text puts a space
+between tokens, so ``decode(encode(x)) == x``) and a ~1M-parameter Qwen2 from a config (4 layers x 128 hidden),
+plus the toy's RL hyperparameters (:data:`TOY_DEFAULTS`, Table 6 where it applies)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trgrpo.experiment import RESULTS_DIR, load_results, update_json
+from trgrpo.models import cache_dir, pad_batch, sft_step
+from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy, records, splits
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+SYMBOLS = ["+", "=", ";"]
+VOCAB = [PAD, EOS, UNK, *[str(d) for d in range(10)], *SYMBOLS]
+
+# The micro model: ~1.0M parameters (4 layers x 128 hidden, tied embeddings).
+MICRO_CONFIG = dict(
+    hidden_size=128,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    max_position_embeddings=64,
+)
+
+# RL hyperparameters of the toy (Table 6 where it applies: G = 8, eps 0.2/0.24, beta 0.001 with k3;
+# lr 1e-4 instead of 1e-6 because the model is 1M parameters and the run is 150 steps).
+TOY_DEFAULTS = dict(
+    steps=100,
+    prompts_per_step=8,
+    num_generations=8,
+    learning_rate=1e-4,
+    temperature=1.0,
+    n_train=2000,
+    n_eval=400,
+    beta=0.001,
+    epsilon=0.2,
+    epsilon_high=0.24,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizer and model
+
+
+def build_tokenizer() -> Any:
+    """A word-level ``PreTrainedTokenizerFast`` over :data:`VOCAB` (digits split one token each)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=True)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=UNK,
+        clean_up_tokenization_spaces=False,
+        model_max_length=MICRO_CONFIG["max_position_embeddings"],
+    )
+    fast.padding_side = "left"
+    return fast
+
+
+def build_model(tokenizer: Any, *, seed: int = 0, **overrides: Any) -> Any:
+    """A randomly initialised Qwen2 of :data:`MICRO_CONFIG` size for ``tokenizer``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        **{**MICRO_CONFIG, **overrides},
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = None
+    return model
+
+
+def n_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---- warm_start: A supervised warm start for the toy: AdamW on the reference completions of :mod:`trgrpo.tasks.addi
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Supervised warm start, cached by (task, model config, seed, threshold)
+
+
+class WarmStartError(RuntimeError):
+    """The warm start did not reach its threshold within its step budget."""
+
+
+def _sft_batch(tokenizer, rows: Sequence[dict]):
+    """Teacher-forcing batch of ``prompt`` -> ``target`` + EOS rows; the loss covers the completion only."""
+    examples = []
+    for r in rows:
+        p = tokenizer(r["prompt"])["input_ids"]
+        c = tokenizer(r["target"])["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((p + c, [0] * len(p) + [1] * len(c)))
+    return pad_batch(examples, tokenizer.pad_token_id)
+
+
+def warm_start_key(task: str, seed: int, threshold: float, config: dict) -> str:
+    blob = json.dumps({"task": task, "seed": seed, "threshold": threshold, "config": config, "v": 1}, sort_keys=True)
+    return f"{task}-micro-seed{seed}-thr{threshold:g}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
+
+
+def warm_start(
+    task: str = "addition",
+    seed: int = 0,
+    *,
+    threshold: float = 0.5,
+    metric: str = "greedy_accuracy",
+    max_steps: int = 3000,
+    check_every: int = 50,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    cache: Path | str | None = None,
+    refresh: bool = False,
+    model_overrides: dict | None = None,
+    verbose: bool = True,
+) -> Path:
+    """Supervised warm start: AdamW on the reference completions, stopped at the first held-out check above
+    ``threshold`` (the jump in accuracy moves with the seed, so a fixed step count would not do).
+
+    Returns the folder of the saved model + tokenizer (TRL loads both from it), with ``warm_start.json``
+    recording steps, time, and the held-out accuracy on the validation and test splits. Cached: a second
+    call with the same arguments returns the folder at once. Raises :class:`WarmStartError` when the
+    threshold is not reached within ``max_steps``.
+    """
+    import torch
+
+    if task not in TASK_NAMES:
+        raise ValueError(f"task must be one of {TASK_NAMES}, got {task!r}")
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold is an accuracy in [0, 1], got {threshold}")
+    config = {**MICRO_CONFIG, **(model_overrides or {})}
+    base = Path(cache) if cache is not None else cache_dir() / "toy"
+    target = base / warm_start_key(
+        task, seed, threshold, {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
+    )
+    if (target / "warm_start.json").exists() and not refresh:
+        return target
+
+    t0, c0 = time.time(), time.process_time()
+    tok = build_tokenizer()
+    model = build_model(tok, seed=seed, **(model_overrides or {}))
+    data = splits()
+    train, val, test = (records(data[k], task) for k in ("train", "val", "test"))
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    history: list[dict] = []
+    step, reached = 0, None
+    while step < max_steps:
+        batch = rng.sample(train, batch_size)
+        loss = sft_step(model, opt, _sft_batch(tok, batch))
+        step += 1
+        if step % check_every == 0 or step == max_steps:
+            acc = evaluate_accuracy(model, tok, val, task=task, sampled=False)
+            history.append({"step": step, "loss": loss, "greedy_accuracy": acc["greedy_accuracy"]})
+            if acc[metric] >= threshold:
+                reached = step
+                break
+    best = max((h[metric] for h in history), default=0.0)
+    if reached is None:
+        raise WarmStartError(
+            f"warm start of {task!r} (seed {seed}) did not reach {metric} >= {threshold} in {max_steps} steps "
+            f"(best {best:.3f} on the validation split); raise max_steps or lower threshold"
+        )
+    test_acc = evaluate_accuracy(model, tok, test, task=task, temperature=TOY_DEFAULTS["temperature"], seed=seed)
+    meta = {
+        "task": task,
+        "seed": seed,
+        "threshold": threshold,
+        "metric": metric,
+        "steps": reached,
+        "lr": lr,
+        "batch_size": batch_size,
+        "check_every": check_every,
+        "wall_time_s": time.time() - t0,
+        "cpu_time_s": time.process_time() - c0,
+        "n_parameters": n_parameters(model),
+        "model_config": config,
+        "val_history": history,
+        "test": test_acc,
+    }
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=base, prefix=".tmp-"))
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "warm_start.json").write_text(json.dumps(meta, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    if verbose:
+        print(
+            f"[toy] warm start {task} seed {seed}: {reached} steps, {meta['wall_time_s']:.0f} s, test greedy "
+            f"{test_acc['greedy_accuracy']:.2f} / sampled {test_acc['sampled_accuracy']:.2f}"
+        )
+    return target
+
+
+def warm_start_info(path: Path | str) -> dict:
+    """The ``warm_start.json`` of a warm-start folder."""
+    return json.loads((Path(path) / "warm_start.json").read_text())
+
+
+# ---- toy_run: The toy's runs: run specs of the scheme x seed grid (Table 4) and the tau sweep (Table 7) at toy scal
+
+
+GROUP = "toy/micro"
+
+
+def heldout_callback(
+    rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True, last: bool = True
+) -> Any:
+    """A ``TrainerCallback`` that measures held-out accuracy every ``every`` steps and (``last``) at the last step;
+    ``sampled=False`` measures greedy accuracy only (half the cost)."""
+    from transformers import TrainerCallback
+
+    class HeldOut(TrainerCallback):
+        def __init__(self) -> None:
+            self.history: list[dict] = []
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
+            at_last = state.global_step >= state.max_steps
+            if model is None or not ((state.global_step % every == 0 and not at_last) or (at_last and last)):
+                return
+            res = evaluate_accuracy(
+                model, processing_class, rows, task=task, temperature=temperature, seed=0, sampled=sampled
+            )
+            keys = ("greedy_accuracy", "sampled_accuracy") if sampled else ("greedy_accuracy",)
+            self.history.append({"step": state.global_step, **{k: res[k] for k in keys}})
+
+    return HeldOut()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Specs and the grid
+
+
+UNWEIGHTED = ("equal", "random")  # schemes whose weights do not depend on p: placement and tau change nothing
+
+
+def toy_spec(
+    scheme: str = "equal",
+    seed: int = 0,
+    *,
+    task: str = "addition",
+    placement: str = "surrogate",
+    tau: float = 9.0,
+    reward: str = "correct",
+    **overrides: Any,
+) -> dict:
+    """A run-spec dict of the toy grid (model filled in by :func:`run_toy` from the warm start of ``seed``); its
+    name carries the :func:`run_label` of these settings."""
+    settings = {"placement": placement, "tau": tau, "task_options": {"reward": reward}}
+    label = run_label({"scheme": scheme, "spec": settings})
+    spec = dict(
+        task=task,
+        scheme=scheme,
+        placement=placement,
+        tau=float(tau),
+        seed=seed,
+        group=GROUP,
+        name=f"{task}-micro-{label}-seed{seed}",
+        max_completion_length=MAX_COMPLETION[task],
+        task_options={"reward": reward},
+        save_steps=10_000,
+        **{k: v for k, v in TOY_DEFAULTS.items() if k not in overrides},
+    )
+    spec.update(overrides)
+    return spec
+
+
+def micro_grid(
+    seeds: Sequence[int] = range(5),
+    *,
+    task: str = "addition",
+    taus: Sequence[float] = (0.5, 2.0, 7.0, 10.0, 20.0),
+    tau_seeds: Sequence[int] = range(2),
+    tau_placements: Sequence[str] = ("surrogate", "ratio"),
+    control_seeds: Sequence[int] = range(2),
+    **overrides: Any,
+) -> list[dict]:
+    """Table 4 at toy scale (equal, tr ratio/surrogate, reverse, random x ``seeds``; reverse and random with the
+    weight outside the clip, ``placement="surrogate"``), Table 7's tau sweep for tr under both placements (tau = 9
+    is the main grid's run), and a random-reward control (GRPO on a coin-flip reward)."""
+    specs = []
+    for seed in seeds:
+        specs.append(toy_spec("equal", seed, task=task, **overrides))
+        specs.append(toy_spec("tr", seed, task=task, placement="ratio", **overrides))
+        specs.append(toy_spec("tr", seed, task=task, placement="surrogate", **overrides))
+        specs.append(toy_spec("reverse", seed, task=task, placement="surrogate", **overrides))
+        specs.append(toy_spec("random", seed, task=task, **overrides))
+    for placement in tau_placements:
+        for tau in taus:
+            for seed in tau_seeds:
+                specs.append(toy_spec("tr", seed, task=task, placement=placement, tau=tau, **overrides))
+    for seed in control_seeds:
+        specs.append(toy_spec("equal", seed, task=task, reward="random", **overrides))
+    return specs
+
+
+def trace_grid(
+    seeds: Sequence[int] = range(5),
+    *,
+    ratio_seeds: Sequence[int] = range(3),
+    steps: int = 60,
+    **overrides: Any,
+) -> list[dict]:
+    """The ``addition_trace`` task (answers with a worked column sum, ~19 tokens): GRPO and TR (weight outside
+    the clip) on ``seeds``, TR with the printed Eq. 9 placement on ``ratio_seeds``; fewer steps (a step costs
+    about 2.5x an ``addition`` step)."""
+    specs = []
+    for seed in seeds:
+        specs.append(toy_spec("equal", seed, task="addition_trace", steps=steps, **overrides))
+        specs.append(toy_spec("tr", seed, task="addition_trace", placement="surrogate", steps=steps, **overrides))
+        if seed in ratio_seeds:
+            specs.append(toy_spec("tr", seed, task="addition_trace", placement="ratio", steps=steps, **overrides))
+    return specs
+
+
+def result_path(spec: dict, results_dir: Path | str | None = None) -> Path:
+    return Path(results_dir or RESULTS_DIR) / spec.get("group", GROUP) / f"{spec['name']}.json"
+
+
+def run_toy(
+    spec: dict,
+    *,
+    results_dir: Path | str | None = None,
+    warm_kwargs: dict | None = None,
+    eval_every: int = 25,
+    threads: int | None = None,
+    verbose: bool = False,
+    eval_sampled: bool = True,
+) -> dict:
+    """One toy run through :func:`trgrpo.experiment.run` (TRGRPOTrainer) from the warm start of its seed; the
+    record,
+    written once, also holds the held-out trajectory (``eval_history``), the warm start it began from and CPU time.
+
+    ``eval_sampled=False``: the evaluations before the last step measure greedy accuracy only, and the last
+    step's entry is the run's final evaluation (same model, items and seed: the callback would repeat it)."""
+    import torch
+
+    from trgrpo.experiment import run
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    spec = copy.deepcopy(spec)
+    ws_path = warm_start(spec["task"], spec["seed"], verbose=verbose, **(warm_kwargs or {}))
+    ws = warm_start_info(ws_path)
+    spec["model"] = str(ws_path)
+    rows = records(splits()["test"][: spec.get("n_eval", TOY_DEFAULTS["n_eval"])], spec["task"])
+    cb = heldout_callback(
+        rows,
+        spec["task"],
+        every=eval_every,
+        temperature=spec.get("temperature") or 1.0,
+        sampled=eval_sampled,
+        last=eval_sampled,
+    )
+    t0, c0 = time.time(), time.process_time()
+
+    def extras(record: dict) -> dict:
+        """The toy's fields: evaluations along the run (step 0 = the warm start's test accuracy), also merged into
+        the history rows of their steps, the warm start, CPU and wall time of the run."""
+        initial = {k: ws["test"][k] for k in ("greedy_accuracy", "sampled_accuracy")}
+        eval_history = [{"step": 0, **initial}, *cb.history]
+        if not eval_sampled:  # the last step's evaluation is the final one
+            final = record["final"]
+            keys = ("greedy_accuracy", "sampled_accuracy")
+            eval_history.append({"step": record["steps"], **{k: final[k] for k in keys}})
+        by_step = {e["step"]: e for e in eval_history}
+        for h in record["history"]:
+            e = by_step.get(h.get("step"))
+            if e is not None:
+                h["eval/greedy_accuracy"] = e["greedy_accuracy"]
+                if "sampled_accuracy" in e:
+                    h["eval/sampled_accuracy"] = e["sampled_accuracy"]
+        n_params = ws["n_parameters"] / 1e6
+        return dict(
+            model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec['seed']}, {ws['steps']} SFT steps)",
+            model_path=str(ws_path),
+            placement=spec.get("placement"),
+            tau=spec.get("tau"),
+            reward_kind=spec.get("task_options", {}).get("reward", "correct"),
+            initial=initial,
+            eval_history=eval_history,
+            warm_start={k: ws[k] for k in ("steps", "wall_time_s", "cpu_time_s", "threshold", "n_parameters", "test")},
+            cpu_time_s=time.process_time() - c0,
+            run_wall_time_s=time.time() - t0,
+            torch_threads=torch.get_num_threads(),
+            warm_start_cached_at=ws_path.name,
+        )
+
+    # The Trainer prints every step's log dict to stdout; keep it out of notebooks and grids unless verbose.
+    mute = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+    with tempfile.TemporaryDirectory(prefix="trgrpo-toy-") as ckpt, mute:
+        return run(
+            spec,
+            results_dir=results_dir,
+            checkpoint_dir=ckpt,
+            resume=False,
+            callbacks=[cb],
+            config_overrides=dict(save_strategy="no", disable_tqdm=True, log_level="warning"),
+            keep_checkpoints=False,
+            verbose=verbose,
+            record_extras=extras,
+        )
+
+
+def run_grid(
+    specs: Sequence[dict],
+    *,
+    results_dir: Path | str | None = None,
+    warm_kwargs: dict | None = None,
+    eval_every: int = 25,
+    threads: int | None = 2,
+    force: bool = False,
+    progress: bool = True,
+    eval_sampled: bool = True,
+) -> dict:
+    """Run every spec not yet done (its result file exists -> skipped, so an interrupted grid resumes), one at a
+    time in this process. Warm starts are made first (cached by seed). Returns wall and CPU time of this call
+    (also appended to ``<group>/grid-summary.json``). ``threads=1`` is fastest on a shared or 2-core machine:
+    a 1M-parameter model gains little from a second thread, and oversubscribed threads lose a lot."""
+    import torch
+    from tqdm.auto import tqdm
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    quiet()
+    t0, c0 = time.time(), time.process_time()
+    todo = [s for s in specs if force or not result_path(s, results_dir).exists()]
+    ws_t0 = time.time()
+    for task, seed in sorted({(s["task"], s["seed"]) for s in todo}):
+        warm_start(task, seed, **(warm_kwargs or {}))
+    ws_wall = time.time() - ws_t0
+    bar = tqdm(todo, desc="toy grid", disable=not progress)
+    done = []
+    for spec in bar:
+        bar.set_postfix_str(spec["name"])
+        rec = run_toy(
+            spec, results_dir=results_dir, warm_kwargs=warm_kwargs, eval_every=eval_every, eval_sampled=eval_sampled
+        )
+        done.append(rec["name"])
+    summary = {
+        "n_specs": len(specs),
+        "n_run": len(done),
+        "n_skipped": len(specs) - len(todo),
+        "wall_time_s": time.time() - t0,
+        "cpu_time_s": time.process_time() - c0,
+        "warm_start_wall_s": ws_wall,
+        "threads": torch.get_num_threads(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if done:  # one line per invocation, so an interrupted and resumed grid keeps every part's timing
+        groups = sorted({s.get("group", GROUP) for s in specs})
+        for group in groups:
+            path = Path(results_dir or RESULTS_DIR) / group / "grid-summary.json"
+            update_json(  # locked read-modify-write: two grids writing at once lose no line
+                path,
+                lambda prev: {"kind": "grid_summary", "invocations": [*(prev or {}).get("invocations", []), summary]},
+            )
+    return summary
+
+
+def quiet() -> None:
+    """Silence the per-run chatter of transformers / TRL (progress bars, info logs) in grids and notebooks."""
+    import logging
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name in ("transformers", "trl", "accelerate", "datasets"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except ImportError:  # pragma: no cover
+        pass
+    for category in (UserWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category, module="trl")
+        warnings.filterwarnings("ignore", category=category, module="transformers")
+
+
+def load_runs(results_dir: Path | str | None = None, group: str = GROUP, task: str | None = None) -> list[dict]:
+    """The run records of the toy grid, of one ``task`` or all (other JSON files, e.g. analyses, are left out)."""
+    return [r for r in load_results(group, results_dir) if task is None or r.get("task") == task]
+
+
+def run_label(record: dict) -> str:
+    """``"equal"``, ``"tr-ratio"``, ``"tr-surrogate"``, ``"reverse"``, ``"random"``, ``"tr-surrogate-tau2"``,
+    ``"equal-randomreward"``: the name a record's configuration goes by in tables and figures."""
+    spec = record.get("spec", {})
+    scheme = record["scheme"]
+    label = scheme
+    if scheme not in UNWEIGHTED:
+        label += f"-{spec.get('placement', record.get('placement'))}"
+        tau = float(spec.get("tau", 9.0))
+        if tau != 9.0 and scheme in ("tr", "reverse", "const", "tr_norm"):  # tau is a parameter of Eq. 11 only
+            label += f"-tau{tau:g}"
+    reward = spec.get("task_options", {}).get("reward", "correct")
+    if reward != "correct":
+        label += f"-{reward}reward"
+    return label

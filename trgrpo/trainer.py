@@ -1,0 +1,304 @@
+"""TR-GRPO on top of TRL's ``GRPOTrainer`` (paper Section 3, Eq. 9-12; App. B.2 / Table 6).
+
+Only the loss changes: TRL generates, scores, computes group advantages (Eq. 4) and reference
+log-probs; :class:`TRGRPOTrainer` replaces ``_compute_loss`` with :func:`trgrpo.loss.tr_grpo_loss`
+fed with the token weights of :func:`trgrpo.weights.token_weights` (Eq. 11). With
+``weight_scheme="equal"`` it reproduces TRL's own GRPO loss (tested).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import get_config_model_id, nanmax, nanmin
+
+from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
+from trgrpo.weights import SCHEMES, TAU_MODES, WeightParams, token_weights, tr_weight, validate_weight_params
+
+SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
+# Vision-language inputs TRL's GRPOTrainer forwards from the batch to the log-prob call (its _compute_loss).
+IMAGE_INPUTS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+@dataclass
+class TRGRPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig`` plus the token-weight options, with the paper's defaults (Table 6, App. B.2).
+
+    Where TRL's defaults differ from the paper they are overridden here: ``beta=0.001`` (k3 KL),
+    ``epsilon=0.2``/``epsilon_high=0.24`` (clip-higher), ``use_bias_correction_kl=False``,
+    ``loss_type="dapo"`` (sum over tokens / their count), ``num_generations=8``, ``learning_rate=1e-6``.
+    """
+
+    weight_scheme: str = field(default="tr", metadata={"help": f"Token weight scheme, one of {SCHEMES}."})
+    weight_alpha: float = field(default=2.0, metadata={"help": "alpha of Eq. 11."})
+    weight_mu: float = field(default=0.25, metadata={"help": "mu of Eq. 11 (< 0.5)."})
+    weight_tau: float = field(default=9.0, metadata={"help": "tau of Eq. 11 (> 0)."})
+    weight_lower: float = field(default=1.0, metadata={"help": "Lower clip L of Eq. 11 (> 0)."})
+    weight_upper: float = field(default=1.4, metadata={"help": "Upper clip U of Eq. 11 (>= L)."})
+    weight_tau_mode: str = field(
+        default="scale", metadata={"help": f"{TAU_MODES}: sigmoid(tau*p) (default) or sigmoid(p/tau) as printed."}
+    )
+    weight_placement: str = field(
+        default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip (Eq. 9 as printed) or outside."}
+    )
+    kl_weighting: str = field(
+        default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times k3 (Eq. 12), or plain k3 (Eq. 6)."}
+    )
+    # Paper defaults where TRL 1.16 differs (Table 6 / App. B.2).
+    beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
+    epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
+    use_bias_correction_kl: bool = field(
+        default=False, metadata={"help": "False: the KL of Eq. 6/10/12 as printed; True: times the ratio r, as TRL."}
+    )
+    loss_type: str = field(default="dapo", metadata={"help": f"Token-level normalisation: {SUPPORTED_LOSS_TYPES}."})
+
+    def __post_init__(self) -> None:
+        # Validate our fields before anything heavy happens (no model is loaded yet).
+        validate_weight_params(self, prefix="weight_")  # reads weight_scheme, weight_alpha, ...; names them so
+        validate_loss_options(
+            placement=self.weight_placement,
+            kl_weighting=self.kl_weighting,
+            beta=self.beta,
+            eps_low=self.epsilon,
+            eps_high=self.epsilon if self.epsilon_high is None else self.epsilon_high,
+            prefix="weight_",
+            names={"eps_low": "epsilon", "eps_high": "epsilon" if self.epsilon_high is None else "epsilon_high"},
+        )
+        _check_trl_numbers(self)
+        if self.loss_type not in SUPPORTED_LOSS_TYPES:
+            raise ValueError(
+                f"loss_type must be one of {SUPPORTED_LOSS_TYPES} for TR-GRPO (token-level normalisation, Eq. 5), "
+                f"got {self.loss_type!r}"
+            )
+        super().__post_init__()
+
+    @property
+    def weight_params(self) -> WeightParams:
+        """The Eq. 11 hyperparameters of the flat ``weight_*`` fields as one :class:`~trgrpo.weights.WeightParams`
+        (the fields stay flat: TRL parses configs from the command line and YAML)."""
+        return WeightParams(
+            scheme=self.weight_scheme,
+            alpha=self.weight_alpha,
+            mu=self.weight_mu,
+            tau=self.weight_tau,
+            lower=self.weight_lower,
+            upper=self.weight_upper,
+            tau_mode=self.weight_tau_mode,
+        )
+
+
+def _check_trl_numbers(cfg: GRPOConfig) -> None:
+    """Type, finiteness and range of the numeric TRL fields a TR-GRPO run sets (ValueError naming the field)."""
+    checks = (
+        ("learning_rate", (float, int), lambda v: v >= 0, ">= 0"),
+        ("temperature", (float, int), lambda v: v > 0, "> 0"),
+        ("top_p", (float, int), lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("num_generations", (int,), lambda v: v >= 2, ">= 2 (Eq. 4 needs a group)"),
+        ("max_completion_length", (int,), lambda v: v >= 1, ">= 1"),
+        ("per_device_train_batch_size", (int,), lambda v: v >= 1, ">= 1"),
+        ("gradient_accumulation_steps", (int,), lambda v: v >= 1, ">= 1"),
+    )
+    for name, types, ok, rule in checks:
+        v = getattr(cfg, name, None)
+        if v is None and name in ("num_generations", "max_completion_length"):
+            continue
+        if isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, float) and not math.isfinite(v)):
+            raise ValueError(f"{name} must be a finite {types[0].__name__}, got {v!r} ({type(v).__name__})")
+        if not ok(v):
+            raise ValueError(f"{name} must be {rule}, got {v!r}")
+
+
+def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
+    """The weight diagnostics of :func:`trgrpo.loss.loss_metrics` as zeros (a micro-batch without a valid token),
+    with
+    the same keys, so that every process gathers the same metrics."""
+    one = torch.ones(1, 1)
+    keys = loss_metrics(one, one, one, one.bool(), 0.2, 0.2, args.weight_placement, kl=one, upper=args.weight_upper)
+    return dict.fromkeys(keys, 0.0)
+
+
+def weight_rng_file(args: Any) -> str:
+    """The file of the random-weight generator's state in a checkpoint: one per process under several processes
+    (as HF's ``rng_state_{rank}.pth``), so that ranks neither overwrite each other nor resume from rank 0's state."""
+    world = int(getattr(args, "world_size", 1) or 1)
+    return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
+
+
+class TRGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose loss is :func:`trgrpo.loss.tr_grpo_loss` with Eq. 11 token weights."""
+
+    def __init__(self, model, reward_funcs=None, args: TRGRPOConfig | None = None, *rest, **kwargs) -> None:
+        if args is None:  # as TRL: a default config named after the model, here with the paper's defaults
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = TRGRPOConfig(output_dir=f"{model_name.split('/')[-1]}-TR-GRPO")
+        if not isinstance(args, TRGRPOConfig):
+            raise TypeError("TRGRPOTrainer needs args=TRGRPOConfig(...) (the token-weight options live there)")
+        for name, value, allowed in (
+            ("importance_sampling_level", args.importance_sampling_level, ("token",)),
+            ("top_entropy_quantile", args.top_entropy_quantile, (1.0,)),
+            ("entropy_coef", args.entropy_coef, (0.0,)),
+            ("use_adaptive_entropy", args.use_adaptive_entropy, (False,)),
+            ("delta", args.delta, (None,)),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is not supported by TRGRPOTrainer (allowed: {allowed})")
+        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        # The random ablation draws from its own generator so rollout sampling (global RNG) is untouched.
+        self._weight_generator = torch.Generator().manual_seed(int(args.seed) + 7919 * self.accelerator.process_index)
+
+    # Checkpoint/resume: keep the random-weight generator state with the trainer state.
+    def _save_rng_state(self, output_dir):
+        super()._save_rng_state(output_dir)
+        torch.save(self._weight_generator.get_state(), os.path.join(output_dir, weight_rng_file(self.args)))
+
+    def _load_rng_state(self, checkpoint):
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, weight_rng_file(self.args))
+            if os.path.exists(path):
+                self._weight_generator.set_state(torch.load(path))
+
+    def _compute_loss(self, model, inputs):
+        args: TRGRPOConfig = self.args
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        # Tool output never gets a gradient (agentic search): keep TRL's tool mask.
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,  # MoE router load balancing, set up by TRL
+            **{key: inputs.get(key) for key in IMAGE_INPUTS},
+        )
+        old = inputs.get("old_per_token_logps")
+        old = per_token_logps.detach() if old is None else old
+
+        # Eq. 11: the weight sees the current policy's probability, detached (sg[.]).
+        probs = per_token_logps.detach().exp().clamp(0.0, 1.0)
+        # const / tr_norm take the mean over this batch's valid tokens (mask).
+        weights = token_weights(probs, args.weight_params, generator=self._weight_generator, mask=mask)
+
+        # Factors TRL applies to the policy term only (off-policy sequence mask, vLLM IS correction).
+        policy_scale = None
+        if self.off_policy_mask_threshold is not None:
+            adv = inputs["advantages"]
+            adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
+            policy_scale = self.get_off_policy_mask(
+                advantages=adv,
+                per_token_logps=per_token_logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old),
+                mask=mask,
+                off_policy_threshold=self.off_policy_mask_threshold,
+            )
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            is_ratio = inputs["importance_sampling_ratio"]
+            policy_scale = is_ratio if policy_scale is None else policy_scale * is_ratio
+
+        mode = "train" if self.model.training else "eval"
+        if self.loss_type == "dapo":  # tokens of the whole accumulated global batch (as TRL)
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        else:  # "bnpo": tokens of the local batch, then gradient accumulation
+            normalizer = mask.sum().clamp(min=1.0)
+            if mode == "train":
+                normalizer = normalizer * self.current_gradient_accumulation_steps
+
+        if not bool(mask.any()):
+            # Every completion of this micro-batch was truncated and masked (mask_truncated_completions): TRL's own
+            # loss is then 0 (its token count is clamped to >= 1); do the same, keeping the graph, and log zeros.
+            loss, metrics = (per_token_logps * mask).sum(), _empty_metrics(args)
+        else:
+            out = tr_grpo_loss(
+                per_token_logps,
+                old,
+                inputs["advantages"],
+                mask,
+                weights,
+                ref_logps=inputs.get("ref_per_token_logps"),
+                beta=self.beta,
+                eps_low=self.epsilon_low,
+                eps_high=self.epsilon_high,
+                placement=args.weight_placement,
+                kl_weighting=args.kl_weighting,
+                upper=args.weight_upper,
+                normalizer=normalizer,
+                bias_correction_kl=args.use_bias_correction_kl,
+                policy_scale=policy_scale,
+            )
+            loss, metrics = out.loss, out.metrics
+        # As TRL: the router's load-balancing loss, scaled for gradient accumulation like the loss above
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / (
+                self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            )
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        self._log_tr_metrics(mode, metrics, per_token_logps, old, inputs, mask, entropies, probs)
+        return loss
+
+    def _log_tr_metrics(self, mode, metrics, logps, old, inputs, mask, entropies, probs) -> None:
+        """TRL's own metrics (kl, entropy, clip ratios) plus the weight diagnostics under ``tr/``.
+
+        ``tr/eq11_at_lower``, ``tr/eq11_between``, ``tr/eq11_at_upper``: the shares of the batch's tokens whose
+        Eq. 11 weight (TR's, whatever scheme trains) is L, strictly between L and U, and U: where TR can act."""
+        store = self._metrics[mode]
+
+        def global_masked_mean(x: torch.Tensor) -> float:
+            totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
+            return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+        logps = logps.detach()
+        ratio = torch.exp(logps - old)
+        if self.beta != 0.0:  # TRL's "kl": the k3 estimate of Eq. 6 (times r if bias-corrected), whatever the weighting
+            log_rho = inputs["ref_per_token_logps"] - logps
+            k3 = torch.exp(log_rho) - log_rho - 1
+            store["kl"].append(global_masked_mean(k3 * ratio if self.args.use_bias_correction_kl else k3))
+        store["entropy"].append(global_masked_mean(entropies))
+        advantages = inputs["advantages"]
+        adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        low = ((ratio < 1 - self.epsilon_low) & (adv < 0)).float()
+        high = ((ratio > 1 + self.epsilon_high) & (adv > 0)).float()
+        store["clip_ratio/low_mean"].append(global_masked_mean(low))
+        store["clip_ratio/high_mean"].append(global_masked_mean(high))
+        store["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
+        # per completion, then the min / max over the global batch (NaN for a completion without valid tokens)
+        per_completion = self.accelerator.gather(torch.stack([low * mask, high * mask]).sum(-1) / mask.sum(-1))
+        store["clip_ratio/low_min"].append(nanmin(per_completion[0]).item())
+        store["clip_ratio/high_max"].append(nanmax(per_completion[1]).item())
+        params = self.args.weight_params  # tr_weight reads Eq. 11's fields only, not the scheme
+        w = tr_weight(probs, params)
+        at_lower = w <= params.lower + 1e-6
+        at_upper = (w >= params.upper - 1e-6) & ~at_lower
+        at_lower, at_upper = at_lower.float(), at_upper.float()
+        store["tr/eq11_at_lower"].append(global_masked_mean(at_lower))
+        store["tr/eq11_between"].append(global_masked_mean(1.0 - at_lower - at_upper))
+        store["tr/eq11_at_upper"].append(global_masked_mean(at_upper))
+        # one gather and one host sync for all weight diagnostics: (processes, metrics) -> mean over processes
+        keys = list(metrics)
+        local = torch.tensor([[metrics[k] for k in keys]], device=self.accelerator.device, dtype=torch.float32)
+        for key, value in zip(keys, self.accelerator.gather(local).mean(dim=0).tolist()):
+            store[f"tr/{key}"].append(value)
