@@ -1,9 +1,10 @@
-"""The layout: tasks never import the trainer; split modules stay readable in one sitting; old import paths and
-command lines keep working after a module moved."""
+"""The layout (docs/design.md, section 1): five layers, imports one way, no cycle, no facade, no documentation
+written by the library, and the size the design card asks for."""
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,68 +13,198 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "trgrpo"
-TASK_MODULES = sorted((PKG / "tasks").glob("*.py"))
-ALL_MODULES = sorted(PKG.rglob("*.py"))
-SUBPACKAGES = ("core", "tasks", "pipeline", "results", "teach", "tooling")
-# The command lines the README gives (python -m trgrpo.<name>): each a forwarder to the module that moved.
-COMMANDS = ("batch", "bench", "course", "gpu_check", "models", "plan", "run_all", "toy_controls", "train")
+MODULES = sorted(PKG.rglob("*.py"))
+
+# The layers, lowest first: a module imports from its own layer or a lower one, never a higher one.
+LAYERS = {
+    "core": ("trgrpo", "weights", "loss", "trainer", "theory", "readings", "paper", "stats", "models"),
+    "tasks": ("tasks",),  # the package trgrpo.tasks and every module in it
+    "runs": ("experiment", "toy", "toy_controls", "search_run", "lm_science", "fullscale", "train", "plan", "batch"),
+    "reports": ("tables", "answers", "plots", "token_stats"),
+    "teaching": ("notebook", "course"),
+    "tooling": ("bench", "gpu_check", "run_all"),
+}
+RANK = {name: i for i, names in enumerate(LAYERS.values()) for name in names}
 
 
-def _package(path: Path) -> str:
-    return ".".join(("trgrpo", *path.relative_to(PKG).parts[:-1]))
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imported_modules(source: str, package: str) -> set[str]:
-    """Every module an import statement names (function-level imports included), made absolute for ``package``."""
+def layer_rank(module: str) -> int:
+    parts = module.split(".")
+    key = "trgrpo" if len(parts) == 1 else parts[1]
+    assert key in RANK, f"{module} is in no layer of tests/test_layout.py (add it to LAYERS and docs/design.md)"
+    return RANK[key]
+
+
+def trgrpo_imports(source: str, module: str, is_package: bool) -> set[str]:
+    """The trgrpo modules a source imports at run time (imports under ``if TYPE_CHECKING:`` are types only)."""
+    tree = ast.parse(source)
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    package = module if is_package else module.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
+            out |= {a.name for a in node.names if a.name.startswith("trgrpo")}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                parts = package.split(".")
-                base = parts[: len(parts) - (node.level - 1)]
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 mod = ".".join([*base, node.module] if node.module else base)
             else:
-                mod = node.module
-            out.add(mod)
-            out |= {f"{mod}.{a.name}" for a in node.names}
+                mod = node.module or ""
+            if not mod.startswith("trgrpo"):
+                continue
+            for a in node.names:  # `from trgrpo import toy` imports the module trgrpo.toy
+                sub = f"{mod}.{a.name}"
+                out.add(sub if (ROOT / (sub.replace(".", "/") + ".py")).exists() else mod)
     return out
 
 
-def _imports_trainer(source: str, package: str) -> set[str]:
-    """Imports of trgrpo's trainer or TRL's trainers (TRL's chat-template helpers are fine for a task)."""
-    trainers = ("trgrpo.trainer", "trl.trainer", "trl.GRPOTrainer", "trl.GRPOConfig")
-    return {m for m in _imported_modules(source, package) if m.startswith(trainers)}
+def import_graph() -> dict[str, set[str]]:
+    return {
+        module_name(p): trgrpo_imports(p.read_text(), module_name(p), p.name == "__init__.py") - {module_name(p)}
+        for p in MODULES
+    }
 
 
-@pytest.mark.parametrize("path", TASK_MODULES, ids=[p.name for p in TASK_MODULES])
-def test_no_task_module_imports_the_trainer(path):
-    bad = _imports_trainer(path.read_text(), _package(path))
-    hint = "build trainers in a run module (e.g. trgrpo/search_run.py)"
-    assert not bad, f"{path.name} imports {sorted(bad)}: {hint}"
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
 
 
-@pytest.mark.parametrize(
-    "source",
-    [
-        "def f():\n    from ..core.trainer import TRGRPOTrainer\n",
-        "from trgrpo.core import trainer\n",
-        "import trgrpo.trainer\n",
-        "from trl import GRPOTrainer\n",
-    ],
-)
-def test_the_import_check_sees_relative_nested_and_absolute_imports(source):
-    assert _imports_trainer(source, "trgrpo.tasks")
-    assert not _imports_trainer("from ..core.weights import token_weights\n", "trgrpo.tasks")
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{m} ({layer_rank(m)}) imports {d} ({layer_rank(d)})"
+        for m, deps in graph.items()
+        for d in deps
+        if layer_rank(d) > layer_rank(m)
+    )
 
 
-def test_importing_every_task_module_loads_no_trainer():
-    names = [f"trgrpo.tasks.{p.stem}" for p in TASK_MODULES if p.stem != "__init__"]
+def test_every_module_is_in_a_layer():
+    for p in MODULES:
+        layer_rank(module_name(p))
+
+
+def test_imports_go_one_way_down_the_layers():
+    bad = upward_imports(import_graph())
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, f"import cycles: {found}"
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle():
+    """The two checks above can fail: on a made-up graph, and on a real source with a function-level import."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    source = "def f():\n    from trgrpo.plots import save\n"
+    graph = {"trgrpo.weights": trgrpo_imports(source, "trgrpo.weights", False)}
+    assert upward_imports(graph) == ["trgrpo.weights (0) imports trgrpo.plots (3)"]
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trgrpo.experiment import RunSpec\n"
+    assert trgrpo_imports(typed, "trgrpo.tasks.kk", False) == set()
+    assert trgrpo_imports("from . import kk\n", "trgrpo.tasks", True) == {"trgrpo.tasks.kk"}
+
+
+def _is_forwarder(source: str) -> bool:
+    """Only imports (and a docstring, ``__all__``, a ``__main__`` call) or a runpy hand-off: a module with no code."""
+    if "runpy" in source:
+        return True
+    body = ast.parse(source).body
+    code = [
+        n
+        for n in body
+        if not isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr, ast.If))
+        and not (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__")
+    ]
+    return bool(body) and not code
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(PKG)) for p in MODULES])
+def test_no_module_only_forwards(path):
+    assert not _is_forwarder(path.read_text()), f"{path.relative_to(ROOT)} holds no code of its own"
+
+
+def test_the_forwarder_check_can_fail():
+    assert _is_forwarder('"""x"""\nfrom .a import b, c\n__all__ = ["b", "c"]\n')
+    assert _is_forwarder('import runpy\nif __name__ == "__main__":\n    runpy.run_module("trgrpo.x")\n')
+    assert not _is_forwarder("from .a import b\n\ndef f():\n    return b\n")
+
+
+def test_the_library_writes_no_documentation():
+    """Generated README/syllabus blocks are rendered by scripts/render_docs.py, not by the library."""
+    holders = [str(p.relative_to(ROOT)) for p in MODULES if "<!--" in p.read_text()]
+    assert not holders, f"documentation markers in the library: {holders}"
+
+
+def test_the_size_the_design_card_asks_for():
+    """<= 40 modules and <= 10,000 lines in trgrpo/; <= 2,000 lines of Python outside trgrpo/ and tests/."""
+    lines = sum(len(p.read_text().splitlines()) for p in MODULES)
+    assert len(MODULES) <= 40, f"{len(MODULES)} modules"
+    assert lines <= 10_000, f"trgrpo/ has {lines} lines"
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    outside = [f for f in tracked if not f.startswith(("trgrpo/", "tests/"))]
+    n = sum(len((ROOT / f).read_text().splitlines()) for f in outside if (ROOT / f).exists())
+    assert n <= 2_000, f"{n} lines of Python outside trgrpo/ and tests/"
+
+
+def test_import_trgrpo_has_no_side_effects():
+    """Importing the package changes no warning filter and no environment variable, and loads no trainer."""
+    code = (
+        "import os, sys, warnings\n"
+        "env, filters = dict(os.environ), list(warnings.filters)\n"
+        "import trgrpo\n"
+        "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
+        "assert list(warnings.filters) == filters\n"
+        "print(sorted(m for m in sys.modules if m in ('trgrpo.trainer', 'trl')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]"
+
+
+def test_no_task_module_loads_a_trainer():
+    names = [module_name(p) for p in MODULES if module_name(p).startswith("trgrpo.tasks")]
     code = (
         "import importlib, sys\n"
         f"for n in {names!r}: importlib.import_module(n)\n"
-        "from trgrpo.tasks.search import run_search, SearchSpec, make_search_trainer\n"
         "print(sorted(m for m in sys.modules if m in ('trgrpo.trainer', 'trl')))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -81,116 +212,16 @@ def test_importing_every_task_module_loads_no_trainer():
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
 
 
-@pytest.mark.parametrize("path", ALL_MODULES, ids=[str(p.relative_to(PKG)) for p in ALL_MODULES])
-def test_every_module_is_readable_in_one_sitting(path):
-    n = len(path.read_text().splitlines())
-    assert n <= 600, f"{path.relative_to(ROOT)} has {n} lines (split it by concern)"
-
-
-def test_the_package_top_level_holds_only_the_command_lines():
-    """The code lives in the sub-packages; the top level keeps ``__init__`` and the README's command lines."""
-    top = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
-    assert top == set(COMMANDS)
-    subs = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
-    assert subs == set(SUBPACKAGES)
-    for name in COMMANDS:
-        source = (PKG / f"{name}.py").read_text()
-        assert "runpy.run_module" in source and len(source.splitlines()) <= 8, name
-
-
-def test_a_moved_command_line_still_runs():
-    """``python -m trgrpo.plan --help`` reaches trgrpo.plan's parser through the forwarder."""
-    r = subprocess.run(
-        [sys.executable, "-m", "trgrpo.plan", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stderr[-2000:]
-
-
-def test_the_design_doc_names_every_module():
-    """docs/design.md's layout lists each module of the package, so the map cannot fall behind the tree."""
+def test_the_design_doc_names_every_layer_and_module():
     design = (ROOT / "docs" / "design.md").read_text()
-    named = [str(p.relative_to(PKG)) for p in ALL_MODULES if p.name != "__init__.py"]
-    missing = [n for n in named if n not in design]
+    missing = [m for names in LAYERS.values() for m in names if m != "trgrpo" and f"`{m}" not in design]
+    missing += [layer for layer in LAYERS if layer not in design]
     assert not missing, f"docs/design.md does not name {missing}"
 
 
-def test_old_search_path_keeps_every_public_name():
-    from trgrpo import search_run
-    from trgrpo.tasks import search as S
-
-    missing = [n for n in S.__all__ if not hasattr(S, n)]
-    assert not missing, missing
-    assert S.run_search is search_run.run_search and S.SearchSpec is search_run.SearchSpec
-    with pytest.raises(AttributeError):
-        _ = S.no_such_name
-
-
-def test_old_bench_path_keeps_every_public_name():
-    from trgrpo import bench
-    from trgrpo import bench as bench_common
-    from trgrpo import bench as bench_loss
-    from trgrpo import bench as bench_notebooks
-    from trgrpo import bench as bench_step
-    from trgrpo import bench as bench_table
-
-    for mod in (bench_common, bench_loss, bench_notebooks, bench_step, bench_table):
-        public = [
-            n for n, v in vars(mod).items() if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
-        ]
-        missing = [n for n in public if getattr(bench, n, None) is not getattr(mod, n)]
-        assert not missing, f"trgrpo.bench lacks {missing} of {mod.__name__}"
-    assert bench.ROOT == ROOT and bench.RESULTS_DIR == ROOT / "results" / "bench"
-
-
-def test_the_generic_runner_holds_no_task_specific_code():
-    """K&K, math and the toy register themselves (tasks/paper_tasks.py, tasks/addition.py); experiment.py imports
-    none of their modules and names none of their functions."""
-    source = (PKG / "pipeline" / "experiment.py").read_text()
-    imported = _imported_modules(source, "trgrpo.pipeline")
-    task_modules = ("trgrpo.tasks.kk", "trgrpo.tasks.math", "trgrpo.tasks.arith", "trgrpo.tasks.addition")
-    assert not {m for m in imported if m.startswith(task_modules)}
-    for word in ("kk_", "math_", "arith_", "evaluate_kk", "evaluate_math"):
-        assert word not in source.replace("SAMPLED_MATH_SETS", ""), word
-    from trgrpo.tasks import TASKS
-
-    assert {"kk", "math", "arith", "addition", "addition_trace"} <= set(TASKS)
-
-
-def test_old_toy_and_experiment_paths_keep_every_public_name():
-    from trgrpo import experiment, toy
-    from trgrpo import experiment as records
-    from trgrpo import experiment as spec
-    from trgrpo import tables as toy_analysis
-    from trgrpo import tasks as registry
-    from trgrpo import toy as toy_model
-    from trgrpo import toy as toy_run
-    from trgrpo import toy as warm_start
-    from trgrpo.tasks import addition
-
-    for old, mods in ((toy, (toy_model, toy_run, toy_analysis, warm_start, addition)),):
-        for mod in mods:
-            public = [
-                n
-                for n, v in vars(mod).items()
-                if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == mod.__name__
-            ]
-            missing = [n for n in public if getattr(old, n, None) is not getattr(mod, n)]
-            assert not missing, f"{old.__name__} lacks {missing} of {mod.__name__}"
-    moved = ("RESULTS_DIR", "ROOT", "file_lock", "git_commit", "git_dirty", "jsonable", "load_results", "machine_info")
-    moved += ("package_versions", "peak_memory_mb", "update_json", "update_marked_block", "write_json", "write_result")
-    assert [n for n in moved if getattr(experiment, n) is not getattr(records, n)] == []
-    assert experiment.RunSpec is spec.RunSpec and experiment.TASKS is registry.TASKS
-    assert experiment.Task is registry.Task and tasks.register_task is registry.register_task
-
-
 def test_notebooks_never_import_the_tooling():
-    import json
-
-    notebooks = sorted((ROOT / "notebooks").rglob("*.ipynb"))
-    assert notebooks
-    for nb in notebooks:
+    for nb in sorted((ROOT / "notebooks").rglob("*.ipynb")):
         for cell in json.loads(nb.read_text())["cells"]:
             if cell["cell_type"] == "code":
-                source = "".join(cell["source"])
-                lines = [ln for ln in source.splitlines() if "import" in ln and "trgrpo.tooling" in ln]
-                assert not lines, f"{nb.name} imports the tooling: {lines}"
+                for mod in trgrpo_imports("".join(cell["source"]).replace("%", "#"), "notebook", False):
+                    assert layer_rank(mod) < RANK["tooling"], f"{nb.name} imports {mod}"
