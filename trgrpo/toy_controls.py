@@ -109,7 +109,7 @@ PLAN = {
 # (a stopped grid leaves complete seeds behind)
 _KL = [(b, kw) for b in sorted(KL_BETAS, reverse=True) for kw in KL_WEIGHTINGS if (kw, b) != ("eq10", 0.001)]
 GRIDS: dict[str, tuple[str, Sequence[int], list[tuple[str, dict]]]] = {
-    "controls": (CONTROLS_GROUP, CONTROL_SEEDS, [(arm, {}) for arm in ARMS]),
+    "controls": (CONTROLS_GROUP, CONTROL_SEEDS, []),  # [] here: every arm of ARMS, as it is when the grid is made
     "kl": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL]),
     "kl_high": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL if b > 0.01]),
     "kl_low": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL if b < 0.01]),
@@ -120,6 +120,7 @@ GRIDS: dict[str, tuple[str, Sequence[int], list[tuple[str, dict]]]] = {
 def grid(name: str, seeds: Sequence[int] | None = None) -> list[dict]:
     """The :func:`trgrpo.toy.toy_spec` dicts of a grid of :data:`GRIDS` (on ``seeds``, default the grid's own)."""
     group, default_seeds, variants = GRIDS[name]
+    variants = variants or [(arm, {}) for arm in ARMS]
     specs = []
     for seed in default_seeds if seeds is None else seeds:
         for arm, extra in variants:
