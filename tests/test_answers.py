@@ -254,6 +254,7 @@ def test_prompt_bootstrap_resamples_prompts():
     """Figure 1's cluster bootstrap: whole prompts are resampled; a structural token that only one prompt's
     samples carry at the high end gives a wide interval, and the observed difference is the plain count's."""
     from trgrpo import token_stats as ts
+    from trgrpo.tasks.common import TokenOccurrences
 
     rng = np.random.default_rng(0)
     texts, probs, comp = [], [], []
@@ -263,7 +264,7 @@ def test_prompt_bootstrap_resamples_prompts():
             texts.append(w)
             probs.append(float(rng.uniform(0.6, 0.9) if w in (" (", " +") else rng.uniform(0.1, 0.5)))
             comp.append(c)
-    occ = ts.TokenOccurrences([0] * len(texts), texts, probs, comp)
+    occ = TokenOccurrences([0] * len(texts), texts, probs, comp)
     out = ts.prompt_bootstrap(occ, 4, n_boot=50, min_count=1, end_share=0.3, top_k=3, names=["Zoey"])
     assert set(out) == {"token", "word"} and out["token"]["n_prompts"] == 5 and out["token"]["level"] == 0.975
     assert out["token"]["difference"] == ts.figure1_difference(occ, "token", min_count=1, end_share=0.3, top_k=3,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import plan
+from trgrpo import fullscale, plan
 from trgrpo.experiment import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def table1_spec(**kw):
 
 
 def test_memory_one_h200_by_hand():
-    m = plan.memory_gb(table1_spec(), plan.model_shape("Qwen/Qwen2.5-3B-Instruct"), gpus=1, gpu_mem_gb=141)
+    m = plan.memory_gb(table1_spec(), fullscale.model_shape("Qwen/Qwen2.5-3B-Instruct"), gpus=1, gpu_mem_gb=141)
     # fp32 policy 4N, gradients 4N, AdamW 8N, fp32 reference 4N: 20 x 3.09 = 61.8 GB (no sharding on one GPU)
     assert m["weights"] + m["gradients"] + m["optimizer"] + m["reference"] == pytest.approx(61.8, rel=1e-6)
     # checkpointed activations: 36 layers x 2 x 5120 tokens x 2048 x 2 B + one layer 34 x 2 x 5120 x 2048 B
@@ -43,7 +43,7 @@ def test_memory_one_h200_by_hand():
 
 
 def test_zero_sharding_by_hand():
-    shape = plan.model_shape("Qwen/Qwen2.5-3B-Instruct")
+    shape = fullscale.model_shape("Qwen/Qwen2.5-3B-Instruct")
     z2 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=80, zero=2)
     z3 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=80, zero=3)
     assert (z2["weights"], z2["gradients"], z2["optimizer"]) == pytest.approx((12.36, 1.545, 3.09))
@@ -110,12 +110,12 @@ def test_every_shipped_plan_has_runs_and_a_named_reduced_plan_fits_one_gpu():
 
 def test_unknown_model_names_the_field(tmp_path):
     with pytest.raises(ValueError, match="model"):
-        plan.model_shape("nobody/unknown-model")
+        fullscale.model_shape("nobody/unknown-model")
     (tmp_path / "config.json").write_text(
         '{"hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 100, "num_attention_heads": 2,'
         ' "intermediate_size": 64, "tie_word_embeddings": true}'
     )
-    shape = plan.model_shape(str(tmp_path))
+    shape = fullscale.model_shape(str(tmp_path))
     assert shape.params == 2 * (2 * 32 * 32 + 2 * 32 * 2 * 16 + 3 * 32 * 64) + 100 * 32
 
 

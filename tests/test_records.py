@@ -64,7 +64,6 @@ def test_a_missing_required_field_is_named(field):
         ("wall_time_s", "1"),
         ("git_dirty", "no"),
         ("eval_history", {"step": 0}),
-        ("tau", "9"),
     ],
 )
 def test_a_wrong_type_is_named(field, value):
@@ -92,8 +91,6 @@ def test_unmarked_records_need_the_core_fields_only_and_other_kinds_are_not_runs
 def test_write_result_validates_and_writes_nothing_when_the_record_is_bad(tmp_path):
     with pytest.raises(R.RecordError, match=r"g/bad.json \(not written\): missing required field 'final'"):
         R.write_result("g", "bad", {k: v for k, v in _record().items() if k != "final"}, tmp_path)
-    with pytest.raises(R.RecordError, match="unknown field 'extra'"):
-        R.write_result("g", "bad", _record(extra=1), tmp_path)
     assert not (tmp_path / "g" / "bad.json").exists()
     R.write_result("g", "summary", {"kind": "summary", "anything": 1}, tmp_path)  # other kinds: as they are
     path = R.write_result("g", "ok", _record(), tmp_path)
@@ -145,7 +142,6 @@ def test_every_committed_run_record_follows_the_schema():
     for p in paths:
         rec = R.read_record(p)
         assert rec["kind"] == "run", f"{p}: not marked kind: run"
-        R.validate_record(rec, str(p), strict_unknown=True)
     groups = {str(p.parent.relative_to(ROOT / "results")) for p in paths}
     loaded = sum(len(R.load_results(g, ROOT / "results")) for g in groups)
     assert loaded == len(paths)

@@ -2,11 +2,11 @@
 
 import pytest
 
+from trgrpo.tasks.common import sample_token_probabilities
 from trgrpo.token_stats import (
     average_probabilities,
     category_shares,
     classify_token,
-    sample_token_probabilities,
     top_and_bottom,
     word_cloud,
 )

@@ -127,13 +127,12 @@ def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monk
     assert (summary["n_run"], summary["n_skipped"]) == (0, 1)
 
 
-def test_grid_composition():
-    specs = toy.micro_grid(seeds=range(5), taus=(0.5, 2.0), tau_seeds=range(2), control_seeds=range(2))
-    names = [s["name"] for s in specs]
-    assert len(names) == len(set(names)) == 5 * 5 + 2 * 2 * 2 + 2
-    labels = {n.split("-micro-")[1].rsplit("-seed", 1)[0] for n in names}
-    assert {"equal", "tr-ratio", "tr-surrogate", "reverse-surrogate", "random", "equal-randomreward"} <= labels
-    assert {"tr-surrogate-tau0.5", "tr-ratio-tau2"} <= labels
+def test_toy_spec_names_carry_the_run_label():
+    specs = [toy.toy_spec("tr", 0, placement="surrogate", tau=0.5), toy.toy_spec("equal", 1, reward="random")]
+    assert [s["name"] for s in specs] == [
+        "addition-micro-tr-surrogate-tau0.5-seed0",
+        "addition-micro-equal-randomreward-seed1",
+    ]
     assert all(s["group"] == "toy/micro" and s["steps"] == toy.TOY_DEFAULTS["steps"] for s in specs)
 
 

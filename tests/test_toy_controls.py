@@ -17,7 +17,7 @@ RESULTS = ROOT / "results"
 
 
 def test_controls_grid_pairs_every_arm_on_every_seed():
-    specs = tc.controls_grid()
+    specs = tc.grid("controls")
     assert len(specs) == len(tc.ARMS) * len(tc.CONTROL_SEEDS) and len(tc.CONTROL_SEEDS) >= 12
     by_arm = {}
     for s in specs:
@@ -33,7 +33,7 @@ def test_controls_grid_pairs_every_arm_on_every_seed():
 
 
 def test_kl_and_tau_grids():
-    kl = tc.kl_grid()
+    kl = tc.grid("kl")
     assert {(s["kl_weighting"], s["beta"]) for s in kl} == {
         ("eq10", 0.04),
         ("outside", 0.04),
@@ -46,7 +46,7 @@ def test_kl_and_tau_grids():
         for k in {(s["kl_weighting"], s["beta"]) for s in kl}
     )
     assert len({s["name"] for s in kl}) == len(kl)
-    tau = tc.tau_grid()
+    tau = tc.grid("tau")
     assert sorted({s["tau"] for s in tau}) == sorted(tc.TAUS) and len(tau) == len(tc.TAUS) * len(tc.TAU_SEEDS)
 
 
@@ -178,7 +178,7 @@ def _fake_records(tmp_path, rng_seed=0):
         "reverse-surrogate": -0.01,
         "random": 0.0,
     }
-    for spec in tc.controls_grid():
+    for spec in tc.grid("controls"):
         label = next(
             k
             for k, v in tc.ARMS.items()
@@ -240,9 +240,17 @@ def _row(delta, p_holm, mde=0.02, n=12):
 
 
 def test_classify_uses_holm_and_made_of_reads_the_controls():
-    assert toy_controls_readme.classify(_row(0.03, 0.01)) == "higher" and toy_controls_readme.classify(_row(-0.03, 0.04)) == "lower"
-    assert toy_controls_readme.classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
-    assert toy_controls_readme.strength(_row(0.0, 0.5)).startswith("no evidence") and toy_controls_readme.strength(_row(0.1, 0.001)) == "strong evidence"
+    assert (
+        toy_controls_readme.classify(_row(0.03, 0.01)) == "higher"
+        and toy_controls_readme.classify(_row(-0.03, 0.04)) == "lower"
+    )
+    assert (
+        toy_controls_readme.classify(_row(0.03, 0.2)) == "no detectable difference"
+    )  # raw p 0.1: not significant either way
+    assert (
+        toy_controls_readme.strength(_row(0.0, 0.5)).startswith("no evidence")
+        and toy_controls_readme.strength(_row(0.1, 0.001)) == "strong evidence"
+    )
     rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
     assert toy_controls_readme._made_of(rows).startswith("neither")
     rows["const-surrogate"] = _row(0.03, 0.01)
@@ -259,5 +267,3 @@ CONTROLS_PARTS = (
     "results.toy_controls_readme",
     "pipeline.toy_controls_cli",
 )
-
-

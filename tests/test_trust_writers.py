@@ -95,7 +95,7 @@ def test_batch_summary_is_written_atomically(tmp_path, monkeypatch):
 
     calls: list[Path] = []
     real = experiment.write_json
-    monkeypatch.setattr(experiment, "write_json", lambda path, rec: (calls.append(Path(path)), real(path, rec))[1])
+    monkeypatch.setattr(batch, "write_json", lambda path, rec: (calls.append(Path(path)), real(path, rec))[1])
     monkeypatch.setattr(
         batch,
         "run_notebook",

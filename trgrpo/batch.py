@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trgrpo.experiment import ROOT, RUNS_DIR, ConfigError, check_folder_name, parse_overrides, read_config, write_json
+
 if TYPE_CHECKING:
     from traitlets.config import Config
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # A headless run has no frontend for live widgets: notebooks skip them (nbclient can block on widget messages,
@@ -98,8 +98,6 @@ def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[di
         print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
         rows.append(row)
     print(summary_table(rows))
-    from trgrpo.experiment import write_json
-
     write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     return rows
 
@@ -139,8 +137,6 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
     that have the parameter. Bad input is a :class:`~trgrpo.experiment.ConfigError` naming the file and the field:
     an empty file, unknown fields, no ``notebooks`` list, a missing notebook, and a parameter (or an override) that
     no parameters cell of the plan's notebooks assigns (papermill would only warn and run the defaults)."""
-    from trgrpo.experiment import ConfigError, check_folder_name, read_config
-
     path = Path(path)
     spec = read_config(path, "batch plan")
     unknown = sorted(set(spec) - set(PLAN_KEYS))
@@ -195,15 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("config", help="YAML file listing notebooks and parameters")
     ap.add_argument("--smoke", action="store_true", help="force smoke mode for every notebook")
-    from trgrpo.fullscale import RUNS_DIR
-
     ap.add_argument("--runs", default=str(RUNS_DIR), help="default: $TRGRPO_RUNS or runs/")
     ap.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
     )
     args = ap.parse_args(argv)
-    from trgrpo.experiment import ConfigError, parse_overrides
-
     try:
         name, plan = load_plan(Path(args.config), parse_overrides(args.set))
     except ConfigError as e:

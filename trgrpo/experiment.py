@@ -1,15 +1,10 @@
-"""The run record: one schema for every task, its provenance, and the JSON files it lives in.
+"""One run, one entry point: a run spec (:class:`RunSpec`) -> train with :class:`trgrpo.TRGRPOTrainer` ->
+evaluate -> one record ``results/<group>/<name>.json``, written once by :func:`write_result`.
 
-A run record is ``results/<group>/<name>.json``, written once at the end of a run by :func:`write_result`
-(through :func:`trgrpo.experiment.run` for every task: addition toy, K&K, math, arithmetic, search). Its
-schema is
-:data:`RUN_FIELDS` (required, with their types) and :data:`OPTIONAL_FIELDS`; :func:`validate_record` checks it
-when a record is written and again when :func:`load_results` / :func:`read_record` read it back, and names the
-file and the field when something is wrong.
-
-Other JSON files beside the runs (summaries, analyses, plans) carry a ``kind`` other than ``"run"`` and are
-written as they are. A record without ``kind`` but with a ``history`` is an unmarked run record (hand-built, e.g.
-in tests): its :data:`CORE_FIELDS` are checked.
+The record schema is generic: :data:`RUN_FIELDS` are required (an unmarked record, without ``kind``, needs only
+:data:`CORE_FIELDS`), every step list (``history`` and any ``*_history`` / ``*_curve`` field) holds dicts with an
+integer ``step`` and numbers; a task adds its own fields through ``run(..., record_extras=...)``. Other JSON files
+beside the runs (summaries, plans) carry a ``kind`` other than ``"run"`` and are written as they are.
 """
 
 from __future__ import annotations
@@ -37,11 +32,12 @@ from trgrpo.tasks import TASKS, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
+CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
+# Executed notebooks (trgrpo.batch) and the logs and spec files of launched runs; not committed.
+RUNS_DIR = Path(os.environ.get("TRGRPO_RUNS", ROOT / "runs"))
 RUN_KIND = "run"
 
 _NUM = (int, float)
-_OPT_STR = (str, type(None))
-_OPT_DICT = (dict, type(None))
 # Fields every run record has (the readers, notebooks 03 / 07 / 08 and the tables, rely on them).
 CORE_FIELDS: dict[str, tuple[type, ...]] = {
     "name": (str,),
@@ -56,7 +52,7 @@ RUN_FIELDS: dict[str, tuple[type, ...]] = {
     **CORE_FIELDS,
     "task": (str,),
     "model": (str,),
-    "initial": _OPT_DICT,  # held-out evaluation before training (None when not measured)
+    "initial": (dict, type(None)),  # held-out evaluation before training (None when not measured)
     "final": (dict,),  # held-out evaluation after training ({} with n_eval = 0)
     "train_time_s": _NUM,
     "seconds_per_step": _NUM,
@@ -64,41 +60,10 @@ RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "peak_memory": (dict,),
     "machine": (dict,),
     "versions": (dict,),
-    "git_commit": _OPT_STR,
+    "git_commit": (str, type(None)),
     "finished_at": (str,),
 }
-OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
-    "kind": (str,),
-    "git_dirty": (bool, type(None)),
-    "resumed_from": _OPT_STR,
-    "data_source": _OPT_DICT,
-    "steps_run": (int,),
-    "batch": (dict,),
-    "live_logs": _OPT_STR,
-    # the addition toy (trgrpo.toy.run_toy)
-    "eval_history": (list,),
-    "warm_start": _OPT_DICT,
-    "warm_start_cached_at": (str,),
-    "model_path": (str,),
-    "placement": _OPT_STR,
-    "tau": (int, float, type(None)),
-    "reward_kind": (str,),
-    "cpu_time_s": _NUM,
-    "run_wall_time_s": _NUM,
-    "torch_threads": (int,),
-    # agentic search (trgrpo.search_run.run_search)
-    "method": (str,),
-    "init_model": _OPT_STR,
-    "scale": (str,),
-    "eval_curve": (list,),
-    "baseline_no_search": _OPT_DICT,
-    "example_rollout": _OPT_DICT,
-    "n_train": (int,),
-    "n_eval": (int,),
-    # the real-LM experiment's task calibration (trgrpo.lm_science.stage0)
-    "calibration": (dict,),
-}
-STEP_LISTS = ("history", "eval_history", "eval_curve")  # lists of dicts, each with an int "step"
+TYPES = {**RUN_FIELDS, "git_dirty": (bool, type(None))}  # git_dirty: records made before it lack it
 
 
 class RecordError(ValueError):
@@ -117,42 +82,33 @@ def is_run_record(record: Any) -> bool:
 def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
     if isinstance(value, bool) and bool not in types:  # True is an int to Python, not to the schema
         return False
-    if float in types and isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if float in types and isinstance(value, numbers.Real):
         return True
     return isinstance(value, types)
 
 
-def _type_names(types: tuple[type, ...]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+def _is_step_list(key: str) -> bool:
+    return key == "history" or key.endswith(("_history", "_curve"))
 
 
-def validate_record(record: Any, where: str = "run record", *, strict_unknown: bool = False) -> dict:
-    """Check ``record`` against the schema; return it. Raises :class:`RecordError` naming ``where`` and the field.
-
-    A ``kind: "run"`` record needs every :data:`RUN_FIELDS` field, an unmarked one the :data:`CORE_FIELDS`;
-    the types of :data:`OPTIONAL_FIELDS` present are checked too. ``strict_unknown`` (the writer) also rejects
-    fields the schema does not know, so a new field is declared here before a record carries it."""
+def validate_record(record: Any, where: str = "run record") -> dict:
+    """Check ``record`` against the schema; return it. Raises :class:`RecordError` naming ``where`` and the field."""
     if not isinstance(record, dict):
         raise RecordError(f"{where}: a run record is a JSON object, got {type(record).__name__}")
     if record.get("kind", RUN_KIND) != RUN_KIND:
         raise RecordError(f"{where}: field 'kind' is {record['kind']!r}, not a run record ({RUN_KIND!r})")
     required = RUN_FIELDS if record.get("kind") == RUN_KIND else CORE_FIELDS
-    known = {**RUN_FIELDS, **OPTIONAL_FIELDS}
-    for key, types in required.items():
+    for key, types in TYPES.items():
+        names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
         if key not in record:
-            raise RecordError(f"{where}: missing required field {key!r} ({_type_names(types)})")
-    for key, value in record.items():
-        types = known.get(key)
-        if types is None:
-            if strict_unknown:
-                raise RecordError(f"{where}: unknown field {key!r}; declare it in trgrpo.experiment.OPTIONAL_FIELDS")
-            continue
-        if not _type_ok(value, types):
-            raise RecordError(
-                f"{where}: field {key!r} must be {_type_names(types)}, got {type(value).__name__} ({value!r:.60})"
-            )
-    for key in STEP_LISTS:
-        for i, row in enumerate(record.get(key) or []):
+            if key in required:
+                raise RecordError(f"{where}: missing required field {key!r} ({names})")
+        elif not _type_ok(record[key], types):
+            raise RecordError(f"{where}: field {key!r} must be {names}, got {type(record[key]).__name__}")
+    for key in filter(_is_step_list, record):
+        if not isinstance(record[key], list):
+            raise RecordError(f"{where}: field {key!r} must be list, got {type(record[key]).__name__}")
+        for i, row in enumerate(record[key]):
             if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
                 raise RecordError(f"{where}: field '{key}[{i}]' must be a dict with an integer 'step', got {row!r:.80}")
             for name, value in row.items():  # the tables and figures read every value as a number
@@ -302,13 +258,12 @@ def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
 
 
 def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
-    """Write ``results/<group>/<name>.json`` atomically (shared by every task and notebook). A run record is
-    validated first (:func:`validate_record`, unknown fields rejected); other kinds are written as they are.
-    ``group`` and ``name`` must stay under ``results_dir`` (:func:`check_folder_name`)."""
+    """Write ``results/<group>/<name>.json`` atomically; a run record is validated first, other kinds are written as
+    they are. ``group`` and ``name`` must stay under ``results_dir`` (:func:`check_folder_name`)."""
     path = Path(results_dir or RESULTS_DIR) / check_folder_name("group", group, nested=True)
     path = path / f"{check_folder_name('name', name)}.json"
     if is_run_record(record):
-        validate_record(jsonable(record), f"{path} (not written)", strict_unknown=True)
+        validate_record(jsonable(record), f"{path} (not written)")
     return write_json(path, record)
 
 
@@ -443,8 +398,8 @@ def jsonable(x):
     return x
 
 
-# ---- spec: The run spec: every setting that defines one run (:class:`RunSpec`), checked when it is made.
-
+# ---------------------------------------------------------------------------------------------------------------
+# The run spec: every setting that defines one run, checked when it is made
 
 # "off" or one of TRL 1.16's vllm_importance_sampling_mode values (GRPOConfig)
 VLLM_IMPORTANCE_SAMPLING = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -513,25 +468,28 @@ class RunSpec:
             eps_high=self.epsilon_high,
             names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
         )
-        _check_spec_types(self)
-        for name in (
-            "steps",
-            "prompts_per_step",
-            "num_generations",
-            "max_completion_length",
-            "n_train",
-            "n_eval",
-            "save_steps",
-            "gradient_accumulation_steps",
-            "ddp_timeout_s",
-        ):
+        for f in dataclasses.fields(self):  # the type of every field, from its annotation
+            v, kind = getattr(self, f.name), f.type.split(" ")[0]
+            if v is None and "None" in f.type or kind not in ("int", "float", "bool", "str"):
+                continue
+            if kind == "bool" and not isinstance(v, bool):
+                raise ValueError(f"{f.name} must be true or false, got {v!r}")
+            if kind == "str" and (not isinstance(v, str) or not v):
+                raise ValueError(f"{f.name} must be a non-empty string, got {v!r}")
+            if kind in ("int", "float") and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+                raise ValueError(f"{f.name} must be a number, got {v!r} ({type(v).__name__})")
+            if kind == "int" and not isinstance(v, numbers.Integral):
+                raise ValueError(f"{f.name} must be an integer, got {v!r} ({type(v).__name__})")
+        for name in ("learning_rate", "temperature"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < (0 if name == "n_eval" else 1):
+            if v is not None and (not math.isfinite(v) or v <= 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
+        for name in ("max_eval_tokens", "micro_batch_size", *POSITIVE):
+            v = getattr(self, name)
+            if v is not None and v < (0 if name == "n_eval" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.micro_batch_size is not None and (
-            not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1
-        ):
-            raise ValueError(f"micro_batch_size must be a positive integer or None, got {self.micro_batch_size!r}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.vllm_importance_sampling not in VLLM_IMPORTANCE_SAMPLING:
             raise ValueError(
                 f"vllm_importance_sampling must be one of {list(VLLM_IMPORTANCE_SAMPLING)}, "
@@ -541,14 +499,15 @@ class RunSpec:
             raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        if not isinstance(self.task_options, dict):
+            raise ValueError(f"task_options must be a mapping, got {type(self.task_options).__name__}")
+        check_folder_name("group", self.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
         if self.name is None:
-            self.name = self.default_name()
-
-    def default_name(self) -> str:
-        scheme = self.scheme
-        if self.scheme in ("tr", "reverse"):
-            scheme += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
-        return f"{self.task}-{Path(str(self.model)).name}-{scheme}-seed{self.seed}"
+            label = self.scheme
+            if self.scheme in ("tr", "reverse"):
+                label += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
+            self.name = run_name(self.task, self.model, label, self.seed)
+        check_folder_name("name", self.name)
 
     @property
     def sampling_temperature(self) -> float:
@@ -558,76 +517,31 @@ class RunSpec:
     def from_dict(cls, d: dict) -> RunSpec:
         """A spec from a dict (a YAML file): numbers that PyYAML leaves as strings (``1e-6``, ``1e1``: YAML 1.1 wants
         a dot and a signed exponent) are read as numbers for the numeric fields."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
+        types = {f.name: f.type.split(" ")[0] for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(types))
         if unknown:
-            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(known)}")
-        return cls(**{k: _yaml_number(k, v) for k, v in d.items()})
+            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(types)}")
+        return cls(**{k: _yaml_number(types[k], v) for k, v in d.items()})
 
 
-_FLOAT_FIELDS = ("tau", "alpha", "mu", "lower", "upper", "learning_rate", "beta", "epsilon", "epsilon_high")
-_FLOAT_FIELDS += ("temperature",)
-_INT_FIELDS = (
-    "seed",
-    "steps",
-    "prompts_per_step",
-    "num_generations",
-    "max_completion_length",
-    "max_eval_tokens",
-    "n_train",
-    "n_eval",
-    "save_steps",
-    "gradient_accumulation_steps",
-    "ddp_timeout_s",
-)
-_BOOL_FIELDS = ("eval_before", "use_vllm", "bf16", "gradient_checkpointing")
-_STR_FIELDS = ("task", "model", "scheme", "tau_mode", "placement", "kl_weighting", "group")
-_STR_FIELDS += ("vllm_importance_sampling",)
+POSITIVE = ("steps", "prompts_per_step", "num_generations", "max_completion_length", "n_train", "n_eval")
+POSITIVE += ("save_steps", "gradient_accumulation_steps", "ddp_timeout_s")
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def _yaml_number(name: str, value: Any) -> Any:
+def run_name(task: str, model: str, label: str, seed: int) -> str:
+    """The name of a run: ``<task>-<model folder name>-<label>-seed<seed>`` (every grid names its runs so)."""
+    return f"{task}-{Path(str(model)).name}-{label}-seed{seed}"
+
+
+def _yaml_number(kind: str, value: Any) -> Any:
     """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field; anything else unchanged."""
     if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value.strip()):
         return value
     number = float(value)
-    if name in _FLOAT_FIELDS:
+    if kind == "float":
         return number
-    if name in _INT_FIELDS and number.is_integer():
-        return int(number)
-    return value
-
-
-def _check_spec_types(spec: RunSpec) -> None:
-    """Type, finiteness and range of the fields :func:`validate_weight_params` / ``validate_loss_options`` do not
-    cover (ValueError naming the field)."""
-    for name in ("learning_rate", "temperature"):
-        v = getattr(spec, name)
-        if v is None and name == "temperature":
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
-    for name in _INT_FIELDS:
-        v = getattr(spec, name)
-        if v is None and name == "max_eval_tokens":
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ValueError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
-    if spec.seed < 0:
-        raise ValueError(f"seed must be >= 0, got {spec.seed}")
-    if spec.max_eval_tokens is not None and spec.max_eval_tokens < 1:
-        raise ValueError(f"max_eval_tokens must be >= 1 (or None), got {spec.max_eval_tokens}")
-    for name in _BOOL_FIELDS:
-        if not isinstance(getattr(spec, name), bool):
-            raise ValueError(f"{name} must be true or false, got {getattr(spec, name)!r}")
-    for name in _STR_FIELDS:
-        if not isinstance(getattr(spec, name), str) or not getattr(spec, name):
-            raise ValueError(f"{name} must be a non-empty string, got {getattr(spec, name)!r}")
-    check_folder_name("group", spec.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
-    if spec.name is not None:
-        check_folder_name("name", spec.name)
-    if not isinstance(spec.task_options, dict):
-        raise ValueError(f"task_options must be a mapping, got {type(spec.task_options).__name__}")
+    return int(number) if kind == "int" and number.is_integer() else value
 
 
 class ConfigError(ValueError):
@@ -672,12 +586,6 @@ def parse_overrides(items: list[str]) -> dict:
         except yaml.YAMLError:
             raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
     return out
-
-
-# ---- experiment: One run, one entry point: a run spec -> train with TRGRPOTrainer -> evaluate -> ``results/<group>/
-
-
-CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -871,19 +779,15 @@ def run(
     keep_checkpoints: bool = True,
     verbose: bool = True,
     record_extras: Callable[[dict], dict] | None = None,
-    trainer_ready: Callable[[Any], None] | None = None,
+    trainer_ready: Callable[[Any, list], None] | None = None,
     task: Task | None = None,
 ) -> dict:
-    """Train and evaluate one spec; write its results record once (validated, :mod:`trgrpo.experiment`) and
-    return it.
+    """Train and evaluate one spec; write its record once (validated) and return it.
 
-    ``callbacks`` go to the trainer; ``record_extras(record)``, called after the final evaluation, returns fields
-    to add to or replace in the record before it is written (declared in
-    :data:`trgrpo.experiment.OPTIONAL_FIELDS`);
-    ``trainer_ready(trainer)`` sees the trainer once it is built (a callback that evaluates through it); ``task``
-    replaces the registered task of ``spec.task`` (data held in objects, e.g.
-    :func:`trgrpo.search_run.run_search`'s
-    records and tool)."""
+    ``callbacks`` go to the trainer; ``trainer_ready(trainer, eval_records)`` sees the trainer once it is built and the
+    run's held-out records (a callback that evaluates through them); ``record_extras(record)``, called after the final
+    evaluation, returns fields to add to or replace in the record before it is written; ``task`` replaces the
+    registered task of ``spec.task`` (data held in objects, e.g. :func:`trgrpo.search_run.run_search`'s)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -928,7 +832,7 @@ def run(
         **(task.trainer_kwargs(spec) if task.trainer_kwargs else {}),
     )
     if trainer_ready is not None:
-        trainer_ready(trainer)
+        trainer_ready(trainer, eval_records)
     if not verbose:  # transformers prints every step's log dict otherwise
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

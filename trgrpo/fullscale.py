@@ -9,23 +9,67 @@ colocated vLLM engine. Single-process CPU runs (smoke mode) stay in the calling 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from trgrpo.experiment import PAPER_PROMPTS_PER_STEP, RESULTS_DIR, ROOT, RunSpec
+from trgrpo.experiment import PAPER_PROMPTS_PER_STEP, RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
 
-# Executed notebooks (trgrpo.batch) and the logs and spec files of launched runs; not committed.
-RUNS_DIR = Path(os.environ.get("TRGRPO_RUNS", ROOT / "runs"))
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
 FULL_SCALE_PARAMS = 1e9
 
-# Table 7 sweeps (App. C.1)
-TABLE7_TAUS = (0.5, 2.0, 7.0, 9.0, 10.0, 20.0)
-TABLE7_RANGES = ((1.0, 1.2), (1.0, 1.4), (0.8, 1.5), (0.5, 1.5))
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the planner needs of a model (its config.json)."""
+
+    params: float
+    layers: int
+    hidden: int
+    vocab: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """bf16 K and V of every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+
+# From the models' config.json files (parameter counts as their model cards state them).
+MODEL_SHAPES = {
+    "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
+    "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
+    "Qwen2.5-7B": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
+    "Qwen2.5-7B-Instruct": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
+    "Qwen2.5-7B-Instruct-1M": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
+    "Llama-3.1-8B-Instruct": ModelShape(8.03e9, 32, 4096, 128256, 8, 128),
+    "embedded": ModelShape(0.135e9, 30, 576, 49152, 3, 64),  # SmolLM2-135M-Instruct
+}
+
+
+def model_shape(model: str) -> ModelShape:
+    """The shape of a known model (by hub name or its last part), or of a local folder's config.json."""
+    name = Path(str(model)).name
+    if name in MODEL_SHAPES:
+        return MODEL_SHAPES[name]
+    cfg_path = Path(str(model)) / "config.json"
+    if cfg_path.exists():
+        c = json.loads(cfg_path.read_text())
+        h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+        heads = c["num_attention_heads"]
+        kv = c.get("num_key_value_heads", heads)
+        hd = c.get("head_dim") or h // heads
+        inter = c.get("intermediate_size", 4 * h)
+        embeddings = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
+        params = layers * (2 * h * h + 2 * h * kv * hd + 3 * h * inter) + embeddings
+        return ModelShape(float(params), layers, h, vocab, kv, hd)
+    raise ValueError(f"model {model!r}: unknown shape; known: {sorted(MODEL_SHAPES)} or a folder with config.json")
 
 
 def short_model_name(model: str) -> str:
@@ -254,8 +298,6 @@ def cuda_missing() -> str | None:
 
 def is_full_scale(model: str) -> bool:
     """A model of at least :data:`FULL_SCALE_PARAMS` parameters (the planner's shape), or one it does not know."""
-    from trgrpo.plan import model_shape
-
     try:
         return model_shape(model).params >= FULL_SCALE_PARAMS
     except ValueError:  # a hub name the planner has no shape for: a full-scale model
@@ -377,8 +419,6 @@ def launch(
     last run if any run failed. A full-scale run without CUDA stops everything first (SystemExit with one line,
     :func:`refuse_without_cuda`).
     """
-    import json
-
     if problem := refuse_without_cuda(specs):
         raise SystemExit(problem)
     results_dir = Path(results_dir or RESULTS_DIR).resolve()

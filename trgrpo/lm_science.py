@@ -26,16 +26,16 @@ from typing import Any
 
 import yaml
 
-from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, write_json
+from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, read_record, run, write_json
+from trgrpo.tasks import TASKS, arith
+from trgrpo.tasks.common import sample_token_probabilities
+from trgrpo.toy_controls import weight_shares
 
 
 def measure(model: Any, tokenizer: Any, problems: list[dict], m: dict) -> dict[str, Any]:
     """Sample ``m["samples_per_prompt"]`` completions of each problem at ``m["temperature"]`` (at most
     ``m["max_new_tokens"]`` tokens, seed ``m["seed"]``): the share answered right (first integer) and the shares
     of sampled tokens with Eq. 11's weight (paper defaults) at L, strictly between L and U, and at U."""
-    from trgrpo.tasks import arith
-    from trgrpo.token_stats import sample_token_probabilities, weight_histogram
-
     k = m["samples_per_prompt"]
     occ = sample_token_probabilities(
         model,
@@ -51,7 +51,7 @@ def measure(model: Any, tokenizer: Any, problems: list[dict], m: dict) -> dict[s
     for row, text in zip(occ.completion, occ.texts):
         texts[row] += text
     right = [arith.answer_reward(t, problems[i // k]["answer"]) for i, t in enumerate(texts)]
-    h = weight_histogram(occ.probs, task="arith", model="embedded")
+    h = weight_shares(occ.probs, atol=1e-6)
     shares = {f: h[f] for f in ("share_at_lower", "share_between", "share_at_upper", "n_tokens")}
     return {"sampled_accuracy": sum(right) / len(right), "n_completions": len(right), **shares}
 
@@ -85,8 +85,6 @@ def accepted(plan: dict, cal: dict) -> bool:
 
 def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict:
     """Run (or skip, when recorded) each candidate's probe, then write ``decision.json`` beside the plan."""
-    from trgrpo.experiment import read_record
-
     plan = yaml.safe_load(Path(plan_path).read_text())
     results = Path(results_dir or RESULTS_DIR)
     rows = []
@@ -125,15 +123,12 @@ def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict
 
 def _probe(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
     """Train one candidate's probe; its record gets ``calibration`` (before and after, the same measurement)."""
-    from trgrpo.experiment import run
-    from trgrpo.tasks import arith
-
     low, high = cand["range"]
     problems = arith.make_problems(plan["measure"]["n_prompts"], seed=0, low=low, high=high, kind=cand["kind"])
     cal: dict[str, Any] = {"measure": plan["measure"]}
     held: dict[str, Any] = {}
 
-    def before(trainer):
+    def before(trainer, eval_records):
         held["trainer"] = trainer
         cal["before"] = measure(trainer.model, trainer.processing_class, problems, plan["measure"])
         print(f"[stage0] {cand['id']} before: {_fmt(cal['before'])}", flush=True)
@@ -180,9 +175,6 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
     """One run with greedy held-out evaluations at ``eval_steps`` (greedy: nothing drawn from the sampling RNG)."""
     from transformers import TrainerCallback
 
-    from trgrpo.experiment import run
-    from trgrpo.tasks import TASKS
-
     task, rows, held = TASKS[spec.task], [], {}
 
     class HeldOut(TrainerCallback):
@@ -194,8 +186,8 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
                 rows.append({"step": state.global_step, "accuracy": acc})
                 print(f"[grid] {spec.name} step {state.global_step}: accuracy {acc:.3f}", flush=True)
 
-    def ready(trainer):
-        held["records"] = task.build(spec, trainer.processing_class)[1]  # the run's own held-out set
+    def ready(trainer, eval_records):
+        held["records"] = eval_records  # the run's own held-out set
 
     def extras(record):
         start = [{"step": 0, "accuracy": record["initial"]["accuracy"]}] if record.get("initial") else []

@@ -40,6 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trgrpo.batch import load_plan
 from trgrpo.experiment import (
     ROOT,
     ConfigError,
@@ -49,37 +50,10 @@ from trgrpo.experiment import (
     read_config,
     vllm_max_model_length,
 )
+from trgrpo.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape
+from trgrpo.train import load_specs
 
 GB = 1e9
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the planner needs of a model (its config.json)."""
-
-    params: float
-    layers: int
-    hidden: int
-    vocab: int
-    kv_heads: int
-    head_dim: int
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """bf16 K and V of every layer."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * 2
-
-
-# From the models' config.json files (parameter counts as their model cards state them).
-MODEL_SHAPES = {
-    "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
-    "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
-    "Qwen2.5-7B": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
-    "Qwen2.5-7B-Instruct": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
-    "Qwen2.5-7B-Instruct-1M": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
-    "Llama-3.1-8B-Instruct": ModelShape(8.03e9, 32, 4096, 128256, 8, 128),
-    "embedded": ModelShape(0.135e9, 30, 576, 49152, 3, 64),  # SmolLM2-135M-Instruct
-}
 
 
 @dataclass(frozen=True)
@@ -109,25 +83,6 @@ class Assumptions:
     overhead_gb: float = 4.0  # CUDA context, NCCL buffers, fragmentation
     vllm_runtime_gb: float = 1.0  # vLLM's own activations / CUDA graphs inside its share
     activation_bytes: float = 34.0  # per token, layer and hidden unit without checkpointing
-
-
-def model_shape(model: str) -> ModelShape:
-    """The shape of a known model (by hub name or its last part), or of a local folder's config.json."""
-    name = Path(str(model)).name
-    if name in MODEL_SHAPES:
-        return MODEL_SHAPES[name]
-    cfg_path = Path(str(model)) / "config.json"
-    if cfg_path.exists():
-        c = json.loads(cfg_path.read_text())
-        h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
-        heads = c["num_attention_heads"]
-        kv = c.get("num_key_value_heads", heads)
-        hd = c.get("head_dim") or h // heads
-        inter = c.get("intermediate_size", 4 * h)
-        embeddings = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
-        params = layers * (2 * h * h + 2 * h * kv * hd + 3 * h * inter) + embeddings
-        return ModelShape(float(params), layers, h, vocab, kv, hd)
-    raise ValueError(f"model {model!r}: unknown shape; known: {sorted(MODEL_SHAPES)} or a folder with config.json")
 
 
 def memory_gb(
@@ -344,10 +299,6 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
     notebooks that exist, parameters their parameters cells assign); only the project's notebooks 05 / 06 are read
     (their parameters cells run here). Every local data file a run names must exist (relative paths from the
     notebook's folder, where papermill runs it). Bad input: a :class:`ConfigError` naming the file and the field."""
-    from trgrpo import fullscale
-    from trgrpo.batch import load_plan
-    from trgrpo.train import load_specs
-
     path = Path(path)
     data = read_config(path)
     if "notebooks" not in data and "smoke" not in data:
@@ -357,7 +308,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
     for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
-        build = next((f for prefix, f in fullscale.NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
+        build = next((f for prefix, f in NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
         if build is None:
             continue  # notebooks that train nothing (08: tables)
         where = f"{path}: notebooks[{i}]"

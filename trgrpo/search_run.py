@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import RESULTS_DIR
+from trgrpo.experiment import RESULTS_DIR, RunSpec, make_config, run, run_name
 from trgrpo.tasks.search import (
     evaluate_search,
     load_tokenizer,
@@ -53,7 +53,6 @@ def make_search_trainer(
     """A :class:`trgrpo.TRGRPOTrainer` with the search tool (Eq. 14 reward, Table 6 search settings by default:
     G = 8, temperature 0.8, lr 1e-6, beta 0.001, clip 0.20/0.24, max response 4096), its config built as a
     :func:`run_search` builds it (:func:`trgrpo.experiment.make_config` + :func:`search_config_overrides`)."""
-    from trgrpo.experiment import make_config
     from trgrpo.models import resolve_model
     from trgrpo.trainer import TRGRPOTrainer
 
@@ -133,7 +132,7 @@ class SearchSpec:
         if self.num_generations < 2:
             raise ValueError("num_generations must be >= 2 (Eq. 4 needs a group)")
         if self.name is None:
-            self.name = f"search-{Path(str(self.model)).name}-{self.scheme}-seed{self.seed}"
+            self.name = run_name("search", self.model, self.scheme, self.seed)
 
 
 SCHEME_LABELS = {"equal": "GRPO", "tr": "TR-GRPO", "reverse": "Reverse", "random": "Random"}
@@ -157,8 +156,6 @@ def _eval_callback(records: list[dict[str, Any]], every: int):
 def search_run_spec(spec: SearchSpec, n_train: int, n_eval: int, *, eval_before: bool = True):
     """The :class:`trgrpo.experiment.RunSpec` of a search run (task ``search``, its retriever / corpus / template in
     ``task_options``), trained from ``init_model`` when there is one."""
-    from trgrpo.experiment import RunSpec
-
     options = {k: getattr(spec, k) for k in ("retriever", "top_k", "template", "corpus", "corpus_seed", "scale")}
     return RunSpec(
         task="search",
@@ -216,14 +213,13 @@ def run_search(
     evaluation before training when it is already known (the same start for every scheme)."""
     import torch
 
-    from trgrpo.experiment import run
     from trgrpo.tasks.search import search_task
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     callback = _eval_callback(list(eval_records), eval_every) if eval_every else None
     held: dict[str, Any] = {}
 
-    def ready(trainer) -> None:
+    def ready(trainer, eval_records) -> None:
         held["trainer"] = trainer
         if callback is not None:
             callback.trainer = trainer

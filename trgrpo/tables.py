@@ -30,9 +30,7 @@ from trgrpo.toy_controls import (
     KL_SEEDS,
     KL_WEIGHTINGS,
     PRIMARY_METRIC,
-    SHORT_EVAL_STEPS,
-    SHORT_METRIC,
-    SHORT_STEPS,
+    STEPS,
     TASK,
     TAU_GROUP,
     TAU_SEEDS,
@@ -429,7 +427,7 @@ def kl_label(record: dict) -> str:
     return f"{spec.get('kl_weighting')}-beta{float(spec.get('beta')):g}"
 
 
-def kl_window(record: dict, first: int = 41, last: int = SHORT_STEPS) -> float:
+def kl_window(record: dict, first: int = 41, last: int = STEPS) -> float:
     """Mean of TRL's logged ``kl`` (plain k3 of pi against pi_ref, Eq. 6) over steps ``first``..``last``."""
     vals = [h["kl"] for h in record.get("history", []) if first <= h.get("step", 0) <= last and "kl" in h]
     return float(sum(vals) / len(vals)) if vals else math.nan
@@ -437,7 +435,7 @@ def kl_window(record: dict, first: int = 41, last: int = SHORT_STEPS) -> float:
 
 def short_metric(record: dict) -> float:
     """The KL and tau grids' metric: mean greedy accuracy at steps 20, 40, 60."""
-    return primary_metric(record, SHORT_EVAL_STEPS)
+    return primary_metric(record, EVAL_STEPS)
 
 
 def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[dict]]]:
@@ -475,7 +473,7 @@ def kl_summary(
     recs = load_group(KL_GROUP, results_dir)
     out = {
         "kind": "kl_summary",
-        "metric": SHORT_METRIC,
+        "metric": PRIMARY_METRIC,
         "eval_steps": list(eval_steps),
         "kl_steps": [first, last],
         "baseline": "plain",
@@ -504,7 +502,7 @@ def tau_summary(
     order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*TAUS, 9.0})]
     out = {
         "kind": "tau_summary",
-        "metric": SHORT_METRIC,
+        "metric": PRIMARY_METRIC,
         "eval_steps": list(eval_steps),
         "rows": arm_rows(arms, BASELINE, order, value=lambda r: primary_metric(r, eval_steps)),
         "cost": _cost(recs),

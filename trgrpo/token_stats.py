@@ -15,8 +15,9 @@ import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from trgrpo.tasks.common import TokenOccurrences, sample_token_probabilities
 
 if TYPE_CHECKING:  # weights imports torch; this module loads it only where it is needed
     from trgrpo.weights import WeightParams
@@ -25,81 +26,6 @@ CATEGORIES = ("operator", "bracket", "number", "name", "tag/format", "punctuatio
 _OPERATORS = set("+-*/=<>^%|&!~") | {"==", "!=", "<=", ">=", "->", "=>", "×", "÷", "±", "≤", "≥", "≠", "∧", "∨", "¬"}
 _BRACKETS = set("()[]{}<>")
 _LOGIC_WORDS = {"knight", "knave", "not", "and", "or", "if", "then", "iff", "true", "false", "is", "lying", "truth"}
-
-
-@dataclass
-class TokenOccurrences:
-    """Per sampled completion token: its id, its text, pi_theta(o_t) and the index of its completion (completions
-    numbered prompt by prompt, ``samples_per_prompt`` each, so ``completion // samples_per_prompt`` is the prompt)."""
-
-    token_ids: list[int]
-    texts: list[str]
-    probs: list[float]
-    completion: list[int] = field(default_factory=list)
-
-
-def sample_token_probabilities(
-    model: Any,
-    tokenizer: Any,
-    prompts: Sequence[Any],
-    *,
-    samples_per_prompt: int = 4,
-    max_new_tokens: int = 128,
-    temperature: float = 0.7,
-    batch_size: int = 4,
-    seed: int = 0,
-) -> TokenOccurrences:
-    """Sample answers from ``model`` and return every completion token with its probability.
-
-    Prompts are chat messages (rendered with the tokenizer's template) or plain strings. Probabilities are
-    computed in a second forward pass from temperature-scaled logits (the distribution that was sampled).
-    """
-    import torch
-
-    from trgrpo.tasks.common import render_prompt
-    from trgrpo.theory import sample_batch
-
-    if samples_per_prompt < 1 or max_new_tokens < 1:
-        raise ValueError("samples_per_prompt and max_new_tokens must be >= 1")
-    texts = [render_prompt(tokenizer, p)[0] for p in prompts]
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    out = TokenOccurrences([], [], [])
-    gen = torch.Generator().manual_seed(seed)
-    model.eval()
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-        enc, seqs = sample_batch(
-            model,
-            tokenizer,
-            chunk,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            num_return_sequences=samples_per_prompt,
-        )
-        with torch.no_grad():
-            attn = (seqs != tokenizer.pad_token_id).long()
-            prompt_len = enc["input_ids"].shape[1]
-            attn[:, :prompt_len] = enc["attention_mask"].repeat_interleave(samples_per_prompt, dim=0)
-            logits = model(input_ids=seqs, attention_mask=attn).logits[:, prompt_len - 1 : -1].float()
-            logp = torch.log_softmax(logits / temperature, dim=-1)
-            comp = seqs[:, prompt_len:]
-            tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
-        for j, (row_ids, row_lp) in enumerate(zip(comp.tolist(), tok_logp.tolist())):
-            # the completion's own index (prompt start + j // samples_per_prompt), also for an empty completion: the
-            # prompt of a token is completion // samples_per_prompt (the unit of prompt_bootstrap)
-            row = start * samples_per_prompt + j
-            for tid, lp in zip(row_ids, row_lp):
-                if tid == tokenizer.pad_token_id:
-                    break
-                out.token_ids.append(tid)
-                out.texts.append(tokenizer.decode([tid]))
-                out.probs.append(float(torch.tensor(lp).exp()))
-                out.completion.append(row)
-                if tid == tokenizer.eos_token_id:
-                    break
-    return out
 
 
 def average_probabilities(

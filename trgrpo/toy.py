@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import RESULTS_DIR, load_results, update_json
+from trgrpo.experiment import RESULTS_DIR, load_results, run, run_name, update_json
 from trgrpo.models import cache_dir, pad_batch, sft_step
 from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy, records, splits
 
@@ -297,7 +297,7 @@ def toy_spec(
         tau=float(tau),
         seed=seed,
         group=GROUP,
-        name=f"{task}-micro-{label}-seed{seed}",
+        name=run_name(task, "micro", label, seed),
         max_completion_length=MAX_COMPLETION[task],
         task_options={"reward": reward},
         save_steps=10_000,
@@ -305,58 +305,6 @@ def toy_spec(
     )
     spec.update(overrides)
     return spec
-
-
-def micro_grid(
-    seeds: Sequence[int] = range(5),
-    *,
-    task: str = "addition",
-    taus: Sequence[float] = (0.5, 2.0, 7.0, 10.0, 20.0),
-    tau_seeds: Sequence[int] = range(2),
-    tau_placements: Sequence[str] = ("surrogate", "ratio"),
-    control_seeds: Sequence[int] = range(2),
-    **overrides: Any,
-) -> list[dict]:
-    """Table 4 at toy scale (equal, tr ratio/surrogate, reverse, random x ``seeds``; reverse and random with the
-    weight outside the clip, ``placement="surrogate"``), Table 7's tau sweep for tr under both placements (tau = 9
-    is the main grid's run), and a random-reward control (GRPO on a coin-flip reward)."""
-    specs = []
-    for seed in seeds:
-        specs.append(toy_spec("equal", seed, task=task, **overrides))
-        specs.append(toy_spec("tr", seed, task=task, placement="ratio", **overrides))
-        specs.append(toy_spec("tr", seed, task=task, placement="surrogate", **overrides))
-        specs.append(toy_spec("reverse", seed, task=task, placement="surrogate", **overrides))
-        specs.append(toy_spec("random", seed, task=task, **overrides))
-    for placement in tau_placements:
-        for tau in taus:
-            for seed in tau_seeds:
-                specs.append(toy_spec("tr", seed, task=task, placement=placement, tau=tau, **overrides))
-    for seed in control_seeds:
-        specs.append(toy_spec("equal", seed, task=task, reward="random", **overrides))
-    return specs
-
-
-def trace_grid(
-    seeds: Sequence[int] = range(5),
-    *,
-    ratio_seeds: Sequence[int] = range(3),
-    steps: int = 60,
-    **overrides: Any,
-) -> list[dict]:
-    """The ``addition_trace`` task (answers with a worked column sum, ~19 tokens): GRPO and TR (weight outside
-    the clip) on ``seeds``, TR with the printed Eq. 9 placement on ``ratio_seeds``; fewer steps (a step costs
-    about 2.5x an ``addition`` step)."""
-    specs = []
-    for seed in seeds:
-        specs.append(toy_spec("equal", seed, task="addition_trace", steps=steps, **overrides))
-        specs.append(toy_spec("tr", seed, task="addition_trace", placement="surrogate", steps=steps, **overrides))
-        if seed in ratio_seeds:
-            specs.append(toy_spec("tr", seed, task="addition_trace", placement="ratio", steps=steps, **overrides))
-    return specs
-
-
-def result_path(spec: dict, results_dir: Path | str | None = None) -> Path:
-    return Path(results_dir or RESULTS_DIR) / spec.get("group", GROUP) / f"{spec['name']}.json"
 
 
 def run_toy(
@@ -376,8 +324,6 @@ def run_toy(
     ``eval_sampled=False``: the evaluations before the last step measure greedy accuracy only, and the last
     step's entry is the run's final evaluation (same model, items and seed: the callback would repeat it)."""
     import torch
-
-    from trgrpo.experiment import run
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -455,10 +401,11 @@ def run_grid(
     progress: bool = True,
     eval_sampled: bool = True,
 ) -> dict:
-    """Run every spec not yet done (its result file exists -> skipped, so an interrupted grid resumes), one at a
-    time in this process. Warm starts are made first (cached by seed). Returns wall and CPU time of this call
-    (also appended to ``<group>/grid-summary.json``). ``threads=1`` is fastest on a shared or 2-core machine:
-    a 1M-parameter model gains little from a second thread, and oversubscribed threads lose a lot."""
+    """Run every spec not yet done (its result file exists -> skipped, so an interrupted grid resumes), one seed at a
+    time (its warm start, then its runs: a grid stopped early leaves complete, paired seeds). Returns wall and CPU
+    time of this call, appended to ``<group>/grid-summary.json`` once at the end (the tree stays clean while the grid
+    runs, so every record's ``git_dirty`` is true to its commit). ``threads=1`` is fastest on a shared or 2-core
+    machine: a 1M-parameter model gains little from a second thread, and oversubscribed threads lose a lot."""
     import torch
     from tqdm.auto import tqdm
 
@@ -466,19 +413,24 @@ def run_grid(
         torch.set_num_threads(threads)
     quiet()
     t0, c0 = time.time(), time.process_time()
-    todo = [s for s in specs if force or not result_path(s, results_dir).exists()]
-    ws_t0 = time.time()
-    for task, seed in sorted({(s["task"], s["seed"]) for s in todo}):
-        warm_start(task, seed, **(warm_kwargs or {}))
-    ws_wall = time.time() - ws_t0
-    bar = tqdm(todo, desc="toy grid", disable=not progress)
-    done = []
-    for spec in bar:
-        bar.set_postfix_str(spec["name"])
-        rec = run_toy(
-            spec, results_dir=results_dir, warm_kwargs=warm_kwargs, eval_every=eval_every, eval_sampled=eval_sampled
-        )
-        done.append(rec["name"])
+    root = Path(results_dir or RESULTS_DIR)
+    todo = [s for s in specs if force or not (root / s.get("group", GROUP) / f"{s['name']}.json").exists()]
+    ws_wall, done = 0.0, []
+    bar = tqdm(total=len(todo), desc="toy grid", disable=not progress)
+    for seed in dict.fromkeys(s["seed"] for s in todo):
+        part = [s for s in todo if s["seed"] == seed]
+        ws_t0 = time.time()
+        for task in dict.fromkeys(s["task"] for s in part):
+            warm_start(task, seed, **(warm_kwargs or {}))
+        ws_wall += time.time() - ws_t0
+        for spec in part:
+            bar.set_postfix_str(spec["name"])
+            rec = run_toy(
+                spec, results_dir=results_dir, warm_kwargs=warm_kwargs, eval_every=eval_every, eval_sampled=eval_sampled
+            )
+            done.append(rec["name"])
+            bar.update()
+    bar.close()
     summary = {
         "n_specs": len(specs),
         "n_run": len(done),
@@ -489,14 +441,11 @@ def run_grid(
         "threads": torch.get_num_threads(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if done:  # one line per invocation, so an interrupted and resumed grid keeps every part's timing
-        groups = sorted({s.get("group", GROUP) for s in specs})
-        for group in groups:
-            path = Path(results_dir or RESULTS_DIR) / group / "grid-summary.json"
-            update_json(  # locked read-modify-write: two grids writing at once lose no line
-                path,
-                lambda prev: {"kind": "grid_summary", "invocations": [*(prev or {}).get("invocations", []), summary]},
-            )
+    for group in sorted({s.get("group", GROUP) for s in specs}) if done else ():
+        update_json(  # locked read-modify-write: two grids writing at once lose no line
+            root / group / "grid-summary.json",
+            lambda prev: {"kind": "grid_summary", "invocations": [*(prev or {}).get("invocations", []), summary]},
+        )
     return summary
 
 

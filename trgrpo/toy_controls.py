@@ -1,15 +1,16 @@
-"""The plan and grids of the toy controls (notebook 03, Part A; paper Section 4.3: Tables 4 and 7).
+"""The toy controls (notebook 03, Part A; paper Section 4.3: Tables 4 and 7): their plan, their grids and the
+command that runs them, ``python -m trgrpo.toy_controls run <grid>``.
 
 Fixed before any run: the task (``addition``, chosen for its share of sampled tokens strictly between the weight
-bounds L and U, :func:`task_choice`), the primary metric and the evaluation steps (:data:`PLAN`), and three grids
-of :func:`trgrpo.toy.toy_spec` dicts:
+bounds L and U, :func:`task_choice`), the primary metric and the evaluation steps (:data:`PLAN`), and the grids
+(:data:`GRIDS`, data: a group, seeds and the variants each seed runs):
 
-* :func:`controls_grid` -- GRPO (``equal``), TR with the weight outside the clip (``surrogate``) and inside it
-  (``ratio``, Eq. 9 as printed), ``const`` (TR's batch-mean scale, no regulation), ``tr_norm`` (TR's regulation,
-  no scale) and ``reverse`` (2 - w), paired by seed: the same seed gives the same warm start and data order;
-* :func:`kl_grid` -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under TR (surrogate) at
-  two betas;
-* :func:`tau_grid` -- Table 7's tau sweep; its GRPO baseline and tau = 9 are the controls grid's runs.
+* ``controls`` -- GRPO (``equal``), TR with the weight outside the clip (``surrogate``) and inside it (``ratio``,
+  Eq. 9 as printed), ``const``, ``tr_norm``, ``reverse`` and ``random`` (:data:`ARMS`), paired by seed: the same
+  seed gives the same warm start and data order;
+* ``kl`` (``kl_high``, ``kl_low``) -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under
+  TR (surrogate) at two betas (eq10 at beta 0.001 is the controls grid's ``tr-surrogate`` run);
+* ``tau`` -- Table 7's tau sweep; its GRPO baseline and tau = 9 are the controls grid's runs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import RESULTS_DIR, write_result
+from trgrpo import toy
+from trgrpo.experiment import git_commit, git_dirty, run_name, write_result
 from trgrpo.tasks import addition
 
 TASK = "addition"
@@ -61,11 +63,6 @@ KL_SEEDS = tuple(range(8))
 # tau = 0.5 is left out: with sigma(0.5 p) every weight is L = 1 (weight_range), so the run *is* GRPO's.
 TAUS = (2.0, 7.0, 10.0, 20.0)
 TAU_SEEDS = tuple(range(5))
-# The KL and tau grids run as long as the controls and are measured the same way; the controls grid's GRPO and
-# TR runs of the same seed are their baselines.
-SHORT_STEPS = STEPS
-SHORT_EVAL_STEPS = EVAL_STEPS
-SHORT_METRIC = PRIMARY_METRIC
 
 PLAN = {
     "task": TASK,
@@ -80,9 +77,9 @@ PLAN = {
     "test": "paired t-test on the per-seed primary metric, arm minus GRPO; 95 % t-interval; Holm over the arms "
     "compared with GRPO (5 planned, then Random added)",
     "kl_and_tau_grids": {
-        "steps": SHORT_STEPS,
-        "eval_steps": list(SHORT_EVAL_STEPS),
-        "metric": SHORT_METRIC,
+        "steps": STEPS,  # as long as the controls, measured the same way
+        "eval_steps": list(EVAL_STEPS),
+        "metric": PRIMARY_METRIC,
         "order": "controls, then kl at beta 0.04, then tau, then kl at beta 0.001 (what the compute allows)",
         "kl": {
             "scheme": "tr",
@@ -108,50 +105,31 @@ PLAN = {
 }
 
 
-def _spec(arm: str, seed: int, group: str, steps: int = STEPS, **extra: Any) -> dict:
-    from trgrpo.toy import toy_spec
-
-    return toy_spec(seed=seed, task=TASK, group=group, steps=steps, n_eval=N_EVAL, **ARMS[arm], **extra)
-
-
-def controls_grid(seeds: Sequence[int] = CONTROL_SEEDS, arms: Sequence[str] = tuple(ARMS)) -> list[dict]:
-    """Every arm on every seed, seed-major (a stopped grid leaves complete seeds behind)."""
-    return [_spec(arm, s, CONTROLS_GROUP) for s in seeds for arm in arms]
-
-
-def kl_name(kl_weighting: str, beta: float, seed: int) -> str:
-    return f"{TASK}-micro-tr-surrogate-kl{kl_weighting}-beta{beta:g}-seed{seed}"
-
-
-def kl_grid(
-    seeds: Sequence[int] = KL_SEEDS, betas: Sequence[float] = KL_BETAS, weightings: Sequence[str] = KL_WEIGHTINGS
-) -> list[dict]:
-    """TR (surrogate) under each KL weighting at each beta (Reading 3: Eq. 10 vs Eq. 12 vs Eq. 6), 60 steps;
-    eq10 at beta = 0.001 is the controls grid's ``tr-surrogate`` run (the same settings)."""
-    return [
-        _spec("tr-surrogate", s, KL_GROUP, SHORT_STEPS, kl_weighting=kw, beta=b, name=kl_name(kw, b, s))
-        for b in sorted(betas, reverse=True)  # the beta where the KL matters first
-        for s in seeds
-        for kw in weightings
-        if not (kw == "eq10" and b == 0.001)
-    ]
-
-
-def tau_grid(seeds: Sequence[int] = TAU_SEEDS, taus: Sequence[float] = TAUS) -> list[dict]:
-    """TR (surrogate) at every tau of Table 7 but 9 (tau = 9 and GRPO: the controls grid, same seeds)."""
-    return [_spec("tr-surrogate", s, TAU_GROUP, SHORT_STEPS, tau=t) for t in taus for s in seeds]
-
-
-GRIDS = {
-    "controls": controls_grid,
-    "kl": kl_grid,
-    "kl_high": lambda: kl_grid(betas=(max(KL_BETAS),)),  # the beta where the KL matters: first
-    "kl_low": lambda: kl_grid(betas=(min(KL_BETAS),)),
-    "tau": tau_grid,
+# grid -> (group, seeds, variants): every seed runs every variant, an arm of ARMS with its overrides; seed-major
+# (a stopped grid leaves complete seeds behind)
+_KL = [(b, kw) for b in sorted(KL_BETAS, reverse=True) for kw in KL_WEIGHTINGS if (kw, b) != ("eq10", 0.001)]
+GRIDS: dict[str, tuple[str, Sequence[int], list[tuple[str, dict]]]] = {
+    "controls": (CONTROLS_GROUP, CONTROL_SEEDS, []),  # [] here: every arm of ARMS, as it is when the grid is made
+    "kl": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL]),
+    "kl_high": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL if b > 0.01]),
+    "kl_low": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL if b < 0.01]),
+    "tau": (TAU_GROUP, TAU_SEEDS, [("tr-surrogate", {"tau": t}) for t in TAUS]),
 }
 
 
-GRIDS_GROUP = {"controls": CONTROLS_GROUP, "kl": KL_GROUP, "tau": TAU_GROUP}
+def grid(name: str, seeds: Sequence[int] | None = None) -> list[dict]:
+    """The :func:`trgrpo.toy.toy_spec` dicts of a grid of :data:`GRIDS` (on ``seeds``, default the grid's own)."""
+    group, default_seeds, variants = GRIDS[name]
+    variants = variants or [(arm, {}) for arm in ARMS]
+    specs = []
+    for seed in default_seeds if seeds is None else seeds:
+        for arm, extra in variants:
+            spec = toy.toy_spec(seed=seed, task=TASK, group=group, steps=STEPS, n_eval=N_EVAL, **ARMS[arm], **extra)
+            if "kl_weighting" in extra:  # the run label does not carry the KL settings: the name does
+                label = f"{arm}-kl{extra['kl_weighting']}-beta{extra['beta']:g}"
+                spec["name"] = run_name(TASK, "micro", label, seed)
+            specs.append(spec)
+    return specs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,9 +139,9 @@ PROB_BINS = [i / 20 for i in range(21)]  # 0, 0.05, ..., 1
 WEIGHT_BINS = [1.0 + i * 0.02 for i in range(21)]  # L = 1 ... U = 1.4
 
 
-def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4) -> dict:
+def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4, atol: float = 0.0) -> dict:
     """Histograms of sampled-token probabilities and their Eq. 11 weights (paper defaults), and the shares of
-    tokens with w = L, L < w < U and w = U (the schema of ``results/toy/*/token_hist.json``)."""
+    tokens with w = L, L < w < U and w = U, within ``atol`` (the schema of ``results/toy/*/token_hist.json``)."""
     import numpy as np
     import torch
 
@@ -172,8 +150,8 @@ def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 
     p = np.asarray(probs, dtype=float)
     w = token_weights(torch.tensor(p, dtype=torch.float64), "tr", lower=lower, upper=upper).numpy()
     n = int(p.size)
-    at_lo = int((w <= lower).sum())
-    at_hi = int((w >= upper).sum())
+    at_lo = int((w <= lower + atol).sum())
+    at_hi = int((w >= upper - atol).sum())
     return {
         "bins": PROB_BINS,
         "prob_counts": np.histogram(p, bins=PROB_BINS)[0].tolist(),
@@ -193,8 +171,6 @@ def token_histogram(
     RL sampling temperature) and histogram pi(o_t) of every completion token (EOS included) and its weight."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trgrpo import toy
 
     path = toy.warm_start(task, seed, **{"verbose": False, **(warm_kwargs or {})})
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -241,8 +217,6 @@ def task_choice(
 ) -> dict:
     """:func:`token_histogram` of every candidate task; the chosen one (:data:`TASK`) is written to
     ``results/toy/controls/token_hist.json`` with the others under ``candidates``."""
-    from trgrpo.experiment import git_commit, git_dirty
-
     hists = {t: token_histogram(t, **kw) for t in tasks}
     out = {**hists[TASK], "candidates": hists, "git_commit": git_commit(), "git_dirty": git_dirty()}
     if write:
@@ -250,50 +224,28 @@ def task_choice(
     return out
 
 
-# ---- toy_controls_cli: The command line of the toy controls (notebook 03, Part A): run a grid, write its summary, t
+# ---------------------------------------------------------------------------------------------------------------
+# The command line
 
 
-# the first line of trgrpo.toy_controls' docstring, as the command's description
-DESCRIPTION = "The controls experiments of notebook 03 (Part A): what TR-GRPO's effect at toy scale is made of."
-
-
-def run(grid: str, *, results_dir: Path | str | None = None, allow_dirty: bool = False, limit: int | None = None):
-    """Run a grid (resumable) on a clean tree; every record carries the commit and ``git_dirty``."""
-    from trgrpo import toy
-    from trgrpo.experiment import git_dirty
-
+def run(name: str, *, results_dir: Path | str | None = None, allow_dirty: bool = False, limit: int | None = None):
+    """Run a grid (resumable, seed by seed) on a clean tree; every record carries the commit and ``git_dirty``."""
     if git_dirty() and not allow_dirty:
         raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty; records say so)")
-    specs = GRIDS[grid]()
-    if limit is not None:
-        specs = specs[:limit]
-    # one seed at a time (its warm start, then its runs): a grid stopped early leaves complete, paired seeds
-    summaries = []
-    for seed in dict.fromkeys(s["seed"] for s in specs):
-        part = [s for s in specs if s["seed"] == seed]
-        summaries.append(
-            toy.run_grid(
-                part, results_dir=results_dir, eval_every=EVAL_EVERY, threads=1, progress=False, eval_sampled=False
-            )
-        )
-    return {k: sum(x[k] for x in summaries) for k in ("n_specs", "n_run", "n_skipped", "wall_time_s", "cpu_time_s")}
+    specs = grid(name)[:limit]
+    return toy.run_grid(
+        specs, results_dir=results_dir, eval_every=EVAL_EVERY, threads=1, progress=False, eval_sampled=False
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from trgrpo.tables import SUMMARIES
-    from trgrpo.toy_controls_readme import update_readme
-
-    ap = argparse.ArgumentParser(prog="python -m trgrpo.toy_controls", description=DESCRIPTION)
+    ap = argparse.ArgumentParser(prog="python -m trgrpo.toy_controls", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a grid (resumable)")
     r.add_argument("grid", choices=sorted(GRIDS))
     r.add_argument("--results-dir", default=None)
     r.add_argument("--allow-dirty", action="store_true")
     r.add_argument("--limit", type=int, default=None)
-    s = sub.add_parser("summary", help="write the summary.json of each grid from its records")
-    s.add_argument("grids", nargs="*", default=sorted(SUMMARIES))
-    s.add_argument("--results-dir", default=None)
-    sub.add_parser("readme", help="rewrite the README's toy-findings block from the summaries")
     h = sub.add_parser("hist", help="write results/toy/controls/token_hist.json (task choice)")
     h.add_argument("--allow-dirty", action="store_true")
     p = sub.add_parser("plan", help="write results/toy/controls/plan.json")
@@ -301,25 +253,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.cmd == "run":
         print(json.dumps(run(a.grid, results_dir=a.results_dir, allow_dirty=a.allow_dirty, limit=a.limit)))
-    elif a.cmd == "summary":
-        for g in a.grids:
-            SUMMARIES[g](a.results_dir)
-            print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}")
-    elif a.cmd == "readme":
-        print("README changed" if update_readme() else "README unchanged")
     elif a.cmd == "hist":
-        from trgrpo.experiment import git_dirty
-
         if git_dirty() and not a.allow_dirty:
             raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
-        from trgrpo import toy
-
         toy.quiet()
-        from trgrpo import tables
-
-        tables.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
-        out = task_choice()
-        for t, hst in out["candidates"].items():
+        for t, hst in task_choice()["candidates"].items():
             print(
                 f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
                 f"{hst['share_between']:.3f}, at U {hst['share_at_upper']:.3f}"

@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from trgrpo import fullscale
 from trgrpo.experiment import (
     RESULTS_DIR,
     ConfigError,
@@ -152,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
             summary["per_run"] = [{k: r[k] for k in ["name", *differs]} for r in rows]
         print(json.dumps(summary, indent=1))
         return 0
-    from trgrpo import fullscale
-
     gpus, problem = processes(specs, args.gpus)
     if problem:
         return _refuse(ap, problem)
@@ -185,11 +184,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str | None]:
     """(GPUs per run when each spec gets its own process, None to train here; the one-line reason to refuse)."""
-    from trgrpo.fullscale import n_devices, refuse_without_cuda
-
-    if problem := refuse_without_cuda(specs):
+    if problem := fullscale.refuse_without_cuda(specs):
         return None, problem
-    visible = n_devices()
+    visible = fullscale.n_devices()
     if "WORLD_SIZE" in os.environ:  # a process of accelerate launch / torchrun: the launcher chose the GPUs
         if len(specs) > 1:
             return None, (
