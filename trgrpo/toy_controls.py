@@ -282,7 +282,6 @@ def run(grid: str, *, results_dir: Path | str | None = None, allow_dirty: bool =
 
 def main(argv: Sequence[str] | None = None) -> None:
     from trgrpo.tables import SUMMARIES
-    from trgrpo.toy_controls_readme import update_readme
 
     ap = argparse.ArgumentParser(prog="python -m trgrpo.toy_controls", description=DESCRIPTION)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -294,7 +293,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     s = sub.add_parser("summary", help="write the summary.json of each grid from its records")
     s.add_argument("grids", nargs="*", default=sorted(SUMMARIES))
     s.add_argument("--results-dir", default=None)
-    sub.add_parser("readme", help="rewrite the README's toy-findings block from the summaries")
     h = sub.add_parser("hist", help="write results/toy/controls/token_hist.json (task choice)")
     h.add_argument("--allow-dirty", action="store_true")
     p = sub.add_parser("plan", help="write results/toy/controls/plan.json")
@@ -306,8 +304,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         for g in a.grids:
             SUMMARIES[g](a.results_dir)
             print(f"wrote {Path(a.results_dir or RESULTS_DIR) / GRIDS_GROUP[g] / 'summary.json'}")
-    elif a.cmd == "readme":
-        print("README changed" if update_readme() else "README unchanged")
     elif a.cmd == "hist":
         from trgrpo.experiment import git_dirty
 
