@@ -227,15 +227,10 @@ def test_workbook_executes_up_to_its_first_exercise(student_copy, name, tmp_path
 # ---------------------------------------------------------------- the syllabus
 
 
-def test_syllabus_generated_blocks_are_current():
-    """The time table comes from results/course/notebook_times.json, the exercise list from the notebooks:
-    `python -m trgrpo.course times --table` rewrites both."""
-    import json
+def test_every_notebook_is_timed():
+    """The syllabus' time table (rendered by `make docs`, tests/test_quoted_numbers.py) covers every notebook."""
 
-    assert course.SYLLABUS.exists()
-    record = json.loads(course.TIMES_PATH.read_text()) if course.TIMES_PATH.exists() else None
-    assert record is not None, "no measured times: run `python -m trgrpo.course times`"
-    assert course.SYLLABUS.read_text() == course.syllabus_text(record), "run `python -m trgrpo.course times --table`"
+    record = json.loads(course.TIMES_PATH.read_text())
     timed = {Path(r["notebook"]).name for r in record["rows"]}
     wanted = {p.name for p in course.main_notebooks()} | {p.name for p in course.solution_notebooks()}
     assert wanted <= timed, f"not timed: {sorted(wanted - timed)}"
@@ -307,7 +302,6 @@ def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeyp
     probe = tmp_path / path.name
     nbformat.write(course.wrong_answer_notebook(course.read(path), record), str(probe))
     execute_smoke(probe, tmp_path / "out.ipynb", monkeypatch, timeout=300)
-    import json
 
     rows = json.loads(record.read_text())
     ids = [e["id"] for e in course.exercises(course.read(path))]
@@ -400,8 +394,6 @@ def test_readme_first_screen_starts_the_course():
     text = (ROOT / "README.md").read_text()
     first = "\n".join(text.splitlines()[:30])
     assert "Who it is for" in first and "notebooks/00_grpo_primer.ipynb" in first and "docs/syllabus.md" in first
-    record = json.loads(course.TIMES_PATH.read_text())
-    assert text == course.readme_text(record), "run `python -m trgrpo.course times --table`"
 
 
 def test_readme_library_snippet_runs():
