@@ -141,7 +141,7 @@ def test_notebook03_part_a_types_no_result():
     assert not counts, f"seed counts typed into notebook 03's markdown: {counts}"
     nb = json.loads(NB03.read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "render_docs.toy_verdict(" in code, "notebook 03 must render its verdict from the records"
+    assert "toy_verdict(RESULTS_DIR)" in code, "notebook 03 must render its verdict from the records"
     assert all("DESIGN.md" not in src for src in cells), "cite docs/design.md, not DESIGN.md"
 
 
