@@ -226,8 +226,9 @@ def test_readme_findings_quote_these_record_values_exactly():
     assert not missing, f"README findings differ from the records: expected {missing}"
     lm = [json.loads(p.read_text()) for p in sorted((ROOT / "results" / "toy" / "lm").glob("arith-*.json"))]
     for scheme, name in (("equal", "GRPO"), ("tr", "TR-GRPO")):
-        after = " and ".join(f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"])
-                             if r["scheme"] == scheme)
+        after = " and ".join(
+            f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"]) if r["scheme"] == scheme
+        )
         assert f"{after} under {name}" in readme, (scheme, after)
 
 

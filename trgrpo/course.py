@@ -579,5 +579,6 @@ def _cli(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {TIMES_PATH}; `make docs` renders it into README.md and docs/syllabus.md")
     return 0 if all(r["ok"] for r in record["rows"]) else 1
 
+
 if __name__ == "__main__":
     sys.exit(_cli())
