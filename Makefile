@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench lab student browser gpu-check gpu-wheels
+.PHONY: run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench docs lab student browser gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -63,6 +63,11 @@ strip: $(STAMP)
 
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(VPY) -m trgrpo.bench
+
+# Every generated block of README.md and docs/syllabus.md, from the records (tests/test_quoted_numbers.py keeps them
+# equal): the course times, the cost table, the toy findings, the planner's table, the exercise list.
+docs: $(STAMP)
+	$(VPY) scripts/render_docs.py
 
 # JupyterLab of the .venv, with the .venv's kernel first on the kernel path (a user-wide "python3" kernel
 # cannot shadow it). `make lab LAB_DIR=student` opens the student copy.

@@ -56,8 +56,8 @@ def tiny_results(tiny_model_dir, tmp_path_factory):
         progress=None,
     )
     torch.set_num_threads(threads)
-    bench.write_json(step, out / "step.json")
-    bench.write_json(loss, out / "loss.json")
+    bench.write_json(out / "step.json", step)
+    bench.write_json(out / "loss.json", loss)
     return out
 
 
@@ -136,20 +136,8 @@ def test_isolated_child_run(tiny_model_dir):
     assert run["pid"] != os.getpid() and run["peak_rss_mb"] > 0
 
 
-def test_empty_results_and_no_notebooks(tmp_path):
+def test_empty_results(tmp_path):
     assert "no benchmark results yet" in bench.table_markdown(tmp_path)
-    rec = bench.run_notebook_bench(tmp_path / "out", root=tmp_path, progress=None)
-    assert rec["rows"] == [] and rec["notebooks_found"] == 0
-    md = bench.table_markdown(results={"notebooks": rec})
-    assert "(no notebook found)" in md
-
-
-def test_notebook_plan_modes(tmp_path):
-    (tmp_path / "notebooks").mkdir()
-    for name in ("01_a.ipynb", "05_kk_logic_full_scale.ipynb", "notes.ipynb"):
-        (tmp_path / "notebooks" / name).write_text("{}")
-    plan = [(nb.name, mode) for nb, mode in bench.notebook_plan(tmp_path)]
-    assert plan == [("01_a.ipynb", "default"), ("05_kk_logic_full_scale.ipynb", "smoke")]
 
 
 def test_bad_configs():
@@ -167,11 +155,3 @@ def test_summaries():
     assert bench.summarize([3.0, 1.0, 2.0])["median"] == 2.0
     r = bench.paired_ratios([2.0, 3.0], [1.0, 3.0])
     assert (r["min"], r["max"], r["n"]) == (1.0, 2.0, 2)
-
-
-def test_readme_cost_table_is_generated_from_the_committed_json():
-    from trgrpo.bench import README, README_END, README_START, RESULTS_DIR, readme_table
-
-    text = README.read_text()
-    block = text.split(README_START, 1)[1].split(README_END, 1)[0]
-    assert block.strip() == readme_table(RESULTS_DIR).strip(), "run: python -m trgrpo.bench --table"

@@ -1,7 +1,7 @@
 """Numbers quoted in prose agree with the records they come from.
 
-* The README's toy-findings block is exactly what :func:`trgrpo.toy_controls.verdict_markdown` renders from the
-  committed summaries (regenerate with ``python -m trgrpo.toy_controls readme``).
+* Every generated block of README.md and docs/syllabus.md (the toy findings among them) is exactly what
+  ``scripts/render_docs.py`` renders from the committed records (regenerate with ``make docs``).
 * Notebook 03 renders its verdict from the records (no result typed into its markdown): every decimal number in
   its Part A markdown is a setting or a constant of the method, and no "k of n" seed count is typed there.
 * Every decimal number in the README's findings section outside the generated blocks is one that a committed
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts import render_docs
 from trgrpo import toy_controls as tc
-from trgrpo import toy_controls_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -53,25 +53,40 @@ def _leaves(x) -> list[float]:
     return out
 
 
-def test_readme_toy_block_is_rendered_from_the_records():
-    text = README.read_text()
-    assert toy_controls_readme.README_START in text and toy_controls_readme.README_END in text, "README lacks the toy-findings markers"
-    block = text.split(toy_controls_readme.README_START, 1)[1].split(toy_controls_readme.README_END, 1)[0].strip("\n")
-    assert block == toy_controls_readme.verdict_markdown().strip("\n"), (
-        "README toy findings are stale: python -m trgrpo.toy_controls readme"
-    )
+@pytest.mark.parametrize("path", list(render_docs.BLOCKS), ids=lambda p: p.name)
+def test_generated_blocks_are_rendered_from_the_records(path):
+    assert path.read_text() == render_docs.render(path), f"{path.name} is stale: make docs"
 
 
-def test_readme_block_fails_when_a_number_is_edited(tmp_path):
-    """The check above can fail: a README whose block differs by one digit is rewritten (and so compared unequal)."""
-    good = toy_controls_readme.verdict_markdown()
+def test_a_block_with_an_edited_number_is_rendered_anew():
+    """The check above can fail: a README whose toy block differs by one digit renders differently."""
+    good = render_docs.toy_verdict()
     nums = _numbers(good)
-    if not nums:
-        pytest.skip("no numbers rendered (no summary committed)")
+    assert nums, "no numbers rendered (no summary committed)"
     bad = good.replace(nums[0], nums[0][:-1] + str((int(nums[0][-1]) + 1) % 10), 1)
-    readme = tmp_path / "README.md"
-    readme.write_text(f"{toy_controls_readme.README_START}\n{bad}\n{toy_controls_readme.README_END}\n")
-    assert toy_controls_readme.update_readme(readme=readme) is True
+    text = README.read_text()
+    assert good in text
+    assert render_docs.render(README, text.replace(good, bad)) == text
+
+
+def _row(delta, p_holm, mde=0.02, n=12):
+    d = {"delta_vs_equal": delta, "ci_low": delta - 0.01, "ci_high": delta + 0.01, "p": p_holm / 2, "p_holm": p_holm}
+    return {**d, "mde": mde, "n_pairs": n, "higher": 6, "lower": 6, "ties": 0}
+
+
+def test_classify_uses_holm_and_made_of_reads_the_controls():
+    classify, strength, made_of = render_docs.classify, render_docs.strength, render_docs.made_of
+    assert classify(_row(0.03, 0.01)) == "higher" and classify(_row(-0.03, 0.04)) == "lower"
+    assert classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
+    assert strength(_row(0.0, 0.5)).startswith("no evidence") and strength(_row(0.1, 0.001)) == "strong evidence"
+    rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
+    assert made_of(rows).startswith("neither")
+    rows["const-surrogate"] = _row(0.03, 0.01)
+    assert made_of(rows).startswith("scale")
+    rows["tr_norm-surrogate"] = _row(-0.03, 0.01)
+    assert made_of(rows).startswith("scale and regulation")
+    rows = {"tr-surrogate": _row(0.03, 0.01), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
+    assert made_of(rows).startswith("undecided")
 
 
 # Settings and constants of the method that notebook 03's Part A text may name (each is an input, not a result):
@@ -126,17 +141,14 @@ def test_notebook03_part_a_types_no_result():
     assert not counts, f"seed counts typed into notebook 03's markdown: {counts}"
     nb = json.loads(NB03.read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "toy_controls.verdict_markdown(" in code, "notebook 03 must render its verdict from the records"
+    assert "toy_verdict(RESULTS_DIR)" in code, "notebook 03 must render its verdict from the records"
     assert all("DESIGN.md" not in src for src in cells), "cite docs/design.md, not DESIGN.md"
 
 
 def test_readme_findings_numbers_come_from_records():
     text = README.read_text()
     section = text.split("## What we found so far", 1)[1].split("\n## ", 1)[0]
-    for start, end in ((toy_controls_readme.README_START, toy_controls_readme.README_END),):
-        if start in section:
-            head, rest = section.split(start, 1)
-            section = head + rest.split(end, 1)[1]
+    section = render_docs.BLOCK.sub("", section)
     values: list[float] = []
     for path in list((ROOT / "results").rglob("*.json")):
         if path.stat().st_size < 2_000_000:
@@ -214,8 +226,9 @@ def test_readme_findings_quote_these_record_values_exactly():
     assert not missing, f"README findings differ from the records: expected {missing}"
     lm = [json.loads(p.read_text()) for p in sorted((ROOT / "results" / "toy" / "lm").glob("arith-*.json"))]
     for scheme, name in (("equal", "GRPO"), ("tr", "TR-GRPO")):
-        after = " and ".join(f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"])
-                             if r["scheme"] == scheme)
+        after = " and ".join(
+            f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"]) if r["scheme"] == scheme
+        )
         assert f"{after} under {name}" in readme, (scheme, after)
 
 

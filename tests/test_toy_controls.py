@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trgrpo import tables, toy_controls_readme
+from scripts import render_docs
+from trgrpo import tables
 from trgrpo import toy_controls as tc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,56 +215,7 @@ def test_summary_and_prose_on_synthetic_records(tmp_path):
     assert (tmp_path / "toy" / "controls" / "summary.json").exists()
     _independent(s, "toy/controls", _metric_from_evals(s["eval_steps"]), tmp_path)
     rows = {r["arm"]: r for r in s["rows"]}
-    assert rows["tr-ratio"]["ci_high"] < 0 and toy_controls_readme.classify(rows["tr-ratio"]) == "lower"
-    text = toy_controls_readme.verdict_markdown(tmp_path)
+    assert rows["tr-ratio"]["ci_high"] < 0 and render_docs.classify(rows["tr-ratio"]) == "lower"
+    text = render_docs.toy_verdict(tmp_path)
     assert f"{rows['tr-ratio']['delta_vs_equal']:+.3f}" in text and "made of" in text
     assert "90.0%" in text  # zero-gradient share of A > 0 tokens, from the records
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{toy_controls_readme.README_START}\nold\n{toy_controls_readme.README_END}\ny\n")
-    assert toy_controls_readme.update_readme(tmp_path, readme) and text in readme.read_text()
-    assert not toy_controls_readme.update_readme(tmp_path, readme)
-
-
-def _row(delta, p_holm, mde=0.02, n=12):
-    return {
-        "delta_vs_equal": delta,
-        "ci_low": delta - 0.01,
-        "ci_high": delta + 0.01,
-        "p": p_holm / 2,
-        "p_holm": p_holm,
-        "mde": mde,
-        "n_pairs": n,
-        "higher": 6,
-        "lower": 6,
-        "ties": 0,
-    }
-
-
-def test_classify_uses_holm_and_made_of_reads_the_controls():
-    assert (
-        toy_controls_readme.classify(_row(0.03, 0.01)) == "higher"
-        and toy_controls_readme.classify(_row(-0.03, 0.04)) == "lower"
-    )
-    assert (
-        toy_controls_readme.classify(_row(0.03, 0.2)) == "no detectable difference"
-    )  # raw p 0.1: not significant either way
-    assert (
-        toy_controls_readme.strength(_row(0.0, 0.5)).startswith("no evidence")
-        and toy_controls_readme.strength(_row(0.1, 0.001)) == "strong evidence"
-    )
-    rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
-    assert toy_controls_readme._made_of(rows).startswith("neither")
-    rows["const-surrogate"] = _row(0.03, 0.01)
-    assert toy_controls_readme._made_of(rows).startswith("scale")
-    rows["tr_norm-surrogate"] = _row(-0.03, 0.01)
-    assert toy_controls_readme._made_of(rows).startswith("scale and regulation")
-    rows = {"tr-surrogate": _row(0.03, 0.01), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
-    assert toy_controls_readme._made_of(rows).startswith("undecided")
-
-
-CONTROLS_PARTS = (
-    "pipeline.toy_controls_grids",
-    "results.toy_controls_summary",
-    "results.toy_controls_readme",
-    "pipeline.toy_controls_cli",
-)

@@ -480,7 +480,7 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
     on its seeds), with its 95 % t-interval, the interval at the level of Holm's first step over its family, and
     the paper's effect of that arm where the paper has one (Table 4, Table 7)."""
     root = Path(results_dir)
-    from trgrpo.toy_controls_readme import arm_text
+    from trgrpo.tables import arm_text
 
     paper_of = {"tr-surrogate": "tr", "tr-ratio": "tr", "reverse-surrogate": "reverse", "random": "random"}
     out = []

@@ -1,5 +1,8 @@
-"""Shared parts of the cost benchmark (``python -m trgrpo.bench``): the variants and phases, the paper's Table 8,
-the method texts, and small helpers: clocks, peak memory from ``/proc``, summaries, machine metadata."""
+"""What TR-GRPO costs against GRPO (paper App. C.2, Table 8): ``python -m trgrpo.bench``.
+
+Part 1 times a training step of :class:`~trgrpo.trainer.TRGRPOTrainer` against TRL's ``GRPOTrainer`` phase by phase,
+part 2 the loss alone on synthetic (B, T) log-probs (notebook times: ``python -m trgrpo.course times``). Records go to
+``results/bench/*.json`` and a Markdown table beside them (``table.md``; the README's part: ``make docs``)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from trgrpo.batch import OFFLINE_ENV
+from trgrpo.experiment import ROOT, write_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
 RESULTS_DIR = ROOT / "results" / "bench"
 SCHEMA_VERSION = 1
 
@@ -113,28 +121,14 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def peak_rss_mb() -> float:
-    """This process's RSS high-water mark in MiB (VmHWM; ru_maxrss where /proc is missing)."""
+def rss_mb(key: str = "VmRSS") -> float:
+    """This process's ``/proc/self/status`` memory field ``key`` in MiB: ``VmRSS`` (now) or ``VmHWM`` (the
+    high-water mark); where /proc is missing, ru_maxrss for VmHWM and NaN otherwise."""
     try:
         with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def rss_mb() -> float:
-    """Current RSS in MiB."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+            return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith(f"{key}:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if key == "VmHWM" else float("nan")
 
 
 def steady_allocator() -> bool:
@@ -217,9 +211,6 @@ def _say(progress: Callable[[str], None] | None, msg: str) -> None:
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
-
-
-# ---- bench_step: Part 1 of the cost benchmark: one training step of TRGRPOTrainer against TRL's GRPOTrainer, phase
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -419,7 +410,7 @@ def step_run(cfg: StepBenchConfig, variant: str, repeat: int = 0) -> dict[str, A
         t_train = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - t_train
-        peak = peak_rss_mb()
+        peak = rss_mb("VmHWM")
         cuda_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         del trainer
@@ -458,10 +449,7 @@ def _step_run_isolated(cfg: StepBenchConfig, variant: str, repeat: int) -> dict[
         if cfg.threads:
             env["OMP_NUM_THREADS"] = str(cfg.threads)
             env["MKL_NUM_THREADS"] = str(cfg.threads)
-        env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("TRANSFORMERS_OFFLINE", "1")
-        env.setdefault("HF_DATASETS_OFFLINE", "1")
+        env = {"TOKENIZERS_PARALLELISM": "false", **OFFLINE_ENV, **env}
         cmd = [sys.executable, "-m", "trgrpo.bench", "--child-step", str(cfg_path), variant, str(repeat), str(out_path)]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
         if proc.returncode != 0 or not out_path.exists():
@@ -562,19 +550,10 @@ def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str],
 
 def child_step(cfg_path: str, variant: str, repeat: str, out_path: str) -> int:
     """The ``--child-step`` entry point: one :func:`step_run`, its record written to ``out_path``."""
-    from trgrpo.experiment import write_json
-
     cfg = StepBenchConfig(**json.loads(Path(cfg_path).read_text()))
     rec = step_run(cfg, variant, int(repeat))
     write_json(out_path, rec)  # atomic: the parent never reads half a record
     return 0
-
-
-# ---- bench_loss: Part 2 of the cost benchmark: :func:`trgrpo.tr_grpo_loss` forward + backward on synthetic (B, T) t
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -679,20 +658,11 @@ def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float, metr
     return loss
 
 
-def tr_loss_call(
-    x: dict, *, scheme: str, placement: str, beta: float, eps_low: float, eps_high: float, lib: Any = None
-) -> torch.Tensor:
-    """What :class:`TRGRPOTrainer` does per batch after the forward: weights from log-probs, then the loss.
+def tr_loss_call(x: dict, *, scheme: str, placement: str, beta: float, eps_low: float, eps_high: float) -> torch.Tensor:
+    """What :class:`TRGRPOTrainer` does per batch after the forward: weights from log-probs, then the loss."""
+    from trgrpo.loss import tr_grpo_loss
+    from trgrpo.weights import token_weights
 
-    ``lib``: a module with ``tr_grpo_loss`` and ``token_weights`` (default: :mod:`trgrpo`), e.g. a patched copy.
-    """
-    if lib is None:
-        from trgrpo import loss as _loss
-        from trgrpo import weights as _weights
-
-        tr_grpo_loss, token_weights = _loss.tr_grpo_loss, _weights.token_weights
-    else:
-        tr_grpo_loss, token_weights = lib.tr_grpo_loss, lib.token_weights
     logps = x["logps"]
     probs = logps.detach().exp().clamp(0.0, 1.0)
     weights = token_weights(probs, scheme)
@@ -714,8 +684,8 @@ def tr_loss_call(
     return out.loss
 
 
-def loss_fn(variant: str, cfg: LossBenchConfig, lib: Any = None) -> Callable[[dict], Any]:
-    """The forward of one loss variant (returns the scalar loss); ``lib`` as in :func:`tr_loss_call`."""
+def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
+    """The forward of one loss variant (returns the scalar loss)."""
     kw = dict(beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high)
     if variant == "grpo_trl":
         return lambda x: trl_dapo_loss(x, **kw)
@@ -726,7 +696,7 @@ def loss_fn(variant: str, cfg: LossBenchConfig, lib: Any = None) -> Callable[[di
         "tr_ratio": ("tr", "ratio"),
         "tr_surrogate": ("tr", "surrogate"),
     }[variant]
-    return lambda x: tr_loss_call(x, scheme=scheme, placement=placement, lib=lib, **kw)
+    return lambda x: tr_loss_call(x, scheme=scheme, placement=placement, **kw)
 
 
 def _fwd_bwd(fn: Callable[[dict], Any], x: dict) -> None:
@@ -877,117 +847,14 @@ def run_loss_bench(cfg: LossBenchConfig | None = None, progress: Callable[[str],
     }
 
 
-# ---- bench_notebooks: Part 3 of the cost benchmark (``--notebooks``): wall time of every notebook, executed by pape
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Part 3: notebooks
-
-
-def notebook_plan(root: Path = ROOT) -> list[tuple[Path, str]]:
-    """Every numbered notebook with its CPU default mode ('smoke' for the GPU notebooks 05-07, as `make run`)."""
-    from trgrpo.run_all import GPU_NOTEBOOKS, notebooks
-
-    return [(nb, "smoke" if nb.name.startswith(GPU_NOTEBOOKS) else "default") for nb in notebooks(root)]
-
-
-def run_notebook_bench(
-    out_dir: Path | None = None,
-    *,
-    modes: Sequence[str] = ("smoke", "default"),
-    only: Sequence[str] | None = None,
-    progress: Callable[[str], None] | None = _print,
-    root: Path = ROOT,
-    in_copy: bool = True,
-) -> dict:
-    """Part 3: wall time (and the kernel's CPU time) of each notebook, smoke mode and CPU default.
-
-    ``in_copy``: execute in a temporary copy of the project (without .venv, .git, runs), so that what the
-    notebooks write (figures/, results/) leaves the working tree as it was.
-    """
-    from trgrpo.batch import run_notebook
-
-    t0 = time.perf_counter()
-    out_dir = Path(out_dir or root / "runs" / "bench-notebooks")
-    tmp = None
-    if in_copy and (root / "notebooks").is_dir():
-        import shutil
-
-        tmp = tempfile.TemporaryDirectory(prefix="trgrpo-bench-nb-")
-        ignore = shutil.ignore_patterns(".venv", ".git", "runs", "checkpoints", "__pycache__", ".*_cache", "student")
-        shutil.copytree(root, Path(tmp.name) / root.name, ignore=ignore, symlinks=True)
-        run_root = Path(tmp.name) / root.name
-    else:
-        run_root = root
-    plan = notebook_plan(run_root)
-    if only:
-        plan = [(nb, m) for nb, m in plan if any(nb.name.startswith(k) for k in only)]
-    rows = []
-    for nb, cpu_default in plan:
-        done: dict[str, dict] = {}
-        for mode in modes:
-            smoke = mode == "smoke" or cpu_default == "smoke"
-            key = "smoke" if smoke else "default"
-            if key in done:  # a GPU notebook's CPU default is its smoke run: no second execution
-                rows.append({**done[key], "mode": mode, "runs_as": key, "reused": True})
-                continue
-            _say(progress, f"[bench notebooks] {nb.name} ({mode}{', as smoke' if smoke and mode != 'smoke' else ''})")
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            row = run_notebook(nb, out_dir / key, smoke=smoke)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            row = {
-                "notebook": nb.name,
-                "mode": mode,
-                "runs_as": key,
-                "ok": row["ok"],
-                "wall_s": row["seconds"],
-                "children_cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
-                "error": row["error"],
-                "reused": False,
-            }
-            done[key] = row
-            rows.append(row)
-            _say(progress, f"      {'ok' if row['ok'] else 'FAILED'} in {row['wall_s']:.0f} s wall {row['error']}")
-    if tmp is not None:
-        tmp.cleanup()
-    return {
-        "benchmark": "notebooks",
-        "schema": SCHEMA_VERSION,
-        **machine_meta(),
-        "method": "papermill (trgrpo.batch.run_notebook), kernel python3 of the project's venv; wall time of "
-        "the "
-        "whole execution incl. kernel start; children_cpu_s = CPU time of reaped child processes (the kernel) "
-        "during it. Notebooks 05-07 run in smoke mode at their CPU default (as `make run`), so that row is reused. "
-        + (
-            "Executed in a temporary copy of the project (the working tree's figures/ and results/ untouched)."
-            if tmp is not None
-            else "Executed in the project itself."
-        ),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "rows": rows,
-        "notebooks_found": len(plan),
-        "runtime_s": time.perf_counter() - t0,
-    }
-
-
-# ---- bench_table: The cost benchmark's results: JSON records in ``results/bench/`` and the Markdown table beside th
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Results: JSON files and the Markdown table
 
 
-def write_json(record: dict[str, Any], path: Path | str) -> Path:
-    """Write a result record atomically (:func:`trgrpo.experiment.write_json`)."""
-    from trgrpo.experiment import write_json as _write
-
-    return _write(path, record)
-
-
 def load_results(results_dir: Path | str = RESULTS_DIR) -> dict[str, dict]:
-    """The benchmark records present in ``results_dir`` (keys: step, loss, notebooks)."""
+    """The benchmark records present in ``results_dir`` (keys: step, loss, pair)."""
     out = {}
-    for name in ("step", "loss", "loss_patch", "notebooks", "pair/step"):
+    for name in ("step", "loss", "pair/step"):
         p = Path(results_dir) / f"{name}.json"
         if p.exists():
             out[name.replace("/step", "")] = json.loads(p.read_text())
@@ -1113,7 +980,7 @@ def _paper_table(step: dict | None) -> list[str]:
 def table_markdown(results_dir: Path | str = RESULTS_DIR, results: dict[str, dict] | None = None) -> str:
     """Render the benchmark JSON files (or ``results``) as Markdown: Table 8 beside ours, then details."""
     res = results if results is not None else load_results(results_dir)
-    step, loss, nbs = res.get("step"), res.get("loss"), res.get("notebooks")
+    step, loss = res.get("step"), res.get("loss")
     out = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", ""]
     if step:
         c = step["config"]
@@ -1216,51 +1083,7 @@ def table_markdown(results_dir: Path | str = RESULTS_DIR, results: dict[str, dic
                 top = ", ".join(f"{r['op']} x{r['calls']:g} {100 * r['share']:.0f}%" for r in rows[1:9])
                 out.append(f"- {v}: {total / 1e3:.1f} ms per call under the profiler; top ops by self CPU: {top}")
         out.append("")
-    patch = res.get("loss_patch")
-    if patch:
-        out += [
-            "### A speed-up of trgrpo/loss.py and weights.py, measured before it was applied to the library",
-            "",
-            "Library vs a patched copy, same process, blocks alternating; ms per forward + backward (process CPU), "
-            "median [min–max]. Loss, gradient and metrics of the copy equal the library's (max |diff| column). "
-            "The patch is stored in the record (results/bench/loss_patch.json, field `patch`); the library has "
-            "carried it since.",
-            "",
-            "| B x T | dtype | GRPO (TRL ops) | library: equal | library: tr_ratio | patched: equal "
-            "| patched: tr_ratio "
-            "| patched / library (tr_ratio) | patched tr_ratio / equal | max abs diff (loss, grad, metrics) |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for case in patch["cases"]:
-            V = case["variants"]
-            cells = [
-                _val_cell(V[v]["ms"]["cpu"], "{:.2f}")
-                for v in ("grpo_trl", "equal", "tr_ratio", "patched_equal", "patched_tr_ratio")
-            ]
-            gain = V["patched_tr_ratio"]["ratio_vs_library_same_scheme"]["cpu"]
-            ratio = V["patched_tr_ratio"]["ratio_vs_equal_same_code"]["cpu"]
-            d = case["max_abs_diff"]
-            out.append(
-                f"| {case['batch']} x {case['length']} | {case['dtype']} | "
-                + " | ".join(cells)
-                + f" | {_val_cell(gain, '{:.3f}')} | {_val_cell(ratio, '{:.3f}')} "
-                f"| {d['loss']:.1e}, {d['grad']:.1e}, {d['metrics']:.1e} |"
-            )
-        out += ["", f"Machine: {_machine_line(patch)}; runtime {patch['runtime_s']:.0f} s.", ""]
-    if nbs:
-        out += ["### Notebooks: wall time (papermill)", ""]
-        out += ["| notebook | mode | runs as | status | wall (s) | kernel CPU (s) |", "|---|---|---|---|---:|---:|"]
-        for r in nbs["rows"]:
-            status = "ok" if r["ok"] else f"FAILED: {r['error'][:60]}"
-            reused = " (same run)" if r.get("reused") else ""
-            out.append(
-                f"| {r['notebook']} | {r['mode']} | {r['runs_as']}{reused} | {status} | {r['wall_s']:.0f} "
-                f"| {r['children_cpu_s']:.0f} |"
-            )
-        if not nbs["rows"]:
-            out.append("| (no notebook found) | | | | | |")
-        out += ["", f"Machine: {_machine_line(nbs)}; runtime {nbs['runtime_s']:.0f} s.", ""]
-    if not (step or loss or nbs):
+    if not (step or loss):
         out.append("(no benchmark results yet: run `make bench`)")
     return "\n".join(out).rstrip() + "\n"
 
@@ -1273,32 +1096,10 @@ def write_table(results_dir: Path | str = RESULTS_DIR) -> Path:
     return path
 
 
-README = ROOT / "README.md"
-README_START, README_END = "<!-- bench:start (generated by python -m trgrpo.bench --table) -->", "<!-- bench:end -->"
-
-
-def readme_table(results_dir: Path | str = RESULTS_DIR) -> str:
-    """The Table 8 part of :func:`table_markdown` (up to the per-phase breakdown), as the README shows it."""
-    text = table_markdown(results_dir)
-    cut = text.find("### Training step by phase")
-    return (text[:cut] if cut > 0 else text).strip() + "\n"
-
-
-def update_readme(results_dir: Path | str = RESULTS_DIR, readme: Path = README) -> bool:
-    """Replace the block between the README's bench markers with :func:`readme_table`; True if it changed."""
-    from trgrpo.experiment import update_marked_block
-
-    return update_marked_block(readme, README_START, README_END, readme_table(results_dir))
-
-
-# ---- bench: What TR-GRPO costs against GRPO (paper App. C.2, Table 8), and what each notebook costs.
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trgrpo.bench``: parts 1 and 2 by default; ``--notebooks`` adds part 3."""
+    """``python -m trgrpo.bench``: parts 1 and 2 (notebook times: ``python -m trgrpo.course times``)."""
     ap = argparse.ArgumentParser(prog="python -m trgrpo.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", nargs="+", choices=("step", "loss", "notebooks"), default=None)
-    ap.add_argument("--notebooks", action="store_true", help="also time every notebook (slow)")
+    ap.add_argument("--parts", nargs="+", choices=("step", "loss"), default=["step", "loss"])
     ap.add_argument("--quick", action="store_true", help="1 repeat, small shapes: checks the machinery")
     ap.add_argument("--model", default="embedded", help="step benchmark model: 'embedded', a folder or a hub id")
     ap.add_argument("--repeats", type=int, default=None, help="step benchmark repeats per variant")
@@ -1309,7 +1110,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loss-repeats", type=int, default=None, help="loss benchmark blocks per variant")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: 1; GPU runs ignore it)")
     ap.add_argument("--no-isolate", action="store_true", help="step runs in this process (no own peak memory)")
-    ap.add_argument("--only-notebooks", nargs="*", default=None, help="notebook prefixes, e.g. 01 02")
     ap.add_argument("--out", default=str(RESULTS_DIR))
     ap.add_argument("--table", action="store_true", help="only re-render table.md from the JSON files")
     ap.add_argument("--child-step", nargs=4, help=argparse.SUPPRESS)
@@ -1319,12 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.table:
         print(f"wrote {write_table(out)}")
-        if out.resolve() == RESULTS_DIR.resolve() and update_readme(out):
-            print(f"updated the cost table in {README}")
         return 0
-    parts = args.parts or ["step", "loss"]
-    if args.notebooks and "notebooks" not in parts:
-        parts.append("notebooks")
+    parts = args.parts
     threads = args.threads if args.threads is not None else 1
     t0 = time.perf_counter()
     print(f"trgrpo.bench: parts {parts}, results in {out}", flush=True)
@@ -1342,7 +1138,7 @@ def main(argv: list[str] | None = None) -> int:
             if val is not None:
                 kw[name] = val
         rec = run_step_bench(StepBenchConfig(**kw))
-        print(f"wrote {write_json(rec, out / 'step.json')} ({rec['runtime_s']:.0f} s)", flush=True)
+        print(f"wrote {write_json(out / 'step.json', rec)} ({rec['runtime_s']:.0f} s)", flush=True)
     if "loss" in parts:
         kw = dict(threads=threads)
         if args.quick:
@@ -1350,13 +1146,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.loss_repeats is not None:
             kw["repeats"] = args.loss_repeats
         rec = run_loss_bench(LossBenchConfig(**kw))
-        print(f"wrote {write_json(rec, out / 'loss.json')} ({rec['runtime_s']:.0f} s)", flush=True)
-    if "notebooks" in parts:
-        rec = run_notebook_bench(only=args.only_notebooks)
-        print(f"wrote {write_json(rec, out / 'notebooks.json')} ({rec['runtime_s']:.0f} s)", flush=True)
+        print(f"wrote {write_json(out / 'loss.json', rec)} ({rec['runtime_s']:.0f} s)", flush=True)
     path = write_table(out)
-    if out.resolve() == RESULTS_DIR.resolve():
-        update_readme(out)
     print(f"wrote {path}\n", flush=True)
     print(path.read_text(), flush=True)
     print(f"trgrpo.bench: done in {time.perf_counter() - t0:.0f} s", flush=True)

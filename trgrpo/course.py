@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo import toy
+from trgrpo.experiment import ROOT
 from trgrpo.tasks import addition
 
 
@@ -49,19 +50,6 @@ def taught_policy(row: dict, *, steps: int = 40, seed: int = 0, lr: float = 3e-3
     return model, tok
 
 
-def sample_group(model: Any, tok: Any, row: dict, group_size: int, *, seed: int = 0, temperature: float = 1.0) -> list:
-    """``group_size`` sampled completions of one prompt (the group o_1..o_G of Eq. 1)."""
-    return addition.generate(
-        model,
-        tok,
-        [row["prompt"]] * group_size,
-        max_new_tokens=addition.MAX_COMPLETION["addition"],
-        do_sample=True,
-        temperature=temperature,
-        seed=seed,
-    )
-
-
 def first_mixed_group(
     model: Any, tok: Any, rows: Sequence[dict], group_size: int, *, seed: int = 0, tries: int = 50
 ) -> tuple[dict, list[str]]:
@@ -71,8 +59,11 @@ def first_mixed_group(
     order = list(rows)
     random.Random(seed).shuffle(order)
     for row in order[:tries]:
-        completions = sample_group(model, tok, row, group_size, seed=seed)
-        rewards = addition.correctness_reward([row["prompt"]] * group_size, completions, [row["answer"]] * group_size)
+        prompts = [row["prompt"]] * group_size
+        completions = addition.generate(
+            model, tok, prompts, max_new_tokens=addition.MAX_COMPLETION["addition"], do_sample=True, seed=seed
+        )
+        rewards = addition.correctness_reward(prompts, completions, [row["answer"]] * group_size)
         if 0 < sum(rewards) < group_size:
             return row, completions
     raise RuntimeError(f"no prompt among {min(tries, len(order))} gave a group with mixed rewards; raise tries")
@@ -103,11 +94,8 @@ def completion_logps(model: Any, tok: Any, prompt: str, completions: Sequence[st
 # ---- course: Teaching material: the exercises of notebooks 01-04 and 07, their solutions, and the student copy.
 
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
-SYLLABUS = ROOT / "docs" / "syllabus.md"
-README = ROOT / "README.md"
 TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
 
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
@@ -116,9 +104,6 @@ CONCLUSION = "conclusion"  # the "write your conclusion" cell a student copy put
 KINDS = ("predict", "explore", "derive", "implement")  # graded from "change a parameter" to "write a variant"
 HEADING_RE = re.compile(rf"^###\s+Exercise\s+(\d+)\.(\d+)\s*·\s*({'|'.join(KINDS)})\s*·\s*(.+?)\s*$", re.M)
 EXPECTS_RE = re.compile(r"^#\s*expects:\s*(.+?)\s*$")
-TABLE_START, TABLE_END = "<!-- times:start", "<!-- times:end -->"
-EX_START, EX_END = "<!-- exercises:start", "<!-- exercises:end -->"
-README_START, README_END = "<!-- course-times:start", "<!-- course-times:end -->"
 
 
 def tags(cell: Any) -> list[str]:
@@ -526,29 +511,17 @@ def _minutes(row: dict | None) -> str:
 def times_table(record: dict) -> str:
     """The syllabus' time table (markdown) from a ``notebook_times.json`` record."""
     by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
-    lines = [
-        "| notebook | mode | notebook time | solutions time |",
-        "|---|---|---|---|",
-    ]
+    lines = ["| notebook | mode | notebook time | solutions time |", "|---|---|---|---|"]
     for name, row in by_name.items():
-        if "_solutions" in name:
-            continue
-        sol = by_name.get(name.replace(".ipynb", "_solutions.ipynb"))
-        lines.append(f"| {Path(name).stem} | {row['mode']} | {_minutes(row)} | {_minutes(sol)} |")
-    m = record["machine"]
-    lines.append("")
-    lines.append(
-        f"Measured {record['measured_at']} by `python -m trgrpo.course times`, one notebook at a time, on the "
-        f"project's CPU machine ({m.get('cpu_count', '?')} cores, {m.get('processor') or m.get('platform', '?')}; "
-        f"no GPU), commit {str(record.get('git_commit'))[:10]}"
-        f"{' with uncommitted changes' if record.get('dirty') else ''}."
-    )
+        if "_solutions" not in name:
+            sol = by_name.get(name.replace(".ipynb", "_solutions.ipynb"))
+            lines.append(f"| {Path(name).stem} | {row['mode']} | {_minutes(row)} | {_minutes(sol)} |")
     return "\n".join(lines)
 
 
-def readme_times(record: dict) -> str:
+def readme_times_table(record: dict) -> str:
     """The README's first-screen table: each notebook, its first heading, and its measured time (from a
-    ``notebook_times.json`` record; nothing typed by hand)."""
+    ``notebook_times.json`` record)."""
     by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
     lines = ["| notebook | what | time on a 2-core CPU |", "|---|---|---|"]
     for path in main_notebooks():
@@ -556,17 +529,7 @@ def readme_times(record: dict) -> str:
         row = by_name.get(path.name)
         when = "—" if row is None else f"{_minutes(row)} ({row['mode']})"
         lines.append(f"| [{path.stem[:2]}](notebooks/{path.name}) | {title} | {when} |")
-    lines.append("")
-    lines.append(
-        f"Times measured {record['measured_at']} by `python -m trgrpo.course times` "
-        f"(commit {str(record.get('git_commit'))[:10]}); details in the syllabus."
-    )
     return "\n".join(lines)
-
-
-def readme_text(record: dict, path: Path | str = README) -> str:
-    """The README with its course-times block rewritten from ``record``."""
-    return _replace_block(Path(path).read_text(), README_START, README_END, readme_times(record))
 
 
 def exercises_table(notebooks_dir: Path | str = NOTEBOOKS) -> str:
@@ -584,31 +547,6 @@ def exercises_table(notebooks_dir: Path | str = NOTEBOOKS) -> str:
     return "\n".join(lines)
 
 
-def _replace_block(text: str, start_marker: str, end_marker: str, body: str) -> str:
-    start, end = text.find(start_marker), text.find(end_marker)
-    if start < 0 or end < 0:
-        raise ValueError(f"no {start_marker} ... {end_marker} markers")
-    head_end = text.index("-->", start) + 3
-    return text[:head_end] + "\n" + body + "\n" + text[end:]
-
-
-def syllabus_text(record: dict | None, path: Path | str = SYLLABUS) -> str:
-    """The syllabus with its generated blocks (time table from ``record`` if given, exercise list) rewritten."""
-    text = Path(path).read_text()
-    if record is not None:
-        text = _replace_block(text, TABLE_START, TABLE_END, times_table(record))
-    return _replace_block(text, EX_START, EX_END, exercises_table())
-
-
-def update_syllabus(record: dict | None, path: Path | str = SYLLABUS) -> bool:
-    """Rewrite the generated blocks of the syllabus; returns True if the file changed."""
-    path = Path(path)
-    old, new = path.read_text(), syllabus_text(record, path)
-    if new != old:
-        path.write_text(new)
-    return new != old
-
-
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -616,39 +554,30 @@ def _cli(argv: Sequence[str] | None = None) -> int:
     st.add_argument("--out", default=str(ROOT / "student"))
     tm = sub.add_parser("times", help="time every notebook and its solutions as a laptop runs them")
     tm.add_argument("--only", nargs="*", help="notebook names (or prefixes) to time; default all")
-    tm.add_argument("--table", action="store_true", help="only rewrite docs/syllabus.md from the saved times")
     args = ap.parse_args(argv)
     if args.cmd == "student":
         written = write_student_copy(args.out)
         print(f"wrote {len(written)} notebooks into {args.out}")
         return 0
-    if not args.table:
-        from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
+    from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
 
-        paths = [p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()]
-        if args.only:
-            paths = [p for p in paths if p.name.startswith(tuple(args.only))]
-        dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
-        rows = time_notebooks(paths)
-        prev = json.loads(TIMES_PATH.read_text())["rows"] if TIMES_PATH.exists() and args.only else []
-        keep = {r["notebook"]: r for r in prev}
-        keep.update({r["notebook"]: r for r in rows})
-        record = {
-            "measured_at": time.strftime("%Y-%m-%d", time.gmtime()),
-            "machine": machine_info(),
-            "git_commit": git_commit(),
-            "dirty": dirty,
-            "rows": sorted(keep.values(), key=lambda r: r["notebook"]),
-        }
-        write_json(TIMES_PATH, record)
-    record = json.loads(TIMES_PATH.read_text()) if TIMES_PATH.exists() else None
-    print("updated" if update_syllabus(record) else "unchanged", SYLLABUS)
-    if record is not None and README_START in README.read_text():
-        old_readme, new_readme = README.read_text(), readme_text(record)
-        if new_readme != old_readme:
-            README.write_text(new_readme)
-        print("updated" if new_readme != old_readme else "unchanged", README)
-    return 0 if record is None or all(r["ok"] for r in record["rows"]) else 1
+    paths = [p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()]
+    if args.only:
+        paths = [p for p in paths if p.name.startswith(tuple(args.only))]
+    dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
+    rows = time_notebooks(paths)
+    prev = json.loads(TIMES_PATH.read_text())["rows"] if TIMES_PATH.exists() and args.only else []
+    keep = {r["notebook"]: r for r in prev} | {r["notebook"]: r for r in rows}
+    record = {
+        "measured_at": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": machine_info(),
+        "git_commit": git_commit(),
+        "dirty": dirty,
+        "rows": sorted(keep.values(), key=lambda r: r["notebook"]),
+    }
+    write_json(TIMES_PATH, record)
+    print(f"wrote {TIMES_PATH}; `make docs` renders it into README.md and docs/syllabus.md")
+    return 0 if all(r["ok"] for r in record["rows"]) else 1
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from trgrpo.experiment import ROOT
+
 WHEELS = ROOT / "wheels"
 GPU_OUT = ROOT / "results" / "gpu" / "check.json"
 # import name -> pip requirement: what the check imports beyond torch, transformers and accelerate (the K&K and math
@@ -407,43 +408,25 @@ def _step(ckpt: str | None) -> int:
 
 
 def loss_head_cost(*, cpu: bool) -> dict:
-    """ms per forward + backward of the loss head, GRPO (TRL's ops) vs TR-GRPO (weights + loss + metrics)."""
-    import torch
-
-    from trgrpo.bench import LossBenchConfig, loss_fn, loss_inputs
+    """ms per forward + backward of the loss head, GRPO (TRL's ops) vs TR-GRPO (weights + loss + metrics):
+    :func:`trgrpo.bench.time_blocks` (wall clock, the GPU synchronised before each reading)."""
+    from trgrpo.bench import LossBenchConfig, loss_fn, loss_inputs, time_blocks
 
     batch, length, dtype = (4, 64, "float32") if cpu else (64, 4096, "bfloat16")
-    device = "cpu" if cpu else "cuda"
-    x = loss_inputs(batch, length, dtype, device=device)
+    x = loss_inputs(batch, length, dtype, device="cpu" if cpu else "cuda")
     cfg = LossBenchConfig(batch=batch, lengths=(length,), dtypes=(dtype,))
-    fns = {"grpo_trl": loss_fn("grpo_trl", cfg), "tr_ratio": loss_fn("tr_ratio", cfg)}
-    iters, out = (3 if cpu else 50), {}
-    for name, fn in list(fns.items()) * 2:  # the second pass is the measured one (the first warms up)
-        x["logps"].grad = None
-        if cpu:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                x["logps"].grad = None
-                fn(x).backward()
-            out[name] = (time.perf_counter() - t0) / iters * 1e3
-        else:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            for _ in range(iters):
-                x["logps"].grad = None
-                fn(x).backward()
-            end.record()
-            torch.cuda.synchronize()
-            out[name] = start.elapsed_time(end) / iters
+    fns = {v: loss_fn(v, cfg) for v in ("grpo_trl", "tr_ratio")}
+    ms = time_blocks(fns, x, repeats=1, iters=3 if cpu else 50, warmup=1, cuda=not cpu)
+    grpo, tr = ms["grpo_trl"]["wall"][0], ms["tr_ratio"]["wall"][0]
+    timer = "perf_counter" if cpu else "perf_counter after torch.cuda.synchronize"
     return {
         "batch": batch,
         "length": length,
         "dtype": dtype,
-        "timer": "perf_counter" if cpu else "CUDA events",
-        "ms_grpo": out["grpo_trl"],
-        "ms_tr": out["tr_ratio"],
-        "tr_over_grpo": out["tr_ratio"] / out["grpo_trl"],
+        "timer": timer,
+        "ms_grpo": grpo,
+        "ms_tr": tr,
+        "tr_over_grpo": tr / grpo,
     }
 
 

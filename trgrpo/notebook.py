@@ -1,4 +1,6 @@
-"""Readable notebook output, set once at ``import trgrpo`` (issue 17).
+"""The few lines every notebook needs, in one place: ``nb = setup("01_gradient_norm_theorem", SMOKE)``.
+
+:func:`setup` also makes the notebook's output readable (:func:`configure`, issue 17):
 
 * FutureWarnings that transformers, TRL, accelerate, datasets and huggingface_hub raise about their own internals
   (deprecations the reader cannot act on) are filtered; anything else still shows.
@@ -11,10 +13,13 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from trgrpo.experiment import ROOT, write_json
 
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
 
@@ -31,8 +36,6 @@ def configure() -> None:
         os.environ.setdefault("TQDM_DISABLE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-        import sys
-
         if "transformers" in sys.modules:  # imported before trgrpo: its bar switch was read already
             sys.modules["transformers"].utils.logging.disable_progress_bar()
 
@@ -46,10 +49,6 @@ def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | Non
     """Write a notebook's ``headline`` record to ``path`` (atomic JSON, NaN -> null) and print a short summary:
     a ``saved to PATH`` line, then ``key: value`` for at most ``max_items`` top-level scalar entries (those named in
     ``keys``, in that order, else the first ones; nested entries are in the file, not on screen). Returns the text."""
-    from pathlib import Path
-
-    from trgrpo.experiment import write_json
-
     if not isinstance(headline, dict):
         raise TypeError(f"headline must be a dict, got {type(headline).__name__}")
     saved = write_json(Path(path), headline)
@@ -65,9 +64,6 @@ def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | Non
     text = "\n".join(lines)
     print(text)
     return text
-
-
-# ---- notebook: The few lines every notebook needs, in one place: ``nb = setup("01_gradient_norm_theorem", SMOKE)``.
 
 
 SMOKE_ENV = "TRGRPO_SMOKE"
@@ -132,7 +128,7 @@ class Notebook:
     @property
     def results(self) -> Path:
         own = self.root / "results"
-        package_checkout = Path(__file__).resolve().parents[1] / "results"
+        package_checkout = ROOT / "results"
         return own if own.is_dir() or not package_checkout.is_dir() else package_checkout
 
     @property
@@ -154,17 +150,17 @@ class Notebook:
     def save_headline(self, headline: dict, keys: list[str] | None = None) -> Path:
         """Write ``headline`` to :attr:`headline_path` (JSON) and print ``saved to ...`` and at most eight of its
         entries (those named in ``keys``): :func:`trgrpo.notebook.save_headline`."""
-
         save_headline(headline, self.headline_path, keys=keys)
         return self.headline_path
 
 
 def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | None = None) -> Notebook:
     """The :class:`Notebook` of the notebook ``name`` (its file name without ``.ipynb``), in smoke mode if ``smoke``
-    (``None``: :func:`smoke_from_env`), rooted at ``root`` (default :func:`find_root`). Prints one line saying the
-    mode."""
+    (``None``: :func:`smoke_from_env`), rooted at ``root`` (default :func:`find_root`), its output made readable
+    (:func:`configure`). Prints one line saying the mode."""
     if not isinstance(name, str) or not name or Path(name).name != name or name.endswith(".ipynb"):
         raise ValueError(f"name must be the notebook's file name without folder or .ipynb, got {name!r}")
+    configure()
     nb = Notebook(name, smoke_from_env() if smoke is None else bool(smoke), Path(root) if root else find_root())
     print(f"{name}: {'smoke mode (a fast pipeline check: its numbers mean nothing)' if nb.smoke else 'full mode'}")
     return nb

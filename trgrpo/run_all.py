@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from trgrpo.experiment import ROOT
+
 GPU_NOTEBOOKS = ("05_", "06_", "07_")  # smoke mode on a CPU machine
 
 

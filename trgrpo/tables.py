@@ -956,3 +956,97 @@ def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
     if path is not None:
         fig.savefig(path, dpi=100, bbox_inches="tight")
     return fig
+
+
+# ---- toy controls: the numbers and the table that README (scripts/render_docs.py) and notebooks 03 / 08 show
+
+ARM_TEXT = {
+    "equal": "GRPO",
+    "tr-surrogate": "TR (surrogate)",
+    "tr-ratio": "TR (ratio, Eq. 9 as printed)",
+    "const-surrogate": "const (scale only)",
+    "tr_norm-surrogate": "tr_norm (regulation only)",
+    "reverse-surrogate": "Reverse",
+    "random": "Random (surrogate)",
+}
+
+
+def num(x: float | None, spec: str = ".3f") -> str:
+    """``format(x, spec)``, or "–" for a missing value (NaN is stored as null in the JSON records)."""
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def delta_text(row: dict, spec: str = "+.3f") -> str:
+    """``"+0.012 [-0.010, +0.034], p=0.27"`` of a row of :func:`arm_rows` ("" for the baseline)."""
+    if "delta_vs_equal" not in row:
+        return ""
+    return (
+        f"{num(row['delta_vs_equal'], spec)} [{num(row['ci_low'], spec)}, {num(row['ci_high'], spec)}], "
+        f"p={num(row['p'], '.2g')}"
+    )
+
+
+def row_mde(row: dict) -> float | None:
+    """The detectable effect at the level the Holm-adjusted test uses (alpha / m; the 5 % one where no family)."""
+    return row.get("mde_family", row.get("mde"))
+
+
+def arm_text(arm: str) -> str:
+    """A table's name for an arm label (``tr-surrogate-tau2`` -> ``TR (surrogate), τ = 2``)."""
+    if "-tau" in arm:
+        return f"{ARM_TEXT.get(arm.split('-tau')[0], arm)}, τ = {arm.split('-tau')[1]}"
+    return ARM_TEXT.get(arm, arm)
+
+
+def controls_table(summary: dict) -> str:
+    """A toy summary's rows as a markdown table."""
+    m = max((r.get("family_size", 1) for r in summary["rows"] if "delta_vs_equal" in r), default=1)
+    lines = [
+        f"| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | "
+        f"MDE (80 % power, α = 0.05/{m}) |",
+        "|---|---:|---:|---|---:|---:|---|---:|",
+    ]
+    for r in summary["rows"]:
+        if "delta_vs_equal" in r:
+            lines.append(
+                f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | "
+                f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
+                f"{num(r['p'], '.2g')} | "
+                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(row_mde(r))} |"
+            )
+        else:
+            lines.append(f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
+    return "\n".join(lines)
+
+
+def clip_of(records: list[dict], arm: str | None = None) -> dict:
+    """:func:`trgrpo.stats.clip_share` of the records of ``arm`` (all when None) at the runs' clip norm
+    (:class:`~trgrpo.trainer.TRGRPOConfig`'s default ``max_grad_norm``: no toy or SmolLM2 spec sets another)."""
+    import dataclasses
+
+    from trgrpo.stats import clip_share
+    from trgrpo.trainer import TRGRPOConfig
+
+    norm = float(next(f.default for f in dataclasses.fields(TRGRPOConfig) if f.name == "max_grad_norm"))
+    return clip_share([r for r in records if arm is None or _label(r) == arm], norm)
+
+
+def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
+    """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
+    from trgrpo.stats import history_mean
+
+    runs = [r for r in load_group(CONTROLS_GROUP, results_dir) if _label(r) == arm]
+    vals = [history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
+    return statistics.fmean(vals) if vals else math.nan
+
+
+def kl_grip(results_dir: Path | str | None = None) -> dict | None:
+    """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
+    beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
+    from trgrpo.stats import paired_t
+
+    arms = kl_arms(results_dir)
+    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(KL_BETAS):g}", {}).get("eq10", [])}
+    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(KL_BETAS):g}", {}).get("eq10", [])}
+    seeds = sorted(set(hi) & set(lo))
+    return paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None

@@ -1,0 +1,316 @@
+"""``make docs``: render every generated block of README.md and docs/syllabus.md from the records.
+
+A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
+each NAME. The numbers and tables come from the library (:mod:`trgrpo.tables`, :mod:`trgrpo.course`,
+:mod:`trgrpo.bench`, :mod:`trgrpo.plan`); the sentences around them are written here, none typed by hand.
+``tests/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when a
+file is stale, write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from trgrpo import bench, course, plan, tables  # noqa: E402
+from trgrpo.experiment import RESULTS_DIR  # noqa: E402
+from trgrpo.tables import arm_text, delta_text, num, row_mde  # noqa: E402
+from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
+
+README = ROOT / "README.md"
+SYLLABUS = ROOT / "docs" / "syllabus.md"
+BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P=name):end -->)", re.S)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The toy's verdict (README toy-findings block, notebook 03 Part A): paper Section 4.3, Tables 4 and 7
+
+
+def _read(group: str, name: str, results_dir: Path | str | None) -> dict | None:
+    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _p(row: dict) -> float | None:
+    """The Holm-adjusted p (the raw p where there is no family)."""
+    return row.get("p_holm", row.get("p"))
+
+
+def classify(row: dict) -> str:
+    """``"higher"`` / ``"lower"`` when the difference is significant at 5 % after Holm, else no difference."""
+    p = _p(row)
+    if p is not None and math.isfinite(p) and p < 0.05:
+        return "higher" if row["delta_vs_equal"] > 0 else "lower"
+    return "no detectable difference"
+
+
+def versus(row: dict, other: str = "GRPO") -> str:
+    c = classify(row)
+    return f"no detectable difference from {other}" if c == "no detectable difference" else f"{c} than {other}"
+
+
+def strength(row: dict) -> str:
+    """How strong the evidence for a difference is, from the Holm-adjusted p."""
+    p = _p(row)
+    if p is None or not math.isfinite(p):
+        return "no test"
+    for bound, word in ((0.01, "strong evidence"), (0.05, "evidence"), (0.1, "weak evidence")):
+        if p < bound:
+            return word
+    return f"no evidence of a difference; MDE {num(row_mde(row))}"
+
+
+def fmt_delta(row: dict) -> str:
+    """``"Δ +0.012 [−0.010, +0.034], p = 0.27 (Holm 0.81); 7 higher, 4 lower, 1 tie of 12 (...)"``."""
+    ties, holm = row["ties"], row.get("p_holm")
+    htxt = "" if holm is None else f" (Holm {num(holm, '.2g')})"
+    return (
+        f"Δ {num(row['delta_vs_equal'], '+.3f')} [{num(row['ci_low'], '+.3f')}, {num(row['ci_high'], '+.3f')}], "
+        f"p = {num(row['p'], '.2g')}{htxt}; "
+        f"{row['higher']} higher, {row['lower']} lower, {ties} tie{'s' if ties != 1 else ''} of {row['n_pairs']} "
+        f"({strength(row)})"
+    )
+
+
+def made_of(rows: dict) -> str:
+    """What TR's effect is made of: its scale (const), its regulation (tr_norm), both, neither or undecided."""
+    scale, reg, tr = rows.get("const-surrogate"), rows.get("tr_norm-surrogate"), rows.get("tr-surrogate")
+    if not (scale and reg and tr):
+        return "not decided (an arm is missing)"
+    mde_ = max((x for x in (row_mde(scale), row_mde(reg), row_mde(tr)) if x is not None), default=math.nan)
+    n = tr["n_pairs"]
+    parts = [name for name, r in (("scale", scale), ("regulation", reg)) if classify(r) != "no detectable difference"]
+    if not parts and classify(tr) == "no detectable difference":
+        return (
+            f"neither: TR (surrogate) itself shows no detectable difference from GRPO, and neither does its scale "
+            f"alone (const) or its regulation alone (tr_norm); at n = {n} seeds an effect smaller than about "
+            f"{num(mde_)} would go unseen (80 % power at the Holm level α = 0.05 / {tr.get('family_size', 1)})"
+        )
+    if not parts:
+        return (
+            f"undecided: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
+            f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde_)} at n = {n})"
+        )
+    return (
+        " and ".join(parts)
+        + f" (const: {versus(scale)}; tr_norm: {versus(reg)}; TR (surrogate): {versus(tr)}; n = {n} seeds)"
+    )
+
+
+def kl_sentence(kl: dict, results_dir: Path | str | None = None) -> str:
+    """Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6) from the KL grid's summary."""
+    parts = []
+    for beta, block in sorted(kl["by_beta"].items(), key=lambda kv: -float(kv[0])):
+        kr = {r["arm"]: r for r in block["kl_steps_41_60"]}
+        ar = {r["arm"]: r for r in block["accuracy"]}
+        if "plain" not in kr or len(kr) < 2:
+            continue
+        txt = [
+            f"β = {beta} ({kr['plain']['n']} seeds): mean KL over steps 41–60 "
+            + ", ".join(f"{k} {num(kr[k]['mean'], '.2g')}" for k in KL_WEIGHTINGS if k in kr)
+        ]
+        for k in ("eq10", "outside"):
+            if k in kr and "delta_vs_equal" in kr[k]:
+                txt.append(
+                    f"{k} − plain: KL {delta_text(kr[k], '+.2g')}, accuracy {delta_text(ar[k])} "
+                    f"({ar[k]['higher']} higher, {ar[k]['lower']} lower, {ar[k]['ties']} tied)"
+                )
+        parts.append("; ".join(txt))
+    if not parts:
+        return "The KL grid has not run yet."
+    means = {(b, r["arm"]): r["mean"] for b, blk in kl["by_beta"].items() for r in blk["kl_steps_41_60"] if r["n"]}
+    lo_b, hi_b = f"{min(KL_BETAS):g}", f"{max(KL_BETAS):g}"
+    if (lo_b, "eq10") in means and (hi_b, "eq10") in means:
+        parts.append(
+            f"How much grip the KL term has at all: the same KL under eq10 is {num(means[(hi_b, 'eq10')], '.2g')} "
+            f"at β = {hi_b} and {num(means[(lo_b, 'eq10')], '.2g')} at β = {lo_b}"
+        )
+    grip = tables.kl_grip(results_dir)
+    if grip is not None and grip["n"] >= 2:
+        lo, hi = grip["ci"]
+        parts.append(
+            f"Raising β from {lo_b} to {hi_b} moved eq10's KL by {num(grip['mean_diff'], '+.3f')} "
+            f"[{num(lo, '+.3f')}, {num(hi, '+.3f')}] (95 % t-interval, {grip['n']} paired seeds)"
+            + (
+                ": the KL term had no detectable grip on the policy at either β, so these runs cannot tell the three "
+                "readings apart"
+                if lo <= 0 <= hi
+                else ""
+            )
+        )
+    text = ". ".join(parts) + (
+        ". Eq. 10's per-token minimum is at π = w·π_ref, not π = π_ref: with w up to 1.4 it pulls every weighted "
+        "token's probability above the reference instead of back to it"
+    )
+    high = kl["by_beta"].get(hi_b)
+    eq10 = {r["arm"]: r for r in high["kl_steps_41_60"]}.get("eq10") if high else None
+    if eq10 and "ci_low" in eq10:
+        verdict = classify(eq10)
+        text += (
+            f"; at β = {hi_b} the plain KL under eq10 is {verdict} than under plain (Eq. 6)"
+            if verdict != "no detectable difference"
+            else f"; at β = {hi_b} the runs show no detectable difference in the plain KL from Eq. 6"
+        )
+    return text + "."
+
+
+def tau_sentence(tau: dict) -> str:
+    rows = [r for r in tau["rows"] if "delta_vs_equal" in r]
+    cells = [f"τ = {r['arm'].split('tau')[-1] if 'tau' in r['arm'] else '9'}: {delta_text(r)}" for r in rows]
+    n = rows[0]["n_pairs"] if rows else 0
+    return (
+        f"Δ vs GRPO on the same {n} seeds: " + "; ".join(cells) + ". τ = 0.5 was not run: σ(0.5·p) keeps every "
+        "weight at L = 1, so that run is GRPO's."
+    )
+
+
+def toy_verdict(results_dir: Path | str | None = None) -> str:
+    """The toy's verdict, every number from the summaries and records: README block and notebook 03 text."""
+    from trgrpo.weights import weight_range
+
+    s = _read(CONTROLS_GROUP, "summary", results_dir)
+    if s is None:
+        return "_No controls summary yet: run `python -m trgrpo.toy_controls run controls`, then `summary`._"
+    rows = {r["arm"]: r for r in s["rows"]}
+    cost = s["cost"]
+    cpu_min = (cost["runs_cpu_s"] + cost["warm_cpu_s"]) / 60
+    commits = ", ".join(c[:7] for c in s["provenance"]["commits"])
+    planned = len(CONTROL_SEEDS)
+    short = (
+        f" ({planned} planned: the rest did not fit the session's share of the shared CPU; the grid resumes)"
+        if rows["equal"]["n"] < planned
+        else ""
+    )
+    added = [arm_text(a) for a in (_read(CONTROLS_GROUP, "plan", results_dir) or {}).get("added_arms", {})]
+    added_text = f" Added after the first five arms' results, with the same plan and seeds: {', '.join(added)}."
+    out = [
+        f"**Toy controls** (notebook 03, Part A): a {cost['n_runs']}-run grid, the 1M-parameter Qwen2 on 2-digit "
+        f"`{s['task']}`, {rows['equal']['n']} seeds × {cost['steps_per_run'][0]} steps per arm{short}, paired by seed "
+        f"(same warm start, same data order); primary metric fixed before the runs: {s['primary_metric']}. "
+        f"Paired t-tests against GRPO, Holm over the {len(rows) - 1} arms; CPU time of the grid "
+        f"{cpu_min:.0f} min (one thread, shared 2-core VM; commit {commits}, clean tree: "
+        f"{s['provenance']['dirty'] == ['False']})." + (added_text if added else ""),
+        "",
+        tables.controls_table(s),
+        "",
+    ]
+    hist = _read(CONTROLS_GROUP, "token_hist", results_dir)
+    if hist:
+        share = ", ".join(f"`{t}` {h['share_between']:.1%}" for t, h in hist.get("candidates", {}).items())
+        out.append(
+            f"- **Task choice.** Share of sampled tokens with L < w < U on the warm-start policy: {share}; "
+            f"the rest sits at the bounds (`{hist['task']}`: {hist['share_at_lower']:.1%} at L, "
+            f"{hist['share_at_upper']:.1%} at U). The grid runs the task with the largest share."
+        )
+    if "tr-ratio" in rows:
+        out.append(
+            f"- **Reading 2 (where w enters the clip).** TR with w inside the clipped ratio (Eq. 9 as printed): "
+            f"{fmt_delta(rows['tr-ratio'])} — {versus(rows['tr-ratio'])}"
+            f"; {tables.zero_grad_share(results_dir):.1%} of the tokens with A > 0 get no policy gradient (mean over "
+            f"steps). With w outside the clip (surrogate): {fmt_delta(rows['tr-surrogate'])}."
+        )
+    if "const-surrogate" in rows and "tr_norm-surrogate" in rows:
+        out.append(
+            f"- **Scale vs regulation.** const (TR's batch-mean weight on every token): "
+            f"{fmt_delta(rows['const-surrogate'])}. tr_norm (TR's weights divided by their batch mean): "
+            f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
+            f"**What TR-GRPO's effect at this scale is made of: {made_of(rows)}.**"
+        )
+        clip = tables.clip_of(tables.load_group(CONTROLS_GROUP, results_dir), "equal")
+        if clip["n_steps"]:
+            out.append(
+                f"- **What this optimiser setting can test.** The gradient is clipped to norm "
+                f"{clip['max_grad_norm']:g} before each AdamW step; GRPO's pre-clip norm was above it on "
+                f"{clip['share_clipped']:.1%} of its {clip['n_steps']} steps (median {clip['median_norm']:.2g}), and "
+                "AdamW divides by a running gradient scale as well. A constant rescaling of the loss is therefore "
+                'undone by construction: `const` cannot show a scale effect here, and "neither scale nor '
+                "regulation\" is a statement about this optimiser setting, not about TR-GRPO's weights in general."
+            )
+    kl = _read(KL_GROUP, "summary", results_dir)
+    if kl:
+        out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl, results_dir))
+    tau = _read(TAU_GROUP, "summary", results_dir)
+    lo, hi = weight_range(tau_mode="divide")
+    out.append(
+        f"- **Reading 1 (how τ enters Eq. 11).** As printed, σ(p/τ) at τ = 9 gives weights in [{lo:g}, {hi:g}]: "
+        "TR-GRPO would be GRPO exactly, so that reading needs no run (and contradicts Table 7's spread of scores). "
+        + ("τ sweep under σ(τ·p): " + tau_sentence(tau) if tau else "The τ sweep has not run yet.")
+    )
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The course's times (README first screen, syllabus) and the cost table (README)
+
+
+def _times_record() -> dict | None:
+    return json.loads(course.TIMES_PATH.read_text()) if course.TIMES_PATH.exists() else None
+
+
+def readme_times() -> str:
+    rec = _times_record()
+    return (
+        f"{course.readme_times_table(rec)}\n\nTimes measured {rec['measured_at']} by `python -m trgrpo.course times` "
+        f"(commit {str(rec.get('git_commit'))[:10]}); details in the syllabus."
+    )
+
+
+def syllabus_times() -> str:
+    rec = _times_record()
+    m = rec["machine"]
+    return (
+        f"{course.times_table(rec)}\n\nMeasured {rec['measured_at']} by `python -m trgrpo.course times`, one notebook "
+        f"at a time, on the project's CPU machine ({m.get('cpu_count', '?')} cores, "
+        f"{m.get('processor') or m.get('platform', '?')}; no GPU), commit {str(rec.get('git_commit'))[:10]}"
+        f"{' with uncommitted changes' if rec.get('dirty') else ''}."
+    )
+
+
+def cost_table() -> str:
+    """The Table 8 part of :func:`trgrpo.bench.table_markdown` (up to the per-phase breakdown)."""
+    text = bench.table_markdown()
+    return text[: text.find("### Training step by phase")].strip()
+
+
+BLOCKS = {
+    README: {
+        "course-times": readme_times,
+        "bench": cost_table,
+        "toy-findings": toy_verdict,
+        "plan": lambda: plan.readme_table().strip("\n"),
+    },
+    SYLLABUS: {"times": syllabus_times, "exercises": course.exercises_table},
+}
+
+
+def render(path: Path, text: str | None = None) -> str:
+    """``path``'s text (or ``text``) with each of its blocks rendered anew."""
+    renderers = BLOCKS[path]
+    text = path.read_text() if text is None else text
+    missing = set(renderers) - {m["name"] for m in BLOCK.finditer(text)}
+    if missing:
+        raise ValueError(f"{path.name} lacks the blocks {sorted(missing)}")
+    return BLOCK.sub(lambda m: f"{m.group(1)}{renderers[m['name']]()}\n{m.group(4)}", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    stale = []
+    for path in BLOCKS:
+        old, new = path.read_text(), render(path)
+        if new != old:
+            stale.append(path.relative_to(ROOT))
+            if not check:
+                path.write_text(new)
+    print(("stale: " if check else "rewrote: ") + (", ".join(map(str, stale)) or "nothing") if stale else "up to date")
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
