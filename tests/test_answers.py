@@ -79,15 +79,15 @@ def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
     """Notebook 08's tables (moved here from an assert of the notebook): every printed row of the paper's table,
     with the committed records or none, each cell 'paper / ours'."""
     from trgrpo import paper
-    from trgrpo import tables as report
+    from trgrpo import tables
     from trgrpo.experiment import load_results
 
     for records in (load_results(task, str(RESULTS)), []):
-        rows = report.paper_vs_ours(table, records)
+        rows = tables.paper_vs_ours(table, records)
         assert len(rows) == len(paper.table(table).rows), (table, len(records))
         assert all(" / " in str(row[c]) for row in rows for c in paper.table(table).columns)
         if not records:
-            assert all(row["ours"] == report.NO_RUN for row in rows)
+            assert all(row["ours"] == tables.NO_RUN for row in rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------

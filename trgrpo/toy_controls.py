@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo import tables
 from trgrpo.experiment import RESULTS_DIR, write_result
 from trgrpo.tasks import addition
 
@@ -316,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from trgrpo import toy
 
         toy.quiet()
-        tables.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
+        toy.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
         out = task_choice()
         for t, hst in out["candidates"].items():
             print(

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from trgrpo.experiment import RESULTS_DIR, update_marked_block
-from trgrpo.tables import _label, load_group
+from trgrpo.toy import load_runs, run_label
 from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def verdict_markdown(results_dir: Path | str | None = None) -> str:
             f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
             f"**What TR-GRPO's effect at this scale is made of: {_made_of(rows)}.**"
         )
-        clip = clip_of(load_group(CONTROLS_GROUP, results_dir), "equal")
+        clip = clip_of(load_runs(results_dir, group=CONTROLS_GROUP), "equal")
         if clip["n_steps"]:
             out.append(
                 f"- **What this optimiser setting can test.** The gradient is clipped to norm "
@@ -246,7 +246,7 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
     """:func:`trgrpo.stats.clip_share` of the records of ``arm`` (all when None) at the runs' clip norm."""
     from trgrpo.stats import clip_share
 
-    return clip_share([r for r in records if arm is None or _label(r) == arm], config_max_grad_norm())
+    return clip_share([r for r in records if arm is None or run_label(r) == arm], config_max_grad_norm())
 
 
 def weight_range_divide() -> tuple[float, float]:
@@ -261,7 +261,7 @@ def _zero_pos(results_dir) -> float:
 
     from trgrpo.stats import history_mean
 
-    recs = [r for r in load_group(CONTROLS_GROUP, results_dir) if _label(r) == "tr-ratio"]
+    recs = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if run_label(r) == "tr-ratio"]
     vals = [history_mean(r, "tr/zero_grad_frac_pos_adv") for r in recs]
     return float(np.mean(vals)) if vals else math.nan
 
