@@ -254,7 +254,7 @@ def test_stress_table_and_figure_from_the_committed_records():
     matplotlib.use("Agg")
     import yaml
 
-    from trgrpo import tables
+    from trgrpo import plots, tables
     from trgrpo.experiment import load_results
 
     root = Path(__file__).parents[1] / "results"
