@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trgrpo import bench, course, plan, tables  # noqa: E402
+from trgrpo import bench, course, plan, tables, toy  # noqa: E402
 from trgrpo.experiment import RESULTS_DIR  # noqa: E402
-from trgrpo.tables import arm_text, delta_text, num, row_mde  # noqa: E402
+from trgrpo.tables import delta_text, label, num, row_mde  # noqa: E402
 from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 
 README = ROOT / "README.md"
@@ -187,7 +187,7 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
         if rows["equal"]["n"] < planned
         else ""
     )
-    added = [arm_text(a) for a in (_read(CONTROLS_GROUP, "plan", results_dir) or {}).get("added_arms", {})]
+    added = [label(a) for a in (_read(CONTROLS_GROUP, "plan", results_dir) or {}).get("added_arms", {})]
     added_text = f" Added after the first five arms' results, with the same plan and seeds: {', '.join(added)}."
     out = [
         f"**Toy controls** (notebook 03, Part A): a {cost['n_runs']}-run grid, the 1M-parameter Qwen2 on 2-digit "
@@ -222,7 +222,7 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
             f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
             f"**What TR-GRPO's effect at this scale is made of: {made_of(rows)}.**"
         )
-        clip = tables.clip_of(tables.load_group(CONTROLS_GROUP, results_dir), "equal")
+        clip = tables.clip_of(toy.load_runs(results_dir, group=CONTROLS_GROUP), "equal")
         if clip["n_steps"]:
             out.append(
                 f"- **What this optimiser setting can test.** The gradient is clipped to norm "

@@ -208,18 +208,18 @@ def _stress_record(arm, seed, rewards, accs):
 
 
 def test_collapse_rule_and_stress_summary_by_hand():
-    from trgrpo import tables as lm_science
+    from trgrpo import tables
 
     rule = {"final_below_start": True, "reward_floor": 0.05, "floor_steps": 10}
     floor = [0.3] * 5 + [0.0] * 10 + [0.3] * 5  # steps 6-15 at the floor
-    assert lm_science.collapse_step(_stress_record("x", 0, floor, [0.2, 0.3, 0.4]), rule) == 6
+    assert tables.collapse_step(_stress_record("x", 0, floor, [0.2, 0.3, 0.4]), rule) == 6
     nine = [0.3] * 5 + [0.0] * 9 + [0.3] * 6  # nine steps only: no floor collapse
-    assert lm_science.collapse_step(_stress_record("x", 0, nine, [0.2, 0.3, 0.4]), rule) is None
-    assert lm_science.collapse_step(_stress_record("x", 0, nine, [0.2, 0.3, 0.19]), rule) == 60
+    assert tables.collapse_step(_stress_record("x", 0, nine, [0.2, 0.3, 0.4]), rule) is None
+    assert tables.collapse_step(_stress_record("x", 0, nine, [0.2, 0.3, 0.19]), rule) == 60
     ok, bad = [0.3] * 20, [0.0] * 20
     recs = [_stress_record("grpo", s, bad, [0.2, 0, 0]) for s in range(4)]
     recs += [_stress_record("tr", s, ok, [0.2, 0.3, 0.4]) for s in range(4)]
-    out = lm_science.stress_summary(recs, {"collapse": rule})
+    out = tables.stress_summary(recs, {"collapse": rule})
     assert out["collapsed"] == {"tr": 0, "grpo": 4} and out["only grpo"] == 4 and out["both"] == 0
     assert out["fisher_p"] == pytest.approx(2 / 70)  # 4 of 4 vs 0 of 4: the most extreme of 70 tables, both tails
     assert out["p_total"] == pytest.approx(2 / 70) and out["p_one_short"] == pytest.approx(10 / 70)
@@ -235,14 +235,14 @@ def test_stage0_table_and_figure_from_the_committed_records():
     import yaml
 
     from trgrpo import lm_science as runs
-    from trgrpo import tables as lm_science
+    from trgrpo import plots, tables
 
     base = Path(__file__).parents[1] / "results/lm/stage0"
     plan, decision = yaml.safe_load((base / "plan.yaml").read_text()), json.loads((base / "decision.json").read_text())
-    rows = lm_science.stage0_rows(decision)
+    rows = tables.stage0_rows(decision)
     assert [r["candidate"] for r in rows] == [c["id"] for c in plan["candidates"]]
     assert [r["accepted"] for r in rows] == [runs.accepted(plan, c) for c in decision["candidates"]]
-    fig = lm_science.plot_stage0(decision, plan)
+    fig = plots.plot_stage0(decision, plan)
     assert len(fig.axes[0].patches) == 2 * len(rows) and "SmolLM2" in fig.axes[0].get_title()
 
 
@@ -254,16 +254,16 @@ def test_stress_table_and_figure_from_the_committed_records():
     matplotlib.use("Agg")
     import yaml
 
-    from trgrpo import tables as lm_science
+    from trgrpo import plots, tables
     from trgrpo.experiment import load_results
 
     root = Path(__file__).parents[1] / "results"
     plan = yaml.safe_load((root / "lm/stress/plan.yaml").read_text())
     recs = load_results("lm/stress", root)
-    rows = lm_science.stress_rows(recs, plan)
+    rows = tables.stress_rows(recs, plan)
     assert [r["seed"] for r in rows] == plan["seeds"] and len(recs) == len(plan["seeds"]) * len(plan["arms"])
-    s = lm_science.stress_summary(recs, plan)
+    s = tables.stress_summary(recs, plan)
     assert sum(r["tr: collapsed at step"] is not None for r in rows) == s["collapsed"]["tr"]
     assert s["both"] + s["neither"] + s["only tr"] + s["only grpo"] == s["n"] == len(rows)
-    fig = lm_science.plot_stress(recs, plan)
+    fig = plots.plot_stress(recs, plan)
     assert len(fig.axes) == len(rows) and "lr 5e-05" in fig._suptitle.get_text()

@@ -207,11 +207,11 @@ def test_readme_findings_quote_these_record_values_exactly():
         f"{100 * rule['share_between_after_min']:.0f} % after the probe",
     ]
     assert stage0["accepted"] is None and "No candidate met the plan's rule" in readme
-    from trgrpo import tables as lm_science
+    from trgrpo import tables
     from trgrpo.experiment import load_results
 
     stress_plan = yaml.safe_load((ROOT / "results" / "lm" / "stress" / "plan.yaml").read_text())
-    st = lm_science.stress_summary(load_results("lm/stress", ROOT / "results"), stress_plan)
+    st = tables.stress_summary(load_results("lm/stress", ROOT / "results"), stress_plan)
     lr = stress_plan["base"]["learning_rate"]
     expected += [
         f"At lr {lr:.0e}".replace("e-0", "e-") + f" on two-digit addition, {stress_plan['base']['steps']} steps",

@@ -1,4 +1,4 @@
-"""Training-curve figures keep every variant visible (trgrpo.tables.plot_trajectories, issue 17)."""
+"""Training-curve figures keep every variant visible (trgrpo.plots.plot_trajectories, issue 17)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from trgrpo import tables as report
+from trgrpo import plots
 
 
 def _rec(scheme: str, seed: int) -> dict:
@@ -17,7 +17,7 @@ def _rec(scheme: str, seed: int) -> dict:
 
 def test_equal_curves_differ_in_style_and_labels_are_readable():
     fig, axes = plt.subplots(1, 2, layout="constrained")
-    report.plot_trajectories([_rec("equal", 0), _rec("tr", 0)], "reward", ax=axes[0], ylabel="total reward")
+    plots.plot_trajectories([_rec("equal", 0), _rec("tr", 0)], "reward", ax=axes[0], ylabel="total reward")
     medians = [line for line in axes[0].get_lines() if line.get_label().endswith("(n=1)")]
     assert len(medians) == 2
     assert len({(m.get_linestyle(), m.get_marker()) for m in medians}) == 2  # same data, still two visible lines

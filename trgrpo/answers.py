@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo import tables
+from trgrpo import paper
+from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, min_detectable_effect, paired_t
+from trgrpo.tables import label, primary_metric, scale_label, variant
+from trgrpo.toy import load_runs, run_label
+from trgrpo.toy_controls import ARMS
 
 NOT_RUN = "not run yet"
 VERDICTS = ("reproduced", "partly reproduced", "inconclusive", "not reproduced", "not tested", NOT_RUN)
@@ -69,8 +74,6 @@ def contrast(treatment: list[float], control: list[float], effect: float | None,
     """A paired difference judged by :func:`judge`: mean, 95 % t-interval, the interval at the verdict's level
     (1 - ALPHA / m, the level of Holm's first step over the m parts of the claim), p, the sign count (ties apart),
     the detectable effect at that level (80 % power) and the verdict."""
-    from trgrpo.stats import family_alpha, min_detectable_effect, paired_t
-
     alpha = family_alpha(m, ALPHA)
     t95 = paired_t(treatment, control)
     tf = paired_t(treatment, control, level=1 - alpha)
@@ -92,8 +95,6 @@ def contrast(treatment: list[float], control: list[float], effect: float | None,
 
 
 def _with_holm(parts: list[dict]) -> list[dict]:
-    from trgrpo.stats import holm
-
     for part, p_adj in zip(parts, holm([c["p"] for c in parts])):
         part["p_holm"] = p_adj
     return parts
@@ -207,8 +208,6 @@ def _strength(n: int, ci: tuple[float, float] | None) -> str:
 
 
 def _scale_of(records: list[dict]) -> str:
-    from trgrpo.tables import scale_label
-
     return scale_label(records) if records else "—"
 
 
@@ -260,7 +259,6 @@ def _lm_runs_evidence(root: Path) -> tuple[str, str] | None:
     runs = [r for r in _records(root / "toy" / "lm") if r.get("task") == "arith"]
     if not runs:
         return None
-    from trgrpo.tables import variant
 
     def acc(d: dict | None) -> str:
         v = (d or {}).get("accuracy")
@@ -286,19 +284,14 @@ def _paper_scale_runs(folder: Path) -> list[dict]:
     return [r for r in _records(folder) if not str(r.get("group", "")).startswith("toy")]
 
 
-def _paper_avg(scheme: str) -> float:
-    from trgrpo import paper
-
-    return paper.table(4).value("avg", scheme=scheme)
-
-
 def paper_effect(treatment: str, control: str = "equal") -> float:
     """The paper's own effect, Table 4's average K&K accuracy (Qwen2.5-3B-Instruct) of ``treatment`` minus
     ``control`` (schemes ``tr``, ``equal``, ``reverse``, ``random``), or of a tau of Table 7 (``"tau7"``)."""
-    from trgrpo import paper
 
     def avg(x: str) -> float:
-        return paper.table7_accuracy(tau=float(x[3:]))["avg"] if x.startswith("tau") else _paper_avg(x)
+        if x.startswith("tau"):
+            return paper.table7_accuracy(tau=float(x[3:]))["avg"]
+        return paper.table(4).value("avg", scheme=x)
 
     return avg(treatment) - avg(control)
 
@@ -354,11 +347,9 @@ def table3(claim: Claim, root: Path) -> dict:
 def toy_metrics(root: Path, group: str) -> dict[str, dict[int, float]]:
     """arm label -> seed -> the toy plan's primary metric (mean greedy accuracy at steps 20, 40, 60), from the run
     records of ``results/<group>`` (``toy/controls`` or ``toy/tau``)."""
-    from trgrpo.tables import _label, load_group, primary_metric
-
     out: dict[str, dict[int, float]] = {}
-    for r in load_group(group, root):
-        out.setdefault(_label(r), {})[r["seed"]] = primary_metric(r)
+    for r in load_runs(root, group=group):
+        out.setdefault(run_label(r), {})[r["seed"]] = primary_metric(r)
     return out
 
 
@@ -369,10 +360,7 @@ def _paired(metrics: dict[str, dict[int, float]], treatment: str, control: str) 
 
 
 def _toy_scale(root: Path, group: str, n: int) -> str:
-    from trgrpo.tables import load_group
-
-    recs = load_group(group, root)
-    r = recs[0]
+    r = load_runs(root, group=group)[0]
     s = r.get("spec", {})
     return (
         f"toy: {str(r.get('model')).split(' (')[0]}, 2-digit {r.get('task')}, {r.get('steps')} steps x "
@@ -403,9 +391,7 @@ TR_ARM = "tr-surrogate"
 
 
 def table4(claim: Claim, root: Path) -> list[dict] | dict:
-    from trgrpo.tables import load_group
-
-    if not load_group("toy/controls", root):
+    if not load_runs(root, group="toy/controls"):
         return _not_run(claim, "python -m trgrpo.toy_controls run controls writes results/toy/controls/")
     metrics = toy_metrics(root, "toy/controls")
     if TR_ARM not in metrics:
@@ -445,10 +431,8 @@ def _tau_of(arm: str) -> float | None:
 def table7(claim: Claim, root: Path) -> list[dict] | dict:
     """The toy tau sweep: each tau minus GRPO on the same seeds (tau = 9 and GRPO: the controls grid's runs of
     those seeds), judged against Table 7's own tau - GRPO."""
-    from trgrpo.tables import load_group
-
     taus = toy_metrics(root, "toy/tau")
-    if not load_group("toy/tau", root) or not taus:
+    if not taus:
         return _not_run(claim, "python -m trgrpo.toy_controls run tau writes results/toy/tau/")
     ctrl = toy_metrics(root, "toy/controls")
     seeds = sorted({s for v in taus.values() for s in v})
@@ -480,8 +464,6 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
     on its seeds), with its 95 % t-interval, the interval at the level of Holm's first step over its family, and
     the paper's effect of that arm where the paper has one (Table 4, Table 7)."""
     root = Path(results_dir)
-    from trgrpo.tables import arm_text
-
     paper_of = {"tr-surrogate": "tr", "tr-ratio": "tr", "reverse-surrogate": "reverse", "random": "random"}
     out = []
     for group in ("toy/controls", "toy/tau"):
@@ -492,8 +474,6 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
             metrics["equal"] = {s: v for s, v in ctrl.get("equal", {}).items() if s in seeds}
         arms = [a for a in metrics if a != "equal"]
         if group == "toy/controls":
-            from trgrpo.toy_controls import ARMS
-
             arms = [a for a in ARMS if a in arms]
         else:
             arms = sorted(arms, key=lambda a: _tau_of(a) or 0)
@@ -505,30 +485,39 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
             )
             c = contrast(*_paired(metrics, a, "equal"), eff, len(arms))
             c.pop("verdict")  # an arm against GRPO is not a claim of the paper (the claims are judged by verdicts())
-            out.append({"group": group, "arm": a, "label": arm_text(a), **c})
+            out.append({"group": group, "arm": a, "label": label(a), **c})
     return out
 
 
 def table8(claim: Claim, root: Path) -> dict:
-    from trgrpo import bench
-
-    rec = bench.load_results(root / "bench").get("step")
+    """``make bench``'s step record: per repeat pair (TR-GRPO, GRPO; each run's mean over its measured steps of
+    process CPU time), TR-GRPO's own work (its loss head minus GRPO's) as a share of GRPO's step, and the paired
+    ratios of the whole step and of peak memory (as :func:`trgrpo.bench.aggregate_step_runs` computes them)."""
+    rec = _json(root / "bench" / "step.json")
     if rec is None or "runs" not in rec:
         return _not_run(claim, "make bench writes results/bench/step.json")
-    agg = bench.aggregate_step_runs(rec["runs"], rec["variants"], rec.get("baseline", "grpo_trl"))
-    tr = agg.get("tr_ratio") or next(v for k, v in agg.items() if k.startswith("tr"))
-    own = tr["loss_head_added_share"]["cpu"]["median"]
-    step = tr["ratio_vs_grpo"]["step"]["cpu"]
-    mem = tr["ratio_vs_grpo"]["peak_rss"]
+    variants = rec["variants"]
+    tr_name = "tr_ratio" if "tr_ratio" in variants else next(v for v in variants if v.startswith("tr"))
+    runs = sorted(rec["runs"], key=lambda r: r["repeat"])
+    tr, base = ([r for r in runs if r["variant"] == v] for v in (tr_name, rec.get("baseline", "grpo_trl")))
+
+    def cpu(run: dict, phase: str) -> float:
+        measured = run["steps"][run["measured_from"] :]
+        return sum(s[phase]["cpu"] for s in measured) / max(1, len(measured))
+
+    pairs = [(t, b) for t, b in zip(tr, base) if cpu(b, "step")]
+    own = statistics.median((cpu(t, "loss_head") - cpu(b, "loss_head")) / cpu(b, "step") for t, b in pairs)
+    step = [cpu(t, "step") / cpu(b, "step") for t, b in pairs]
+    mem = statistics.median(t["peak_rss_mb"] / b["peak_rss_mb"] for t, b in zip(tr, base) if b["peak_rss_mb"])
     evidence = (
-        f"TR-GRPO's own work {own:+.3%} of a GRPO step (process CPU); whole step x{step['median']:.3f} "
-        f"[{step['min']:.3f}-{step['max']:.3f}], peak memory x{mem['median']:.3f} over {step['n']} repeats"
+        f"TR-GRPO's own work {own:+.3%} of a GRPO step (process CPU); whole step x{statistics.median(step):.3f} "
+        f"[{min(step):.3f}-{max(step):.3f}], peak memory x{mem:.3f} over {len(step)} repeats"
     )
     verdict = "reproduced" if own < 0.06 else "not reproduced"
     return _row(
         claim,
         verdict,
-        f"moderate (small cost measured directly; {step['n']} repeats, CPU noise)",
+        f"moderate (small cost measured directly; {len(step)} repeats, CPU noise)",
         evidence,
         f"{rec.get('model')} on {rec.get('device')}, {rec['config'].get('steps', '?')} steps per run"
         if isinstance(rec.get("config"), dict)
@@ -545,7 +534,6 @@ def figure1(claim: Claim, root: Path) -> dict:
     levels = (rec or {}).get("claim", {})
     if "token" not in levels:
         return _not_run(claim, "notebook 04 writes results/notebooks/04_token_probabilities.json")
-    from trgrpo.stats import holm
 
     names = [k for k in ("token", "word") if k in levels]
     p_adj = dict(zip(names, holm([levels[k]["p_fisher_greater"] for k in names])))
@@ -622,9 +610,6 @@ def verdicts(results_dir: Path | str) -> list[dict]:
 def toy_extras(results_dir: Path | str) -> list[dict]:
     """The science runs beside the claims: toy KL variants, tau sweep and SmolLM2 Part B runs (``not run yet`` when
     their folder holds no record)."""
-    from trgrpo import toy
-    from trgrpo.stats import final_metric, mean_std
-
     root = Path(results_dir)
     out = []
     for sub, what in (
@@ -638,25 +623,21 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
             continue
         if sub == "lm":  # two seeds per scheme: run by run, before -> after, no mean that would invite a ranking
             parts = [
-                f"{toy.run_label(r)} seed {r['seed']}: greedy accuracy "
+                f"{run_label(r)} seed {r['seed']}: greedy accuracy "
                 f"{(r.get('initial') or {}).get('accuracy', math.nan):.2f} → "
                 f"{r['final'].get('accuracy', math.nan):.2f}"
-                for r in sorted(runs, key=lambda r: (toy.run_label(r), r["seed"]))
+                for r in sorted(runs, key=lambda r: (run_label(r), r["seed"]))
             ]
             out.append(
                 {"runs": what, "folder": f"results/toy/{sub}/", "result": "; ".join(parts), "scale": _scale_of(runs)}
             )
             continue
         if sub == "kl":  # each KL weighting at each beta apart (they share the run label tr-surrogate)
-            from trgrpo.tables import kl_label
-
-            groups: dict[str, list[dict]] = {}
-            for r in runs:
-                groups.setdefault(kl_label(r), []).append(r)
+            groups = group_by(runs, lambda r: f"{r['spec']['kl_weighting']}-beta{float(r['spec']['beta']):g}")
         else:
-            groups = tables.group_runs(runs)
+            groups = group_by(runs, run_label)
         parts = []
-        for label, rs in sorted(groups.items()):
+        for name, rs in sorted(groups.items()):
             vals = [
                 final_metric(r, "greedy_accuracy")
                 if "greedy_accuracy" in r["final"]
@@ -664,7 +645,7 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
                 for r in rs
             ]
             m, s, n = mean_std(vals)
-            parts.append(f"{label} {m:.3f}" + (f" ± {s:.3f}" if n > 1 else "") + f" (n={n})")
+            parts.append(f"{name} {m:.3f}" + (f" ± {s:.3f}" if n > 1 else "") + f" (n={n})")
         out.append(
             {"runs": what, "folder": f"results/toy/{sub}/", "result": "; ".join(parts), "scale": _scale_of(runs)}
         )
@@ -675,9 +656,3 @@ def summary_line(rows: list[dict]) -> str:
     """'3 reproduced, 4 not tested, ...' over the claims."""
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-
-
-def as_markdown(rows: list[dict], columns: list[str] | None = None) -> str:
-    from trgrpo.tables import markdown_table
-
-    return markdown_table(rows, columns)

@@ -1,7 +1,9 @@
-"""Figure functions for the notebooks: a flat module of ``plot_xxx(..., ax=None) -> Figure`` and :func:`save`.
+"""Figure functions for the notebooks: a flat module of ``plot_xxx(...) -> Figure`` and :func:`save`.
 
-Figures are built with :class:`matplotlib.figure.Figure` (not pyplot), so nothing is shown twice in a
-notebook and nothing leaks between calls. :func:`save` writes ``figures/<name>.png`` at a modest dpi so the
+The figures of notebooks 01 and 02 are built with :class:`matplotlib.figure.Figure` (not pyplot), so nothing is
+shown twice in a notebook and nothing leaks between calls; those of the runs take ``path=`` and are closed by the
+caller. Every scheme and arm has one colour (:data:`COLORS`, TR-GRPO blue as in the paper's Figure 2) and one name
+(:data:`trgrpo.tables.LABELS`). :func:`save` writes ``figures/<name>.png`` at a modest dpi so the
 PNGs stay small; :func:`show` displays a figure or a saved PNG in a notebook (``plots.show(plots.save(fig, name))``
 embeds the very file in figures/).
 """
@@ -15,23 +17,40 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 
 from trgrpo import stats as an
 from trgrpo.loss import zero_gradient_mask
-from trgrpo.paper import TABLE7_LU, TABLE7_TAUS
+from trgrpo.paper import KK_SIZES, TABLE7_LU, TABLE7_TAUS
+from trgrpo.tables import by_arm_seed, kk_table, label, variant
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
 DEFAULTS = WeightParams()  # the paper's Eq. 11 hyperparameters (App. B.2)
-SCHEME_COLORS = {"equal": "tab:green", "tr": "tab:blue", "reverse": "tab:orange", "random": "tab:gray"}
-SCHEME_LABELS = {"equal": "GRPO (w = 1)", "tr": "TR-GRPO", "reverse": "Reverse (2 - w)", "random": "Random"}
+# One colour per scheme, toy arm (trgrpo.toy.run_label), LM arm and KL weighting; a tau variant takes its arm's
+COLORS = {
+    "equal": "tab:green",
+    "grpo": "tab:green",
+    "tr": "tab:blue",
+    "tr-surrogate": "tab:blue",
+    "tr-ratio": "tab:purple",
+    "reverse": "tab:orange",
+    "reverse-surrogate": "tab:orange",
+    "random": "tab:gray",
+    "equal-randomreward": "black",
+    "const-surrogate": "tab:red",
+    "tr_norm-surrogate": "tab:cyan",
+    "eq10": "tab:red",
+    "outside": "tab:blue",
+    "plain": "tab:green",
+}
 
 
-# --------------------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------------------
+def color(key: str) -> str:
+    """The colour of a scheme or arm id (``tr-surrogate-tau2`` takes ``tr-surrogate``'s)."""
+    return COLORS.get(key.split("-tau")[0], "tab:brown")
 
 
 def figures_dir() -> Path:
@@ -139,9 +158,7 @@ def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *
     return token_weights(p, params, generator=torch.Generator().manual_seed(int(seed))).numpy()
 
 
-# --------------------------------------------------------------------------------------------------
 # notebook 01: Theorem 3.1 / 3.2
-# --------------------------------------------------------------------------------------------------
 
 
 def plot_theorem31_bounds(samples: dict, *, ax=None, max_points: int = 6000, seed: int = 0) -> Figure:
@@ -228,8 +245,8 @@ def plot_theorem32_spread(
             v = (w * g).numpy()
             s = spread_stats(v)
             data.append(v / s["mean"])
-            labels.append(f"{SCHEME_LABELS[scheme].split(' (')[0]}\n{mode}\nCV {s['cv']:.3f}")
-            colors.append(SCHEME_COLORS[scheme])
+            labels.append(f"{label(scheme).split(' (')[0]}\n{mode}\nCV {s['cv']:.3f}")
+            colors.append(color(scheme))
     bp = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
     ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
     for patch, c in zip(bp["boxes"], colors):
@@ -240,9 +257,7 @@ def plot_theorem32_spread(
     return fig
 
 
-# --------------------------------------------------------------------------------------------------
 # notebook 02: the weight function (Eq. 11) and the three readings
-# --------------------------------------------------------------------------------------------------
 
 
 def _label(params: WeightParams) -> str:
@@ -308,10 +323,10 @@ def plot_schemes(
     p = _p_grid()
     base = as_weight_params(params, **fields)
     for scheme in ("tr", "reverse", "equal"):
-        ax.plot(p.numpy(), _weights(p, base, scheme), color=SCHEME_COLORS[scheme], label=SCHEME_LABELS[scheme])
+        ax.plot(p.numpy(), _weights(p, base, scheme), color=color(scheme), label=label(scheme))
     pr = torch.rand(n_random, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     ax.scatter(pr.numpy(), _weights(pr, base, "random", seed=seed), s=4, alpha=0.4,
-               color=SCHEME_COLORS["random"], label="Random (U[0.5, 1.5])")  # fmt: skip
+               color=color("random"), label="Random (U[0.5, 1.5])")  # fmt: skip
     ax.set_xlabel("p = pi(o_t)")
     ax.set_ylabel("w")
     ax.set_title("Weight schemes of Table 4", fontsize=10)
@@ -326,7 +341,7 @@ def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: An
     base = as_weight_params(params, **fields)
     for scheme in ("equal", "tr", "reverse"):
         w = _weights(p, base, scheme)
-        ax.plot(p.numpy(), w * (1 - p.numpy()), color=SCHEME_COLORS[scheme], label=f"{SCHEME_LABELS[scheme]}")
+        ax.plot(p.numpy(), w * (1 - p.numpy()), color=color(scheme), label=label(scheme))
     ax.set_xlabel("p = pi(o_t)")
     ax.set_ylabel("w (1 - p)")
     ax.set_title(f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'", fontsize=10)
@@ -402,8 +417,8 @@ def plot_weight_explorer(
     p = _p_grid()
     w = _weights(p, params, "tr")
     axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
-    axes[0].plot(p.numpy(), w, color="tab:blue", lw=2, label="this setting")
-    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color="tab:orange", lw=1, label="Reverse 2 - w")
+    axes[0].plot(p.numpy(), w, color=color("tr"), lw=2, label="this setting")
+    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label="Reverse 2 - w")
     axes[0].set_xlabel("p")
     axes[0].set_ylabel("w")
     flat = bool(np.allclose(w, 1.0))
@@ -509,64 +524,30 @@ def weight_explorer(**defaults):
     return box
 
 
-# ---- toy_plots: Figures of the CPU toy (notebook 03): Figure 3 and 4 analogs, per-token gradient norm vs probabilit
-
-
-# Paper colours where it has them (Figure 2: TR-GRPO blue, Reverse orange, GRPO green).
-COLORS = {
-    "equal": "tab:green",
-    "tr-surrogate": "tab:blue",
-    "tr-ratio": "tab:purple",
-    "reverse-surrogate": "tab:orange",
-    "random": "tab:gray",
-    "equal-randomreward": "black",
-    "const-surrogate": "tab:red",
-    "tr_norm-surrogate": "tab:cyan",
-}
-NAMES = {
-    "equal": "GRPO (equal w)",
-    "tr-surrogate": "TR-GRPO, w outside clip",
-    "tr-ratio": "TR-GRPO, w in ratio (Eq. 9)",
-    "reverse-surrogate": "Reverse (2 - w)",
-    "random": "Random w ~ U[0.5, 1.5]",
-    "equal-randomreward": "GRPO, random reward",
-    "const-surrogate": "const: TR's batch-mean scale only",
-    "tr_norm-surrogate": "tr_norm: TR's regulation only (mean 1)",
-}
-
-
-def color(label: str) -> str:
-    return COLORS.get(label, "tab:brown")
-
-
-def name(label: str) -> str:
-    return NAMES.get(label, label)
+# notebooks 03-08: runs of the toy, the real LM, the paper-scale tasks and the answer page
 
 
 def _save(fig, path: Path | str | None):
     if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=150, bbox_inches="tight")
     return fig
 
 
 def _traces(ax, groups: dict, labels: Sequence[str], key, *, smooth: int = 1, band: bool = True) -> None:
     """Per-seed traces faint, the median across seeds bold, the inter-quartile range shaded."""
-    for label in labels:
-        runs = groups.get(label, [])
-        if not runs:
-            continue
-        steps, m = an.stack(runs, key)
+    for lb in labels:
+        runs = groups.get(lb, [])
+        steps, m = an.stack(runs, key) if runs else (np.empty(0), None)
         if steps.size == 0:
             continue
         if smooth > 1:
             m = np.vstack([an.rolling_mean(row, smooth) for row in m])
-        c = color(label)
+        c = color(lb)
         for row in m:
             ax.plot(steps, row, color=c, alpha=0.18, lw=0.8)
         med, lo, hi = an.band(m)
-        ax.plot(steps, med, color=c, lw=2.2, label=f"{name(label)} (n={len(runs)})")
+        ax.plot(steps, med, color=c, lw=2.2, label=f"{label(lb)} (n={len(runs)})")
         if band and len(runs) > 1:
             ax.fill_between(steps, lo, hi, color=c, alpha=0.15, lw=0)
 
@@ -576,8 +557,6 @@ def plot_reward_accuracy(
 ):
     """Figure 4 analog: training reward (moving average over ``smooth`` steps) and held-out greedy and sampled
     accuracy during training, per seed faint, median bold."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     _traces(axes[0], groups, labels, "reward", smooth=smooth)
     axes[0].set(title=f"training reward (mean of {smooth}-step window)", xlabel="step", ylabel="reward")
@@ -601,8 +580,6 @@ def plot_grad_norms(
 ):
     """Figure 3 analog: the gradient norm per step (before clipping), raw and divided by the step's mean token
     weight (so a scheme whose weights are larger on average is not penalised for it)."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     _traces(axes[0], groups, labels, "grad_norm", smooth=smooth)
     axes[0].set(title="gradient norm (raw)", xlabel="step", ylabel="||grad||")
@@ -618,40 +595,31 @@ def plot_grad_norms(
 def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins: int = 10):
     """Per-token ||grad log pi(o_t)|| against pi(o_t) (Theorem 3.1, Eq. 8), with binned means, and the same
     norms multiplied by the TR weight and by the Reverse weight (Theorem 3.2, Eq. 13)."""
-    import matplotlib.pyplot as plt
-    import torch
-
-    from trgrpo.weights import token_weights
-
-    p = np.asarray(record["prob"])
-    g = np.asarray(record["grad_norm"])
+    p, g = np.asarray(record["prob"]), np.asarray(record["grad_norm"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    ax = axes[0]
-    ax.scatter(p, g, s=6, alpha=0.35, color="tab:blue", lw=0)
+    axes[0].scatter(p, g, s=6, alpha=0.35, color="tab:blue", lw=0)
     b = an.binned_means(p, g, bins)
-    ax.errorbar(b["center"], b["mean"], yerr=b["std"], color="black", marker="o", ms=4, lw=1.5, label="bin mean ± std")
-    ax.set(
+    axes[0].errorbar(b["center"], b["mean"], yerr=b["std"], color="k", marker="o", ms=4, lw=1.5, label="bin mean ± std")
+    axes[0].set(
         xlabel="token probability π(o_t)",
         ylabel="||∇θ log π(o_t)||",
         title=f"per-token gradient norm: corr with π {record['corr_prob_grad_norm']:+.2f}\n"
         f"({p.size} tokens, {np.mean(p > 0.9):.0%} of them with π > 0.9)",
     )
-    ax.legend(fontsize=8)
-    ax = axes[1]
-    pt = torch.tensor(p)
-    for scheme, label in (("equal", "equal"), ("tr", "tr-surrogate"), ("reverse", "reverse-surrogate")):
-        w = token_weights(pt, scheme).numpy()
+    for scheme in ("equal", "tr", "reverse"):
+        w = token_weights(torch.tensor(p), scheme).numpy()
         bw = an.binned_means(p, w / w.mean() * g, bins)
         cv = record.get("weighted_spread", {}).get(scheme, {}).get("cv", float("nan"))
-        ax.plot(
-            bw["center"], bw["mean"], marker="o", ms=4, color=color(label), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
+        axes[1].plot(
+            bw["center"], bw["mean"], marker="o", ms=4, color=color(scheme), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
         )
-    ax.set(
+    axes[1].set(
         xlabel="token probability π(o_t)",
         ylabel="bin mean of (w / mean w) · ||∇θ log π||",
         title="weighted, mean weight divided out (Eq. 13, |γ| = 1)",
     )
-    ax.legend(fontsize=8)
+    for ax in axes:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -659,114 +627,63 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
 def plot_zero_grad(table: Sequence[dict], *, path: Path | str | None = None):
     """Share of completion tokens with zero policy gradient (I_trust = 0, Eq. 12), split by the sign of the
     advantage, per run label: rows ``{"run", "pos", "neg"}`` (means over steps and seeds)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(table)), 3.8))
     x = np.arange(len(table))
-    ax.bar(x - 0.2, [r["pos"] for r in table], 0.4, label="A > 0", color="tab:green")
-    ax.bar(x + 0.2, [r["neg"] for r in table], 0.4, label="A < 0", color="tab:red")
-    for i, r in enumerate(table):
-        ax.text(i - 0.2, r["pos"] + 0.01, f"{r['pos']:.2f}", ha="center", fontsize=8)
-        ax.text(i + 0.2, r["neg"] + 0.01, f"{r['neg']:.2f}", ha="center", fontsize=8)
-    ax.set_xticks(x, [name(r["run"]) for r in table], rotation=20, ha="right", fontsize=8)
+    for dx, key, name, c in ((-0.2, "pos", "A > 0", "tab:green"), (0.2, "neg", "A < 0", "tab:red")):
+        ax.bar(x + dx, [r[key] for r in table], 0.4, label=name, color=c)
+        for i, r in enumerate(table):
+            ax.text(i + dx, r[key] + 0.01, f"{r[key]:.2f}", ha="center", fontsize=8)
+    ax.set_xticks(x, [label(r["run"]) for r in table], rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="share of tokens with zero gradient", ylim=(0, 1.08), title="tokens the clip cuts off, by sign of A")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_final(groups: dict, labels: Sequence[str], key: str = "accuracy", *, path: Path | str | None = None):
-    """Table 4 analog as a plot: final held-out accuracy per seed (dots, same seed joined) and mean ± std."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels)), 3.8))
-    seeds = sorted({r["seed"] for lb in labels for r in groups.get(lb, [])})
-    for s in seeds:
-        ys = [next((an.final_metric(r, key) for r in groups.get(lb, []) if r["seed"] == s), np.nan) for lb in labels]
-        ax.plot(range(len(labels)), ys, color="gray", alpha=0.25, lw=0.8)
-    for i, lb in enumerate(labels):
-        v = [an.final_metric(r, key) for r in groups.get(lb, [])]
-        ax.scatter([i] * len(v), v, color=color(lb), s=18, alpha=0.7)
-        m, sd, _ = an.mean_std(v)
-        ax.errorbar([i + 0.15], [m], yerr=[sd], color=color(lb), marker="D", ms=6, capsize=4, lw=2)
-    ax.set_xticks(range(len(labels)), [name(lb) for lb in labels], rotation=20, ha="right", fontsize=8)
-    ax.set(ylabel=f"final held-out {key}", title="after RL (dots: seeds, lines join a seed's runs)")
-    fig.tight_layout()
-    return _save(fig, path)
-
-
 def plot_paired_deltas(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
-    """Each arm's paired difference to GRPO with its 95 % t-interval (rows of
-    :func:`trgrpo.toy_controls.arm_rows`), and the minimum detectable effect as a grey band around 0."""
-    import matplotlib.pyplot as plt
-
+    """Each arm's paired difference to GRPO with its 95 % t-interval (rows of :func:`trgrpo.tables.arm_rows`),
+    and the minimum detectable effect as a grey band around 0."""
     rows = [r for r in rows if "delta_vs_equal" in r]
     fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(rows) + 1.4))
     for i, r in enumerate(rows):
-        c = color(r["arm"])
-        ax.errorbar(
-            r["delta_vs_equal"],
-            i,
-            xerr=[[r["delta_vs_equal"] - r["ci_low"]], [r["ci_high"] - r["delta_vs_equal"]]],
-            fmt="o",
-            color=c,
-            capsize=4,
-        )
-        ax.text(
-            r["ci_high"], i, f"  p={r['p']:.2g} (Holm {r.get('p_holm', float('nan')):.2g})", va="center", fontsize=8
-        )
+        d = r["delta_vs_equal"]
+        ax.errorbar(d, i, xerr=[[d - r["ci_low"]], [r["ci_high"] - d]], fmt="o", color=color(r["arm"]), capsize=4)
+        holm = r.get("p_holm", float("nan"))
+        ax.text(r["ci_high"], i, f"  p={r['p']:.2g} (Holm {holm:.2g})", va="center", fontsize=8)
     mde = np.nanmedian([r.get("mde", np.nan) for r in rows]) if rows else np.nan
     if np.isfinite(mde):
         ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
         ax.legend(loc="upper left", fontsize=8)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(rows)), [name(r["arm"]) for r in rows])
-    ax.set_xlabel("Δ vs GRPO, same seed (95 % t-interval)")
-    ax.set_title(title)
+    ax.set_yticks(range(len(rows)), [label(r["arm"]) for r in rows])
+    ax.set(xlabel="Δ vs GRPO, same seed (95 % t-interval)", title=title)
     return _save(fig, path)
 
 
 def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
     """Held-out greedy accuracy at the fixed evaluation steps: mean over seeds per arm with its 95 % t-interval."""
-    import matplotlib.pyplot as plt
     from scipy import stats
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for j, label in enumerate(labels):
-        runs = groups.get(label, [])
-        if not runs:
+    for j, lb in enumerate(labels):
+        if not (runs := groups.get(lb, [])):
             continue
         steps = sorted({e["step"] for r in runs for e in r["eval_history"]})
-        m, lo, hi = [], [], []
+        m, q = [], []
         for st in steps:
-            v = [e["greedy_accuracy"] for r in runs for e in r["eval_history"] if e["step"] == st]
-            mean, sd, n = an.mean_std(v)
-            q = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else 0.0
-            m.append(mean), lo.append(mean - q), hi.append(mean + q)
+            mean, sd, n = an.mean_std(e["greedy_accuracy"] for r in runs for e in r["eval_history"] if e["step"] == st)
+            m.append(mean)
+            q.append(stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else 0.0)
         x = np.asarray(steps) + (j - len(labels) / 2) * 0.6
-        ax.errorbar(
-            x,
-            m,
-            yerr=[np.subtract(m, lo), np.subtract(hi, m)],
-            color=color(label),
-            marker="o",
-            ms=3,
-            capsize=2,
-            label=f"{name(label)} (n={len(runs)})",
-        )
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("held-out greedy accuracy (400 items)")
-    ax.set_title(title)
+        ax.errorbar(x, m, yerr=q, color=color(lb), marker="o", ms=3, capsize=2, label=f"{label(lb)} (n={len(runs)})")
+    ax.set(xlabel="RL step", ylabel="held-out greedy accuracy (400 items)", title=title)
     ax.legend(fontsize=7)
     return _save(fig, path)
 
 
 def plot_kl(arms: dict, *, path: Path | str | None = None):
     """KL(pi || pi_ref) (TRL's plain k3) along training under each ``kl_weighting``, one panel per beta
-    (``arms``: beta -> weighting -> records, :func:`trgrpo.toy_controls.kl_arms`)."""
-    import matplotlib.pyplot as plt
-
-    colors = {"eq10": "tab:red", "outside": "tab:blue", "plain": "tab:green"}
+    (``arms``: beta -> weighting -> records, :func:`trgrpo.tables.kl_arms`)."""
     fig, axes = plt.subplots(1, len(arms), figsize=(6.5 * len(arms), 4), squeeze=False)
     for ax, (beta, groups) in zip(axes[0], sorted(arms.items(), key=lambda kv: -float(kv[0]))):
         for kw, runs in sorted(groups.items()):
@@ -774,36 +691,32 @@ def plot_kl(arms: dict, *, path: Path | str | None = None):
             if steps.size == 0:
                 continue
             keep = steps <= min(len(r["history"]) for r in runs if r.get("history")) + 0.5
-            med = np.nanmean(m[:, keep], 0)
             for row in m[:, keep]:
-                ax.plot(steps[keep], row, color=colors.get(kw, "k"), alpha=0.12, lw=0.7)
-            ax.plot(steps[keep], med, color=colors.get(kw, "k"), lw=2, label=f"{kw} (n={len(runs)})")
+                ax.plot(steps[keep], row, color=color(kw), alpha=0.12, lw=0.7)
+            ax.plot(steps[keep], np.nanmean(m[:, keep], 0), color=color(kw), lw=2, label=f"{kw} (n={len(runs)})")
         ax.set_yscale("log")
-        ax.set_xlabel("RL step")
-        ax.set_ylabel("KL(π || π_ref), k3")
-        ax.set_title(f"β = {beta}")
+        ax.set(xlabel="RL step", ylabel="KL(π || π_ref), k3", title=f"β = {beta}")
         ax.legend(fontsize=8)
     return _save(fig, path)
 
 
 def plot_token_hist(hists: dict, *, path: Path | str | None = None):
-    """Sampled-token probabilities and their Eq. 11 weights, one column per histogram record (task or model),
-    with the shares at L, strictly between, and at U in the titles."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, len(hists), figsize=(5 * len(hists), 6), squeeze=False)
-    for j, (label, h) in enumerate(hists.items()):
+    """Sampled-token probabilities (top row) and their Eq. 11 weights (bottom row), one column per histogram record
+    (:func:`trgrpo.token_stats.weight_histogram`), with the shares at L, strictly between, and at U."""
+    fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
+    for j, (name, h) in enumerate(hists.items()):
         for i, (edges, counts, xl) in enumerate(
-            [(h["bins"], h["prob_counts"], "π(o_t) of sampled tokens"), (h["weight_bins"], h["weight_counts"], "w")]
+            [
+                (h["bins"], h["prob_counts"], "π of the sampled token"),
+                (h["weight_bins"], h["weight_counts"], "w (Eq. 11)"),
+            ]
         ):
-            ax = axes[i][j]
             e = np.asarray(edges)
             frac = np.asarray(counts, float) / max(1, h["n_tokens"])
-            ax.bar(e[:-1], frac, width=np.diff(e), align="edge", color="tab:blue" if i == 0 else "tab:orange")
-            ax.set_xlabel(xl)
-            ax.set_ylabel("share of tokens")
+            axes[i][j].bar(e[:-1], frac, width=np.diff(e), align="edge", color=f"C{i}", edgecolor="white")
+            axes[i][j].set(xlabel=xl, ylabel="share of tokens")
         axes[0][j].set_title(
-            f"{label}: {h['n_tokens']} tokens\nw = L {h['share_at_lower']:.1%}, between {h['share_between']:.1%}, "
+            f"{name}: {h['n_tokens']} tokens\nw = L {h['share_at_lower']:.1%}, between {h['share_between']:.1%}, "
             f"w = U {h['share_at_upper']:.1%}",
             fontsize=9,
         )
@@ -816,24 +729,22 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
     :func:`trgrpo.answers.forest_rows`), thin line the 95 % t-interval, thick line the interval at the
     level of Holm's first step over its family (the one the verdicts read), an open black diamond the paper's own
     effect of that arm (Table 4 or 7, Qwen2.5-3B on K&K) where the paper has one."""
-    import matplotlib.pyplot as plt
-
     rows = list(rows)
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
-    labels, drawn = [], False
+    drawn = False
     for i, r in enumerate(rows):
         y = len(rows) - 1 - i
-        c = color(r["arm"].split("-tau")[0]) if r["group"] == "toy/controls" else "tab:blue"
+        c = color(r["arm"]) if r["group"] == "toy/controls" else color("tr")
         ax.plot(r["ci95"], [y, y], color=c, lw=1.2)
         ax.plot(r["ci"], [y, y], color=c, lw=4, alpha=0.45, solid_capstyle="butt")
         ax.plot(r["delta"], y, "o", color=c)
         if r.get("paper_effect") is not None:
-            label = None if drawn else "the paper's effect"
-            ax.plot(r["paper_effect"], y, "D", color="k", mfc="none", ms=7, label=label)
+            ax.plot(
+                r["paper_effect"], y, "D", color="k", mfc="none", ms=7, label=None if drawn else "the paper's effect"
+            )
             drawn = True
-        labels.append(f"{r['label']} (n = {r['n']})")
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(rows)), labels[::-1])
+    ax.set_yticks(range(len(rows)), [f"{r['label']} (n = {r['n']})" for r in rows][::-1])
     ax.set_xlabel("Δ primary metric vs GRPO, same seed (thin: 95 % t-interval; thick: at the verdict's level)")
     if drawn:
         ax.legend(loc="lower right", fontsize=8)
@@ -841,53 +752,123 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
     return _save(fig, path)
 
 
-# ---- search_plots: Figures of notebook 07 (agentic search, Section 4.2.3 / Table 3): training curves and EM per que
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D")
 
 
-def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float]]:
-    steps = sorted({s for c in curves for s, _ in c})
-    means = []
-    for s in steps:
-        vals = [v for c in curves for t, v in c if t == s and v is not None]
-        means.append(sum(vals) / len(vals) if vals else float("nan"))
-    return steps, means
+def plot_trajectories(
+    records: Sequence[dict], key: str, *, ax=None, title: str | None = None, ylabel: str | None = None
+):
+    """Figure 3 (key='grad_norm') / Figure 4 (key='reward') analog for trainer runs: seeds faint, median bold. Each
+    variant (:func:`trgrpo.tables.variant`) has its scheme's colour and its own line style and marker, so equal
+    curves (GRPO and TR-GRPO often coincide early) stay both visible."""
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
+    for i, (name, runs) in enumerate(sorted(an.group_by(records, variant).items())):
+        series = [[np.nan if h.get(key) is None else float(h[key]) for h in r.get("history", [])] for r in runs]
+        if not (n := min(len(s) for s in series)):
+            continue
+        arr, x = np.array([s[:n] for s in series]), np.arange(1, n + 1)
+        c, style, every = color(runs[0]["scheme"]), LINE_STYLES[i % 4], max(1, n // 10)
+        for s in arr:
+            ax.plot(x, s, color=c, ls=style, alpha=0.25, lw=0.8)
+        ax.plot(x, np.nanmedian(arr, axis=0), color=c, ls=style, lw=2.0, marker=MARKERS[i % 4], ms=4,
+                markevery=((i * every // 2) % every, every), label=f"{name} (n={len(runs)})")  # fmt: skip
+    ax.set(xlabel="training step", ylabel=ylabel or key, title=title or key)
+    ax.legend(fontsize=7)
+    if fig.get_layout_engine() is None:  # a constrained figure of several panels lays itself out
+        fig.tight_layout()
+    return fig
+
+
+def plot_accuracy_by_size(records: Sequence[dict], *, ax=None, title: str = "K&K accuracy by number of people"):
+    """Figure 2 analog: final accuracy per puzzle size for each variant (mean over seeds)."""
+    rows = kk_table(records)
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
+    width, x = 0.8 / max(1, len(rows)), np.arange(len(KK_SIZES))
+    for i, row in enumerate(rows):
+        vals = [row[k] if isinstance(row[k], float) else np.nan for k in KK_SIZES]
+        ax.bar(x + i * width, vals, width, label=f"{row['variant']} (n={row['n_seeds']})")
+    ax.set_xticks(x + width * (len(rows) - 1) / 2, KK_SIZES)
+    ax.set(xlabel="number of people", ylabel="accuracy", ylim=(0, 1), title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_stage0(decision: dict, plan: dict, path: Any = None):
+    """Per stage-0 candidate (notebook 03, Part B), the share of sampled tokens strictly between L and U before and
+    after the GRPO probe, with the plan's two thresholds: where Eq. 11 can regulate on the real model."""
+    rows = decision["candidates"]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    for dx, when, c in ((-0.2, "before", "C0"), (0.2, "after", "C1")):
+        name = "before RL" if when == "before" else f"after {plan['probe']['steps']} GRPO steps"
+        ax.bar(x + dx, [r[when]["share_between"] for r in rows], width=0.4, color=c, label=name)
+    for key, style in (("share_between_before_min", "--"), ("share_between_after_min", ":")):
+        ax.axhline(plan["accept"][key], color="k", ls=style, lw=1, label=f"plan: {key.replace('_', ' ')}")
+    for i, r in enumerate(rows):  # the other half of the rule: room to learn
+        acc = f"sampled accuracy\n{r['before']['sampled_accuracy']:.2f} → {r['after']['sampled_accuracy']:.2f}"
+        ax.annotate(acc, (i, 0.005), ha="center", va="bottom", fontsize=8, color="white", fontweight="bold")
+    ax.set_xticks(x, [f"{r['id']} ({r['kind']}, {r['range'][0]}–{r['range'][1]})" for r in rows])
+    ax.set(ylim=(0, 0.32), ylabel="share of sampled tokens with L < w < U")
+    ax.legend(fontsize=8, loc="upper right", ncols=2)
+    m = plan["measure"]
+    ax.set_title(
+        f"SmolLM2-135M-Instruct, stage 0: {m['n_prompts']} prompts × {m['samples_per_prompt']} samples "
+        f"at T = {m['temperature']}, seed {plan['probe']['seed']}",
+        fontsize=9,
+    )
+    return _save(fig, path)
+
+
+def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
+    """Held-out greedy accuracy along each run of the stress arm, one panel per seed, the arms side by side."""
+    by = by_arm_seed(records)
+    seeds = sorted({s for _, s in by})
+    fig, axes = plt.subplots(1, len(seeds), figsize=(3.2 * len(seeds), 3.2), sharey=True, layout="constrained",
+                             squeeze=False)  # fmt: skip
+    for ax, seed in zip(axes[0], seeds):
+        for arm in (a["id"] for a in plan["arms"]):
+            if (rec := by.get((arm, seed))) is not None:
+                ev = rec["eval_history"]
+                ax.plot([e["step"] for e in ev], [e["accuracy"] for e in ev], "o-", color=color(arm), label=arm)
+        ax.set(title=f"seed {seed}", xlabel="step")
+    axes[0, 0].set_ylabel("held-out greedy accuracy")
+    axes[0, 0].legend(fontsize=8)
+    b = plan["base"]
+    fig.suptitle(
+        f"SmolLM2-135M-Instruct, stress arm: lr {b['learning_rate']:g}, {b['steps']} steps, "
+        f"{b['n_eval']} held-out problems, {len(seeds)} paired seeds",
+        fontsize=10,
+    )
+    return _save(fig, path)
 
 
 def plot_search_curves(records: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
     """Reward (Eq. 14) and grad-norm per step, and greedy EM before/after (or every ``eval_every`` steps):
     GRPO vs TR-GRPO, one thin line per seed, the mean over seeds bold."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    panels = [("reward", "reward (Eq. 14, mean of the step's rollouts)"), ("grad_norm", "grad norm"), ("eval", "")]
-    schemes = [s for s in SCHEME_COLORS if any(r["scheme"] == s for r in records)]
+    panels = [("reward", "reward (Eq. 14, mean of the step's rollouts)"), ("grad_norm", "grad norm")]
+    panels.append(("eval", "greedy EM, held-out questions"))
     for ax, (key, ylabel) in zip(axes, panels):
-        for scheme in schemes:
-            runs = [r for r in records if r["scheme"] == scheme]
+        marker = "o" if key == "eval" else None
+        for scheme in ("equal", "tr", "reverse", "random"):
+            if not (runs := [r for r in records if r["scheme"] == scheme]):
+                continue
             if key == "eval":
                 curves = [[(p["step"], p["em"]) for p in r.get("eval_curve", [])] for r in runs]
             else:
-                curves = [[(h["step"], h.get(key)) for h in r["history"] if h.get(key) is not None] for r in runs]
-            for c in curves:
-                if c:
-                    ax.plot(
-                        *zip(*c), color=SCHEME_COLORS[scheme], alpha=0.3, lw=1, marker="o" if key == "eval" else None
-                    )
-            steps, means = _mean_curve(curves)
+                curves = [[(h["step"], h[key]) for h in r["history"] if h.get(key) is not None] for r in runs]
+            for c in filter(None, curves):
+                ax.plot(*zip(*c), color=color(scheme), alpha=0.3, lw=1, marker=marker)
+            steps = sorted({s for c in curves for s, _ in c})
             if steps:
-                label = f"{SCHEME_LABELS.get(scheme, scheme)} (mean of {len(runs)} seed{'s' * (len(runs) > 1)})"
-                ax.plot(
-                    steps,
-                    means,
-                    color=SCHEME_COLORS[scheme],
-                    lw=2.2,
-                    label=label,
-                    marker="o" if key == "eval" else None,
-                )
+                means = [an.mean_std(v for c in curves for t, v in c if t == s)[0] for s in steps]
+                name = f"{label(scheme)} (mean of {len(runs)} seed{'s' * (len(runs) > 1)})"
+                ax.plot(steps, means, color=color(scheme), lw=2.2, label=name, marker=marker)
         if key == "eval":
             ax.set_ylim(0.0, max(0.1, min(1.0, ax.get_ylim()[1] * 1.1)))
-        ax.set_xlabel("RL step")
-        ax.set_ylabel(ylabel if key != "eval" else "greedy EM, held-out questions")
+        ax.set(xlabel="RL step", ylabel=ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     if title:
@@ -896,29 +877,39 @@ def plot_search_curves(records: Sequence[dict[str, Any]], *, title: str = "", pa
     return _save(fig, path)
 
 
+QUESTION_TYPES = (
+    "one-hop",
+    "two-hop",
+    "comparison",
+    "nq",
+    "triviaqa",
+    "popqa",
+    "hotpotqa",
+    "2wikimultihopqa",
+    "musique",
+)
+
+
 def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
     """Grouped bars of EM per question type (Table 3's columns) for each method row
     (``{"method": ..., "em_by_type": {...}}``)."""
-    import matplotlib.pyplot as plt
-
-    types = sorted({t for r in rows for t in r.get("em_by_type", {})}, key=_type_order)
+    order = {t: i for i, t in enumerate(QUESTION_TYPES)}
+    types = sorted({t for r in rows for t in r.get("em_by_type", {})}, key=lambda t: (order.get(t, len(order)), t))
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(types) * max(1, len(rows)) / 3, 3.4))
     width = 0.8 / max(1, len(rows))
     for i, r in enumerate(rows):
         xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(types))]
-        ys = [100 * r["em_by_type"].get(t, float("nan")) for t in types]
-        ax.bar(xs, ys, width=width, label=r.get("method", f"row {i}"))
+        ax.bar(
+            xs,
+            [100 * r["em_by_type"].get(t, float("nan")) for t in types],
+            width=width,
+            label=r.get("method", f"row {i}"),
+        )
     ax.set_xticks(range(len(types)), types)
-    ax.set_ylabel("exact match (%)")
-    ax.set_ylim(0, 100)
+    ax.set(ylabel="exact match (%)", ylim=(0, 100))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
-
-
-def _type_order(t: str) -> tuple[int, str]:
-    order = ["one-hop", "two-hop", "comparison", "nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique"]
-    return (order.index(t) if t in order else len(order), t)

@@ -1,25 +1,36 @@
-"""Tables and figures of the paper from our ``results/`` records (Tables 1, 2, 4, 7, 8, 9; Figures 2-4).
+"""Tables and summaries from our ``results/`` records: the paper's tables beside ours (notebooks 05-08), the toy
+controls grids (notebook 03, Part A; paper Section 4.3) and the real-LM experiment (notebook 03, Part B).
 
-Each of our rows carries its label: model, scale (steps x prompts x group), seeds, machine. A table cell we
-have no run for says so ("no run") rather than staying blank. Figures follow the repository convention:
-per-seed traces faint, the median across seeds bold.
+Each of our rows carries its label: model, scale (steps x prompts x group), seeds, machine. A table cell we have
+no run for says so ("no run") rather than staying blank. :data:`LABELS` is the one display name of every scheme,
+toy arm and KL weighting (figures and verdicts use it too).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import git_commit, git_dirty, write_result
+from trgrpo import paper
+from trgrpo.experiment import write_result
 from trgrpo.fullscale import short_model_name
-from trgrpo.stats import mean_std
-from trgrpo.tasks.addition import MAX_COMPLETION, generate, parse_answer, records, splits
-from trgrpo.toy import GROUP, run_label, warm_start
+from trgrpo.stats import (
+    comparison_table,
+    family_alpha,
+    grad_norm_per_mean_weight,
+    group_by,
+    history_mean,
+    holm,
+    mean_std,
+    min_detectable_effect,
+    paired_t,
+    trajectory_stats,
+)
+from trgrpo.toy import load_runs, run_label
 from trgrpo.toy_controls import (
     ARMS,
     BASELINE,
@@ -37,16 +48,38 @@ from trgrpo.toy_controls import (
     TAUS,
 )
 
-KK_SIZES = (3, 4, 5, 6, 7)
 NO_RUN = "no run"
+
+# Display names: record["scheme"], the toy arms (trgrpo.toy.run_label), the LM arms, the KL weightings
+LABELS = {
+    "equal": "GRPO",
+    "grpo": "GRPO",
+    "tr": "TR-GRPO",
+    "tr-surrogate": "TR (surrogate)",
+    "tr-ratio": "TR (ratio, Eq. 9 as printed)",
+    "const-surrogate": "const (scale only)",
+    "tr_norm-surrogate": "tr_norm (regulation only)",
+    "reverse": "Reverse (2 − w)",
+    "reverse-surrogate": "Reverse",
+    "random": "Random (surrogate)",
+    "equal-randomreward": "GRPO, random reward",
+    "eq10": "KL inside the weight (Eq. 10)",
+    "outside": "KL outside the weight",
+    "plain": "plain KL (Eq. 6)",
+}
+
+
+def label(key: str) -> str:
+    """The display name of a scheme or arm id (``tr-surrogate-tau2`` -> ``TR (surrogate), τ = 2``)."""
+    if "-tau" in key:
+        base, tau = key.split("-tau", 1)
+        return f"{LABELS.get(base, base)}, τ = {tau}"
+    return LABELS.get(key, key)
 
 
 def variant(record: dict) -> str:
     """A readable name for what a run varies: scheme, and tau / (L, U) / placement when not the default."""
     s = record.get("spec", {})
-    name = {"equal": "GRPO (equal)", "tr": "TR-GRPO", "reverse": "Reverse", "random": "Random"}.get(
-        record["scheme"], record["scheme"]
-    )
     extra = []
     if record["scheme"] in ("tr", "reverse"):
         if s.get("tau", 9.0) != 9.0:
@@ -57,7 +90,7 @@ def variant(record: dict) -> str:
             extra.append(s["placement"])
         if s.get("tau_mode", "scale") != "scale":
             extra.append(f"tau_mode={s['tau_mode']}")
-    return name + (f" [{', '.join(extra)}]" if extra else "")
+    return label(record["scheme"]) + (f" [{', '.join(extra)}]" if extra else "")
 
 
 def scale_label(records: list[dict]) -> str:
@@ -73,27 +106,30 @@ def scale_label(records: list[dict]) -> str:
     )
 
 
-def group_by_variant(records: Iterable[dict]) -> dict[tuple[str, str], list[dict]]:
-    out: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in records:
-        out[(str(r.get("model")), variant(r))].append(r)
-    return dict(out)
+def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """Render a list of dicts as a Markdown table (for notebooks, the README and issue notes)."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# The paper's tables (notebooks 05, 06, 08)
 
 
 def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
-    for (model, name), runs in group_by_variant(records).items():
+    for (model, name), runs in group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
-        for k in KK_SIZES:
-            vals = [
-                r[key]["by_n_people"].get(str(k), r[key]["by_n_people"].get(k))
-                for r in runs
-                if r.get(key) and "by_n_people" in r[key]
-            ]
+        finals = [r[key] for r in runs if r.get(key)]
+        for k in paper.KK_SIZES:
+            vals = [f["by_n_people"].get(k, f["by_n_people"].get(int(k))) for f in finals if "by_n_people" in f]
             vals = [v for v in vals if v is not None]
-            row[str(k)] = round(statistics.fmean(vals), 3) if vals else NO_RUN
-        avg, sd, _ = mean_std([r[key]["avg"] for r in runs if r.get(key) and "avg" in r[key]])
+            row[k] = round(statistics.fmean(vals), 3) if vals else NO_RUN
+        avg, sd, _ = mean_std([f["avg"] for f in finals if "avg" in f])
         row["Avg."] = round(avg, 3) if avg == avg else NO_RUN
         row["sd"] = round(sd, 3) if sd == sd else NO_RUN
         rows.append(row)
@@ -120,94 +156,6 @@ def cost_table(records: Iterable[dict]) -> list[dict]:
     return rows
 
 
-def trajectories(records: Iterable[dict], key: str) -> dict[str, list[list[float]]]:
-    """Per variant, the per-seed series of ``history[key]``."""
-    out: dict[str, list[list[float]]] = defaultdict(list)
-    for r in records:
-        series = [h.get(key) for h in r.get("history", [])]
-        out[variant(r)].append([float("nan") if v is None else float(v) for v in series])
-    return dict(out)
-
-
-LINE_STYLES = ("-", "--", "-.", ":")
-MARKERS = ("o", "s", "^", "D")
-
-
-def plot_trajectories(
-    records: Iterable[dict], key: str, *, ax=None, title: str | None = None, ylabel: str | None = None
-):
-    """Figure 3 (key='grad_norm') / Figure 4 (key='reward') analog: seeds faint, median bold. Each variant has its
-    own colour, line style and marker, so equal curves (GRPO and TR-GRPO often coincide early) stay both visible."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
-    for i, (name, runs) in enumerate(sorted(trajectories(records, key).items())):
-        color, style, marker = f"C{i}", LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
-        n = min(len(s) for s in runs) if runs else 0
-        if n == 0:
-            continue
-        arr = np.array([s[:n] for s in runs], dtype=float)
-        x = np.arange(1, n + 1)
-        for s in arr:
-            ax.plot(x, s, color=color, ls=style, alpha=0.25, lw=0.8)
-        every = max(1, n // 10)  # markers staggered between variants so they do not sit on each other
-        ax.plot(
-            x,
-            np.nanmedian(arr, axis=0),
-            color=color,
-            ls=style,
-            lw=2.0,
-            marker=marker,
-            ms=4,
-            markevery=((i * every // 2) % every, every),
-            label=f"{name} (n={len(runs)})",
-        )
-    ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel or key)
-    ax.set_title(title or key)
-    ax.legend(fontsize=7)
-    if fig.get_layout_engine() is None:  # a constrained figure of several panels lays itself out
-        fig.tight_layout()
-    return fig
-
-
-def plot_accuracy_by_size(records: Iterable[dict], *, ax=None, title: str = "K&K accuracy by number of people"):
-    """Figure 2 analog: final accuracy per puzzle size for each variant (mean over seeds)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    rows = kk_table(records)
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
-    width = 0.8 / max(1, len(rows))
-    x = np.arange(len(KK_SIZES))
-    for i, row in enumerate(rows):
-        vals = [row[str(k)] if isinstance(row[str(k)], float) else np.nan for k in KK_SIZES]
-        ax.bar(x + i * width, vals, width, label=f"{row['variant']} (n={row['n_seeds']})")
-    ax.set_xticks(x + width * (len(rows) - 1) / 2, [str(k) for k in KK_SIZES])
-    ax.set_xlabel("number of people")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1)
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """Render a list of dicts as a Markdown table (for notebooks, the README and issue notes)."""
-    if not rows:
-        return "(no rows)"
-    columns = columns or list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The paper's tables beside ours (notebook 08)
-
 METHOD_TO_SCHEME = {
     "GRPO": "equal",
     "Equal weight": "equal",
@@ -215,7 +163,8 @@ METHOD_TO_SCHEME = {
     "Random weight": "random",
     "Reverse weight": "reverse",
 }
-MATH_COLUMNS = {
+# Table 2's columns in our math records: column -> (benchmark, metric)
+MATH_FIELDS = {
     "olympiad_bench": ("olympiadbench", "accuracy"),
     "minerva": ("minerva", "accuracy"),
     "math500": ("math500", "accuracy"),
@@ -232,7 +181,6 @@ def _default_weight(spec: dict) -> bool:
 
 def _match(records: list[dict], paper_row: dict, table: int) -> list[dict]:
     """Our runs that correspond to one printed row (same model, scheme and, for Table 7, the swept value)."""
-    model = paper_row.get("model")
     out = []
     for r in records:
         spec = r.get("spec", {})
@@ -243,32 +191,22 @@ def _match(records: list[dict], paper_row: dict, table: int) -> list[dict]:
                 or r.get("task") != "kk"
             ):
                 continue
-            v = paper_row["value"]
-            if (
-                paper_row["parameter"] == "tau"
-                and spec.get("tau") == v
-                and (spec.get("lower"), spec.get("upper")) == (1.0, 1.4)
-            ):
-                out.append(r)
-            elif (
-                paper_row["parameter"] != "tau"
-                and (spec.get("lower"), spec.get("upper")) == tuple(v)
-                and spec.get("tau") == 9.0
+            v, tau, lu = paper_row["value"], spec.get("tau"), (spec.get("lower"), spec.get("upper"))
+            if (paper_row["parameter"] == "tau" and tau == v and lu == (1.0, 1.4)) or (
+                paper_row["parameter"] != "tau" and lu == tuple(v) and tau == 9.0
             ):
                 out.append(r)
             continue
-        if short_model_name(r.get("model")) != model:
+        if short_model_name(r.get("model")) != paper_row.get("model"):
             continue
         method = paper_row.get("method")
         if method == "base":
             if r.get("initial"):
                 out.append({**r, "final": r["initial"]})
-            continue
-        if METHOD_TO_SCHEME.get(method) != r["scheme"] or not _default_weight(spec):
-            continue
-        if table == 2 and spec.get("task_options", {}).get("train") != MATH_DATASETS.get(paper_row.get("dataset")):
-            continue
-        out.append(r)
+        elif METHOD_TO_SCHEME.get(method) == r["scheme"] and _default_weight(spec):
+            train = spec.get("task_options", {}).get("train")
+            if table != 2 or train == MATH_DATASETS.get(paper_row.get("dataset")):
+                out.append(r)
     return out
 
 
@@ -277,15 +215,16 @@ def _our_value(runs: list[dict], column: str, table: int) -> float | None:
     for r in runs:
         final = r.get("final") or {}
         if table in (1, 4, 7, 9):
-            v = final.get("avg") if column == "avg" else (final.get("by_n_people") or {}).get(column)
-            if v is None:
-                v = (final.get("by_n_people") or {}).get(int(column)) if column.isdigit() else None
+            by_n = final.get("by_n_people") or {}
+            v = final.get("avg") if column == "avg" else by_n.get(column)
+            if v is None and column.isdigit():
+                v = by_n.get(int(column))
         elif table == 2:
             if column == "avg":
-                parts = [_our_value([r], c, 2) for c in MATH_COLUMNS]
-                v = statistics.fmean(parts) if parts and all(p is not None for p in parts) else None
+                parts = [_our_value([r], c, 2) for c in MATH_FIELDS]
+                v = statistics.fmean(parts) if all(p is not None for p in parts) else None
             else:
-                name, metric = MATH_COLUMNS[column]
+                name, metric = MATH_FIELDS[column]
                 v = (final.get("by_set", {}).get(name) or {}).get(metric)
                 v = None if v is None else 100 * v
         else:  # table 3: exact match in percent, per dataset
@@ -297,8 +236,6 @@ def _our_value(runs: list[dict], column: str, table: int) -> float | None:
 
 def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
     """Every printed row of a paper table, each cell 'paper / ours' ('no run' where we have none), plus our label."""
-    from trgrpo import paper
-
     t = paper.table(table)
     records = list(records)
     rows = []
@@ -307,48 +244,20 @@ def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
         row = {k: prow[k] for k in t.index}
         for c in t.columns:
             ours = _our_value(runs, c, table) if runs else None
-            p = prow.get(c)
-            row[c] = f"{p} / {NO_RUN if ours is None else round(ours, 3 if table != 2 else 2)}"
+            row[c] = f"{prow.get(c)} / {NO_RUN if ours is None else round(ours, 3 if table != 2 else 2)}"
         row["ours"] = scale_label(runs) + f", n={len(runs)}" if runs else NO_RUN
         rows.append(row)
     return rows
 
 
-# ---- toy_controls_summary: Summaries of the toy controls grids (notebook 03, Part A; paper Section 4.3), from their
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Metrics of a record
-
-
-def eval_at(record: dict, step: int, key: str = "greedy_accuracy") -> float:
-    """The held-out ``key`` of ``record``'s evaluation at ``step`` (NaN when there is none)."""
-    for e in record.get("eval_history", []):
-        if e.get("step") == step:
-            return float(e[key])
-    return math.nan
+# The toy controls grids (notebook 03, Part A): the plan's metric, paired differences, the summary records
 
 
 def primary_metric(record: dict, steps: Sequence[int] = EVAL_STEPS) -> float:
     """The plan's primary metric: mean greedy accuracy over the evaluations at ``steps`` (NaN if one lacks)."""
-    vals = [eval_at(record, s) for s in steps]
+    at = {e.get("step"): float(e["greedy_accuracy"]) for e in record.get("eval_history", [])}
+    vals = [at.get(s, math.nan) for s in steps]
     return float(sum(vals) / len(vals)) if all(math.isfinite(v) for v in vals) else math.nan
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Summaries
-
-
-def load_group(group: str, results_dir: Path | str | None = None) -> list[dict]:
-    from trgrpo.toy import load_runs
-
-    return load_runs(results_dir, group=group)
-
-
-def _label(record: dict) -> str:
-    from trgrpo.toy import run_label
-
-    return run_label(record)
 
 
 def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], value=primary_metric) -> list[dict]:
@@ -356,8 +265,6 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
     difference to the baseline on common seeds with 95 % t-interval, p, Holm-adjusted p over the arms compared, the
     sign count (ties apart) and the minimum detectable effect at this n (power 80 %): ``mde`` at two-sided 5 %,
     ``mde_family`` at 5 % / m, the level of Holm's first step over the m arms compared."""
-    from trgrpo.stats import family_alpha, holm, mean_std, min_detectable_effect, paired_t
-
     base = {r["seed"]: r for r in arms.get(baseline, [])}
     rows = []
     for arm in order:
@@ -368,9 +275,7 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
         row = {"arm": arm, "runs": [r["name"] for r in runs], "n": n, "mean": m, "std": s}
         if arm != baseline:
             seeds = [r["seed"] for r in runs if r["seed"] in base]
-            t = [value(r) for r in runs if r["seed"] in base]
-            c = [value(base[sd]) for sd in seeds]
-            res = paired_t(t, c)
+            res = paired_t([value(r) for r in runs if r["seed"] in base], [value(base[sd]) for sd in seeds])
             row.update(
                 n_pairs=res["n"],
                 seeds=seeds,
@@ -387,408 +292,9 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
         rows.append(row)
     compared = [r for r in rows if "p" in r]
     for r, p_adj in zip(compared, holm([r["p"] for r in compared])):
-        # Holm's adjusted p, and the detectable effect at the level of Holm's first step (alpha / m), the level at
-        # which a verdict reads its interval
         r["p_holm"] = p_adj
         r["family_size"] = len(compared)
         r["mde_family"] = min_detectable_effect(r["sd_diff"], r["n_pairs"], alpha=family_alpha(len(compared)))
-    return rows
-
-
-def controls_summary(
-    results_dir: Path | str | None = None, *, write: bool = True, eval_steps: Sequence[int] = EVAL_STEPS
-) -> dict:
-    """``results/toy/controls/summary.json``: the primary metric per arm and its paired difference to GRPO
-    (``eval_steps``: the plan's, other values only for smoke runs)."""
-    recs = load_group(CONTROLS_GROUP, results_dir)
-    arms: dict[str, list[dict]] = {}
-    for r in recs:
-        arms.setdefault(_label(r), []).append(r)
-    rows = arm_rows(arms, BASELINE, list(ARMS), value=lambda r: primary_metric(r, eval_steps))
-    out = {
-        "kind": "controls_summary",
-        "primary_metric": PRIMARY_METRIC
-        if tuple(eval_steps) == EVAL_STEPS
-        else f"mean greedy accuracy at {eval_steps}",
-        "eval_steps": list(eval_steps),
-        "baseline": BASELINE,
-        "task": TASK,
-        "rows": rows,
-        "cost": _cost(recs),
-        "provenance": _provenance(recs),
-    }
-    if write:
-        write_result(CONTROLS_GROUP, "summary", out, results_dir)
-    return out
-
-
-def kl_label(record: dict) -> str:
-    spec = record.get("spec", {})
-    return f"{spec.get('kl_weighting')}-beta{float(spec.get('beta')):g}"
-
-
-def kl_window(record: dict, first: int = 41, last: int = STEPS) -> float:
-    """Mean of TRL's logged ``kl`` (plain k3 of pi against pi_ref, Eq. 6) over steps ``first``..``last``."""
-    vals = [h["kl"] for h in record.get("history", []) if first <= h.get("step", 0) <= last and "kl" in h]
-    return float(sum(vals) / len(vals)) if vals else math.nan
-
-
-def short_metric(record: dict) -> float:
-    """The KL and tau grids' metric: mean greedy accuracy at steps 20, 40, 60."""
-    return primary_metric(record, EVAL_STEPS)
-
-
-def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[dict]]]:
-    """beta -> kl_weighting -> records (eq10 at beta = 0.001: the controls grid's tr-surrogate runs)."""
-    out: dict[str, dict[str, list[dict]]] = {f"{b:g}": {} for b in KL_BETAS}
-    for r in load_group(KL_GROUP, results_dir):
-        out.setdefault(f"{float(r['spec']['beta']):g}", {}).setdefault(r["spec"]["kl_weighting"], []).append(r)
-    ctrl = [r for r in load_group(CONTROLS_GROUP, results_dir) if _label(r) == "tr-surrogate"]
-    out["0.001"]["eq10"] = [r for r in ctrl if r["seed"] in set(KL_SEEDS)]
-    return out
-
-
-def kl_summary(
-    results_dir: Path | str | None = None, *, write: bool = True, eval_steps: Sequence[int] = EVAL_STEPS
-) -> dict:
-    """Reading 3 per beta: accuracy (steps 20-60) and KL(pi || pi_ref) (TRL's plain k3, mean over steps 41-60)
-    per KL weighting, each paired against ``plain`` (Eq. 6) on the same seeds."""
-    arms = kl_arms(results_dir)
-    last = max(eval_steps)
-    first = last - last // 3 + 1  # the last third of the run: steps 41-60 of 60
-
-    def acc(r: dict) -> float:
-        return primary_metric(r, eval_steps)
-
-    def kl(r: dict) -> float:
-        return kl_window(r, first, last)
-
-    by_beta = {}
-    for beta, groups in arms.items():
-        order = list(KL_WEIGHTINGS)
-        by_beta[beta] = {
-            "accuracy": arm_rows(groups, "plain", order, value=acc),
-            "kl_steps_41_60": arm_rows(groups, "plain", order, value=kl),
-        }
-    recs = load_group(KL_GROUP, results_dir)
-    out = {
-        "kind": "kl_summary",
-        "metric": PRIMARY_METRIC,
-        "eval_steps": list(eval_steps),
-        "kl_steps": [first, last],
-        "baseline": "plain",
-        "by_beta": by_beta,
-        "cost": _cost(recs),
-        "provenance": _provenance(recs),
-    }
-    if write:
-        write_result(KL_GROUP, "summary", out, results_dir)
-    return out
-
-
-def tau_summary(
-    results_dir: Path | str | None = None, *, write: bool = True, eval_steps: Sequence[int] = EVAL_STEPS
-) -> dict:
-    """Table 7 at toy scale: every tau and GRPO on the same seeds (tau = 9 and GRPO from the controls grid),
-    compared at steps 20, 40, 60."""
-    recs = load_group(TAU_GROUP, results_dir)
-    seeds = set(TAU_SEEDS)
-    arms: dict[str, list[dict]] = {}
-    for r in load_group(CONTROLS_GROUP, results_dir):
-        if r["seed"] in seeds and _label(r) in ("equal", "tr-surrogate"):
-            arms.setdefault(_label(r), []).append(r)
-    for r in recs:
-        arms.setdefault(_label(r), []).append(r)
-    order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*TAUS, 9.0})]
-    out = {
-        "kind": "tau_summary",
-        "metric": PRIMARY_METRIC,
-        "eval_steps": list(eval_steps),
-        "rows": arm_rows(arms, BASELINE, order, value=lambda r: primary_metric(r, eval_steps)),
-        "cost": _cost(recs),
-        "provenance": _provenance(recs),
-    }
-    if write:
-        write_result(TAU_GROUP, "summary", out, results_dir)
-    return out
-
-
-def _cost(recs: Sequence[dict]) -> dict:
-    from trgrpo.tables import grid_cost
-
-    return grid_cost(recs)
-
-
-def _provenance(recs: Sequence[dict]) -> dict:
-    return {
-        "commits": sorted({str(r.get("git_commit")) for r in recs}),
-        "dirty": sorted({str(r.get("git_dirty")) for r in recs}),
-        "machine": sorted(
-            {
-                f"{m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs"
-                for m in (r.get("machine") or {} for r in recs)
-            }
-        )[:3],
-    }
-
-
-SUMMARIES = {"controls": controls_summary, "kl": kl_summary, "tau": tau_summary}
-
-
-# ---- toy_analysis: Per-token gradient analysis and the tables of the toy grid (notebook 03).
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Per-token gradient norms (Theorem 3.1 / Eq. 8 and Theorem 3.2 / Eq. 13 at toy scale)
-
-
-def token_grad_norms(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    seed: int = 0,
-) -> dict:
-    """Sample one completion per prompt, then for every completion token o_t: pi(o_t) at ``temperature`` (as the
-    trainer's weight sees it) and ||grad_theta log pi(o_t)||_2 over all parameters, one backward pass per token.
-
-    A minimal fallback; :func:`token_grad_analysis` uses :func:`trgrpo.theory.per_token_grad_norms` when that
-    module is there. Returns lists ``prob``, ``grad_norm``, ``position``, ``token``, ``sequence``, and
-    ``completions`` (one per prompt).
-    """
-    import torch
-
-    completions = generate(
-        model, tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, seed=seed
-    )
-    params = [p for p in model.parameters() if p.requires_grad]
-    was_training = model.training
-    model.eval()
-    out: dict[str, list] = {"prob": [], "grad_norm": [], "position": [], "token": [], "sequence": []}
-    try:
-        for i, (prompt, comp) in enumerate(zip(prompts, completions)):
-            p_ids = tokenizer(prompt)["input_ids"]
-            c_ids = tokenizer(comp)["input_ids"] + [tokenizer.eos_token_id]
-            logits = model(input_ids=torch.tensor([p_ids + c_ids])).logits[0, len(p_ids) - 1 : -1] / temperature
-            tok_logp = torch.log_softmax(logits.float(), dim=-1)[torch.arange(len(c_ids)), torch.tensor(c_ids)]
-            for t in range(len(c_ids)):
-                grads = torch.autograd.grad(tok_logp[t], params, retain_graph=t < len(c_ids) - 1, allow_unused=True)
-                out["prob"].append(float(tok_logp[t].exp()))
-                out["grad_norm"].append(sum(float((g.double() ** 2).sum()) for g in grads if g is not None) ** 0.5)
-                out["position"].append(t)
-                out["token"].append(tokenizer.convert_ids_to_tokens(c_ids[t]))
-                out["sequence"].append(i)
-    finally:
-        model.train(was_training)
-    out["completions"] = completions
-    return out
-
-
-def _theory_token_grad_norms(model, tokenizer, prompts, *, max_new_tokens: int, temperature: float, seed: int):
-    """The same measurement through :mod:`trgrpo.theory` (all blocks, final norm, head in closed form)."""
-    from trgrpo import theory
-
-    batch = theory.sample_completions(
-        model, tokenizer, list(prompts), max_new_tokens=max_new_tokens, temperature=temperature, seed=seed
-    )
-    n_layers = model.config.num_hidden_layers
-    tg = theory.per_token_grad_norms(model, batch, last_k_blocks=n_layers, temperature=temperature)
-    comp_ids = batch.input_ids[:, batch.prompt_length :]
-    pos = tg.position.tolist()
-    return {
-        "prob": tg.probs.tolist(),
-        "grad_norm": tg.grad_norm.tolist(),
-        "position": [p - batch.prompt_length for p in pos],
-        "token": tokenizer.convert_ids_to_tokens(tg.token_ids.tolist()),
-        "sequence": tg.sequence.tolist(),
-        "completions": tokenizer.batch_decode(comp_ids, skip_special_tokens=True),
-        "subset": tg.subset,
-    }
-
-
-def token_grad_analysis(
-    task: str = "addition",
-    seed: int = 0,
-    *,
-    n_prompts: int = 128,
-    temperature: float = 1.0,
-    results_dir: Path | str | None = None,
-    warm_kwargs: dict | None = None,
-    write: bool = True,
-    group: str = GROUP,
-) -> dict:
-    """Per-token gradient norm vs probability on the warm-start policy of ``seed`` (where RL begins): the
-    correlation of ||grad log pi(o_t)|| with pi(o_t) (Theorem 3.1, Eq. 8: it scales with 1 - pi) and the spread
-    of w * ||grad log pi|| under each weight scheme (Theorem 3.2, Eq. 13). Uses :mod:`trgrpo.theory` when present.
-    Written to ``results/<group>/analysis-token-grad-<task>-seed<seed>.json`` (``kind: token_grad_analysis``)."""
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trgrpo.stats import weighted_norm_spread
-    from trgrpo.weights import token_weights
-
-    path = warm_start(task, seed, **{"verbose": False, **(warm_kwargs or {})})
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(path)
-    rows = records(splits()["test"][:n_prompts], task)
-    prompts = [r["prompt"] for r in rows]
-    t0 = time.time()
-    kw = dict(max_new_tokens=MAX_COMPLETION[task], temperature=temperature, seed=seed)
-    try:
-        data = _theory_token_grad_norms(model, tok, prompts, **kw)
-        method = "trgrpo.theory.per_token_grad_norms (all blocks + final norm + head closed form)"
-    except ImportError:
-        data = token_grad_norms(model, tok, prompts, **kw)
-        method = "trgrpo.toy.token_grad_norms (all parameters, one backward per token)"
-    p = np.asarray(data["prob"])
-    g = np.asarray(data["grad_norm"])
-    ok = [parse_answer(c) == r["answer"] for c, r in zip(data["completions"], rows)]
-    data["correct"] = [bool(ok[i]) for i in data["sequence"]]
-    spread = {}
-    for scheme in ("equal", "tr", "reverse"):
-        w = token_weights(torch.tensor(p), scheme).numpy()
-        spread[scheme] = weighted_norm_spread(g, w)
-    record = {
-        "kind": "token_grad_analysis",
-        "task": task,
-        "seed": seed,
-        "method": method,
-        "temperature": temperature,
-        "model_path": str(path),
-        "n_tokens": int(p.size),
-        "corr_prob_grad_norm": float(np.corrcoef(p, g)[0, 1]),
-        "corr_one_minus_p_grad_norm": float(np.corrcoef(1 - p, g)[0, 1]),
-        "weighted_spread": spread,
-        "wall_time_s": time.time() - t0,
-        **data,
-    }
-    record.update(git_commit=git_commit(), git_dirty=git_dirty())
-    if write:
-        write_result(group, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
-    return record
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Summaries of the grid (tables of notebook 03)
-
-MAIN_LABELS = ["equal", "tr-surrogate", "tr-ratio", "reverse-surrogate", "random"]
-
-
-def group_runs(records: Iterable[dict]) -> dict[str, list[dict]]:
-    """Run records grouped by :func:`run_label`, each group sorted by seed."""
-    from trgrpo.stats import group_by
-
-    return group_by(records, run_label)
-
-
-def _metric(key: str):
-    from trgrpo.stats import final_metric
-
-    return lambda r: final_metric(r, key)
-
-
-def grad_per_weight(record: dict) -> float:
-    """Mean over steps of grad_norm / tr/weight_mean (Figure 3 with the weight's overall scale divided out)."""
-    import numpy as np
-
-    from trgrpo.stats import grad_norm_per_mean_weight
-
-    _, v = grad_norm_per_mean_weight(record)
-    return float(np.nanmean(v)) if v.size else float("nan")
-
-
-def grad_per_weight_cv(record: dict) -> float:
-    """Step-to-step coefficient of variation of grad_norm / mean weight ("fewer spikes", Figure 3)."""
-    from trgrpo.stats import grad_norm_per_mean_weight, trajectory_stats
-
-    return trajectory_stats(grad_norm_per_mean_weight(record)[1])["cv"]
-
-
-def final_table(groups: dict, labels: Sequence[str] = tuple(MAIN_LABELS), baseline: str = "equal") -> list[dict]:
-    """Table 4 analog: final held-out greedy and sampled accuracy (mean ± std over seeds) and the paired
-    difference against GRPO (same seed = same warm start) with a bootstrap interval and t-test p."""
-    from trgrpo.stats import comparison_table, history_mean
-
-    metrics = {
-        "greedy acc": _metric("greedy_accuracy"),
-        "sampled acc": _metric("sampled_accuracy"),
-        "reward (last 20 steps)": lambda r: history_mean(r, "reward", last=20),
-    }
-    rows = comparison_table(groups, metrics, baseline=baseline, compare="greedy acc", order=labels)
-    rows2 = comparison_table(groups, metrics, baseline=baseline, compare="sampled acc", order=labels)
-    for r, r2 in zip(rows, rows2):
-        r.update({k: v for k, v in r2.items() if k.startswith("Δ")})
-    return rows
-
-
-def grad_table(groups: dict, labels: Sequence[str] = tuple(MAIN_LABELS), baseline: str = "equal") -> list[dict]:
-    """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
-    from trgrpo.stats import comparison_table, history_mean
-
-    metrics = {
-        "grad norm": lambda r: history_mean(r, "grad_norm"),
-        "mean w": lambda r: history_mean(r, "tr/weight_mean"),
-        "grad norm / mean w": grad_per_weight,
-        "CV over steps of grad/mean w": grad_per_weight_cv,
-    }
-    return comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
-
-
-def zero_grad_table(groups: dict, labels: Sequence[str] = tuple(MAIN_LABELS)) -> list[dict]:
-    """Share of tokens with zero policy gradient (I_trust = 0) by sign of A, mean over steps and seeds."""
-    import numpy as np
-
-    from trgrpo.stats import history_mean
-
-    rows = []
-    for label in labels:
-        runs = groups.get(label, [])
-        if runs:
-            rows.append(
-                {
-                    "run": label,
-                    "n": len(runs),
-                    "pos": float(np.nanmean([history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs])),
-                    "neg": float(np.nanmean([history_mean(r, "tr/zero_grad_frac_neg_adv") for r in runs])),
-                    "all": float(np.nanmean([history_mean(r, "tr/zero_grad_frac") for r in runs])),
-                    "w at U": float(np.nanmean([history_mean(r, "tr/weight_at_upper") for r in runs])),
-                }
-            )
-    return rows
-
-
-def tau_table(
-    groups: dict, key: str = "greedy_accuracy", baseline: str = "equal", seeds: Iterable[int] | None = None
-) -> list[dict]:
-    """Table 7 analog: final accuracy of tr per tau and placement (mean, std, n) and the paired difference
-    against GRPO on the same seeds (only ``seeds`` when given, so every tau averages the same seeds)."""
-    from trgrpo.paper import TABLE7_TAUS
-    from trgrpo.stats import final_metric, fmt_paired, history_mean, mean_std, paired_by_seed, paired_comparison
-
-    keep = None if seeds is None else set(seeds)
-    rows = []
-    for placement in ("surrogate", "ratio"):
-        for tau in TABLE7_TAUS:
-            label = f"tr-{placement}" + ("" if tau == 9.0 else f"-tau{tau:g}")
-            runs = [r for r in groups.get(label, []) if keep is None or r["seed"] in keep]
-            if not runs:
-                continue
-            m, s, n = mean_std([final_metric(r, key) for r in runs])
-            row = {"placement": placement, "tau": tau, "mean": m, "std": s, "n": n}
-            if baseline in groups:
-                t, c, seeds = paired_by_seed(runs, groups[baseline], _metric(key))
-                if t:
-                    row["grpo same seeds"] = mean_std(c)[0]
-                    row["Δ vs GRPO"] = mean_std([a - b for a, b in zip(t, c)])[0]
-                    if len(t) >= 2:
-                        row["Δ vs GRPO [95% t-interval]"] = fmt_paired(paired_comparison(t, c))
-                    row["Δ per seed"] = [round(a - b, 4) for a, b in zip(t, c)]
-            row["mean w"] = mean_std([history_mean(r, "tr/weight_mean") for r in runs])[0]
-            row["zero grad A>0"] = mean_std([history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs])[0]
-            rows.append(row)
     return rows
 
 
@@ -808,8 +314,122 @@ def grid_cost(records: Sequence[dict]) -> dict:
     }
 
 
-# ---- lm_science: The real-LM experiment's numbers (SmolLM2-135M-Instruct on small arithmetic; runs by
+def _summary(group: str, body: dict, recs: Sequence[dict], results_dir, write: bool) -> dict:
+    """A grid's summary record: ``body``, the grid's cost and provenance; written as results/<group>/summary.json."""
+    machines = {
+        f"{m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs" for m in (r.get("machine") or {} for r in recs)
+    }
+    out = {
+        **body,
+        "cost": grid_cost(recs),
+        "provenance": {
+            "commits": sorted({str(r.get("git_commit")) for r in recs}),
+            "dirty": sorted({str(r.get("git_dirty")) for r in recs}),
+            "machine": sorted(machines)[:3],
+        },
+    }
+    if write:
+        write_result(group, "summary", out, results_dir)
+    return out
 
+
+def controls_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
+    """``results/toy/controls/summary.json``: the primary metric per arm and its paired difference to GRPO
+    (``eval_steps``: the plan's, other values only for smoke runs)."""
+    recs = load_runs(results_dir, group=CONTROLS_GROUP)
+    rows = arm_rows(group_by(recs, run_label), BASELINE, list(ARMS), value=lambda r: primary_metric(r, eval_steps))
+    metric = PRIMARY_METRIC if tuple(eval_steps) == EVAL_STEPS else f"mean greedy accuracy at {eval_steps}"
+    body = {"kind": "controls_summary", "primary_metric": metric, "eval_steps": list(eval_steps)}
+    body.update(baseline=BASELINE, task=TASK, rows=rows)
+    return _summary(CONTROLS_GROUP, body, recs, results_dir, write)
+
+
+def kl_window(record: dict, first: int = 41, last: int = STEPS) -> float:
+    """Mean of TRL's logged ``kl`` (plain k3 of pi against pi_ref, Eq. 6) over steps ``first``..``last``."""
+    vals = [h["kl"] for h in record.get("history", []) if first <= h.get("step", 0) <= last and "kl" in h]
+    return float(sum(vals) / len(vals)) if vals else math.nan
+
+
+def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[dict]]]:
+    """beta -> kl_weighting -> records (eq10 at beta = 0.001: the controls grid's tr-surrogate runs)."""
+    out: dict[str, dict[str, list[dict]]] = {f"{b:g}": {} for b in KL_BETAS}
+    for r in load_runs(results_dir, group=KL_GROUP):
+        out.setdefault(f"{float(r['spec']['beta']):g}", {}).setdefault(r["spec"]["kl_weighting"], []).append(r)
+    ctrl = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if run_label(r) == "tr-surrogate"]
+    out["0.001"]["eq10"] = [r for r in ctrl if r["seed"] in set(KL_SEEDS)]
+    return out
+
+
+def kl_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
+    """Reading 3 per beta: accuracy (steps 20-60) and KL(pi || pi_ref) (TRL's plain k3, mean over steps 41-60)
+    per KL weighting, each paired against ``plain`` (Eq. 6) on the same seeds."""
+    last = max(eval_steps)
+    first = last - last // 3 + 1  # the last third of the run: steps 41-60 of 60
+    by_beta = {
+        beta: {
+            "accuracy": arm_rows(groups, "plain", KL_WEIGHTINGS, value=lambda r: primary_metric(r, eval_steps)),
+            "kl_steps_41_60": arm_rows(groups, "plain", KL_WEIGHTINGS, value=lambda r: kl_window(r, first, last)),
+        }
+        for beta, groups in kl_arms(results_dir).items()
+    }
+    body = {"kind": "kl_summary", "metric": PRIMARY_METRIC, "eval_steps": list(eval_steps), "kl_steps": [first, last]}
+    body.update(baseline="plain", by_beta=by_beta)
+    return _summary(KL_GROUP, body, load_runs(results_dir, group=KL_GROUP), results_dir, write)
+
+
+def tau_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
+    """Table 7 at toy scale: every tau and GRPO on the same seeds (tau = 9 and GRPO from the controls grid),
+    compared at steps 20, 40, 60."""
+    recs = load_runs(results_dir, group=TAU_GROUP)
+    ctrl = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if r["seed"] in set(TAU_SEEDS)]
+    arms = group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
+    order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*TAUS, 9.0})]
+    rows = arm_rows(arms, BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
+    body = {"kind": "tau_summary", "metric": PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
+    return _summary(TAU_GROUP, body, recs, results_dir, write)
+
+
+SUMMARIES = {"controls": controls_summary, "kl": kl_summary, "tau": tau_summary}
+
+
+def write_summaries(results_dir: Path | str | None = None, grids: Iterable[str] = tuple(SUMMARIES), **kw) -> list:
+    """Write ``results/toy/<grid>/summary.json`` of each grid from its records; returns the summaries."""
+    return [SUMMARIES[g](results_dir, **kw) for g in grids]
+
+
+def _grad_per_weight(record: dict) -> float:
+    """Mean over steps of grad_norm / tr/weight_mean (Figure 3 with the weight's overall scale divided out)."""
+    return mean_std(grad_norm_per_mean_weight(record)[1])[0]
+
+
+def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> list[dict]:
+    """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
+    metrics = {
+        "grad norm": lambda r: history_mean(r, "grad_norm"),
+        "mean w": lambda r: history_mean(r, "tr/weight_mean"),
+        "grad norm / mean w": _grad_per_weight,
+        "CV over steps of grad/mean w": lambda r: trajectory_stats(grad_norm_per_mean_weight(r)[1])["cv"],
+    }
+    return comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
+
+
+def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
+    """Share of tokens with zero policy gradient (I_trust = 0) by sign of A, mean over steps and seeds."""
+    keys = {
+        "pos": "tr/zero_grad_frac_pos_adv",
+        "neg": "tr/zero_grad_frac_neg_adv",
+        "all": "tr/zero_grad_frac",
+        "w at U": "tr/weight_at_upper",
+    }
+    return [
+        {"run": lb, "n": len(groups[lb])}
+        | {k: mean_std([history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
+        for lb in labels
+        if groups.get(lb)
+    ]
+
+
+# The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic; notebook 03, Part B)
 
 ANSWER_REWARD = "rewards/arith_answer_reward/mean"
 
@@ -817,12 +437,16 @@ ANSWER_REWARD = "rewards/arith_answer_reward/mean"
 def stage0_rows(decision: dict) -> list[dict[str, Any]]:
     """One row per stage-0 candidate: sampled accuracy and the share of tokens strictly between L and U before and
     after the GRPO probe, greedy held-out accuracy before and after, and whether the plan's rule accepts it."""
+
+    def both(c: dict, key: str) -> tuple:
+        return c["before"][key], c["after"][key]
+
     return [
         {
             "candidate": c["id"],
-            "sampled accuracy before → after": (c["before"]["sampled_accuracy"], c["after"]["sampled_accuracy"]),
-            "L < w < U before → after": (c["before"]["share_between"], c["after"]["share_between"]),
-            "w = U before → after": (c["before"]["share_at_upper"], c["after"]["share_at_upper"]),
+            "sampled accuracy before → after": both(c, "sampled_accuracy"),
+            "L < w < U before → after": both(c, "share_between"),
+            "w = U before → after": both(c, "share_at_upper"),
             "greedy accuracy before → after": tuple(c["greedy_accuracy"]),
             "s / step": c["seconds_per_step"],
             "accepted": c["accepted"],
@@ -846,7 +470,7 @@ def collapse_step(record: dict, rule: dict) -> int | None:
     return None
 
 
-def _by_arm_seed(records: Sequence[dict]) -> dict[tuple[str, int], dict]:
+def by_arm_seed(records: Sequence[dict]) -> dict[tuple[str, int], dict]:
     """The runs of a grid keyed by (arm id, seed): a run is named ``<arm>-seed<k>``."""
     return {(r["name"].rsplit("-seed", 1)[0], r["seed"]): r for r in records}
 
@@ -856,13 +480,16 @@ def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr"
     apart, and Fisher's exact test (two-sided) on the 2x2 table of arm x collapsed."""
     from scipy.stats import fisher_exact
 
-    by = _by_arm_seed(records)
+    by = by_arm_seed(records)
     seeds = sorted(s for a, s in by if a == treatment and (control, s) in by)
     steps = {key: collapse_step(rec, plan["collapse"]) for key, rec in sorted(by.items())}
     col = {arm: [steps[(arm, s)] is not None for s in seeds] for arm in (treatment, control)}
     k_t, k_c, n = sum(col[treatment]), sum(col[control]), len(seeds)
     pairs = list(zip(col[treatment], col[control]))
-    p = fisher_exact([[k_t, n - k_t], [k_c, n - k_c]])[1] if n else float("nan")
+
+    def fisher(table) -> float:
+        return float(fisher_exact(table)[1]) if n else math.nan
+
     return {
         "seeds": seeds,
         "collapsed": {treatment: k_t, control: k_c},
@@ -872,103 +499,27 @@ def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr"
         f"only {treatment}": sum(t and not c for t, c in pairs),
         f"only {control}": sum(c and not t for t, c in pairs),
         "collapse_steps": {f"{a}-seed{s}": step for (a, s), step in steps.items()},
-        "fisher_p": float(p),
+        "fisher_p": fisher([[k_t, n - k_t], [k_c, n - k_c]]),
         # what the design can detect: a total contrast (n of n against 0) and one a single collapse short of it
-        "p_total": float(fisher_exact([[n, 0], [0, n]])[1]) if n else float("nan"),
-        "p_one_short": float(fisher_exact([[n, 0], [1, n - 1]])[1]) if n else float("nan"),
+        "p_total": fisher([[n, 0], [0, n]]),
+        "p_one_short": fisher([[n, 0], [1, n - 1]]),
     }
-
-
-def plot_stage0(decision: dict, plan: dict, path: Any = None):
-    """Per candidate, the share of sampled tokens strictly between L and U before and after the GRPO probe, with
-    the plan's two thresholds: where Eq. 11 can regulate on the real model."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    rows = decision["candidates"]
-    x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
-    for dx, when, color in ((-0.2, "before", "C0"), (0.2, "after", "C1")):
-        label = "before RL" if when == "before" else f"after {plan['probe']['steps']} GRPO steps"
-        ax.bar(x + dx, [r[when]["share_between"] for r in rows], width=0.4, color=color, label=label)
-    for key, style in (("share_between_before_min", "--"), ("share_between_after_min", ":")):
-        ax.axhline(plan["accept"][key], color="k", ls=style, lw=1, label=f"plan: {key.replace('_', ' ')}")
-    for i, r in enumerate(rows):  # the other half of the rule: room to learn
-        acc = f"sampled accuracy\n{r['before']['sampled_accuracy']:.2f} → {r['after']['sampled_accuracy']:.2f}"
-        ax.annotate(acc, (i, 0.005), ha="center", va="bottom", fontsize=8, color="white", fontweight="bold")
-    ax.set_xticks(x, [f"{r['id']} ({r['kind']}, {r['range'][0]}–{r['range'][1]})" for r in rows])
-    ax.set_ylim(0, 0.32)
-    ax.set_ylabel("share of sampled tokens with L < w < U")
-    ax.legend(fontsize=8, loc="upper right", ncols=2)
-    m = plan["measure"]
-    ax.set_title(
-        f"SmolLM2-135M-Instruct, stage 0: {m['n_prompts']} prompts × {m['samples_per_prompt']} samples "
-        f"at T = {m['temperature']}, seed {plan['probe']['seed']}",
-        fontsize=9,
-    )
-    if path is not None:
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-    return fig
 
 
 def stress_rows(records: Sequence[dict], plan: dict) -> list[dict[str, Any]]:
     """One row per seed: each arm's held-out greedy accuracy before and after, and the step it collapsed at."""
-    by = _by_arm_seed(records)
-    arms = [a["id"] for a in plan["arms"]]
+    by = by_arm_seed(records)
     rows = []
     for seed in sorted({s for _, s in by}):
         row: dict[str, Any] = {"seed": seed}
-        for arm in arms:
-            rec = by.get((arm, seed))
-            if rec is not None:
+        for arm in (a["id"] for a in plan["arms"]):
+            if (rec := by.get((arm, seed))) is not None:
                 ev = rec["eval_history"]
                 row[f"{arm}: accuracy before → after"] = (ev[0]["accuracy"], ev[-1]["accuracy"])
                 row[f"{arm}: collapsed at step"] = collapse_step(rec, plan["collapse"])
         rows.append(row)
     return rows
 
-
-def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
-    """Held-out greedy accuracy along each run, one panel per seed, the arms side by side (paired by seed)."""
-    import matplotlib.pyplot as plt
-
-    by = _by_arm_seed(records)
-    seeds = sorted({s for _, s in by})
-    fig, axes = plt.subplots(
-        1, len(seeds), figsize=(3.2 * len(seeds), 3.2), sharey=True, layout="constrained", squeeze=False
-    )
-    for ax, seed in zip(axes[0], seeds):
-        for k, arm in enumerate(a["id"] for a in plan["arms"]):
-            rec = by.get((arm, seed))
-            if rec is not None:
-                ev = rec["eval_history"]
-                ax.plot([e["step"] for e in ev], [e["accuracy"] for e in ev], "o-", color=f"C{k}", label=arm)
-        ax.set_title(f"seed {seed}", fontsize=9)
-        ax.set_xlabel("step")
-    axes[0, 0].set_ylabel("held-out greedy accuracy")
-    axes[0, 0].legend(fontsize=8)
-    b = plan["base"]
-    fig.suptitle(
-        f"SmolLM2-135M-Instruct, stress arm: lr {b['learning_rate']:g}, {b['steps']} steps, "
-        f"{b['n_eval']} held-out problems, {len(seeds)} paired seeds",
-        fontsize=10,
-    )
-    if path is not None:
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-    return fig
-
-
-# ---- toy controls: the numbers and the table that README (scripts/render_docs.py) and notebooks 03 / 08 show
-
-ARM_TEXT = {
-    "equal": "GRPO",
-    "tr-surrogate": "TR (surrogate)",
-    "tr-ratio": "TR (ratio, Eq. 9 as printed)",
-    "const-surrogate": "const (scale only)",
-    "tr_norm-surrogate": "tr_norm (regulation only)",
-    "reverse-surrogate": "Reverse",
-    "random": "Random (surrogate)",
-}
 
 
 def num(x: float | None, spec: str = ".3f") -> str:
@@ -991,13 +542,6 @@ def row_mde(row: dict) -> float | None:
     return row.get("mde_family", row.get("mde"))
 
 
-def arm_text(arm: str) -> str:
-    """A table's name for an arm label (``tr-surrogate-tau2`` -> ``TR (surrogate), τ = 2``)."""
-    if "-tau" in arm:
-        return f"{ARM_TEXT.get(arm.split('-tau')[0], arm)}, τ = {arm.split('-tau')[1]}"
-    return ARM_TEXT.get(arm, arm)
-
-
 def controls_table(summary: dict) -> str:
     """A toy summary's rows as a markdown table."""
     m = max((r.get("family_size", 1) for r in summary["rows"] if "delta_vs_equal" in r), default=1)
@@ -1009,13 +553,13 @@ def controls_table(summary: dict) -> str:
     for r in summary["rows"]:
         if "delta_vs_equal" in r:
             lines.append(
-                f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | "
+                f"| {label(r['arm'])} | {r['n']} | {num(r['mean'])} | "
                 f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
                 f"{num(r['p'], '.2g')} | "
                 f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(row_mde(r))} |"
             )
         else:
-            lines.append(f"| {arm_text(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
+            lines.append(f"| {label(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
     return "\n".join(lines)
 
 
@@ -1028,14 +572,14 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
     from trgrpo.trainer import TRGRPOConfig
 
     norm = float(next(f.default for f in dataclasses.fields(TRGRPOConfig) if f.name == "max_grad_norm"))
-    return clip_share([r for r in records if arm is None or _label(r) == arm], norm)
+    return clip_share([r for r in records if arm is None or run_label(r) == arm], norm)
 
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
     """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
     from trgrpo.stats import history_mean
 
-    runs = [r for r in load_group(CONTROLS_GROUP, results_dir) if _label(r) == arm]
+    runs = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if run_label(r) == arm]
     vals = [history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
     return statistics.fmean(vals) if vals else math.nan
 

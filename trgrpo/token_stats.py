@@ -399,37 +399,6 @@ def histogram_rows(hists: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def plot_histograms(hists: dict[str, dict[str, Any]], path: Any = None):
-    """Side by side per record: the sampled-token probabilities (top row) and their TR weights (bottom row)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
-    for j, (label, h) in enumerate(hists.items()):
-        check_histogram(h)
-        n = h["n_tokens"]
-        for i, (edges, counts, xlabel) in enumerate(
-            [
-                (h["bins"], h["prob_counts"], "π of the sampled token"),
-                (h["weight_bins"], h["weight_counts"], "w (Eq. 11)"),
-            ]
-        ):
-            ax = axes[i, j]
-            e = np.asarray(edges)
-            ax.bar(e[:-1], np.asarray(counts) / n, width=np.diff(e), align="edge", color=f"C{i}", edgecolor="white")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("share of tokens")
-        axes[0, j].set_title(f"{label}\n{n} tokens", fontsize=9)
-        axes[1, j].set_title(
-            f"w = L {h['share_at_lower']:.0%} · between {h['share_between']:.0%} · w = U {h['share_at_upper']:.0%}",
-            fontsize=9,
-        )
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-    return fig
-
-
 def figure1_difference(
     occ: TokenOccurrences,
     level: str,

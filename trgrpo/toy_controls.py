@@ -257,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if git_dirty() and not a.allow_dirty:
             raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
         toy.quiet()
+        toy.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
         for t, hst in task_choice()["candidates"].items():
             print(
                 f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
