@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from trgrpo.tasks import TASKS, Task
+from trgrpo.tasks import Task, get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
@@ -539,8 +539,7 @@ class RunSpec:
             )
         if self.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        get_task(self.task)  # a ValueError names the registered tasks
         if self.name is None:
             self.name = self.default_name()
 
@@ -891,7 +890,7 @@ def run(
     from trgrpo.trainer import TRGRPOTrainer
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
-    task = task or TASKS[spec.task]
+    task = task or get_task(spec.task)
     model_path = resolve_model(spec.model)
     out_dir = checkpoint_folder(spec, checkpoint_dir)
     if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation

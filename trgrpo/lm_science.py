@@ -181,9 +181,9 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
     from transformers import TrainerCallback
 
     from trgrpo.experiment import run
-    from trgrpo.tasks import TASKS
+    from trgrpo.tasks import get_task
 
-    task, rows, held = TASKS[spec.task], [], {}
+    task, rows, held = get_task(spec.task), [], {}
 
     class HeldOut(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):

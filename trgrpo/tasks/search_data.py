@@ -56,8 +56,6 @@ FLASHRAG_SPLIT = {
 SEARCHR1_TRAIN_REPO = "PeterJinGo/nq_hotpotqa_train"  # Search-R1's training mix (NQ + HotpotQA)
 DATASET_ALIASES = {"hqa": "hotpotqa", "2wiki": "2wikimultihopqa", "tqa": "triviaqa"}
 
-# ---------------------------------------------------------------------------------------------------------------
-# The generated encyclopedia
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st", "th"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
@@ -356,10 +354,6 @@ def sample_questions(
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The seven real QA sets of Table 3 (Search-R1 / FlashRAG format)
-
-
 def _answers_of(row: dict[str, Any]) -> list[str]:
     """Gold answers from the field names used by Search-R1, FlashRAG and the original datasets."""
     from trgrpo.tasks.common import as_list
@@ -506,13 +500,6 @@ def _hub_rows(repo: str, name: str | None, split: str) -> list[dict[str, Any]]:
     except Exception as e:  # no network, missing repo, ...
         raise RuntimeError(f"could not load {repo} from the hub ({type(e).__name__}: {e}). {hint}") from e
     return [dict(r) for r in ds]
-
-
-# ---- search_retrieval: Retrievers for the search task: ``search(query, k) -> [{"id", "title", "text", "score"}]``,
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Retrievers: search(query, k) -> [{"id", "title", "text", "score"}], best first
 
 
 def _passage_contents(p: dict[str, str]) -> str:
