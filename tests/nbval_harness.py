@@ -167,11 +167,8 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if (
-        _is_nbval_cell(item)
-        and report.failed
-        and isinstance(report.longrepr, str)
-        and "Cell outputs differ" in (report.longrepr)
+    if _is_nbval_cell(item) and report.failed and isinstance(report.longrepr, str) and "Cell outputs differ" in (
+        report.longrepr
     ):
         nb = Path(str(item.parent.path))
         shown = nb.relative_to(ROOT) if nb.is_relative_to(ROOT) else nb

@@ -94,22 +94,19 @@ def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
 # The verdict rule, and every judged verdict recomputed from the records with independent code (scipy only)
 
 
-@pytest.mark.parametrize(
-    ("lo", "hi", "effect", "verdict"),
-    [
-        (0.01, 0.30, 0.24, "reproduced"),  # excludes 0 on the paper's side, holds its effect
-        (0.30, 0.40, 0.24, "reproduced"),  # beyond the paper's effect: still the paper's side
-        (0.002, 0.047, 0.24, "partly reproduced"),  # the direction holds, the paper's size is excluded
-        (-0.02, 0.30, 0.24, "inconclusive"),  # holds 0 and the paper's effect
-        (-0.02, 0.02, 0.24, "not reproduced"),  # holds 0, excludes the paper's effect
-        (-0.13, -0.03, 0.24, "not reproduced"),  # the other side
-        (-0.30, -0.01, -0.24, "reproduced"),  # a negative paper effect: the direction is the sign
-        (-0.02, 0.02, -0.24, "not reproduced"),
-        (0.02, 0.23, None, "reproduced"),  # no number in the paper: direction only
-        (-0.10, 0.10, None, "inconclusive"),
-        (-0.10, -0.01, None, "not reproduced"),
-    ],
-)
+@pytest.mark.parametrize(("lo", "hi", "effect", "verdict"), [
+    (0.01, 0.30, 0.24, "reproduced"),          # excludes 0 on the paper's side, holds its effect
+    (0.30, 0.40, 0.24, "reproduced"),          # beyond the paper's effect: still the paper's side
+    (0.002, 0.047, 0.24, "partly reproduced"),  # the direction holds, the paper's size is excluded
+    (-0.02, 0.30, 0.24, "inconclusive"),       # holds 0 and the paper's effect
+    (-0.02, 0.02, 0.24, "not reproduced"),     # holds 0, excludes the paper's effect
+    (-0.13, -0.03, 0.24, "not reproduced"),    # the other side
+    (-0.30, -0.01, -0.24, "reproduced"),       # a negative paper effect: the direction is the sign
+    (-0.02, 0.02, -0.24, "not reproduced"),
+    (0.02, 0.23, None, "reproduced"),          # no number in the paper: direction only
+    (-0.10, 0.10, None, "inconclusive"),
+    (-0.10, -0.01, None, "not reproduced"),
+])
 def test_judge_follows_the_stated_rule(lo, hi, effect, verdict):
     assert answers.judge(lo, hi, effect) == verdict
     assert verdict in dict(answers.RULE) or effect is None
@@ -153,11 +150,8 @@ def _rule(lo: float, hi: float, margin: float) -> str:  # the rule, written agai
 def test_table4_parts_recomputed_from_the_records():
     arms = _by_arm(RESULTS / "toy" / "controls")
     rows = [r for r in answers.verdicts(RESULTS) if r["claim"] == "Table 4"]
-    parts = {
-        "TR > GRPO": ("equal", "equal"),
-        "TR > Reverse": ("reverse-surrogate", "reverse"),
-        "TR > Random": ("random", "random"),
-    }
+    parts = {"TR > GRPO": ("equal", "equal"), "TR > Reverse": ("reverse-surrogate", "reverse"),
+             "TR > Random": ("random", "random")}
     assert [r["part"] for r in rows] == list(parts)
     present = [p for p, (arm, _) in parts.items() if arm in arms]
     from trgrpo import paper
@@ -272,9 +266,6 @@ def test_prompt_bootstrap_resamples_prompts():
     occ = ts.TokenOccurrences([0] * len(texts), texts, probs, comp)
     out = ts.prompt_bootstrap(occ, 4, n_boot=50, min_count=1, end_share=0.3, top_k=3, names=["Zoey"])
     assert set(out) == {"token", "word"} and out["token"]["n_prompts"] == 5 and out["token"]["level"] == 0.975
-    assert (
-        out["token"]["difference"]
-        == ts.figure1_difference(occ, "token", min_count=1, end_share=0.3, top_k=3, names=["Zoey"])
-        > 0
-    )
+    assert out["token"]["difference"] == ts.figure1_difference(occ, "token", min_count=1, end_share=0.3, top_k=3,
+                                                               names=["Zoey"]) > 0
     assert out["token"]["ci"][0] <= out["token"]["ci95"][0] <= out["token"]["ci95"][1] <= out["token"]["ci"][1]

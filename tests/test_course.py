@@ -77,16 +77,8 @@ def test_workbook_refuses_a_solution_without_check_or_exercise():
 
 
 def test_student_notebook_drops_explanations_and_solutions_only():
-    nb = _nb(
-        [
-            _md("intro"),
-            _md("long", "explanation"),
-            _md("longer", "explanation"),
-            _code("x = 1"),
-            _code("y = 2", "solution"),
-            _md("end"),
-        ]
-    )
+    nb = _nb([_md("intro"), _md("long", "explanation"), _md("longer", "explanation"), _code("x = 1"),
+              _code("y = 2", "solution"), _md("end")])
     st = course.student_notebook(nb)
     assert [c.source for c in st.cells] == ["intro", course.CONCLUSION_TEXT, "x = 1", "end"]
     assert course.tags(st.cells[1]) == ["conclusion"], "one 'write your conclusion' cell per run of explanations"
@@ -134,10 +126,8 @@ def test_solutions_match_statements_and_are_checked(path):
     starts = [i for i, c in enumerate(cells) if "exercise" in course.tags(c) and course.HEADING_RE.search(c.source)]
     for k, i in enumerate(starts):
         block = cells[i + 1 : starts[k + 1] if k + 1 < len(starts) else len(cells)]
-        kinds = [
-            ("solution" if "solution" in course.tags(c) else "check" if "check" in course.tags(c) else "-")
-            for c in block
-        ]
+        kinds = [("solution" if "solution" in course.tags(c) else "check" if "check" in course.tags(c) else "-")
+                 for c in block]
         ex_id = main_ex[k]["id"]
         assert kinds and kinds[0] == "solution", f"{sol_path.name} Exercise {ex_id}: the solution follows the statement"
         assert kinds.count("check") == 1, f"{sol_path.name} Exercise {ex_id}: exactly one check cell"
@@ -270,10 +260,8 @@ def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
     with pytest.raises(course.CheckFailed, match="run your solution cell"):
         exec(code, {"course": course})
     with pytest.raises(course.CheckFailed, match="raised TypeError"):
-        exec(
-            compile("# expects: x\nwith course.check('9.2'):\n    assert len(x) == 3\n", "<c>", "exec"),
-            {"course": course, "x": 4},
-        )
+        exec(compile("# expects: x\nwith course.check('9.2'):\n    assert len(x) == 3\n", "<c>", "exec"),
+             {"course": course, "x": 4})
 
 
 def test_expect_close_shows_the_answer_given_not_the_target():
@@ -418,7 +406,7 @@ def test_readme_first_screen_starts_the_course():
 
 def test_readme_library_snippet_runs():
     text = (ROOT / "README.md").read_text()
-    snippet = text[text.index("## Using the library") :].split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = text[text.index("## Using the library"):].split("```python\n", 1)[1].split("```", 1)[0]
     ns: dict = {}
     exec(compile(snippet, "README.md", "exec"), ns)  # every variable it uses is defined in it
     assert ns["logps"].grad is not None and "weight_mean" in ns["out"].metrics

@@ -179,16 +179,8 @@ def test_full_scale_kk_prefills_think_and_says_so():
     source = get_task("kk").data_source(specs[0], [0], [0])
     assert source["prefill_think"] is True
     params = {
-        "MODEL": "m",
-        "SCHEMES": ["tr"],
-        "SEEDS": [0],
-        "STEPS": 1,
-        "PROMPTS_PER_STEP": 64,
-        "GROUP_SIZE": 8,
-        "MAX_COMPLETION_LENGTH": 16,
-        "N_TRAIN": 8,
-        "N_EVAL_PER_SIZE": 1,
-        "KK_EVAL_PATH": "x/test_new.parquet",
+        "MODEL": "m", "SCHEMES": ["tr"], "SEEDS": [0], "STEPS": 1, "PROMPTS_PER_STEP": 64, "GROUP_SIZE": 8,
+        "MAX_COMPLETION_LENGTH": 16, "N_TRAIN": 8, "N_EVAL_PER_SIZE": 1, "KK_EVAL_PATH": "x/test_new.parquet",
     }  # notebook 05's parameters cell: the pre-fill is on unless PREFILL_THINK says otherwise
     (s,) = kk_specs_from_parameters(params, use_vllm=False)
     assert s.task_options["prefill_think"] is True and s.task_options["eval_path"] == "x/test_new.parquet"
@@ -268,10 +260,8 @@ def test_minervas_alternate_forms_in_a_ground_truth_list_are_all_accepted(tmp_pa
     assert reward(None, comps, answer=ds["answer"], answers=ds["answers"]) == [1.0, 1.0]
 
 
-@pytest.mark.parametrize(
-    "name,sampled",
-    [("aime24", True), ("aime", True), ("AIME_2024", True), ("amc", True), ("math500", False), ("minerva", False)],
-)
+@pytest.mark.parametrize("name,sampled", [("aime24", True), ("aime", True), ("AIME_2024", True), ("amc", True),
+                                          ("math500", False), ("minerva", False)])
 def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatch, name, sampled):
     """Issue 24, item 9: a local ``aime.jsonl`` (stem ``aime``) is sampled k times like the hub's ``aime24``."""
     from trgrpo.tasks import math as math_task

@@ -22,26 +22,11 @@ pytest.importorskip("nbval")
 def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python -m pytest`` with the project's configuration, from the repository root (the harness is loaded
     explicitly, as notebooks outside the repository do not see its top-level conftest.py)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-c",
-        str(ROOT / "pyproject.toml"),
-        "--rootdir",
-        str(ROOT),
-        "-p",
-        "tests.nbval_harness",
-        "-q",
-        "-rA",
-        "--color=no",
-        "--nbval-lax",
-        *args,
-    ]
+    cmd = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+           "-p", "tests.nbval_harness", "-q", "-rA", "--color=no", "--nbval-lax", *args]
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(
-        cmd, cwd=ROOT, env={**full_env, **(env or {})}, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run(cmd, cwd=ROOT, env={**full_env, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def _notebook(path: Path, cells: list[str], outputs: dict[int, str] | None = None) -> Path:
@@ -105,10 +90,8 @@ def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
     )
     env_nb = _notebook(
         tmp_path / "env.ipynb",
-        [
-            "# NBVAL_CHECK_OUTPUT\nimport os\n"
-            "print(os.environ['TRGRPO_SMOKE'], os.environ['TRGRPO_HEADLESS'], os.environ['HF_HUB_OFFLINE'])"
-        ],
+        ["# NBVAL_CHECK_OUTPUT\nimport os\n"
+         "print(os.environ['TRGRPO_SMOKE'], os.environ['TRGRPO_HEADLESS'], os.environ['HF_HUB_OFFLINE'])"],
         outputs={0: "1 1 1\n"},
     )
     warn = "import warnings\nwarnings.warn('an old argument', FutureWarning)"

@@ -16,19 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
 
 
-@pytest.mark.parametrize(
-    ("value", "smoke"),
-    [
-        (None, False),
-        ("", False),
-        ("0", False),
-        ("false", False),
-        ("False", False),
-        ("1", True),
-        ("true", True),
-        ("yes", True),
-    ],
-)
+@pytest.mark.parametrize(("value", "smoke"), [(None, False), ("", False), ("0", False), ("false", False),
+                                              ("False", False), ("1", True), ("true", True), ("yes", True)])
 def test_smoke_from_env(monkeypatch, value, smoke):
     if value is None:
         monkeypatch.delenv("TRGRPO_SMOKE", raising=False)
@@ -118,8 +107,6 @@ def test_cpu_threads_sets_torch(monkeypatch):
         assert notebook.cpu_threads(0) in (1, 2)
     finally:
         torch.set_num_threads(before)
-
-
 # ---------------------------------------------------------------- the notebooks use it
 
 OLD_BOILERPLATE = {

@@ -55,9 +55,7 @@ def _leaves(x) -> list[float]:
 
 def test_readme_toy_block_is_rendered_from_the_records():
     text = README.read_text()
-    assert toy_controls_readme.README_START in text and toy_controls_readme.README_END in text, (
-        "README lacks the toy-findings markers"
-    )
+    assert toy_controls_readme.README_START in text and toy_controls_readme.README_END in text, "README lacks the toy-findings markers"
     block = text.split(toy_controls_readme.README_START, 1)[1].split(toy_controls_readme.README_END, 1)[0].strip("\n")
     assert block == toy_controls_readme.verdict_markdown().strip("\n"), (
         "README toy findings are stale: python -m trgrpo.toy_controls readme"
@@ -216,9 +214,8 @@ def test_readme_findings_quote_these_record_values_exactly():
     assert not missing, f"README findings differ from the records: expected {missing}"
     lm = [json.loads(p.read_text()) for p in sorted((ROOT / "results" / "toy" / "lm").glob("arith-*.json"))]
     for scheme, name in (("equal", "GRPO"), ("tr", "TR-GRPO")):
-        after = " and ".join(
-            f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"]) if r["scheme"] == scheme
-        )
+        after = " and ".join(f"{r['final']['accuracy']:.2f}" for r in sorted(lm, key=lambda r: r["seed"])
+                             if r["scheme"] == scheme)
         assert f"{after} under {name}" in readme, (scheme, after)
 
 

@@ -240,17 +240,9 @@ def _row(delta, p_holm, mde=0.02, n=12):
 
 
 def test_classify_uses_holm_and_made_of_reads_the_controls():
-    assert (
-        toy_controls_readme.classify(_row(0.03, 0.01)) == "higher"
-        and toy_controls_readme.classify(_row(-0.03, 0.04)) == "lower"
-    )
-    assert (
-        toy_controls_readme.classify(_row(0.03, 0.2)) == "no detectable difference"
-    )  # raw p 0.1: not significant either way
-    assert (
-        toy_controls_readme.strength(_row(0.0, 0.5)).startswith("no evidence")
-        and toy_controls_readme.strength(_row(0.1, 0.001)) == "strong evidence"
-    )
+    assert toy_controls_readme.classify(_row(0.03, 0.01)) == "higher" and toy_controls_readme.classify(_row(-0.03, 0.04)) == "lower"
+    assert toy_controls_readme.classify(_row(0.03, 0.2)) == "no detectable difference"  # raw p 0.1: not significant either way
+    assert toy_controls_readme.strength(_row(0.0, 0.5)).startswith("no evidence") and toy_controls_readme.strength(_row(0.1, 0.001)) == "strong evidence"
     rows = {"tr-surrogate": _row(0.0, 0.9), "const-surrogate": _row(0.0, 0.9), "tr_norm-surrogate": _row(0.0, 0.9)}
     assert toy_controls_readme._made_of(rows).startswith("neither")
     rows["const-surrogate"] = _row(0.03, 0.01)
@@ -267,3 +259,5 @@ CONTROLS_PARTS = (
     "results.toy_controls_readme",
     "pipeline.toy_controls_cli",
 )
+
+
