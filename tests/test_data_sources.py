@@ -10,7 +10,7 @@ from datasets import Dataset
 
 from trgrpo.experiment import ROOT, RunSpec, run
 from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs, kk_specs_from_parameters
-from trgrpo.tasks import TASKS, Task, kk, register_task
+from trgrpo.tasks import Task, get_task, kk, register_task
 from trgrpo.tasks import math as tm
 
 QUIZ3 = "A very special island is inhabited only by knights and knaves. You meet 3 inhabitants: Zoey, Oliver, and Ava."
@@ -94,7 +94,7 @@ def test_missing_path_names_the_file_and_the_option(tmp_path):
         kk.load_kk_files(missing)
     spec = RunSpec(task="kk", model="embedded", n_train=2, n_eval=2, task_options={"eval_path": str(missing)})
     with pytest.raises(FileNotFoundError, match=r"task_options\.eval_path: .*test_new\.parquet"):
-        TASKS["kk"].build(spec, None)
+        get_task("kk").build(spec, None)
 
 
 def test_bad_column_names_the_file_and_the_field(tmp_path):
@@ -117,7 +117,7 @@ def test_kk_build_reads_the_file_and_states_the_source(logic_rl_parquet, tmp_pat
         n_eval=4,
         task_options={"train_path": str(train_path), "eval_path": [str(logic_rl_parquet)], "n_people": [3, 4]},
     )
-    task = TASKS["kk"]
+    task = get_task("kk")
     train_ds, test = task.build(spec, None)
     assert len(test) == 4 and {r["n_people"] for r in test} == {3, 4}
     source = task.data_source(spec, train_ds, test)
@@ -134,7 +134,7 @@ def test_kk_build_reads_the_file_and_states_the_source(logic_rl_parquet, tmp_pat
 
 def test_kk_without_a_path_states_reasoning_gym():
     spec = RunSpec(task="kk", model="embedded", n_train=2, n_eval=2, task_options={"n_people": [3]})
-    source = TASKS["kk"].data_source(spec, [0, 0], [0, 0])
+    source = get_task("kk").data_source(spec, [0, 0], [0, 0])
     assert source["train"]["source"] == source["eval"]["source"] == "reasoning-gym"
     assert (source["train"]["split"], source["eval"]["split"], source["eval"]["size"]) == ("train", "test", 2)
 
@@ -176,7 +176,7 @@ def test_full_scale_kk_prefills_think_and_says_so():
     assert opts["prefill_think"] is True and opts["eval_path"] == "data/kk/test_new.parquet"
     assert "train_path" not in opts  # reasoning-gym for training when no file is given
     assert kk_specs(prefill_think=False)[0].task_options["prefill_think"] is False
-    source = TASKS["kk"].data_source(specs[0], [0], [0])
+    source = get_task("kk").data_source(specs[0], [0], [0])
     assert source["prefill_think"] is True
     params = {
         "MODEL": "m", "SCHEMES": ["tr"], "SEEDS": [0], "STEPS": 1, "PROMPTS_PER_STEP": 64, "GROUP_SIZE": 8,
@@ -217,7 +217,7 @@ def test_math_sets_carry_table2_names_and_substitutes_are_stated():
     generated = tm.math_source("generated", 5)
     assert generated["substitute"] is True and "substitute" in generated["note"] and generated["size"] == 5
     spec = RunSpec(task="math", model="embedded", task_options={"train": "generated", "eval_sets": ["generated"]})
-    source = TASKS["math"].data_source(spec, [0, 0], {"generated": [0]})
+    source = get_task("math").data_source(spec, [0, 0], {"generated": [0]})
     assert source["train"]["substitute"] and source["eval"]["generated"]["size"] == 1
 
 
@@ -270,7 +270,7 @@ def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatc
     monkeypatch.setattr(math_task, "evaluate_math_sampled", lambda *a, **k: calls.append("sampled") or {"avg@16": 0.5})
     monkeypatch.setattr(math_task, "evaluate_math", lambda *a, **k: calls.append("greedy") or {"accuracy": 0.5})
     spec = RunSpec(task="math", model="embedded", task_options={"eval_sets": [f"data/{name}.jsonl"]})
-    TASKS["math"].evaluate(None, None, {name: [{"problem": "p", "answer": "1"}]}, spec)
+    get_task("math").evaluate(None, None, {name: [{"problem": "p", "answer": "1"}]}, spec)
     assert calls == ["sampled" if sampled else "greedy"]
 
 

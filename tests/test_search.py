@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from trgrpo import search_run
 from trgrpo.tasks import search as S
 from trgrpo.tasks import search_data
 from trgrpo.tasks.search_data import load_qa, make_corpus
@@ -18,7 +19,7 @@ def corpus():
 
 @pytest.fixture(scope="module")
 def tool(corpus):
-    return S.make_search_tool(S.make_retriever("bm25", corpus.passages), top_k=2)
+    return S.make_search_tool(search_data.make_retriever("bm25", corpus.passages), top_k=2)
 
 
 def test_corpus_is_deterministic_by_seed():
@@ -38,7 +39,7 @@ def test_corpus_is_deterministic_by_seed():
 
 
 def test_bm25_finds_the_gold_passage_of_one_hop_questions(corpus):
-    retriever = S.make_retriever("bm25", corpus.passages)
+    retriever = search_data.make_retriever("bm25", corpus.passages)
     one_hop = [q for q in corpus.questions["test"] if q["type"] == "one-hop"]
     r1 = search_data.recall_at_k(retriever, one_hop, k=1)
     print(f"BM25 recall@1 on {len(one_hop)} generated one-hop questions (question text as query): {r1:.3f}")
@@ -120,7 +121,7 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
     import trgrpo.trainer as trainer_module
 
     records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
-    trainer = S.make_search_trainer(
+    trainer = search_run.make_search_trainer(
         tiny_model_dir,
         records,
         tool,
@@ -274,7 +275,7 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
 
     model = S.micro_model(corpus, tool, hidden=32, layers=1, heads=2, path=tmp_path / "micro")
     train = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
-    spec = S.SearchSpec(
+    spec = search_run.SearchSpec(
         scheme="tr",
         model=model,
         steps=1,
@@ -289,7 +290,7 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
     writes: list[Path] = []
     real = R.write_json
     monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
-    rec = S.run_search(
+    rec = search_run.run_search(
         spec,
         train_records=train,
         eval_records=corpus.questions["test"][:2],
@@ -314,7 +315,7 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     from trgrpo.search_run import search_config_overrides, search_run_spec
     from trgrpo.trainer import TRGRPOConfig
 
-    spec = S.SearchSpec(
+    spec = search_run.SearchSpec(
         scheme="reverse",
         steps=3,
         prompts_per_step=2,
@@ -362,10 +363,10 @@ def test_search_is_a_registered_run_task():
     """``task: search`` in a run spec (python -m trgrpo.train) builds the offline corpus, its questions and the tool
     from ``task_options``; an unknown corpus is named."""
     from trgrpo.experiment import RunSpec
-    from trgrpo.tasks import TASKS
+    from trgrpo.tasks import get_task
 
     spec = RunSpec(task="search", n_train=3, n_eval=2, task_options={"top_k": 1, "template": "compact"})
-    task = TASKS["search"]
+    task = get_task("search")
     train, evals = task.build(spec, None)
     assert len(train) == 3 and len(evals) == 2 and "prompt" in train.column_names
     (tool,) = task.trainer_kwargs(spec)["tools"]

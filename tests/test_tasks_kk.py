@@ -7,7 +7,6 @@ import json
 import pytest
 
 from trgrpo.tasks import kk
-from trgrpo.tasks import kk as kk_eval
 
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
@@ -179,10 +178,8 @@ ASTRAL_JUNK = "\U0001114b"  # F0 91 85 8B: astral, yet no second byte of a disgu
 
 
 def test_byte_gate_lets_every_astral_disguise_through():
-    from trgrpo.tasks import kk as kk_guard
-
-    leads, seconds = kk_guard._astral_gate()
-    for lo, hi in kk_guard._disguise_sets()[1]:
+    leads, seconds = kk._astral_gate()
+    for lo, hi in kk._disguise_sets()[1]:
         for cp in range(lo, hi + 1):
             enc = chr(cp).encode()
             assert enc[:1] in leads and enc[1:2] in seconds, hex(cp)
@@ -197,9 +194,7 @@ def test_byte_gate_lets_every_astral_disguise_through():
     "junk", [ASTRAL_JUNK, "\U0001f4a5", "\U0001d7ff", "\U000e01f0", "\U0001d3ff", "\U0001f146", "\U0010ffff", "\ud835"]
 )
 def test_byte_gate_agrees_with_the_full_scan(junk):
-    from trgrpo.tasks import kk as kk_guard
-
-    bmp, astral = kk_guard._disguise_re()
+    bmp, astral = kk._disguise_re()
     for text in (junk * 50 + GOLD_ANSWER, GOLD_ANSWER + junk, f"{junk}\u0130{junk} {GOLD_ANSWER}"):
         full = bmp.search(text) is not None or astral.search(text) is not None
         assert kk.disguised_letters(text) is full is kk.disguised_letters(text, text.encode("utf-8", "surrogatepass"))
@@ -476,33 +471,6 @@ def test_loader_errors_are_clear(tmp_path):
         kk.load_kk_file(disagree)
 
 
-def test_hub_loader_offline_error_is_clear(monkeypatch):
-    import datasets
-
-    def offline(*args, **kwargs):
-        raise ConnectionError("Couldn't reach 'K-and-K/knights-and-knaves' on the Hub (LocalEntryNotFoundError)")
-
-    monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(RuntimeError, match="no network.*load_kk_file"):
-        kk.load_kk_hub(3)
-
-
-def test_hub_loader_reads_the_k_and_k_splits(monkeypatch):
-    import datasets
-
-    calls = []
-
-    def fake(repo, config, split):
-        calls.append((repo, config, split))
-        return [KK_ROWS[0]] if split == "2ppl" else [KK_ROWS[1]]
-
-    monkeypatch.setattr(datasets, "load_dataset", fake)
-    assert kk.load_kk_hub((2, 3), split="test") == [_expected(r) for r in KK_ROWS]
-    assert calls == [(kk.HUB_REPO, "test", "2ppl"), (kk.HUB_REPO, "test", "3ppl")]
-    with pytest.raises(ValueError):
-        kk.load_kk_hub(3, split="validation")
-
-
 # --------------------------------------------------------------------------------------------------
 # Prompt and dataset
 # --------------------------------------------------------------------------------------------------
@@ -591,7 +559,7 @@ def test_accuracy_of_gold_answers_is_one(monkeypatch, generated):
         by_quiz = {r["quiz"] + "\n": r for r in generated}
         return [completion(by_quiz[p[1]["content"]]["solution_text"]) for p in prompts]
 
-    monkeypatch.setattr(kk_eval, "greedy_generate", fake_generate)
+    monkeypatch.setattr(kk, "greedy_generate", fake_generate)
     res = kk.evaluate_kk(None, None, generated, batch_size=3)
     assert res["by_n_people"] == {3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}
     assert res["avg"] == 1.0 and res["overall"] == 1.0 and res["format_rate"] == 1.0 and res["n"] == 10
@@ -623,8 +591,3 @@ def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
     assert all(0.0 <= v <= 1.0 for v in res["by_n_people"].values())
     assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5
     assert len(res["completions"]) == 5 and all(isinstance(c, str) for c in res["completions"])
-
-
-KK_PARTS = ("kk_data", "kk_files", "kk_prompts", "kk_reward", "kk_guard", "kk_eval")
-
-

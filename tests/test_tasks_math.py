@@ -14,10 +14,8 @@ from fractions import Fraction
 
 import pytest
 
-from trgrpo.tasks import common
-from trgrpo.tasks import math as math_eval
+from trgrpo.tasks import common, math_verify
 from trgrpo.tasks import math as mt
-from trgrpo.tasks import math_verify as math_verifier
 
 from .test_tasks_kk import build_tiny_lm
 
@@ -158,7 +156,7 @@ def test_deep_nesting_is_refused_and_the_parser_is_cut_anyway():
     t0 = time.perf_counter()
     with pytest.raises(mt.BudgetExceeded):  # antlr4 is exponential in brace depth: the budget cuts it
         with mt.time_budget(0.1):
-            math_verifier._equivalent("{" * 40 + "42" + "}" * 40, "42")
+            math_verify._equivalent("{" * 40 + "42" + "}" * 40, "42")
     assert time.perf_counter() - t0 < 1.5
 
 
@@ -423,7 +421,7 @@ def test_greedy_accuracy_with_a_fake_generate(monkeypatch):
         assert prompts == [mt.math_prompt(r) for r in RECORDS]
         return ["\\boxed{5}", "\\boxed{15}"]
 
-    monkeypatch.setattr(math_eval, "greedy_generate", fake)
+    monkeypatch.setattr(mt, "greedy_generate", fake)
     assert mt.evaluate_math(None, None, RECORDS) == {"accuracy": 0.5, "n": 2}
 
 
@@ -432,7 +430,7 @@ def test_sampled_avg_and_pass_at_k_with_a_fake_generate(monkeypatch):
         assert do_sample and num_return_sequences == 16
         return [["\\boxed{5}"] * 4 + ["\\boxed{6}"] * 12, ["\\boxed{1}"] * 16]
 
-    monkeypatch.setattr(math_eval, "generate_completions", fake)
+    monkeypatch.setattr(mt, "generate_completions", fake)
     res = mt.evaluate_math_sampled(None, None, RECORDS, pass_ks=(1, 4))
     assert res["avg@16"] == pytest.approx(0.125) and res["pass@16"] == pytest.approx(0.5)
     assert res["pass@1"] == pytest.approx(0.125)
@@ -468,18 +466,9 @@ def test_generate_rejects_bad_settings(tiny_lm):
         common.generate_completions(model, tok, [[]])
 
 
-MATH_PARTS = ("math_verify", "math")
-
-
-def test_every_math_module_is_interruptible_by_the_budget_and_logs_as_the_task():
-    """The budget raises preferably in the parser/verifier's frames, the task's own modules included; the split
-    modules log under the task's logger name."""
-    import importlib
-
-    from trgrpo.tasks import math_verify as math_budget
-
-    for part in MATH_PARTS:
-        assert f"trgrpo.tasks.{part}".startswith(math_budget._INTERRUPTIBLE), part
-    assert not "trgrpo.tasks.kk".startswith(math_budget._INTERRUPTIBLE)
-    assert importlib.import_module("trgrpo.tasks.math_verify").logger is mt.logger
-    assert mt.logger.name == "trgrpo.tasks.math"
+def test_the_math_modules_are_interruptible_by_the_budget_and_log_as_the_task():
+    """The budget raises preferably in the parser/verifier's frames, the task's own modules included."""
+    for name in ("trgrpo.tasks.math", "trgrpo.tasks.math_verify"):
+        assert name.startswith(math_verify._INTERRUPTIBLE), name
+    assert not "trgrpo.tasks.kk".startswith(math_verify._INTERRUPTIBLE)
+    assert math_verify.logger is mt.logger and mt.logger.name == "trgrpo.tasks.math"

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from trgrpo.tasks import TASKS, Task
+from trgrpo.tasks import Task, get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
@@ -497,8 +497,7 @@ class RunSpec:
             )
         if self.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        get_task(self.task)  # a ValueError names the registered tasks
         if not isinstance(self.task_options, dict):
             raise ValueError(f"task_options must be a mapping, got {type(self.task_options).__name__}")
         check_folder_name("group", self.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
@@ -795,7 +794,7 @@ def run(
     from trgrpo.trainer import TRGRPOTrainer
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
-    task = task or TASKS[spec.task]
+    task = task or get_task(spec.task)
     model_path = resolve_model(spec.model)
     out_dir = checkpoint_folder(spec, checkpoint_dir)
     if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation

@@ -324,9 +324,9 @@ def vllm_available() -> bool:
 
 def task_module(task: str) -> str | None:
     """The module that registers ``task`` (a child process imports it); None when it lives in ``__main__``."""
-    from trgrpo.tasks import TASKS
+    from trgrpo.tasks import get_task
 
-    module = TASKS[task].build.__module__
+    module = get_task(task).build.__module__
     return None if module == "__main__" else module
 
 

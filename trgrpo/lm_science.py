@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, read_record, run, write_json
-from trgrpo.tasks import TASKS, arith
+from trgrpo.tasks import arith, get_task
 from trgrpo.tasks.common import sample_token_probabilities
 from trgrpo.toy_controls import weight_shares
 
@@ -175,7 +175,7 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
     """One run with greedy held-out evaluations at ``eval_steps`` (greedy: nothing drawn from the sampling RNG)."""
     from transformers import TrainerCallback
 
-    task, rows, held = TASKS[spec.task], [], {}
+    task, rows, held = get_task(spec.task), [], {}
 
     class HeldOut(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):

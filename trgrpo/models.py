@@ -58,6 +58,10 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     """The embedded model as an ordinary checkpoint folder, converted from GGUF on first use."""
     target = cache_dir() / "models" / EMBEDDED_NAME
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        if not _eos_matches_config(target):  # converted by a transformers with the converter's bug (below)
+            from transformers import AutoTokenizer
+
+            _special_tokens_from_config(AutoTokenizer.from_pretrained(target), target).save_pretrained(target)
         return target
     gguf = embedded_gguf_path()
     import torch
@@ -74,6 +78,7 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict(), strict=True)
     plain.generation_config = quantised.generation_config
+    tok = _special_tokens_from_config(tok, config)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:
@@ -89,6 +94,26 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     if verbose:
         print(f"[trgrpo] embedded model ready in {time.time() - t0:.1f} s")
     return target
+
+
+def _special_tokens_from_config(tok: Any, config: Any) -> Any:
+    """BOS and EOS named by the ids the GGUF file states (the model's config): transformers' GGUF Llama converter
+    (5.17) makes the BOS token ``<|im_start|>`` the EOS too, and then no turn ends at ``<|im_end|>``."""
+    if isinstance(config, Path):
+        import json
+
+        config = type("Config", (), json.loads((config / "config.json").read_text()))
+    tok.bos_token, tok.eos_token = tok.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id])
+    return tok
+
+
+def _eos_matches_config(folder: Path) -> bool:
+    import json
+
+    eos = json.loads((folder / "tokenizer_config.json").read_text()).get("eos_token")
+    added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens", [])
+    ids = {t["content"]: t["id"] for t in added}
+    return ids.get(eos) == json.loads((folder / "config.json").read_text()).get("eos_token_id")
 
 
 def resolve_model(name: str | os.PathLike | None = None) -> str:

@@ -40,7 +40,7 @@ from trgrpo.experiment import (
     run,
     train_config_summary,
 )
-from trgrpo.tasks import TASKS
+from trgrpo.tasks import task_names
 
 SPEC_FILE_KEYS = ("base", "grid", "imports")
 
@@ -70,7 +70,7 @@ def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]
         where = f"{path}: grid[{i}]" if "grid" in data else str(path)
         fields = {**base, **row, **overrides}
         if "task" not in fields:
-            raise ConfigError(f"{where}: field 'task' is missing (the run's task: {sorted(TASKS)})")
+            raise ConfigError(f"{where}: field 'task' is missing (the run's task: {task_names()})")
         try:
             specs.append(RunSpec.from_dict(fields))
         except (ValueError, TypeError) as e:

@@ -1,13 +1,15 @@
 """The task registry: a task registers its data, reward functions and evaluation under a name, and
 :func:`trgrpo.experiment.run` trains any registered task the same way (a run spec's ``task`` field names it).
 
-Built in: ``kk``, ``math``, ``arith`` (:mod:`trgrpo.tasks.paper_tasks`), ``search`` (:mod:`trgrpo.tasks.search`)
-and the toy's ``addition`` / ``addition_trace`` (:mod:`trgrpo.tasks.addition`); they register when this module is
-first imported. A task never builds a trainer: the run does.
+Each task module of this package registers its tasks when imported: ``addition`` / ``addition_trace``
+(:mod:`~trgrpo.tasks.addition`), ``arith``, ``kk``, ``math``, ``search``. :func:`get_task` and :func:`task_names`
+import them on first use, so importing the package loads none of them. A task never builds a trainer: the run does.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,7 +38,8 @@ class Task:
     evaluate_with_trainer: bool = False
 
 
-TASKS: dict[str, Task] = {}
+_TASKS: dict[str, Task] = {}
+_loaded = False
 
 
 def register_task(name: str, task: Task) -> None:
@@ -45,11 +48,27 @@ def register_task(name: str, task: Task) -> None:
         raise ValueError(f"task name must be a non-empty string, got {name!r}")
     if not isinstance(task, Task):
         raise TypeError(f"task must be a trgrpo.tasks.Task, got {type(task).__name__}")
-    TASKS[name] = task
+    _TASKS[name] = task
 
 
-# The built-in tasks register themselves (their heavy imports wait until a run needs them).
+def _load_builtin_tasks() -> None:
+    """Import every module of this package once: each registers its own tasks."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
-# The built-in tasks register themselves (their heavy imports wait until a run needs them).
-from trgrpo.tasks import addition, paper_tasks, search  # noqa: E402, F401
+def task_names() -> list[str]:
+    """The names of the registered tasks, sorted (the built-in ones included)."""
+    _load_builtin_tasks()
+    return sorted(_TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The task registered under ``name``; a ValueError lists the registered names."""
+    _load_builtin_tasks()
+    if name not in _TASKS:
+        raise ValueError(f"task must be one of {sorted(_TASKS)}, got {name!r}")
+    return _TASKS[name]

@@ -21,10 +21,6 @@ TASK_NAMES = ("addition", "addition_trace")
 MAX_COMPLETION = {"addition": 6, "addition_trace": 24}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Data
-
-
 def spaced(n: int) -> str:
     """``46 -> "4 6"``: the canonical text of a number (one token per digit)."""
     return " ".join(str(n))
@@ -78,10 +74,6 @@ def records(pairs: Iterable[tuple[int, int]], task: str = "addition") -> list[di
     return [{"prompt": format_prompt(a, b), "answer": a + b, "target": target_completion(a, b, task)} for a, b in pairs]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Rewards (TRL's signature: prompts, completions, completion_ids, **dataset columns)
-
-
 def correctness_reward(prompts: list, completions: list, answer: list, **kwargs: Any) -> list[float]:
     """1.0 when the completion's final number equals the answer, else 0.0 (the verifiable reward of RLVR)."""
     return [1.0 if parse_answer(c) == int(a) else 0.0 for c, a in zip(completions, answer)]
@@ -95,10 +87,6 @@ def make_random_reward(seed: int = 0, p: float = 0.5) -> Any:
         return [1.0 if rng.random() < p else 0.0 for _ in completions]
 
     return random_reward
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Evaluation
 
 
 def generate(
@@ -166,10 +154,6 @@ def evaluate_accuracy(
         res["sampled_accuracy"] = sum(correctness_reward(prompts, samp, answers)) / max(1, len(rows))
     res["accuracy"] = res["greedy_accuracy"]
     return res
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Run tasks: registered so that trgrpo.experiment.run trains them (the run builds TRGRPOTrainer)
 
 
 def _build(spec: RunSpec, tokenizer):

@@ -1,4 +1,5 @@
-"""Small-number arithmetic for a small chat model on a CPU: data, prompt, format and answer rewards, evaluation.
+"""Small-number arithmetic for a small chat model on a CPU (the run task ``arith``): data, prompt, format and answer
+rewards, evaluation.
 
 Not a task of the paper. It exists so that a real language model (the embedded SmolLM2-135M-Instruct) gets a
 reward that is neither always 0 nor always 1 within a few completion tokens, so the group advantages of Eq. 4 are
@@ -24,9 +25,13 @@ import math
 import random
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import completion_text, greedy_generate, render_prompt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trgrpo.experiment import RunSpec
 
 SYSTEM = "You are a calculator."
 DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1
@@ -180,10 +185,6 @@ def evaluate_arith(
     }
 
 
-# --------------------------------------------------------------------------------------------------
-# Reading the run records (notebook 03, Part B)
-# --------------------------------------------------------------------------------------------------
-
 REWARD_KEYS = {
     "reward": "reward",
     "format": "rewards/arith_format_reward/mean",
@@ -217,3 +218,27 @@ def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
     row["s / step"] = round(record.get("seconds_per_step", float("nan")), 1)
     row["commit"] = (record.get("git_commit") or "?")[:7] + ("+dirty" if record.get("git_dirty") else "")
     return row
+
+
+def _build(spec: RunSpec, tokenizer):
+    """Train and held-out problems are disjoint (one draw, split in two)."""
+    low, high = spec.task_options.get("range", DEFAULT_RANGE)
+    kind = spec.task_options.get("kind", "add")
+    train, test = split_problems(spec.n_train, spec.n_eval, seed=0, low=int(low), high=int(high), kind=kind)
+    return arith_dataset(train, tokenizer), test
+
+
+def _evaluate(model, tokenizer, records, spec: RunSpec) -> dict:
+    return evaluate_arith(
+        model,
+        tokenizer,
+        records,
+        batch_size=spec.task_options.get("eval_batch_size", 32),
+        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+    )
+
+
+register_task(
+    "arith",
+    Task(_build, lambda spec: make_arith_reward_funcs(spec.task_options.get("reward", "answer+format")), _evaluate),
+)

@@ -19,11 +19,6 @@ from typing import Any
 Prompt = str | list[dict[str, str]]
 
 
-# --------------------------------------------------------------------------------------------------
-# pass@k (Section 4.1: AIME pass@16) and avg@k
-# --------------------------------------------------------------------------------------------------
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from ``n`` samples of which ``c`` are correct: 1 - C(n-c, k) / C(n, k).
 
@@ -54,11 +49,6 @@ def mean_avg_at_k(correct: Sequence[Sequence[bool]]) -> float:
     if len(correct) == 0 or any(len(row) == 0 for row in correct):
         raise ValueError("mean_avg_at_k needs at least one problem and one sample per problem")
     return sum(sum(bool(x) for x in row) / len(row) for row in correct) / len(correct)
-
-
-# --------------------------------------------------------------------------------------------------
-# Batched generation (greedy or sampled), left padding, chat templates
-# --------------------------------------------------------------------------------------------------
 
 
 def render_prompt(tokenizer: Any, prompt: Prompt) -> tuple[str, bool]:
@@ -168,11 +158,6 @@ def greedy_generate(
     return [row[0] for row in rows]
 
 
-# --------------------------------------------------------------------------------------------------
-# Local files and the hub
-# --------------------------------------------------------------------------------------------------
-
-
 def read_table(path: str | os.PathLike, *, allow_empty: bool = False) -> list[dict[str, Any]]:
     """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file as plain dicts.
 
@@ -258,19 +243,19 @@ def as_list(value: Any) -> list[Any]:
     raise TypeError(f"expected a list, got {type(value).__name__}")
 
 
-def load_from_hub(repo: str, *args: Any, **kwargs: Any) -> Any:
-    """``datasets.load_dataset(repo, ...)`` with a clear error when the hub cannot be reached."""
+def load_from_hub(repo: str, config: str | None, split: str, hint: str) -> list[dict[str, Any]]:
+    """The rows of ``split`` of a hub dataset (needs a network); when the hub cannot be reached, a RuntimeError that
+    says so and what to do instead (``hint``)."""
     import datasets
 
     try:
-        return datasets.load_dataset(repo, *args, **kwargs)
+        ds = datasets.load_dataset(repo, config, split=split) if config else datasets.load_dataset(repo, split=split)
     except Exception as e:  # offline: ConnectionError, OfflineModeIsEnabled, DatasetNotFoundError, ...
         raise RuntimeError(
-            f"could not load the dataset {repo!r} from the Hugging Face hub ({type(e).__name__}: {e}). "
-            "This machine may have no network (or HF_DATASETS_OFFLINE=1 is set). Download it where the hub "
-            "is reachable and read the file with the local loader (load_kk_file / load_math_file), or use "
-            "the offline generators (generate_kk / generate_math)."
+            f"could not load the dataset {repo!r} (split {split!r}) from the Hugging Face hub ({type(e).__name__}: "
+            f"{e}). This machine may have no network (or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set). {hint}"
         ) from e
+    return [dict(row) for row in ds]
 
 
 def completion_text(completion: Any) -> Any:

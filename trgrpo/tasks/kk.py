@@ -1,38 +1,44 @@
-"""The look-alike guard of the K&K answer parser (an addition to the paper's Table 5 reward, App. B.1.1).
+"""Knights & Knaves (K&K) logic puzzles (paper Section 4.1, App. B.1.1, Tables 1 and 5), the run task ``kk``.
 
-Logic-RL's parser counts the "knight"/"knave" mentions of an answer and requires one per person. A mention written
-with characters that imitate the ASCII letters ("ｋｎａｖｅ", "𝐤𝐧𝐚𝐯𝐞", Cyrillic "кnаvе") or with an invisible
-character inside the word (zero-width space, soft hyphen, variation selector) escapes that count: without this
-guard "Zoey is a ｋｎａｖｅ. Zoey is a knight." scored the full 3 while naming both roles.
-:func:`disguised_letters` finds such characters in linear time; :mod:`trgrpo.tasks.kk` calls an answer that
-holds one unparseable.
+* Data: the normalised record (``quiz``, ``names``, ``solution``, ``n_people``, ``solution_text``) from
+  reasoning-gym's generator offline (:func:`generate_kk`, :func:`kk_splits`) or from Logic-RL / K-and-K files
+  (:func:`load_kk_files`).
+* Prompt: Logic-RL's instruct prompt as chat messages (:func:`kk_prompt`, :func:`kk_dataset`).
+* Reward: Table 5's format score plus answer score (:func:`kk_reward`), with Logic-RL's answer parser and an added
+  look-alike guard: a mention written with characters that imitate the ASCII letters ("ｋｎａｖｅ", "𝐤𝐧𝐚𝐯𝐞",
+  Cyrillic "кnаvе") or with an invisible character inside the word escapes Logic-RL's count of "knight"/"knave"
+  mentions ("Zoey is a ｋｎａｖｅ. Zoey is a knight." scored the full 3 while naming both roles);
+  :func:`disguised_letters` finds such characters in linear time and the answer is then unparseable.
+* Evaluation: greedy accuracy by number of people and their mean, Table 1's layout (:func:`evaluate_kk`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-
-# Characters that read as a letter of "knight"/"knave" but are not that ASCII letter: compatibility forms (NFKC
-# folds them: fullwidth, mathematical alphanumerics, circled, super-/subscript, the Kelvin sign; found by scanning
-# the code points once) and look-alikes from other scripts that NFKC leaves alone; plus invisible characters
-# (soft hyphen, zero-width and bidi marks, BOM) that can sit inside a word unseen.
 import random
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import (
     as_list,
     completion_text,
     first_present,
     greedy_generate,
-    load_from_hub,
     read_table,
     render_prompt,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from trgrpo.experiment import RunSpec
+
+# Characters that read as a letter of "knight"/"knave" but are not that ASCII letter: compatibility forms (NFKC
+# folds them: fullwidth, mathematical alphanumerics, circled, super-/subscript, the Kelvin sign; found by scanning
+# the code points once) and look-alikes from other scripts that NFKC leaves alone; plus invisible characters
+# (soft hyphen, zero-width and bidi marks, BOM) that can sit inside a word unseen.
 _HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
 _INVISIBLE = [0xAD, 0x34F, 0x61C, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0x200B, 0x2010)]
 _INVISIBLE += [*range(0x202A, 0x202F), *range(0x2060, 0x2065), 0xFEFF]
@@ -117,14 +123,7 @@ def disguised_letters(answer_text: str, utf8: bytes | None = None) -> bool:
     return astral.search(answer_text) is not None
 
 
-# ---- kk_data: K&K puzzles as data: the normalised record and the offline generator (paper Section 4.1, App. B.1.1).
-
-
 DEFAULT_N_PEOPLE = (3, 4, 5, 6, 7)  # the difficulty levels of Table 1
-
-# --------------------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------------------
 
 
 def solution_text(names: Sequence[str], solution: Sequence[bool]) -> str:
@@ -175,11 +174,6 @@ def make_record(quiz: str, names: Any, solution: Any) -> dict[str, Any]:
         "n_people": len(names_l),
         "solution_text": solution_text(names_l, sol_l),
     }
-
-
-# --------------------------------------------------------------------------------------------------
-# Offline generation with reasoning-gym (knight/knave wording)
-# --------------------------------------------------------------------------------------------------
 
 
 def _format_quiz(problem: dict[str, Any], rand_seed: int) -> tuple[str, list[str]]:
@@ -310,15 +304,6 @@ def kk_splits(
     train = _generate(n_train, n_people, seed, "train", {r["quiz"] for r in test}, depth_constraint, width_constraint)
     return train, test
 
-
-# ---- kk_files: K&K files and hub data in the Logic-RL / ``K-and-K/knights-and-knaves`` schema (paper App. B.1.1, Ta
-
-
-HUB_REPO = "K-and-K/knights-and-knaves"  # Xie et al.'s K&K data, configs "train"/"test", splits "2ppl".."8ppl"
-
-# --------------------------------------------------------------------------------------------------
-# Loaders: the paper's splits (Logic-RL / K-and-K schema)
-# --------------------------------------------------------------------------------------------------
 
 _USER_TURN = (
     re.compile(r"<\|im_start\|>user\n(.*?)\n?<\|im_end\|>", re.DOTALL),  # Logic-RL qwen-instruct template
@@ -476,25 +461,6 @@ def kk_source(paths: str | os.PathLike | Sequence[str | os.PathLike] | None, spl
     }
 
 
-def load_kk_hub(
-    n_people: int | Iterable[int] = DEFAULT_N_PEOPLE, split: str = "test", *, repo: str = HUB_REPO
-) -> list[dict[str, Any]]:
-    """The paper's K&K splits from the hub (``K-and-K/knights-and-knaves``, config ``split``, splits ``{k}ppl``).
-
-    Needs a network; raises a RuntimeError that says so (and what to do) when the hub cannot be reached.
-    """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    records: list[dict[str, Any]] = []
-    for k in _n_people_tuple(n_people, lo=2, hi=8):
-        ds = load_from_hub(repo, split, split=f"{k}ppl")
-        records.extend(normalize_kk_row(dict(row)) for row in ds)
-    return records
-
-
-# ---- kk_prompts: The K&K prompt and TRL dataset (paper App. B.1.1): Logic-RL's instruct prompt as conversational me
-
-
 # The system prompt of Logic-RL's K&K data (Xie et al. 2025; the paper's App. B.1.1), character for character as its
 # verl parquet rows carry it (examples/data_preprocess/kk.py, template "qwen-instruct"), "and<answer>" included. The
 # rows render it in ChatML as "<|im_start|>system\n{this}\n<|im_end|>\n<|im_start|>user\n{quiz}\n<|im_end|>\n
@@ -508,11 +474,6 @@ KK_SYSTEM_PROMPT = (
     "when you finally reach a conclusion, clearly state the identity of each character within <answer> </answer> "
     "tags. i.e., <answer> (1) Zoey is a knight\n(2) ... </answer>."
 )
-
-
-# --------------------------------------------------------------------------------------------------
-# Prompt and dataset
-# --------------------------------------------------------------------------------------------------
 
 
 def kk_prompt(record: dict[str, Any], prefill_think: bool = False) -> list[dict[str, str]]:
@@ -552,13 +513,6 @@ def kk_dataset(records: Sequence[dict[str, Any]], prefill_think: bool = False, *
     )
 
 
-# ---- kk_reward: The K&K reward of the paper's Table 5 (App. B.1.1): a format score plus an answer score.
-
-
-# --------------------------------------------------------------------------------------------------
-# Table 5 reward values
-# --------------------------------------------------------------------------------------------------
-
 FORMAT_OK = 1.0
 FORMAT_BAD = -1.0
 ANSWER_CORRECT = 2.0
@@ -574,10 +528,6 @@ KK_REWARD_VALUES = frozenset(
 )  # {3.0, -0.5, -1.0, -3.0}
 KK_MIN_REWARD = FORMAT_BAD + ANSWER_UNPARSEABLE
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-
-# --------------------------------------------------------------------------------------------------
-# Reward (Table 5)
-# --------------------------------------------------------------------------------------------------
 
 
 # Cost. Tags are found with str.find on the completion (C speed for every string kind). The answer is parsed on its
@@ -779,14 +729,6 @@ def make_kk_reward_funcs(prefilled_think: bool = False) -> list[Callable[..., li
     return [kk_format_reward, kk_answer_reward]
 
 
-# ---- kk_eval: Greedy K&K evaluation in the layout of the paper's Table 1: accuracy by number of people and their me
-
-
-# --------------------------------------------------------------------------------------------------
-# Evaluation (Table 1 layout)
-# --------------------------------------------------------------------------------------------------
-
-
 def kk_accuracy(
     completions: Sequence[Any], records: Sequence[dict[str, Any]], *, prefilled_think: bool = False
 ) -> dict[str, Any]:
@@ -839,4 +781,58 @@ def evaluate_kk(
     return result
 
 
-# ---- kk: Knights & Knaves (K&K) logic puzzles: data, prompt, reward, evaluation (paper Section 4.1, App. B.1.1, Tab
+def _kk_files(opts: dict, key: str, n: int, n_people) -> list[dict]:
+    try:
+        return load_kk_files(opts[key], n=n, n_people=n_people)
+    except (OSError, ValueError, TypeError) as e:
+        raise type(e)(f"task_options.{key}: {e}") from e
+
+
+def _build(spec: RunSpec, tokenizer):
+    """The Logic-RL files when ``train_path`` / ``eval_path`` are given (the paper's splits, ``test_new`` for
+    evaluation), reasoning-gym's generator offline otherwise; eval puzzles seen in training are dropped."""
+    opts = spec.task_options
+    n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
+    eval_people = opts.get("eval_n_people", n_people)
+    if opts.get("train_path"):
+        train = _kk_files(opts, "train_path", spec.n_train, n_people)
+    else:
+        train, _ = kk_splits(spec.n_train, 0, n_people=n_people, seed=spec.seed if opts.get("seed_data") else 0)
+    if opts.get("eval_path"):
+        test = _kk_files(opts, "eval_path", spec.n_eval, eval_people)
+    else:
+        _, test = kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
+    train_keys = {r["quiz"] for r in train}
+    test = [r for r in test if r["quiz"] not in train_keys]
+    prefill = bool(opts.get("prefill_think", False))
+    # TRL always adds a generation prompt to chat prompts: a pre-filled <think> needs text prompts.
+    return kk_dataset(train, prefill_think=prefill, tokenizer=tokenizer if prefill else None), test
+
+
+def _data_source(spec: RunSpec, train_ds, records) -> dict:
+    opts = spec.task_options
+    return {
+        "train": kk_source(opts.get("train_path"), "train", len(train_ds)),
+        "eval": kk_source(opts.get("eval_path"), "test", len(records)),
+        "prefill_think": bool(opts.get("prefill_think", False)),
+    }
+
+
+def _rewards(spec: RunSpec):
+    return make_kk_reward_funcs(prefilled_think=bool(spec.task_options.get("prefill_think", False)))
+
+
+def _evaluate(model, tokenizer, records, spec: RunSpec) -> dict:
+    res = evaluate_kk(
+        model,
+        tokenizer,
+        records,
+        batch_size=spec.task_options.get("eval_batch_size", 8),
+        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+        prefill_think=bool(spec.task_options.get("prefill_think", False)),
+    )
+    res["accuracy"] = res["avg"]
+    return res
+
+
+register_task("kk", Task(_build, _rewards, _evaluate, _data_source))

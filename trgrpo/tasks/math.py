@@ -1,22 +1,26 @@
-"""The binary math reward of paper App. B.1.2: 1.0 if the last boxed answer equals the reference, else 0.0.
+"""Math (paper Section 4.1, App. B.1.2, Table 2), the run task ``math``: data, the simple prompt, the binary
+boxed-answer reward and the evaluation.
 
-No format term. :func:`math_reward` never raises and always returns 0.0 or 1.0: the answer is found by a bounded
-scan (:mod:`trgrpo.tasks.math_verify`), an exact string match scores at once, and otherwise math-verify compares
-(:mod:`trgrpo.tasks.math_verify`) under a CPU-time budget of the calling thread (:mod:`trgrpo.tasks.math_verify`):
-the verdict does not depend on the machine's load.
-:func:`make_math_reward_func` wraps it as TRL's reward function.
+* Data: generated arithmetic offline (:func:`generate_math`), a local file (:func:`load_math_file`) or a hub set of
+  :data:`MATH_HUB` (the training sets DeepScaleR and ORZ, the benchmarks of Table 2).
+* Reward (:func:`math_reward`): 1.0 if the last boxed answer equals the reference, else 0.0; no format term. It never
+  raises: the answer is found by a bounded scan, an exact string match scores at once, and otherwise math-verify
+  compares under a CPU-time budget of the calling thread (:mod:`trgrpo.tasks.math_verify`), so the verdict does not
+  depend on the machine's load.
+* Evaluation: greedy accuracy (MATH-500, Minerva, OlympiadBench), avg@k and pass@k from k samples (AMC, AIME).
 """
 
 from __future__ import annotations
 
 import ast
-import logging
 import operator
 import os
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import (
     as_list,
     completion_text,
@@ -37,15 +41,16 @@ from trgrpo.tasks.math_verify import (
     analyze_gold,
     extract_boxed_answer,
     gold_forms,
+    logger,
     nesting_depth,
     time_budget,
     warm_up,
 )
 
-DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (the calling thread's own clock)
-MATH_REWARD_VALUES = frozenset({0.0, 1.0})
+if TYPE_CHECKING:  # pragma: no cover
+    from trgrpo.experiment import RunSpec
 
-logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
+DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (the calling thread's own clock)
 
 
 def math_reward(completion: Any, answer: Any, *, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> float:
@@ -105,14 +110,8 @@ def make_math_reward_func(*, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Cal
     return math_accuracy_reward
 
 
-# ---- math_data: Math data and prompt (paper Section 4.1, App. B.1.2): generated arithmetic, local files, the paper'
-
-
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
-# --------------------------------------------------------------------------------------------------
-# Data: offline arithmetic, local files, hub
-# --------------------------------------------------------------------------------------------------
 
 _TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     # Small numbers, so that a CPU-sized model can learn something. allow_parentheses=True selects reasoning-gym's
@@ -348,17 +347,8 @@ def load_math_hub(name: str, *, split: str | None = None) -> list[dict[str, str]
     if name not in MATH_HUB:
         raise ValueError(f"unknown math dataset {name!r}; choose one of {sorted(MATH_HUB)} or use load_math_file")
     repo, config, default_split = MATH_HUB[name]
-    args = (config,) if config else ()
-    ds = load_from_hub(repo, *args, split=split or default_split)
-    return [normalize_math_row(dict(row)) for row in ds]
-
-
-# ---- math_eval: Math evaluation of paper Section 4.1 / Table 2: greedy accuracy (MATH-500, Minerva, OlympiadBench)
-
-
-# --------------------------------------------------------------------------------------------------
-# Evaluation
-# --------------------------------------------------------------------------------------------------
+    hint = "Download it where the hub is reachable and read the file with load_math_file, or use generate_math."
+    return [normalize_math_row(row) for row in load_from_hub(repo, config, split or default_split, hint)]
 
 
 def evaluate_math(
@@ -428,7 +418,67 @@ def evaluate_math_sampled(
     return result
 
 
-# ---- math: Math: binary boxed-answer reward, data, simple prompt, evaluation (paper Section 4.1, App. B.1.2, Table
+# Section 4.1: avg@16 (and pass@16 for AIME) instead of greedy, for the sets whose name (hub name or file stem, any
+# case) starts so: "aime24", a local "aime.jsonl" or "AIME_2024.parquet", "amc".
+SAMPLED_MATH_SETS = ("amc", "aime")
 
 
-logger = logging.getLogger(__name__)  # the logger the math_* modules write to
+def _load_source(source: str, n: int, seed: int) -> list[dict]:
+    if source == "generated":
+        return generate_math(n, seed=seed)
+    if source in MATH_HUB:
+        return load_math_hub(source)[:n]
+    return load_math_file(source)[:n]
+
+
+def _build(spec: RunSpec, tokenizer):
+    """Train on generated arithmetic offline, or a file / hub set (``train``: deepscaler, orz, a path)."""
+    opts = spec.task_options
+    train = _load_source(opts.get("train", "generated"), spec.n_train, spec.seed + 1000)
+    seen = {r["problem"] for r in train}
+    evals = {}
+    for name in opts.get("eval_sets", ["generated"]):
+        evals[Path(name).stem] = [r for r in _load_source(name, spec.n_eval, 99_999) if r["problem"] not in seen]
+    return math_dataset(train), evals
+
+
+def _data_source(spec: RunSpec, train_ds, evals) -> dict:
+    """Each set under the name Table 2 gives it, with its source; generated arithmetic is marked a substitute."""
+    opts = spec.task_options
+    names = opts.get("eval_sets", ["generated"])
+    return {
+        "train": math_source(opts.get("train", "generated"), len(train_ds)),
+        "eval": {Path(n).stem: math_source(n, len(evals.get(Path(n).stem, []))) for n in names},
+    }
+
+
+def _evaluate(model, tokenizer, evals, spec: RunSpec) -> dict:
+    """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
+    opts = spec.task_options
+    max_new = spec.max_eval_tokens or spec.max_completion_length
+    out: dict[str, Any] = {"by_set": {}}
+    for name, records in evals.items():
+        if not records:
+            continue
+        if name.lower().startswith(SAMPLED_MATH_SETS):
+            res = evaluate_math_sampled(
+                model,
+                tokenizer,
+                records,
+                k=int(opts.get("sampled_k", 16)),
+                max_new_tokens=max_new,
+                seed=spec.seed,
+                batch_size=opts.get("eval_batch_size", 2),
+            )
+            out["by_set"][name] = {key: v for key, v in res.items() if key.startswith(("avg@", "pass@"))}
+        else:
+            res = evaluate_math(
+                model, tokenizer, records, batch_size=opts.get("eval_batch_size", 8), max_new_tokens=max_new
+            )
+            out["by_set"][name] = {"accuracy": res["accuracy"]}
+    scores = [next(iter(v.values())) for v in out["by_set"].values()]
+    out["accuracy"] = sum(scores) / len(scores) if scores else None
+    return out
+
+
+register_task("math", Task(_build, lambda spec: [make_math_reward_func()], _evaluate, _data_source))

@@ -1,9 +1,11 @@
-"""The model's answer: the last ``\boxed{...}`` of a completion, found by a bounded scan (paper App. B.1.2).
+"""The verifier of the math reward (paper App. B.1.2): is a model's boxed answer equal to the reference?
 
-Only the text after the last ``</think>`` counts when there is one; braces are matched. The scan is a couple of
-C-level ``rfind`` plus at most :data:`MAX_ANSWER_CHARS` characters, so a 1 MB completion costs about a
-millisecond (:func:`extract_boxed_answer`). :func:`nesting_depth` measures the bracket depth that latex2sympy's
-parser would pay for exponentially; :func:`_normalize` is the light normalisation of the exact-match fast path.
+* :func:`extract_boxed_answer`: the last ``\\boxed{...}`` after the last ``</think>``, brace-matched, by a bounded
+  scan (a 1 MB completion costs about a millisecond).
+* :func:`analyze_gold`: the reference parsed once and checked against a case- and variable-keeping reading.
+* :func:`_equivalent`: math-verify's verdict with guards where its yes is wrong (negated tuples, equations compared
+  by one side, tiny numbers rounded equal), after a blow-up guard judged on the unevaluated parse (huge powers,
+  factorials, sums) and under :func:`time_budget`, a CPU-time budget of the calling thread.
 """
 
 from __future__ import annotations
@@ -25,11 +27,8 @@ from trgrpo.tasks.common import as_list, first_present
 MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (real answers are far shorter)
 MAX_NESTING = 10  # deeper {[( nesting scores 0: latex2sympy's ANTLR parser is exponential in brace depth
 BOXED = "\\boxed{"
+logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
 THINK_END = "</think>"
-
-# --------------------------------------------------------------------------------------------------
-# Answer extraction (bounded scan)
-# --------------------------------------------------------------------------------------------------
 
 
 def extract_boxed_answer(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
@@ -79,14 +78,6 @@ def _normalize(s: str) -> str:
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = "".join(s.split())
     return s.rstrip(".")
-
-
-# ---- math_budget: A CPU-time budget for sympy's parse and verify (the math reward of paper App. B.1.2 never hangs,
-
-
-# --------------------------------------------------------------------------------------------------
-# CPU-time budget of the calling thread (a watchdog thread delivers it)
-# --------------------------------------------------------------------------------------------------
 
 
 class BudgetExceeded(BaseException):
@@ -219,13 +210,6 @@ def time_budget(seconds: float | None) -> Iterator[None]:
                 continue
 
 
-# ---- math_blowup: The blow-up guard of the math reward (paper App. B.1.2): sizes judged from the unevaluated parse.
-
-
-# --------------------------------------------------------------------------------------------------
-# Blow-up guard: sizes judged from the unevaluated parse, before sympy computes anything
-# --------------------------------------------------------------------------------------------------
-
 _MAX_DIGITS = 100_000  # no (sub)expression may have a value of more decimal digits (10^{100000}, 2^{2^{16}})
 _MAX_COUNT = 10_000  # factorial-like arguments, terms of a sum or product
 _MAX_MATRIX_AMPERSANDS = 24  # a matrix larger than 5x5 (latex2sympy computes determinants while parsing)
@@ -339,16 +323,6 @@ def _too_large_matrix(latex: str) -> bool:
     return "matrix" in latex and latex.count("&") > _MAX_MATRIX_AMPERSANDS
 
 
-# ---- math_gold: The reference answer of a math item, parsed once and checked (paper App. B.1.2, Table 2's benchmark
-
-
-logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
-
-# --------------------------------------------------------------------------------------------------
-# math-verify, imported once
-# --------------------------------------------------------------------------------------------------
-
-
 class _DropTimeoutDisabled(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "Timeout is disabled" not in record.getMessage()
@@ -365,10 +339,6 @@ def _math_verify() -> Any:
         logging.getLogger(name).addFilter(_DropTimeoutDisabled())
     return math_verify
 
-
-# --------------------------------------------------------------------------------------------------
-# The reference answer: parsed once per item, checked, case and variables kept where they matter
-# --------------------------------------------------------------------------------------------------
 
 _SCI_NUMBER = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*[eE]\s*([-+]?\d+)\s*")
 _TEXT_BLOCK = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
@@ -537,9 +507,6 @@ def _float_text(value: float) -> str:
     return format(value, ".15g")
 
 
-# ---- math_verifier: Equivalence of a model's boxed answer and a reference under math-verify, guarded (paper App. B.
-
-
 # Scored once, without a budget, before any budget starts (make_math_reward_func, math_reward): these load what
 # sympy and math-verify import lazily (antlr4's LL1Analyzer, sympy.combinatorics for factoring, assumption
 # wrappers, set expressions, the case-keeping reading), so that no alarm has to wait for an import (the alarm
@@ -571,10 +538,6 @@ def warm_up() -> None:
                 _equivalent(pred, gold)
         _warmed = True
 
-
-# --------------------------------------------------------------------------------------------------
-# Comparison
-# --------------------------------------------------------------------------------------------------
 
 REL_TOL = 1e-5  # numbers below 0.1 in magnitude must agree to this relative tolerance (see _close_enough)
 

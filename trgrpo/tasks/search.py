@@ -1,4 +1,14 @@
-"""The ``search`` tool the model calls through TRL's tool loop: a query in, formatted passages out."""
+"""Agentic search, Search-R1 style (paper Section 4.1 "agentic", Section 4.2.3, App. B.1.3, Eq. 14, Table 3), the
+run task ``search``.
+
+The model calls a ``search`` tool (:func:`make_search_tool`: a query in, formatted passages out) through TRL's tool
+loop; the chat template must render tool calls (:func:`prepare_tokenizer`). The reward (Eq. 14) is +1 when the
+normalised last ``<answer>`` matches a gold answer, else -1 (:func:`search_reward`). Evaluation runs greedy
+rollouts through the trainer's own tool loop (:func:`evaluate_search`). For CPU runs: a micro model with a
+word-level tokenizer (:func:`micro_model`) and a supervised warm start on scripted trajectories (:func:`warm_start`).
+The corpus, the questions and the retrievers are in :mod:`trgrpo.tasks.search_data`; the trainer factory and
+:func:`trgrpo.search_run.run_search` in the runs layer.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trgrpo.tasks import Task, register_task
+from trgrpo.tasks.common import greedy_generate
 from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS, Corpus, make_corpus, make_retriever
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trgrpo.experiment import RunSpec
 
 SEARCH_TOOL_NAME = "search"
 MALFORMED_KEY = "_malformed_call"  # argument under which an unparseable tool call reaches the tool
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The search tool (what TRL calls inside its tool loop)
 
 
 def format_passages(hits: Sequence[dict[str, Any]], *, max_chars: int = 400) -> str:
@@ -85,13 +95,6 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
     search.retriever = retriever
     search.top_k = top_k
     return search
-
-
-# ---- search_prompts: Chat templates that render tool calls (TRL's Qwen2.5 one, or a compact one), the system prompt
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Chat template and tool-call parsing
 
 
 # Qwen2.5's template (TRL's copy) with a one-line tool description instead of the JSON-schema block: the
@@ -197,9 +200,6 @@ def _install_lenient_parsing(tokenizer: Any) -> None:
     tokenizer._trgrpo_lenient_tools = True
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Prompts and datasets
-
 SYSTEM_PROMPT = (
     "Answer the question. Use the search tool to look up facts, as often as you need. "
     "Write the final answer as <answer>...</answer>."
@@ -229,13 +229,6 @@ def search_dataset(records: Sequence[dict[str, Any]], *, search: bool = True):
             for i, r in enumerate(records)
         ]
     )
-
-
-# ---- search_reward: The reward of the search task (Eq. 14): +1 when the normalised last ``<answer>`` exactly matche
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Reward (Eq. 14) and exact match
 
 
 _PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]+")
@@ -306,13 +299,6 @@ def search_reward(completions: Sequence[Any], answers: Sequence[Any] | None = No
             ok = False
         out.append(1.0 if ok else -1.0)
     return out
-
-
-# ---- search_render: Showing the search task's results: a rollout as HTML or text (tool tokens marked), Table 3's la
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Showing a rollout and the Table 3 layout
 
 
 def render_rollout_html(tokenizer: Any, rollout: dict[str, Any], *, show_prompt: bool = False) -> str:
@@ -393,9 +379,6 @@ def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         },
         "n_seeds": len(results),
     }
-
-
-# ---- search_eval: Evaluating the search task: rollouts through the trainer's own generation + tool loop (greedy EM
 
 
 def trl_rollouts(
@@ -492,8 +475,6 @@ def evaluate_no_search(
     EM uses the last ``<answer>`` when there is one and the whole reply otherwise (a base model may ignore
     the tag; on fictional entities the baseline is near zero either way).
     """
-    from trgrpo.tasks.common import greedy_generate
-
     t0 = time.time()
     tokenizer.padding_side = "left"
     texts = greedy_generate(
@@ -515,12 +496,6 @@ def evaluate_no_search(
     res["seconds"] = time.time() - t0
     return res
 
-
-# ---- search_micro: The CPU toy of the search task: a word-level tokenizer over the corpus, a ~1M-parameter Llama, a
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# A micro model for CPU runs: a word-level tokenizer over the corpus and a small Llama trained from scratch
 
 WORD_PATTERN = r" ?[A-Za-z0-9_]+| ?[^A-Za-z0-9_\s]|\n| +"
 WORD_SPECIALS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
@@ -630,10 +605,6 @@ def load_tokenizer(path: str | os.PathLike, template: str = "auto") -> Any:
     if template == "auto" and tok.chat_template == COMPACT_CHAT_TEMPLATE:
         template = "compact"
     return prepare_tokenizer(tok, template=template)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Warm start: supervised steps on scripted search trajectories
 
 
 def scripted_turns(
@@ -775,13 +746,6 @@ def warm_start(
     return info
 
 
-# ---- search_task: Agentic search as a run task (``task: search``) for :func:`trgrpo.experiment.run`: the data, the
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.experiment import RunSpec
-
-
 def search_task(
     train_records: Sequence[dict[str, Any]],
     eval_records: Sequence[dict[str, Any]],
@@ -803,14 +767,13 @@ def search_task(
 
 @functools.lru_cache(maxsize=4)
 def _corpus_and_tool(corpus: str, corpus_seed: int, retriever: str, top_k: int) -> tuple[Any, Callable[..., str]]:
-
     if corpus != "synthetic":
         raise ValueError(f"task_options.corpus: only the offline 'synthetic' corpus is built here, got {corpus!r}")
     c = make_corpus(int(corpus_seed))
     return c, make_search_tool(make_retriever(retriever, c.passages), top_k=int(top_k))
 
 
-def _from_options(spec: RunSpec) -> Task:
+def _task(spec: RunSpec) -> Task:
     o = spec.task_options
     corpus, tool = _corpus_and_tool(
         o.get("corpus", "synthetic"), o.get("corpus_seed", 0), o.get("retriever", "bm25"), o.get("top_k", 3)
@@ -819,32 +782,15 @@ def _from_options(spec: RunSpec) -> Task:
     return search_task(train, corpus.questions["test"][: spec.n_eval], tool, template=o.get("template", "auto"))
 
 
+# The run task ``search`` on the generated corpus (task options corpus_seed, retriever, top_k, template).
 register_task(
     "search",
     Task(
-        build=lambda spec, tokenizer: _from_options(spec).build(spec, tokenizer),
-        reward_funcs=lambda spec: _from_options(spec).reward_funcs(spec),
-        evaluate=lambda trainer, tokenizer, records, spec: _from_options(spec).evaluate(
-            trainer, tokenizer, records, spec
-        ),
-        tokenizer=lambda path, spec: _from_options(spec).tokenizer(path, spec),
-        trainer_kwargs=lambda spec: _from_options(spec).trainer_kwargs(spec),
+        build=lambda spec, tokenizer: _task(spec).build(spec, tokenizer),
+        reward_funcs=lambda spec: [search_reward],
+        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records),
+        tokenizer=lambda path, spec: load_tokenizer(path, spec.task_options.get("template", "auto")),
+        trainer_kwargs=lambda spec: _task(spec).trainer_kwargs(spec),
         evaluate_with_trainer=True,
     ),
 )
-
-
-# ---- search: Agentic search, Search-R1 style (paper Section 4.1 "agentic", Section 4.2.3, App. B.1.3, Eq. 14, Table
-
-
-# The run loop builds the trainer, so it lives in trgrpo.search_run; its names stay reachable from here, loaded
-# only when asked for (importing this task module never imports the trainer).
-_RUN_NAMES = ("SCHEME_LABELS", "SearchSpec", "make_search_trainer", "run_search")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RUN_NAMES:
-        from trgrpo import search_run
-
-        return getattr(search_run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

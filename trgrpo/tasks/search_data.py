@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trgrpo.tasks.common import as_list, load_from_hub, read_table
+
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
 # Table 3's columns: the generated types stand in for its two groups.
 GENERAL_QA = ("nq", "triviaqa", "popqa")
@@ -54,10 +56,9 @@ FLASHRAG_SPLIT = {
     "bamboogle": "test",
 }
 SEARCHR1_TRAIN_REPO = "PeterJinGo/nq_hotpotqa_train"  # Search-R1's training mix (NQ + HotpotQA)
+_HUB_HINT = "Pass a downloaded copy with path=..., or use the offline corpus (make_corpus)."
 DATASET_ALIASES = {"hqa": "hotpotqa", "2wiki": "2wikimultihopqa", "tqa": "triviaqa"}
 
-# ---------------------------------------------------------------------------------------------------------------
-# The generated encyclopedia
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st", "th"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
@@ -356,14 +357,8 @@ def sample_questions(
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The seven real QA sets of Table 3 (Search-R1 / FlashRAG format)
-
-
 def _answers_of(row: dict[str, Any]) -> list[str]:
     """Gold answers from the field names used by Search-R1, FlashRAG and the original datasets."""
-    from trgrpo.tasks.common import as_list
-
     for key in ("golden_answers", "answers", "answer", "target"):
         if key in row and row[key] is not None:
             value = row[key]
@@ -431,8 +426,6 @@ def load_qa(
     network: offline this raises a ``RuntimeError`` that says so. Errors name the file and the row; no question
     (an empty file, or none of this dataset in a merged file) is an error unless ``allow_empty``.
     """
-    from trgrpo.tasks.common import read_table
-
     name = normalise_dataset_name(dataset)
     if name not in TABLE3_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
@@ -459,7 +452,7 @@ def load_qa(
                 raise ValueError(f"{p}: no row with data_source {name!r}")
         recs = _qa_records_of_file(rows, name, p)
     else:
-        recs = qa_records(_hub_rows(FLASHRAG_REPO, name, split), name)
+        recs = qa_records(load_from_hub(FLASHRAG_REPO, name, split, _HUB_HINT), name)
     return recs[:n] if n is not None else recs
 
 
@@ -480,39 +473,11 @@ def load_searchr1_train(
     """Search-R1's training questions (NQ + HotpotQA): a local parquet/jsonl or the hub repo
     ``PeterJinGo/nq_hotpotqa_train`` (needs a network). Errors name the file and the row; an empty file is an
     error unless ``allow_empty``."""
-    from trgrpo.tasks.common import read_table
-
     if path is None:
-        recs = qa_records(_hub_rows(SEARCHR1_TRAIN_REPO, None, "train"), "nq")
+        recs = qa_records(load_from_hub(SEARCHR1_TRAIN_REPO, None, "train", _HUB_HINT), "nq")
     else:
         recs = _qa_records_of_file(read_table(path, allow_empty=allow_empty), "nq", Path(path))
     return recs[:n] if n is not None else recs
-
-
-def _hub_rows(repo: str, name: str | None, split: str) -> list[dict[str, Any]]:
-    offline = any(
-        os.environ.get(v, "0") not in ("", "0", "false", "False") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-    hint = (
-        f"Download {repo} (config {name!r}, split {split!r}) where the hub is reachable and pass the file with "
-        "path=..., or use the offline corpus (make_corpus)."
-    )
-    if offline:
-        raise RuntimeError(f"cannot load {repo} from the hub: HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set. {hint}")
-    try:
-        import datasets
-
-        ds = datasets.load_dataset(repo, name, split=split) if name else datasets.load_dataset(repo, split=split)
-    except Exception as e:  # no network, missing repo, ...
-        raise RuntimeError(f"could not load {repo} from the hub ({type(e).__name__}: {e}). {hint}") from e
-    return [dict(r) for r in ds]
-
-
-# ---- search_retrieval: Retrievers for the search task: ``search(query, k) -> [{"id", "title", "text", "score"}]``,
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Retrievers: search(query, k) -> [{"id", "title", "text", "score"}], best first
 
 
 def _passage_contents(p: dict[str, str]) -> str:
