@@ -139,12 +139,6 @@ def test_one_spread_convention_is_ddof_one():
     assert an.binned_means([0.1] * 4, values, bins=2)["std"].tolist() == [sd]
 
 
-def test_theory_uses_the_statistics_module():
-    from trgrpo import theory
-
-    assert theory.spread_stats is an.spread_stats and theory.binned_means is an.binned_means
-
-
 def test_comparison_table_pairs_by_seed():
     groups = an.group_by(
         [
