@@ -126,7 +126,9 @@ def test_per_token_grad_norms_match_brute_force(tiny_model_dir, last_k, temperat
     assert model.config.tie_word_embeddings
     flags = [p.requires_grad for p in model.parameters()]
     batch = _hand_batch(model.config.vocab_size)
-    res = {"loop": theory.per_token_grad_norms(model, batch, last_k_blocks=last_k, temperature=temperature, chunk_size=4)}
+    res = {
+        "loop": theory.per_token_grad_norms(model, batch, last_k_blocks=last_k, temperature=temperature, chunk_size=4)
+    }
     assert [p.requires_grad for p in model.parameters()] == flags  # restored
     probs, ref = _brute_force(tiny_model_dir, batch, last_k, temperature)
     assert batch.n_tokens == 11 and res["loop"].probs.shape == (11,)

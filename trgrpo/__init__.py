@@ -9,7 +9,6 @@ seconds); :func:`trgrpo.notebook.setup` configures a notebook.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -24,11 +23,6 @@ _HOME = {
     "TRGRPOTrainer": "trainer",
 }
 __all__ = sorted(_HOME)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.loss import LossOutput, group_advantages, tr_grpo_loss
-    from trgrpo.trainer import TRGRPOConfig, TRGRPOTrainer
-    from trgrpo.weights import WeightParams, token_weights, weight_range
 
 
 def __getattr__(name: str):

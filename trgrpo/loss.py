@@ -63,11 +63,13 @@ def validate_loss_options(
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{name(field_, field_)} must be a finite number >= 0, got {v!r}")
     if eps_low >= 1:
-        raise ValueError(f"{name('eps_low')} must be < 1 (the lower clip 1 - eps_low must stay positive), got {eps_low}")
+        raise ValueError(
+            f"{name('eps_low')} must be < 1 (the lower clip 1 - eps_low must stay positive), got {eps_low}"
+        )
 
 
 def kl_term(
-    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor, kl_weighting: str = "eq10"
+    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor | None, kl_weighting: str = "eq10"
 ) -> torch.Tensor:
     """Per-token KL estimate: Eq. 6 (``plain``), Eq. 10 (``eq10``) or w times Eq. 6 (``outside``)."""
     log_rho = ref_logps - logps  # log(pi_ref / pi)

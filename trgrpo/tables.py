@@ -768,7 +768,7 @@ def tau_table(
     """Table 7 analog: final accuracy of tr per tau and placement (mean, std, n) and the paired difference
     against GRPO on the same seeds (only ``seeds`` when given, so every tau averages the same seeds)."""
     from trgrpo.paper import TABLE7_TAUS
-    from trgrpo.stats import final_metric, fmt_paired, history_mean, mean_std, paired_by_seed, paired_comparison
+    from trgrpo.stats import final_metric, fmt_paired, history_mean, mean_std, paired_by_seed, paired_t
 
     keep = None if seeds is None else set(seeds)
     rows = []
@@ -786,7 +786,7 @@ def tau_table(
                     row["grpo same seeds"] = mean_std(c)[0]
                     row["Δ vs GRPO"] = mean_std([a - b for a, b in zip(t, c)])[0]
                     if len(t) >= 2:
-                        row["Δ vs GRPO [95% t-interval]"] = fmt_paired(paired_comparison(t, c))
+                        row["Δ vs GRPO [95% t-interval]"] = fmt_paired(paired_t(t, c))
                     row["Δ per seed"] = [round(a - b, 4) for a, b in zip(t, c)]
             row["mean w"] = mean_std([history_mean(r, "tr/weight_mean") for r in runs])[0]
             row["zero grad A>0"] = mean_std([history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs])[0]

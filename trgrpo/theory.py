@@ -251,7 +251,6 @@ class TokenGradNorms:
     subset: dict[str, object] = field(default_factory=dict)  # description of the parameter subset
 
 
-
 def _decoder_parts(model):
     """(decoder, its layers, final norm, head) of a HF causal LM with the Llama/Qwen/Mistral layout."""
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
@@ -428,7 +427,9 @@ def _per_token_sq_norms(
     """
     res = {k: torch.zeros(outputs.shape[0], dtype=torch.float64) for k in group_slices}
     for t in range(outputs.shape[0] if params else 0):
-        grads = torch.autograd.grad(outputs[t], params, grad_outputs=cotangents[t], retain_graph=True, allow_unused=True)
+        grads = torch.autograd.grad(
+            outputs[t], params, grad_outputs=cotangents[t], retain_graph=True, allow_unused=True
+        )
         for k, sl in group_slices.items():
             res[k][t] = sum(float((g.double() ** 2).sum()) for g in grads[sl] if g is not None)
     return res

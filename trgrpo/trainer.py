@@ -18,7 +18,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
-from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
+from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, loss_metrics, tr_grpo_loss, validate_loss_options
 from trgrpo.weights import TAU_MODES, WeightParams, token_weights, tr_weight
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
@@ -73,7 +73,7 @@ class TRGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         # Validate our fields before anything heavy happens (no model is loaded yet).
         try:
-            self.weight_params  # WeightParams checks Eq. 11's fields; its messages start with the field name
+            _ = self.weight_params  # WeightParams checks Eq. 11's fields; its messages start with the field name
         except ValueError as e:
             raise ValueError(f"weight_{e}") from None
         eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
@@ -127,8 +127,7 @@ def _check_trl_numbers(cfg: GRPOConfig) -> None:
 
 def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
     """The weight diagnostics of :func:`trgrpo.loss.loss_metrics` as zeros (a micro-batch without a valid token),
-    with
-    the same keys, so that every process gathers the same metrics."""
+    with the same keys, so that every process gathers the same metrics."""
     one = torch.ones(1, 1)
     keys = loss_metrics(one, one, one, one.bool(), 0.2, 0.2, args.weight_placement, kl=one, upper=args.weight_upper)
     return dict.fromkeys(keys, 0.0)
@@ -274,8 +273,7 @@ class TRGRPOTrainer(GRPOTrainer):
         logps = logps.detach()
         ratio = torch.exp(logps - old)
         if self.beta != 0.0:  # TRL's "kl": the k3 estimate of Eq. 6 (times r if bias-corrected), whatever the weighting
-            log_rho = inputs["ref_per_token_logps"] - logps
-            k3 = torch.exp(log_rho) - log_rho - 1
+            k3 = kl_term(logps, inputs["ref_per_token_logps"], None, "plain")  # Eq. 6
             store["kl"].append(global_masked_mean(k3 * ratio if self.args.use_bias_correction_kl else k3))
         store["entropy"].append(global_masked_mean(entropies))
         advantages = inputs["advantages"]

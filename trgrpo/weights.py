@@ -42,7 +42,7 @@ def _finite(name: str, value: Any) -> float:
 @dataclass(frozen=True)
 class WeightParams:
     """The scheme and the hyperparameters of Eq. 11 (paper defaults, App. B.2), validated on construction: the one
-    check of these fields (``ValueError`` whose message starts with the field name). Variants: ``params.replace(tau=3)``.
+    check of these fields (a ``ValueError`` whose message starts with the field name). Variants: ``params.replace()``.
     """
 
     scheme: str = "tr"
@@ -83,7 +83,9 @@ class WeightParams:
 
 def as_weight_params(params: WeightParams | str = "tr", /, **fields: Any) -> WeightParams:
     """A :class:`WeightParams` from one (with ``fields`` changed) or from a scheme name and ``fields``."""
-    return params.replace(**fields) if isinstance(params, WeightParams) else WeightParams(params, **fields)
+    return (
+        params.replace(**fields) if isinstance(params, WeightParams) else WeightParams(**{"scheme": params, **fields})
+    )
 
 
 def tr_weight(probs: torch.Tensor, params: WeightParams) -> torch.Tensor:
