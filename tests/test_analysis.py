@@ -18,43 +18,32 @@ def test_mean_std_by_hand():
     assert an.fmt_mean_std([1, 2, 3, 4], 1, n=True) == "2.5 ± 1.3 (n=4)"
 
 
-def test_paired_comparison_by_hand():
+def test_paired_t_by_hand_and_its_format():
     # differences 1, 2, 3: mean 2, std 1, se 1/sqrt(3), t = 2 sqrt(3) = 3.4641, df 2 -> two-sided p = 0.0742
-    out = an.paired_comparison([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
-    assert out["n"] == 3 and out["mean_diff"] == pytest.approx(2.0) and out["std_diff"] == pytest.approx(1.0)
-    assert out["t_stat"] == pytest.approx(2 * math.sqrt(3))
-    assert out["p_value"] == pytest.approx(0.07418, abs=1e-4)
+    out = an.paired_t([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    assert out["n"] == 3 and out["mean_diff"] == pytest.approx(2.0) and out["sd_diff"] == pytest.approx(1.0)
+    assert out["t"] == pytest.approx(2 * math.sqrt(3))
+    assert out["p"] == pytest.approx(0.07418, abs=1e-4)
     # t interval: 2 +- t_{0.975,2} (4.3027) / sqrt(3)
-    lo, hi = out["t_ci"]
+    lo, hi = out["ci"]
     assert lo == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-4) and hi == pytest.approx(
         2 + 4.302653 / math.sqrt(3), abs=1e-4
     )
-    assert "boot_ci" not in out  # no percentile bootstrap at the n of a seed grid
-    assert (out["wins"], out["losses"], out["ties"]) == (3, 0, 0)
+    assert (out["higher"], out["lower"], out["ties"]) == (3, 0, 0)
     assert an.fmt_paired(out, 1) == f"+2.0 [{lo:+.1f}, {hi:+.1f}], p=0.074 (3/3 up)"
     with pytest.raises(ValueError, match="same length"):
-        an.paired_comparison([1, 2], [1])
+        an.paired_t([1, 2], [1])
 
 
-def test_paired_comparison_degenerate_follows_paired_t():
-    """One convention for the degenerate case (every difference equal), the same in both functions."""
-    out = an.paired_comparison([1.0, 1.0], [1.0, 1.0])
-    assert out["mean_diff"] == 0 and out["p_value"] == 1.0 and out["t_ci"] == (0.0, 0.0)
-    out = an.paired_comparison([2.0, 3.0], [1.0, 2.0])  # a constant shift: no spread, the interval is the point
-    t = an.paired_t([2.0, 3.0], [1.0, 2.0])
-    assert out["mean_diff"] == 1.0 and out["p_value"] == t["p"] == 0.0 and out["t_ci"] == t["ci"] == (1.0, 1.0)
+def test_paired_t_degenerate():
+    """Every difference equal: the interval is the point, p = 1 for no difference, 0 otherwise; n < 2: NaN."""
+    out = an.paired_t([1.0, 1.0], [1.0, 1.0])
+    assert out["mean_diff"] == 0 and out["p"] == 1.0 and out["ci"] == (0.0, 0.0)
+    out = an.paired_t([2.0, 3.0], [1.0, 2.0])  # a constant shift: no spread, the interval is the point
+    assert out["mean_diff"] == 1.0 and out["p"] == 0.0 and out["ci"] == (1.0, 1.0)
     assert an.fmt_paired(out) == "+1.000 [+1.000, +1.000], p=0 (2/2 up)"
-    one = an.paired_comparison([1.0], [0.0])
-    assert math.isnan(one["p_value"]) and "p=n/a" in an.fmt_paired(one)
-
-
-def test_bootstrap_ci():
-    assert an.bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
-    lo, hi = an.bootstrap_ci(np.arange(100.0), seed=1)
-    assert 40 < lo < 49.5 < hi < 60  # around the mean 49.5, width ~ 2 * 1.96 * 29 / 10
-    assert an.bootstrap_ci([1.0, 2.0], stat=np.median, n_boot=200) == pytest.approx((1.0, 2.0))
-    with pytest.raises(ValueError, match="level"):
-        an.bootstrap_ci([1.0], level=1.5)
+    one = an.paired_t([1.0], [0.0])
+    assert math.isnan(one["p"]) and "p=n/a" in an.fmt_paired(one)
 
 
 def _rec(seed, grad, weight, acc=None, scheme="equal"):
@@ -137,12 +126,6 @@ def test_one_spread_convention_is_ddof_one():
     # every spread of the project uses it: across steps, across tokens, within bins
     assert an.trajectory_stats(values)["std"] == sd and an.weighted_norm_spread(values, [1.0] * 4)["std"] == sd
     assert an.binned_means([0.1] * 4, values, bins=2)["std"].tolist() == [sd]
-
-
-def test_theory_uses_the_statistics_module():
-    from trgrpo import theory
-
-    assert theory.spread_stats is an.spread_stats and theory.binned_means is an.binned_means
 
 
 def test_comparison_table_pairs_by_seed():

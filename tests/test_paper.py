@@ -78,9 +78,3 @@ def test_table7_accuracy_lookup():
         paper.table7_accuracy()
     with pytest.raises(KeyError):
         paper.table7_accuracy(tau=3.0)
-
-
-def test_to_frame():
-    pd = pytest.importorskip("pandas")
-    df = paper.TABLE9.to_frame()
-    assert isinstance(df, pd.DataFrame) and df.loc[("Mistral-7B-Instruct-v0.3", "TR-GRPO"), "avg"] == 0.23

@@ -457,15 +457,15 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         from trgrpo.loss import validate_loss_options
-        from trgrpo.weights import validate_weight_params
+        from trgrpo.weights import WeightParams
 
-        validate_weight_params(self)  # Eq. 11's fields (scheme, alpha, mu, tau, lower, upper, tau_mode), named as here
+        WeightParams(self.scheme, self.alpha, self.mu, self.tau, self.lower, self.upper, self.tau_mode)  # checks them
         validate_loss_options(
-            placement=self.placement,
-            kl_weighting=self.kl_weighting,
-            beta=self.beta,
-            eps_low=self.epsilon,
-            eps_high=self.epsilon_high,
+            self.placement,
+            self.kl_weighting,
+            self.beta,
+            self.epsilon,
+            self.epsilon_high,
             names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
         )
         for f in dataclasses.fields(self):  # the type of every field, from its annotation

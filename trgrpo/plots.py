@@ -155,7 +155,7 @@ def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *
     ``seed``."""
     if scheme is not None and scheme != params.scheme:
         params = params.replace(scheme=scheme)
-    return token_weights(p, params, generator=torch.Generator().manual_seed(int(seed))).numpy()
+    return token_weights(p, **vars(params), generator=torch.Generator().manual_seed(int(seed))).numpy()
 
 
 # notebook 01: Theorem 3.1 / 3.2
@@ -241,7 +241,7 @@ def plot_theorem32_spread(
     data, labels, colors = [], [], []
     for mode in tau_modes:
         for scheme in ("equal", "tr", "reverse"):
-            w = token_weights(p, base.replace(scheme=scheme, tau_mode=mode))
+            w = token_weights(p, **vars(base.replace(scheme=scheme, tau_mode=mode)))
             v = (w * g).numpy()
             s = spread_stats(v)
             data.append(v / s["mean"])

@@ -11,7 +11,7 @@
 
 All weights come from :func:`trgrpo.token_weights`; nothing here re-implements Eq. 9-11. Every function takes the
 weight setting as one :class:`~trgrpo.weights.WeightParams` (``params=``) or as its fields by keyword
-(``tau=3.0, tau_mode="divide"``; the rest keep the paper's defaults).
+(``tau=3.0, tau_mode="divide"``; the rest keep the paper's defaults), read by :func:`_weights`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weig
 DEFAULT_EPS_LOW = 0.2  # Table 6
 DEFAULT_EPS_HIGH = 0.24  # Table 6 (clip-higher)
 PROBE_PROBS = (0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.9)
+
+
+def _weights(p: torch.Tensor, params: WeightParams | str, fields: dict) -> torch.Tensor:
+    return token_weights(p, **vars(as_weight_params(params, **fields)))
 
 
 def _grid(resolution: float) -> torch.Tensor:
@@ -50,7 +54,7 @@ def weight_thresholds(
     Eq. 11 keywords ``fields`` (paper defaults)."""
     params = as_weight_params(params, **fields).replace(scheme="tr")
     p = _grid(resolution)
-    w = token_weights(p, params)
+    w = token_weights(p, **vars(params))
     return {
         "p_above_lower": first_p(w > params.lower + 1e-12, p),
         "p_at_upper": first_p(w >= params.upper - 1e-12, p),
@@ -58,7 +62,7 @@ def weight_thresholds(
 
 
 def _weight_columns(prefix: str, params: WeightParams) -> dict:
-    lo, hi = weight_range(params)
+    lo, hi = weight_range(**vars(params))
     th = weight_thresholds(params)
     return {
         f"{prefix}w_min": lo,
@@ -68,8 +72,22 @@ def _weight_columns(prefix: str, params: WeightParams) -> dict:
     }
 
 
-def _paper_columns(acc: dict[str, float]) -> dict:
-    return {f"paper_{c}": acc[c] for c in KK_COLUMNS}
+def _table7_rows(settings: Sequence[dict], base: WeightParams, tau_modes: Sequence[str]) -> list[dict]:
+    """Per setting (``{"tau": ..}`` or ``{"lower": .., "upper": ..}``): w range and thresholds under each mode, and
+    the paper's Table 7 accuracy (``None`` for a setting the paper did not run)."""
+    rows = []
+    for setting in settings:
+        row: dict = {k: float(v) for k, v in setting.items()}
+        for mode in tau_modes:
+            row.update(_weight_columns(f"{mode}_", base.replace(**setting, tau_mode=mode)))
+        key = {"tau": row["tau"]} if "tau" in row else {"lu": (row["lower"], row["upper"])}
+        try:
+            acc = table7_accuracy(**key)
+        except KeyError:
+            acc = {}
+        row.update({f"paper_{c}": acc.get(c) for c in KK_COLUMNS})
+        rows.append(row)
+    return rows
 
 
 def tau_table(
@@ -86,17 +104,7 @@ def tau_table(
     ``paper_3`` .. ``paper_7``, ``paper_avg`` (``None`` for a tau the paper did not run).
     """
     base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
-    rows = []
-    for tau in taus:
-        row: dict = {"tau": float(tau)}
-        for mode in tau_modes:
-            row.update(_weight_columns(f"{mode}_", base.replace(tau=tau, tau_mode=mode)))
-        try:
-            row.update(_paper_columns(table7_accuracy(tau=float(tau))))
-        except KeyError:
-            row.update({f"paper_{c}": None for c in KK_COLUMNS})
-        rows.append(row)
-    return rows
+    return _table7_rows([{"tau": t} for t in taus], base, tau_modes)
 
 
 def lu_table(
@@ -106,21 +114,9 @@ def lu_table(
     tau_modes: Sequence[str] = TAU_MODES,
     **fields: Any,
 ) -> list[dict]:
-    """Table 7's (L, U) ranges: w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
-
-    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults; the scheme is ``"tr"``)."""
+    """Table 7's (L, U) ranges, as :func:`tau_table` (keys ``lower``, ``upper`` instead of ``tau``)."""
     base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
-    rows = []
-    for lower, upper in ranges:
-        row: dict = {"lower": float(lower), "upper": float(upper)}
-        for mode in tau_modes:
-            row.update(_weight_columns(f"{mode}_", base.replace(lower=lower, upper=upper, tau_mode=mode)))
-        try:
-            row.update(_paper_columns(table7_accuracy(lu=(float(lower), float(upper)))))
-        except KeyError:
-            row.update({f"paper_{c}": None for c in KK_COLUMNS})
-        rows.append(row)
-    return rows
+    return _table7_rows([{"lower": lo, "upper": hi} for lo, hi in ranges], base, tau_modes)
 
 
 def zero_gradient_table(
@@ -138,7 +134,7 @@ def zero_gradient_table(
     ``{placement}_{pos|neg}`` (True = zero policy gradient: the clipped branch of min(.) is active).
     """
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
-    w = token_weights(p, params, **fields)
+    w = _weights(p, params, fields)
     r = torch.full_like(p, float(ratio))
     rows = [{"p": float(p[i]), "w": float(w[i]), "w_times_r": float(w[i] * r[i])} for i in range(len(p))]
     for placement in PLACEMENTS:
@@ -161,7 +157,7 @@ def zero_gradient_thresholds(
     """For each placement: the smallest p whose A > 0 token gets no policy gradient, and the largest p whose
     A < 0 token gets none (``None``: no such p), at importance ratio ``ratio``."""
     p = _grid(resolution)
-    w = token_weights(p, params, **fields)
+    w = _weights(p, params, fields)
     r = torch.full_like(p, float(ratio))
     out = {}
     for placement in PLACEMENTS:
@@ -187,7 +183,7 @@ def zero_gradient_fraction(
     """Share of the given tokens (probabilities ``probs``) that would get no policy gradient at ratio ``ratio``,
     per placement, if their advantage were positive (``{placement}_pos``) or negative (``{placement}_neg``)."""
     p = torch.as_tensor(probs, dtype=torch.float64).flatten()
-    w = token_weights(p, params, **fields)
+    w = _weights(p, params, fields)
     r = torch.full_like(p, float(ratio))
     out = {}
     for placement in PLACEMENTS:
@@ -212,7 +208,7 @@ def kl_offset_table(
     (more than 1 for p > 1 / w).
     """
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
-    w = token_weights(p, params, **fields)
+    w = _weights(p, params, fields)
     ref = p.log()
     rows = [
         {"p": float(p[i]), "w": float(w[i]), "eq10_target_ratio": float(w[i]), "eq10_target_p": float(w[i] * p[i])}

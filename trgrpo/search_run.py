@@ -122,9 +122,9 @@ class SearchSpec:
     config: dict = field(default_factory=dict)  # extra TRGRPOConfig fields (weight_placement, beta, use_vllm, ...)
 
     def __post_init__(self) -> None:
-        from trgrpo.weights import validate_weight_params
+        from trgrpo.weights import WeightParams
 
-        validate_weight_params(scheme=self.scheme)  # built-in or registered (weights.register_scheme)
+        WeightParams(self.scheme)  # a key of weights.SCHEMES
         for name in ("steps", "prompts_per_step", "num_generations", "max_completion_length", "max_tool_calls"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:

@@ -56,55 +56,6 @@ def fmt_mean_std(values: Iterable[float], digits: int = 2, n: bool = False) -> s
     return out + f" (n={k})" if n else out
 
 
-def bootstrap_ci(
-    values: Sequence[float],
-    *,
-    stat: Callable[[np.ndarray], float] = np.mean,
-    n_boot: int = 10_000,
-    level: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``stat`` (resampling ``values`` with replacement)."""
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(n_boot, x.size))
-    boots = np.apply_along_axis(stat, 1, x[idx]) if stat is not np.mean else x[idx].mean(axis=1)
-    a = (1 - level) / 2
-    return float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
-
-
-def paired_comparison(
-    treatment: Sequence[float],
-    control: Sequence[float],
-    *,
-    level: float = 0.95,
-) -> dict:
-    """Treatment minus control, paired by position (same seed, same warm start): :func:`paired_t`'s mean
-    difference, its std, t interval and p-value, and the sign count.
-
-    The interval is the t-interval (never a percentile bootstrap: at the n of a seed grid, n <= 12, a bootstrap
-    interval is too narrow). The degenerate case follows :func:`paired_t`, the one convention of the project:
-    every difference equal gives the interval (d, d) and p = 1 when d = 0, p = 0 otherwise; n < 2 gives NaN."""
-    t = paired_t(treatment, control, level=level)
-    n = t["n"]
-    return {
-        "n": n,
-        "mean_diff": t["mean_diff"],
-        "std_diff": t["sd_diff"] if n > 1 else 0.0,
-        "t_ci": t["ci"],
-        "t_stat": t["t"],
-        "p_value": t["p"],
-        "wins": t["higher"],
-        "losses": t["lower"],
-        "ties": t["ties"],
-        "level": level,
-    }
-
-
 def paired_t(treatment: Sequence[float], control: Sequence[float], *, level: float = 0.95) -> dict:
     """Paired t-test of treatment minus control (same seed = same warm start and data order): n, mean
     difference, its sd (ddof=1), the ``level`` t-interval, two-sided p, and the sign count with ties apart
@@ -195,12 +146,11 @@ def sign_count(diffs: Sequence[float]) -> str:
     return f"{int((d > 0).sum())} higher, {int((d < 0).sum())} lower, {ties} tie{'s' if ties != 1 else ''} of {d.size}"
 
 
-def fmt_paired(cmp: dict, digits: int = 3) -> str:
-    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_comparison`: the t-interval."""
-    lo, hi = cmp["t_ci"]
-    p = cmp["p_value"]
-    ptxt = "p=n/a" if p is None or not math.isfinite(p) else f"p={p:.2g}"
-    return f"{cmp['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({cmp['wins']}/{cmp['n']} up)"
+def fmt_paired(t: dict, digits: int = 3) -> str:
+    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_t`: the t-interval."""
+    lo, hi = t["ci"]
+    ptxt = "p=n/a" if not math.isfinite(t["p"]) else f"p={t['p']:.2g}"
+    return f"{t['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({t['higher']}/{t['n']} up)"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -413,6 +363,6 @@ def comparison_table(
         if compare is not None and label != baseline and baseline in groups:
             t, c, _ = paired_by_seed(runs, groups[baseline], metrics[compare])
             if len(t) >= 2:
-                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = fmt_paired(paired_comparison(t, c), digits)
+                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = fmt_paired(paired_t(t, c), digits)
         rows.append(row)
     return rows

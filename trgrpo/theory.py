@@ -1,9 +1,9 @@
-"""The one sampler of the library: completions drawn from the policy's own distribution (paper Section 3).
+"""Theorem 3.1 and 3.2 numerically (paper Section 3 and Appendix D), and the one sampler of the library.
 
 Theorem 3.1 and Figure 1 are statements about tokens the policy itself samples, so the theory
-(:func:`trgrpo.theory.sample_completions`) and the token statistics
-(:func:`trgrpo.token_stats.sample_token_probabilities`) both draw with :func:`sample_batch`: temperature
-scaling only, no top-k and no nucleus cut, prompts left-padded so every completion starts at one column.
+(:func:`sample_completions`) and the token statistics (:func:`trgrpo.token_stats.sample_token_probabilities`) both
+draw with :func:`sample_batch`: temperature scaling only, no top-k and no nucleus cut, prompts left-padded so every
+completion starts at one column.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from trgrpo.stats import binned_means as binned_means
 from trgrpo.stats import spread_stats
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
@@ -67,11 +66,6 @@ def sample_batch(
     return enc, seqs
 
 
-# ---- theory: Theorem 3.1 and 3.2 numerically (paper Section 3 and Appendix D).
-
-
-# the one statistics module (std with ddof = 1); binned_means is re-exported for notebook 01
-
 # --------------------------------------------------------------------------------------------------
 # Theorem 3.1: the identity and the bounds on random distributions
 # --------------------------------------------------------------------------------------------------
@@ -88,31 +82,17 @@ def log_softmax_grad(logits: torch.Tensor, k: torch.Tensor | int) -> torch.Tenso
     return one_hot - p
 
 
-def _split_at(probs: torch.Tensor, k: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(p_k, sum_{j != k} p_j, sum_{j != k} p_j^2), the sums taken over the other tokens directly.
-
-    Summing the other tokens (instead of computing 1 - p_k) keeps 1 - p_k exact when p_k rounds to 1.
-    """
-    k = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1]).long()
-    other = 1 - torch.nn.functional.one_hot(k, probs.shape[-1]).to(probs.dtype)
-    pk = probs.gather(-1, k.unsqueeze(-1)).squeeze(-1)
-    return pk, (probs * other).sum(-1), (probs**2 * other).sum(-1)
-
-
-def one_hot_minus_p_norm(probs: torch.Tensor, k: torch.Tensor | int) -> torch.Tensor:
-    """||1_k - p||_2 = sqrt((1 - p_k)^2 + sum_{j != k} p_j^2) for probs (..., V) and ids k (...)."""
-    _, rest, rest_sq = _split_at(probs, k)
-    return torch.sqrt(rest**2 + rest_sq)
-
-
 def theorem31_bounds(probs: torch.Tensor, k: torch.Tensor | int) -> dict[str, torch.Tensor]:
     """Both sides of App. D's bounds: {"p_k", "lower" = 1 - p_k, "norm" = ||1_k - p||, "upper" = sqrt(2)(1 - p_k)}.
 
-    1 - p_k is computed as sum_{j != k} p_j (equal for a distribution, and exact in floating point).
+    ||1_k - p|| = sqrt((1 - p_k)^2 + sum_{j != k} p_j^2), and 1 - p_k is summed over the other tokens,
+    sum_{j != k} p_j (equal for a distribution, and exact in floating point when p_k rounds to 1).
     """
-    pk, rest, rest_sq = _split_at(probs, k)
+    k = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1]).long()
+    other = 1 - torch.nn.functional.one_hot(k, probs.shape[-1]).to(probs.dtype)
+    rest, rest_sq = (probs * other).sum(-1), (probs**2 * other).sum(-1)
     return {
-        "p_k": pk,
+        "p_k": probs.gather(-1, k.unsqueeze(-1)).squeeze(-1),
         "lower": rest,
         "norm": torch.sqrt(rest**2 + rest_sq),
         "upper": math.sqrt(2) * rest,
@@ -270,22 +250,6 @@ class TokenGradNorms:
     position: torch.Tensor  # (N,) column of the token in input_ids
     subset: dict[str, object] = field(default_factory=dict)  # description of the parameter subset
 
-    def numpy(self) -> dict[str, np.ndarray]:
-        d = {
-            "probs": self.probs,
-            "grad_norm": self.grad_norm,
-            "one_hot_minus_p": self.one_hot_minus_p,
-            "hidden_norm": self.hidden_norm,
-            "token_ids": self.token_ids,
-        }
-        d.update({f"norm_{k}": v for k, v in self.group_norms.items()})
-        return {k: v.detach().cpu().numpy() for k, v in d.items()}
-
-
-def _bias(module, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
-    b = getattr(module, "bias", None)
-    return None if b is None else b.to(dtype)
-
 
 def _decoder_parts(model):
     """(decoder, its layers, final norm, head) of a HF causal LM with the Llama/Qwen/Mistral layout."""
@@ -323,8 +287,7 @@ def per_token_grad_norms(
     *,
     last_k_blocks: int = 2,
     temperature: float = 1.0,
-    chunk_size: int = 16,
-    method: str = "loop",
+    chunk_size: int = 256,
 ) -> TokenGradNorms:
     """||grad_theta log pi(o_t)||_2 for every completion token, over a stated parameter subset (Eq. 8).
 
@@ -341,13 +304,10 @@ def per_token_grad_norms(
     the head's own use of the matrix, as if untied, which is the W of Theorem 3.1. The embedding and the
     earlier blocks are frozen during the measurement (their ``requires_grad`` is restored afterwards).
 
-    ``temperature``: pi = softmax(logits / T), as TRL computes log-probs for the loss. ``method``:
-    ``"loop"`` (one backward per token, the fastest on a CPU) or ``"batched"`` (one vmapped backward per
-    ``chunk_size`` tokens via ``is_grads_batched``); both give the same numbers. Sequences are processed one at
-    a time, without their padding; the head's (n, V) matrices are built ``chunk_size`` x 16 tokens at a time.
+    ``temperature``: pi = softmax(logits / T), as TRL computes log-probs for the loss. One backward per token (the
+    fastest on a CPU); sequences are processed one at a time, without their padding; the head's (n, V) matrices are
+    built ``chunk_size`` tokens at a time.
     """
-    if method not in ("batched", "loop"):
-        raise ValueError(f"method must be 'batched' or 'loop', got {method!r}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     base, layers, norm_mod, head = _decoder_parts(model)
@@ -384,12 +344,8 @@ def per_token_grad_norms(
             a_L = captured["a_L"][0, targets - 1]  # (n, d) final normed hidden states predicting each target
             tok = ids[0, targets]
             with torch.no_grad():
-                logp, ohmp, hnorm, head_sq, cotangent = _head_terms(
-                    a_L.detach(), tok, head, temperature, 16 * chunk_size
-                )
-            sq = _per_token_sq_norms(
-                a_L, cotangent.to(a_L.dtype), train_params, group_slices, chunk_size=chunk_size, method=method
-            )
+                logp, ohmp, hnorm, head_sq, cotangent = _head_terms(a_L.detach(), tok, head, temperature, chunk_size)
+            sq = _per_token_sq_norms(a_L, cotangent.to(a_L.dtype), train_params, group_slices)
             n = logp.shape[0]
             out_cols["probs"].append(logp.detach().exp())
             out_cols["head"].append(head_sq.sqrt())
@@ -444,7 +400,8 @@ def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, 
     gradient norm ||(1_k - p) a_L^T / T||^2 (+ ||1_k - p||^2 / T^2 for a bias) and the cotangent
     d log pi / d a_L = W^T (1_k - p) / T, ``rows`` tokens at a time (App. D)."""
     dt = torch.promote_types(a_L.dtype, torch.float32)  # at least float32 for the softmax
-    w_head, bias = head.weight.to(dt), _bias(head, dt)
+    w_head = head.weight.to(dt)
+    bias = None if getattr(head, "bias", None) is None else head.bias.to(dt)
     outs: list[list[torch.Tensor]] = [[] for _ in range(5)]
     for s in range(0, a_L.shape[0], max(1, rows)):
         a, k = a_L[s : s + rows].to(dt), tok[s : s + rows]
@@ -461,46 +418,20 @@ def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, 
 
 
 def _per_token_sq_norms(
-    outputs: torch.Tensor,
-    cotangents: torch.Tensor,
-    params: list[torch.nn.Parameter],
-    group_slices: dict[str, slice],
-    *,
-    chunk_size: int,
-    method: str,
+    outputs: torch.Tensor, cotangents: torch.Tensor, params: list[torch.nn.Parameter], group_slices: dict[str, slice]
 ) -> dict[str, torch.Tensor]:
     """Squared norm, per group of ``params``, of the gradient of <outputs[t], cotangents[t]> for each row t.
 
     ``outputs``: (n, d) activations with a graph to ``params``; ``cotangents``: (n, d), constant. Row t's
     gradient is the chain rule for log pi(o_t) when ``cotangents[t] = d log pi(o_t) / d outputs[t]``.
     """
-    n = outputs.shape[0]
-    res = {k: torch.zeros(n, dtype=torch.float64) for k in group_slices}
-    if not params:
-        return res
-    if method == "loop":
-        for t in range(n):
-            grads = torch.autograd.grad(
-                outputs[t], params, grad_outputs=cotangents[t], retain_graph=True, allow_unused=True
-            )
-            for k, sl in group_slices.items():
-                res[k][t] = sum(float((g.double() ** 2).sum()) for g in grads[sl] if g is not None)
-        return res
-    for s in range(0, n, chunk_size):
-        c = min(chunk_size, n - s)
-        rows = torch.zeros(c, *outputs.shape, dtype=outputs.dtype)
-        idx = torch.arange(c)
-        rows[idx, s + idx] = cotangents[s : s + c]
+    res = {k: torch.zeros(outputs.shape[0], dtype=torch.float64) for k in group_slices}
+    for t in range(outputs.shape[0] if params else 0):
         grads = torch.autograd.grad(
-            outputs, params, grad_outputs=rows, retain_graph=True, is_grads_batched=True, allow_unused=True
+            outputs[t], params, grad_outputs=cotangents[t], retain_graph=True, allow_unused=True
         )
         for k, sl in group_slices.items():
-            acc = torch.zeros(c, dtype=torch.float64)
-            for g in grads[sl]:
-                if g is not None:
-                    acc += (g.double() ** 2).reshape(c, -1).sum(1)
-            res[k][s : s + c] = acc
-        del grads, rows
+            res[k][t] = sum(float((g.double() ** 2).sum()) for g in grads[sl] if g is not None)
     return res
 
 
@@ -557,7 +488,7 @@ def theorem32_spread(
     rows = []
     for mode in tau_modes:
         for scheme in schemes:
-            w = token_weights(p, base.replace(scheme=scheme, tau_mode=mode))
+            w = token_weights(p, **vars(base.replace(scheme=scheme, tau_mode=mode)))
             rows.append(
                 {
                     "tau_mode": mode,

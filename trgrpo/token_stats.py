@@ -265,7 +265,7 @@ def weight_histogram(
         raise ValueError("probs is empty: no sampled tokens to histogram")
     params = as_weight_params(params, **fields).replace(scheme="tr")
     lower, upper = params.lower, params.upper
-    w = token_weights(p, params).numpy()
+    w = token_weights(p, **vars(params)).numpy()
     prob_counts, bins = bin_counts(p.numpy(), n_bins)  # the binning of trgrpo.stats (top edge inclusive)
     weight_counts, weight_bins = bin_counts(w, n_weight_bins, lower, upper)
     n = int(p.numel())

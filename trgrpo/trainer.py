@@ -8,6 +8,7 @@ fed with the token weights of :func:`trgrpo.weights.token_weights` (Eq. 11). Wit
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -17,8 +18,8 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
-from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, loss_metrics, tr_grpo_loss, validate_loss_options
-from trgrpo.weights import SCHEMES, TAU_MODES, WeightParams, token_weights, tr_weight, validate_weight_params
+from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, loss_metrics, tr_grpo_loss, validate_loss_options
+from trgrpo.weights import TAU_MODES, WeightParams, token_weights, tr_weight
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
 # Vision-language inputs TRL's GRPOTrainer forwards from the batch to the log-prob call (its _compute_loss).
@@ -45,7 +46,7 @@ class TRGRPOConfig(GRPOConfig):
     ``loss_type="dapo"`` (sum over tokens / their count), ``num_generations=8``, ``learning_rate=1e-6``.
     """
 
-    weight_scheme: str = field(default="tr", metadata={"help": f"Token weight scheme, one of {SCHEMES}."})
+    weight_scheme: str = field(default="tr", metadata={"help": "Token weight scheme, a key of trgrpo.weights.SCHEMES."})
     weight_alpha: float = field(default=2.0, metadata={"help": "alpha of Eq. 11."})
     weight_mu: float = field(default=0.25, metadata={"help": "mu of Eq. 11 (< 0.5)."})
     weight_tau: float = field(default=9.0, metadata={"help": "tau of Eq. 11 (> 0)."})
@@ -71,15 +72,22 @@ class TRGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         # Validate our fields before anything heavy happens (no model is loaded yet).
-        validate_weight_params(self, prefix="weight_")  # reads weight_scheme, weight_alpha, ...; names them so
+        try:
+            _ = self.weight_params  # WeightParams checks Eq. 11's fields; its messages start with the field name
+        except ValueError as e:
+            raise ValueError(f"weight_{e}") from None
+        eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
         validate_loss_options(
-            placement=self.weight_placement,
-            kl_weighting=self.kl_weighting,
-            beta=self.beta,
-            eps_low=self.epsilon,
-            eps_high=self.epsilon if self.epsilon_high is None else self.epsilon_high,
-            prefix="weight_",
-            names={"eps_low": "epsilon", "eps_high": "epsilon" if self.epsilon_high is None else "epsilon_high"},
+            self.weight_placement,
+            self.kl_weighting,
+            self.beta,
+            self.epsilon,
+            eps_high,
+            names={
+                "placement": "weight_placement",
+                "eps_low": "epsilon",
+                "eps_high": "epsilon" if self.epsilon_high is None else "epsilon_high",
+            },
         )
         _check_trl_numbers(self)
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
@@ -93,15 +101,7 @@ class TRGRPOConfig(GRPOConfig):
     def weight_params(self) -> WeightParams:
         """The Eq. 11 hyperparameters of the flat ``weight_*`` fields as one :class:`~trgrpo.weights.WeightParams`
         (the fields stay flat: TRL parses configs from the command line and YAML)."""
-        return WeightParams(
-            scheme=self.weight_scheme,
-            alpha=self.weight_alpha,
-            mu=self.weight_mu,
-            tau=self.weight_tau,
-            lower=self.weight_lower,
-            upper=self.weight_upper,
-            tau_mode=self.weight_tau_mode,
-        )
+        return WeightParams(*(getattr(self, f"weight_{f.name}") for f in dataclasses.fields(WeightParams)))
 
 
 def _check_trl_numbers(cfg: GRPOConfig) -> None:
@@ -127,8 +127,7 @@ def _check_trl_numbers(cfg: GRPOConfig) -> None:
 
 def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
     """The weight diagnostics of :func:`trgrpo.loss.loss_metrics` as zeros (a micro-batch without a valid token),
-    with
-    the same keys, so that every process gathers the same metrics."""
+    with the same keys, so that every process gathers the same metrics."""
     one = torch.ones(1, 1)
     keys = loss_metrics(one, one, one, one.bool(), 0.2, 0.2, args.weight_placement, kl=one, upper=args.weight_upper)
     return dict.fromkeys(keys, 0.0)
@@ -200,7 +199,7 @@ class TRGRPOTrainer(GRPOTrainer):
         # Eq. 11: the weight sees the current policy's probability, detached (sg[.]).
         probs = per_token_logps.detach().exp().clamp(0.0, 1.0)
         # const / tr_norm take the mean over this batch's valid tokens (mask).
-        weights = token_weights(probs, args.weight_params, generator=self._weight_generator, mask=mask)
+        weights = token_weights(probs, **vars(args.weight_params), generator=self._weight_generator, mask=mask)
 
         # Factors TRL applies to the policy term only (off-policy sequence mask, vLLM IS correction).
         policy_scale = None
@@ -274,8 +273,7 @@ class TRGRPOTrainer(GRPOTrainer):
         logps = logps.detach()
         ratio = torch.exp(logps - old)
         if self.beta != 0.0:  # TRL's "kl": the k3 estimate of Eq. 6 (times r if bias-corrected), whatever the weighting
-            log_rho = inputs["ref_per_token_logps"] - logps
-            k3 = torch.exp(log_rho) - log_rho - 1
+            k3 = kl_term(logps, inputs["ref_per_token_logps"], None, "plain")  # Eq. 6
             store["kl"].append(global_masked_mean(k3 * ratio if self.args.use_bias_correction_kl else k3))
         store["entropy"].append(global_masked_mean(entropies))
         advantages = inputs["advantages"]
