@@ -1,24 +1,14 @@
 """A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
-Both modes take the same path (the README's command, `tests/test_gpu_check.py` runs ``make gpu-check`` as typed):
-
-1. installs TRL and the other pure-Python packages the check imports from a wheel folder when they are missing
-   (``make gpu-wheels`` fills ``wheels/`` on a machine with a network, see the README);
-2. builds a model from its config with random weights (no hub; the tokenizer of the embedded model, from its cache
-   folder or ``wheels/tokenizer``): Qwen2.5-0.5B-shaped in bf16 on the GPU, a tiny Llama in float32 with ``--cpu``;
-3. trains 3 GRPO (``scheme="equal"``) and 3 TR-GRPO steps (2 with ``--cpu``), each run in its own process
-   (``python -m trgrpo.train``, as every full-scale run), and checks finite loss and grad-norm and
-   ``tr/weight_mean`` != 1;
-4. starts a run in its own process, kills its process group (SIGKILL) once its first checkpoint is written and
-   starts it again: it resumes there and ends at its last step;
-5. checks that equal-weight TR-GRPO equals TRL's ``GRPOTrainer`` on this device (one step, same rollouts);
-6. measures s/step, generated tokens per second of step time, peak memory (the runs' records, and nvidia-smi) and
-   the loss head's cost, TR vs GRPO (B=64, T=4096, bf16, CUDA events on the GPU); and puts the planner's estimate
-   for the same runs beside the measurements;
-
-and writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless ``--out``); the record's
-``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every check passes;
-without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
+Both modes take the same path: install the pure-Python packages the check imports from ``wheels/`` when missing
+(``make gpu-wheels`` fills it where a network is); build a random-weight model (Qwen2.5-0.5B-shaped in bf16 on the
+GPU, a tiny Llama with ``--cpu``; the embedded model's tokenizer); train GRPO (``scheme="equal"``) and TR-GRPO runs,
+each its own ``python -m trgrpo.train`` process, checking finite loss and grad-norm and ``tr/weight_mean`` != 1;
+SIGKILL a run's process group after its first checkpoint and check that the restart resumes there; check that
+equal-weight TR-GRPO equals TRL's ``GRPOTrainer``; measure s/step, tokens per second, peak memory and the loss
+head's cost beside the planner's estimate. Writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless
+``--out``), whose ``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every
+check passes; without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
 """
 
 from __future__ import annotations
