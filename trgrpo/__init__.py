@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trgrpo import notebook as _output
 from trgrpo.loss import LossOutput, group_advantages, tr_grpo_loss
 from trgrpo.weights import WeightParams, token_weights, weight_range
 
 __version__ = "0.1.0"
-
-_output.configure()
 
 __all__ = [
     "LossOutput",
