@@ -1,7 +1,7 @@
 """Recipe: add a weight scheme and run it as a toy-grid arm, touching two library files.
 
-1. ``trgrpo/weights.py``: one entry in ``SCHEMES`` (name -> ``fn(p, **_)``: the detached token probabilities in (``params``, ``mask``, ``generator`` by keyword), a
-   positive weight of the same shape out).
+1. ``trgrpo/weights.py``: one entry in ``SCHEMES`` (name -> ``fn(p, **_)``: the detached token probabilities in,
+   ``params``, ``mask``, ``generator`` by keyword; a positive weight of the same shape out).
 2. ``trgrpo/toy_controls.py``: one entry in ``ARMS`` (run label -> the ``toy_spec`` settings, e.g.
    ``"half-surrogate": dict(scheme="half", placement="surrogate")``); the ``controls`` grid runs every arm on every
    seed, so ``python -m trgrpo.toy_controls run controls`` runs the new arm next to GRPO, seed for seed.
