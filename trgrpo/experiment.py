@@ -284,6 +284,20 @@ def load_results(group: str, results_dir: Path | str | None = None) -> list[dict
     return out
 
 
+def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bool:
+    """Replace the text between the markers ``start`` and ``end`` in ``path`` with ``body``; True if it changed.
+    Callers: bench.update_readme, toy_controls_readme (both gone with scripts/render_docs.py: then delete this)."""
+    path = Path(path)
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{path} lacks the markers {start!r} ... {end!r}")
+    head, rest = text.split(start, 1)
+    new = f"{head}{start}\n{body}{end}{rest.split(end, 1)[1]}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
 def write_json(path: Path | str, record: Any) -> Path:
     """Write ``record`` as JSON atomically (a temporary file, fsync, ``os.replace``); a reader never sees a part."""
     import tempfile
