@@ -319,6 +319,23 @@ def cost_table() -> str:
     return "\n\n".join(parts)
 
 
+def plan_table() -> str:
+    """The README's table of the full-scale plans (memory and time from the planner)."""
+    lines = [
+        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | fits |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in plan.readme_rows():
+        lo, hi = (round(h, 1) for h in r["hours_per_run"])
+        h = f"{lo:.1f}" if lo == hi else f"{lo:.1f}-{hi:.1f}"
+        fits = "yes" if r["change"] is None else f"no: {r['change']}"
+        lines.append(
+            f"| `{r['plan']}` | {r['gpus']} x {r['gpu']} {r['gpu_mem_gb']:g} GB, ZeRO-{r['zero']} | "
+            f"{r['runs']} | {r['peak_gb']:.0f} | {h} | {r['hours']:.0f} | {fits} |"
+        )
+    return "\n".join(lines)
+
+
 def bench_table() -> str:
     """``results/bench/table.md``: every table of the benchmark records, with the method and the machine."""
     res = bench.load_results()
@@ -348,7 +365,7 @@ BLOCKS = {
         "course-times": readme_times,
         "bench": cost_table,
         "toy-findings": toy_verdict,
-        "plan": lambda: plan.readme_table().strip("\n"),
+        "plan": plan_table,
     },
     SYLLABUS: {"times": syllabus_times, "exercises": course.exercises_table},
 }
