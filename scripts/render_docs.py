@@ -1,4 +1,4 @@
-"""``make docs``: render every generated block of README.md and docs/syllabus.md from the records.
+"""``make docs``: render every generated block of README.md and docs/{syllabus,gpu,cost}.md from the records.
 
 A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
 each NAME. The numbers and tables come from the library (:mod:`trgrpo.tables`, :mod:`trgrpo.course`,
@@ -25,6 +25,8 @@ from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROU
 
 README = ROOT / "README.md"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
+GPU_PAGE = ROOT / "docs" / "gpu.md"
+COST_PAGE = ROOT / "docs" / "cost.md"
 BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P=name):end -->)", re.S)
 
 
@@ -361,12 +363,9 @@ def bench_table() -> str:
 
 
 BLOCKS = {
-    README: {
-        "course-times": readme_times,
-        "bench": cost_table,
-        "toy-findings": toy_verdict,
-        "plan": plan_table,
-    },
+    README: {"course-times": readme_times, "toy-findings": toy_verdict},
+    GPU_PAGE: {"plan": plan_table},
+    COST_PAGE: {"bench": cost_table},
     SYLLABUS: {"times": syllabus_times, "exercises": course.exercises_table},
 }
 
