@@ -152,10 +152,7 @@ def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *
 
 
 def plot_theorem31_bounds(samples: dict, *, ax=None, max_points: int = 6000, seed: int = 0) -> Figure:
-    """||1_k - p|| against 1 - p_k for random distributions, between the lines y = x and y = sqrt(2) x (App. D).
-
-    ``samples``: the dict of :func:`trgrpo.theory.theorem31_samples`; colour = vocabulary size.
-    """
+    """||1_k - p|| against 1 - p_k for :func:`trgrpo.theory.theorem31_samples`, between y = x and y = sqrt(2) x."""
     fig, ax = _axes(ax, (5.2, 4.0))
     x, y, v = _np(samples["lower"]), _np(samples["norm"]), np.asarray(samples["vocab_size"])
     if x.size > max_points:
@@ -641,10 +638,8 @@ def plot_token_hist(hists: dict, *, path: Path | str | None = None):
 
 
 def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
-    """The answer page's figure (notebook 08): each arm's paired difference to GRPO (rows of
-    :func:`trgrpo.answers.forest_rows`), thin line the 95 % t-interval, thick line the interval at the
-    level of Holm's first step over its family (the one the verdicts read), an open black diamond the paper's own
-    effect of that arm (Table 4 or 7, Qwen2.5-3B on K&K) where the paper has one."""
+    """The answer page's figure: rows of :func:`trgrpo.answers.forest_rows`, thin the 95 % interval, thick the
+    verdict's interval, an open diamond the paper's own effect of that arm."""
     rows = list(rows)
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
     drawn = False
@@ -668,26 +663,21 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
     return _save(fig, path)
 
 
-LINE_STYLES = ("-", "--", "-.", ":")
-MARKERS = ("o", "s", "^", "D")
-
-
 def plot_trajectories(
     records: Sequence[dict], key: str, *, ax=None, title: str | None = None, ylabel: str | None = None
 ):
-    """Figure 3 (key='grad_norm') / Figure 4 (key='reward') analog for trainer runs: seeds faint, median bold. Each
-    variant (:func:`trgrpo.tables.variant`) has its scheme's colour and its own line style and marker, so equal
-    curves (GRPO and TR-GRPO often coincide early) stay both visible."""
+    """Figure 3 / 4 analog (``key`` grad_norm / reward) for trainer runs: seeds faint, median bold, one line style
+    and marker per variant so that coinciding curves stay visible."""
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
     for i, (name, runs) in enumerate(sorted(an.group_by(records, variant).items())):
         series = [[np.nan if h.get(key) is None else float(h[key]) for h in r.get("history", [])] for r in runs]
         if not (n := min(len(s) for s in series)):
             continue
         arr, x = np.array([s[:n] for s in series]), np.arange(1, n + 1)
-        c, style, every = color(runs[0]["scheme"]), LINE_STYLES[i % 4], max(1, n // 10)
+        c, style, every = color(runs[0]["scheme"]), "-,--,-.,:".split(",")[i % 4], max(1, n // 10)
         for s in arr:
             ax.plot(x, s, color=c, ls=style, alpha=0.25, lw=0.8)
-        ax.plot(x, np.nanmedian(arr, axis=0), color=c, ls=style, lw=2.0, marker=MARKERS[i % 4], ms=4,
+        ax.plot(x, np.nanmedian(arr, axis=0), color=c, ls=style, lw=2.0, marker="os^D"[i % 4], ms=4,
                 markevery=((i * every // 2) % every, every), label=f"{name} (n={len(runs)})")  # fmt: skip
     ax.set(xlabel="training step", ylabel=ylabel or key, title=title or key)
     ax.legend(fontsize=7)
