@@ -195,9 +195,12 @@ def test_stage0_plan_builds_its_probes_and_rule():
 def test_grid_specs_go_seed_by_seed_with_the_arms_settings():
     from trgrpo import lm_science
 
-    plan = {"group": "lm/x", "seeds": [0, 1], "base": {"task": "arith", "steps": 5},
-            "arms": [{"id": "grpo", "scheme": "equal"},
-                     {"id": "tr", "scheme": "tr", "set": {"placement": "surrogate"}}]}
+    plan = {
+        "group": "lm/x",
+        "seeds": [0, 1],
+        "base": {"task": "arith", "steps": 5},
+        "arms": [{"id": "grpo", "scheme": "equal"}, {"id": "tr", "scheme": "tr", "set": {"placement": "surrogate"}}],
+    }
     specs = lm_science.grid_specs(plan)
     assert [s.name for s in specs] == ["grpo-seed0", "tr-seed0", "grpo-seed1", "tr-seed1"]
     assert [s.placement for s in specs[:2]] == ["ratio", "surrogate"] and {s.group for s in specs} == {"lm/x"}

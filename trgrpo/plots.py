@@ -615,7 +615,7 @@ def plot_kl(arms: dict, *, path: Path | str | None = None):
 
 def plot_token_hist(hists: dict, *, path: Path | str | None = None):
     """Sampled-token probabilities (top row) and their Eq. 11 weights (bottom row), one column per histogram record
-    (:func:`trgrpo.token_stats.weight_histogram`), with the shares at L, strictly between, and at U."""
+    (:func:`trgrpo.toy_controls.weight_shares`), with the shares at L, strictly between, and at U."""
     fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
     for j, (name, h) in enumerate(hists.items()):
         for i, (edges, counts, xl) in enumerate(
