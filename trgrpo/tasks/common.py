@@ -159,18 +159,13 @@ def greedy_generate(
 
 
 def read_table(path: str | os.PathLike, *, allow_empty: bool = False) -> list[dict[str, Any]]:
-    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file as plain dicts.
+    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file (UTF-8, a byte-order mark accepted) as dicts.
 
-    Every error names the file (and the line for JSONL): a missing file, an unsupported type, gzip-compressed or
-    UTF-16/32 text, bytes that are not UTF-8, invalid JSON, a JSON document that is not a list of rows or an object
-    (``null``, a number), an unreadable parquet file. A UTF-8 byte-order mark is accepted. A file without rows is
-    an error unless ``allow_empty``.
-    """
+    Each bad input raises one error naming the file (and the line for JSON); no rows is an error unless
+    ``allow_empty``."""
     p = Path(path).expanduser()
-    if not p.exists():
+    if not p.is_file():
         raise FileNotFoundError(f"no such file: {p}")
-    if p.is_dir():
-        raise ValueError(f"{p} is a folder, not a data file")
     suffix = p.suffix.lower()
     if suffix not in (".parquet", ".jsonl", ".json"):
         raise ValueError(f"{p}: unsupported file type {suffix!r} (use .parquet, .jsonl or .json)")
@@ -182,54 +177,30 @@ def read_table(path: str | os.PathLike, *, allow_empty: bool = False) -> list[di
         except Exception as e:  # pyarrow's ArrowInvalid, OSError, ...
             raise ValueError(f"{p}: not a readable parquet file ({type(e).__name__}: {e})") from e
     else:
-        text = _read_text(p)
-        rows = _jsonl_rows(p, text) if suffix == ".jsonl" else _json_rows(p, text)
+        try:
+            text = p.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not UTF-8 text (byte {e.start}); decompress it or save it as UTF-8") from None
+        lines = text.splitlines() if suffix == ".jsonl" else [text]
+        rows = []
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{lineno if suffix == '.jsonl' else e.lineno}: not valid JSON ({e.msg})") from e
+            rows.append(data)
+        if suffix == ".json" and rows:
+            data = rows[0]
+            if isinstance(data, dict):  # {"data": [...]} or a single record
+                data = next((v for v in data.values() if isinstance(v, list)), [data])
+            if not isinstance(data, list):
+                raise ValueError(f"{p}: expected a list of rows or an object, got {type(data).__name__}")
+            rows = data
     if not rows and not allow_empty:
         raise ValueError(f"{p}: the file holds no rows (pass allow_empty=True if that is expected)")
     return rows
-
-
-def _read_text(p: Path) -> str:
-    """The file's text as UTF-8 (a byte-order mark dropped), with clear errors for other encodings."""
-    raw = p.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raise ValueError(f"{p}: the file is gzip-compressed; decompress it first (gunzip)")
-    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
-        raise ValueError(f"{p}: the file is UTF-32 encoded; save it as UTF-8")
-    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise ValueError(f"{p}: the file is UTF-16 encoded; save it as UTF-8")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise ValueError(
-            f"{p}:{line}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); save the file as UTF-8"
-        ) from None
-
-
-def _jsonl_rows(p: Path, text: str) -> list[Any]:
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
-    return rows
-
-
-def _json_rows(p: Path, text: str) -> list[Any]:
-    if not text.strip():
-        return []
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from e
-    if isinstance(data, dict):  # {"data": [...]} or a single record
-        data = next((v for v in data.values() if isinstance(v, list)), [data])
-    if not isinstance(data, list):
-        raise ValueError(f"{p}: expected a list of rows or an object, got {type(data).__name__} ({str(data)[:40]})")
-    return data
 
 
 def as_list(value: Any) -> list[Any]:
