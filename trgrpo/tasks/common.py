@@ -1,10 +1,5 @@
-"""Helpers shared by the task families: batched generation, the pass@k estimator, file readers, hub errors.
-
-Evaluation in the paper (Section 4.1, App. B.1) uses greedy decoding (K&K, MATH-500, Minerva,
-OlympiadBench) or k = 16 samples per question, reported as avg@16 and pass@16 (AMC, AIME).
-:func:`generate_completions` covers both; :func:`pass_at_k` is the unbiased estimator
-1 - C(n - c, k) / C(n, k) of Chen et al. (2021).
-"""
+"""Helpers shared by the task families: batched generation (greedy or k samples, Section 4.1), the pass@k estimator,
+file and hub readers, sampled-token probabilities (Figure 1)."""
 
 from __future__ import annotations
 
@@ -20,18 +15,10 @@ Prompt = str | list[dict[str, str]]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: 1 - C(n-c, k) / C(n, k).
-
-    The probability that at least one of ``k`` samples drawn without replacement from the ``n`` is
-    correct. Exact integer binomials (no overflow for large ``n``).
-    """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"pass_at_k: {name} must be an int, got {type(value).__name__}")
-    if n < 1 or not 0 <= c <= n:
-        raise ValueError(f"pass_at_k needs n >= 1 and 0 <= c <= n, got n={n}, c={c}")
-    if not 1 <= k <= n:
-        raise ValueError(f"pass_at_k needs 1 <= k <= n, got k={k}, n={n}")
+    """Unbiased pass@k (Chen et al., 2021) from ``n`` samples of which ``c`` are correct: 1 - C(n-c, k) / C(n, k),
+    in exact integer binomials."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
@@ -52,13 +39,8 @@ def mean_avg_at_k(correct: Sequence[Sequence[bool]]) -> float:
 
 
 def render_prompt(tokenizer: Any, prompt: Prompt) -> tuple[str, bool]:
-    """Render one prompt to text; returns (text, templated).
-
-    A string is used as is (the math prompt of App. B.1.2 has no chat template). A list of messages
-    goes through ``tokenizer.apply_chat_template``: with a generation prompt when it ends with a user
-    turn, with ``continue_final_message=True`` when it ends with an assistant turn (the pre-filled
-    ``<think>`` of the Logic-RL prompt).
-    """
+    """(text, templated): a string as is; messages through the chat template, continuing a final assistant turn
+    (a pre-filled ``<think>``) and otherwise adding the generation prompt."""
     if isinstance(prompt, str):
         return prompt, False
     if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) for m in prompt):
@@ -88,12 +70,8 @@ def generate_completions(
     progress: Callable[[int, int], None] | None = None,
     **generate_kwargs: Any,
 ) -> list[list[str]]:
-    """Generate ``num_return_sequences`` completions per prompt in left-padded batches.
-
-    Greedy by default (``do_sample=False``). Returns one list of decoded completion strings per prompt
-    (special tokens skipped; the prompt, including a pre-filled assistant prefix, is not part of it).
-    ``progress(done, total)`` is called after each batch.
-    """
+    """``num_return_sequences`` decoded completions per prompt, in left-padded batches; greedy by default.
+    ``progress(done, total)`` is called after each batch."""
     import torch
 
     from trgrpo.theory import pad_token_id
@@ -106,7 +84,6 @@ def generate_completions(
     encoded: list[list[int]] = []
     for prompt in prompts:
         text, templated = render_prompt(tokenizer, prompt)
-        # a chat template already writes the special tokens it wants (BOS, ...)
         encoded.append(list(tokenizer(text, add_special_tokens=not templated)["input_ids"]))
 
     if seed is not None:
@@ -121,7 +98,7 @@ def generate_completions(
             width = max(len(ids) for ids in chunk)
             input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, ids in enumerate(chunk):  # left padding: the last prompt token sits at the same column
+            for row, ids in enumerate(chunk):  # left padding
                 if ids:
                     input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
                     attention[row, width - len(ids) :] = 1
@@ -230,9 +207,7 @@ def load_from_hub(repo: str, config: str | None, split: str, hint: str) -> list[
 
 
 def completion_text(completion: Any) -> Any:
-    """The text of a TRL completion: a string, or the content of the last message of a message list.
-
-    Anything else is returned unchanged (the rewards score it as their minimum)."""
+    """A string as is, a message list's last content; anything else unchanged (rewards score it as their minimum)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, (list, tuple)) and completion and isinstance(completion[-1], dict):
@@ -246,10 +221,6 @@ def first_present(row: dict[str, Any], keys: Iterable[str]) -> Any:
         if key in row and row[key] is not None:
             return row[key]
     return None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sampled tokens and their probabilities (Figure 1, the real-LM calibration)
 
 
 @dataclass
@@ -274,11 +245,8 @@ def sample_token_probabilities(
     batch_size: int = 4,
     seed: int = 0,
 ) -> TokenOccurrences:
-    """Sample answers from ``model`` and return every completion token with its probability.
-
-    Prompts are chat messages (rendered with the tokenizer's template) or plain strings. Probabilities are
-    computed in a second forward pass from temperature-scaled logits (the distribution that was sampled).
-    """
+    """Every sampled completion token with its probability under the temperature-scaled logits it was drawn from
+    (a second forward pass); prompts are strings or chat messages."""
     import torch
 
     from trgrpo.theory import sample_batch
@@ -311,8 +279,6 @@ def sample_token_probabilities(
             comp = seqs[:, prompt_len:]
             tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
         for j, (row_ids, row_lp) in enumerate(zip(comp.tolist(), tok_logp.tolist())):
-            # the completion's own index (prompt start + j // samples_per_prompt), also for an empty completion: the
-            # prompt of a token is completion // samples_per_prompt (the unit of prompt_bootstrap)
             row = start * samples_per_prompt + j
             for tid, lp in zip(row_ids, row_lp):
                 if tid == tokenizer.pad_token_id:
