@@ -302,11 +302,6 @@ def _too_large_matrix(latex: str) -> bool:
     return "matrix" in latex and latex.count("&") > _MAX_MATRIX_AMPERSANDS
 
 
-class _DropTimeoutDisabled(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Timeout is disabled" not in record.getMessage()
-
-
 @functools.lru_cache(maxsize=1)
 def _math_verify() -> Any:
     """Import math-verify once and silence its "timeout disabled" warning (our own budget applies)."""
@@ -314,7 +309,7 @@ def _math_verify() -> Any:
     import math_verify.parser  # noqa: F401  (its parse cache is cleared after unevaluated parses)
 
     for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).addFilter(_DropTimeoutDisabled())
+        logging.getLogger(name).addFilter(lambda record: "Timeout is disabled" not in record.getMessage())
     return math_verify
 
 
@@ -387,8 +382,6 @@ class GoldAnswer:
 def analyze_gold(answer: str) -> GoldAnswer:
     """Parse a (trusted) reference answer and check math-verify's reading against the strict one; a suspicious
     reading is logged once."""
-    import sympy
-
     mv = _math_verify()
     latex = str(answer).strip()
     if latex.startswith("$") and latex.endswith("$"):
@@ -405,7 +398,7 @@ def analyze_gold(answer: str) -> GoldAnswer:
         )
     except Exception:
         mv_forms = ()
-    mv_expr = next((x for x in mv_forms if isinstance(x, (sympy.Basic, sympy.MatrixBase))), None)
+    mv_expr = _first_expr(mv_forms)
     bare = _bare_letters(inner)
     strict, units = None, True
     with contextlib.suppress(Exception):
