@@ -14,12 +14,6 @@ def test_problems_distinct_in_range_and_seeded():
     assert ps != arith.make_problems(200, seed=4, low=10, high=49)
 
 
-def test_split_is_disjoint():
-    train, test = arith.split_problems(300, 100, seed=0)
-    assert len(train) == 300 and len(test) == 100
-    assert not {tuple(p["terms"]) for p in train} & {tuple(p["terms"]) for p in test}
-
-
 @pytest.mark.parametrize("kind,answer", [("add3", lambda t: t[0] + t[1] + t[2]), ("mul", lambda t: t[0] * t[1])])
 def test_other_kinds(kind, answer):
     ps = arith.make_problems(300, seed=1, low=10, high=99, kind=kind)
