@@ -155,7 +155,6 @@ def fmt_paired(t: dict, digits: int = 3) -> str:
     return f"{t['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({t['higher']}/{t['n']} up)"
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Trajectories
 
 
@@ -228,7 +227,6 @@ def fit_proportional(x, y) -> tuple[float, float]:
     return c, (1 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Binning: one convention for every binned mean and histogram
 
 
@@ -285,7 +283,6 @@ def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) 
     return {k: (arr[:, i].astype(int) if k == "count" else arr[:, i]) for i, k in enumerate(names)}
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Tables
 
 
