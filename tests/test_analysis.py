@@ -68,20 +68,16 @@ def test_series_stack_band_and_per_mean_weight():
     assert m[0].tolist() == [2.0, 2.0, 3.0]
 
 
-def test_trajectory_stats_and_rolling():
-    x = [1.0, 1.2, 0.9, 1.1, 1.0, 0.8, 1.1, 5.0]  # median 1.05, MAD 0.1 -> spike threshold 1.05 + 3 * 0.148
-    st = an.trajectory_stats(x)
-    assert st["spikes"] == 1 and st["mean"] == pytest.approx(sum(x) / 8)
-    assert st["mean_abs_change"] == pytest.approx(np.abs(np.diff(x)).mean())
-    assert st["cv"] == pytest.approx(np.std(x, ddof=1) / np.mean(x))
+def test_spread_over_steps_and_rolling():
+    x = [1.0, 1.2, 0.9, 1.1, 1.0, 0.8, 1.1, 5.0]
+    st = an.spread_stats(x)
+    assert st["mean"] == pytest.approx(sum(x) / 8) and st["cv"] == pytest.approx(np.std(x, ddof=1) / np.mean(x))
+    assert math.isnan(an.spread_stats([2.0])["cv"])  # no spread of a single value
     assert an.rolling_mean([1, 2, 3, 4], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    assert an.rolling_mean([1, 2, 3, 4], 3).tolist() == [1.0, 1.5, 2.0, 3.0]
 
 
-def test_weighted_norm_spread_and_binned():
-    out = an.weighted_norm_spread([1.0, 2.0, 3.0], [2.0, 1.0, 1.0])  # products 2, 2, 3
-    assert out["mean"] == pytest.approx(7 / 3) and out["mean_weight"] == pytest.approx(4 / 3)
-    assert out["std"] == pytest.approx(np.std([2, 2, 3], ddof=1))
-    assert out["std_per_mean_weight"] == pytest.approx(np.std([2, 2, 3], ddof=1) / (4 / 3))
+def test_binned_means_by_hand():
     b = an.binned_means([0.05, 0.06, 0.95], [1.0, 3.0, 5.0], bins=2)
     assert b["center"].tolist() == [0.25, 0.75] and b["mean"].tolist() == [2.0, 5.0] and b["count"].tolist() == [2, 1]
     assert b["std"].tolist() == pytest.approx([math.sqrt(2), 0.0])  # (1, 3): ddof = 1 -> sqrt(2), not 1
@@ -124,7 +120,6 @@ def test_one_spread_convention_is_ddof_one():
     s = an.spread_stats(values)
     assert s["std"] == sd and s["cv"] == pytest.approx(sd / 2.5) and s["max_over_median"] == pytest.approx(1.6)
     # every spread of the project uses it: across steps, across tokens, within bins
-    assert an.trajectory_stats(values)["std"] == sd and an.weighted_norm_spread(values, [1.0] * 4)["std"] == sd
     assert an.binned_means([0.1] * 4, values, bins=2)["std"].tolist() == [sd]
 
 

@@ -24,11 +24,9 @@ KL_WEIGHTINGS = ("eq10", "outside", "plain")
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
-    """Eq. 4: A_i = (r_i - mean_group(r)) / std_group(r), for rewards laid out group after group.
+    """Eq. 4: A_i = (r_i - mean_group(r)) / (std_group(r) + eps), rewards laid out group after group.
 
-    ``std`` is the unbiased sample std (as TRL's ``GRPOTrainer`` computes it) and ``eps`` keeps a
-    group whose rewards are all equal at A = 0. ``scale=False`` keeps only the mean-centering.
-    """
+    ``std`` is unbiased (as TRL); ``scale=False`` keeps only the mean-centering."""
     if not torch.is_tensor(rewards) or rewards.dim() != 1:
         raise ValueError("rewards must be a 1-D tensor (one reward per completion)")
     if int(group_size) < 1 or rewards.numel() % int(group_size) != 0:
@@ -52,8 +50,8 @@ def validate_loss_options(
     *,
     names: dict[str, str] | None = None,
 ) -> None:
-    """The one check of the loss options (``ValueError`` naming the field, as ``names`` renames it for the caller:
-    ``{"eps_low": "epsilon"}``)."""
+    """The one check of the loss options: a ``ValueError`` naming the field as ``names`` renames it for the caller
+    (``{"eps_low": "epsilon"}``)."""
     name = {"placement": "placement", "eps_low": "eps_low", "eps_high": "eps_high", **(names or {})}.get
     if not isinstance(placement, str) or placement not in PLACEMENTS:
         raise ValueError(f"{name('placement')} must be one of {PLACEMENTS}, got {placement!r}")
@@ -82,21 +80,6 @@ def kl_term(
     return weights * torch.exp(log_rho) - (torch.log(weights) + log_rho) - 1
 
 
-def policy_term(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    weights: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-    placement: str = "ratio",
-) -> torch.Tensor:
-    """The clipped surrogate of Eq. 9 (``ratio``) or w times the clipped surrogate of Eq. 5 (``surrogate``)."""
-    if placement == "ratio":
-        wr = weights * ratio
-        return torch.min(wr * advantages, wr.clamp(1 - eps_low, 1 + eps_high) * advantages)
-    return weights * torch.min(ratio * advantages, ratio.clamp(1 - eps_low, 1 + eps_high) * advantages)
-
-
 def zero_gradient_mask(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -119,14 +102,6 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def _as_2d(name: str, x: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    if not torch.is_tensor(x):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.shape != shape:
-        raise ValueError(f"{name} must have shape {tuple(shape)} like logps, got {tuple(x.shape)}")
-    return x
-
-
 def tr_grpo_loss(
     logps: torch.Tensor,
     old_logps: torch.Tensor | None,
@@ -147,42 +122,30 @@ def tr_grpo_loss(
 ) -> LossOutput:
     """Minus the TR-GRPO objective (Eq. 9 with the KL of Eq. 10), token-level normalised (Eq. 5).
 
-    Args:
-        logps: (B, T) log pi_theta(o_t), differentiable.
-        old_logps: (B, T) log pi_old(o_t) of the sampling policy; ``None`` means on-policy (r = 1).
-        advantages: (B,) per completion (Eq. 4), broadcast over tokens, or (B, T).
-        mask: (B, T) 1 for completion tokens that count (0 for padding and masked tool output).
-        weights: (B, T) token weights w (Eq. 11 or an ablation), treated as constants.
-        ref_logps: (B, T) log pi_ref(o_t); required when ``beta > 0``.
-        upper: the weight cap U, only used for the metric ``weight_at_upper``.
-        normalizer: divide the summed loss by this instead of the number of valid tokens
-            (the trainer passes the token count of the whole global batch, as TRL's "dapo" does).
-        policy_scale: optional (B, T) or (B, 1) factor on the policy term only (TRL's off-policy mask
-            and vLLM importance-sampling correction); the KL term is not scaled.
-        bias_correction_kl: multiply the per-token KL (whichever ``kl_weighting``) by the ratio r, differentiable,
-            as TRL's ``use_bias_correction_kl``: the estimate under pi_theta of tokens sampled from pi_old (the
-            KL's gradient becomes the unbiased reverse-KL gradient). Off by default: Eq. 6 and 10 have no r.
+    ``logps``, ``old_logps`` (``None``: on-policy, r = 1), ``ref_logps`` (needed when ``beta > 0``), ``mask`` (1 for
+    tokens that count) and ``weights`` (constants) are (B, T); ``advantages`` (B,) or (B, T). ``upper`` (U) only
+    feeds the metric ``weight_at_upper``. ``normalizer`` replaces the valid-token count (the trainer: the global
+    batch's, as TRL's "dapo"); ``policy_scale`` multiplies the policy term only (TRL's off-policy mask, vLLM IS
+    correction); ``bias_correction_kl`` multiplies the KL by r, as TRL's ``use_bias_correction_kl``.
     """
     validate_loss_options(placement, kl_weighting, beta, eps_low, eps_high)
     if not torch.is_tensor(logps) or logps.dim() != 2:
         raise ValueError(f"logps must be a 2-D tensor (B, T), got {getattr(logps, 'shape', type(logps))}")
     shape = logps.shape
-    mask = _as_2d("mask", mask, shape).to(logps.dtype)
-    weights = _as_2d("weights", weights, shape).detach().to(logps.dtype)
-    if old_logps is None:
-        old_logps = logps.detach()
-    old_logps = _as_2d("old_logps", old_logps, shape).detach()
-    if not torch.is_tensor(advantages):
-        raise TypeError("advantages must be a torch.Tensor")
-    if advantages.dim() == 1:
-        if advantages.shape[0] != shape[0]:
-            raise ValueError(f"advantages of shape (B,) must have B={shape[0]} entries, got {advantages.shape[0]}")
+    old_logps = logps.detach() if old_logps is None else old_logps
+    if torch.is_tensor(advantages) and advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)
-    elif advantages.shape != shape:
-        raise ValueError(f"advantages must have shape ({shape[0]},) or {tuple(shape)}, got {tuple(advantages.shape)}")
-    advantages = advantages.detach().to(logps.dtype)
+    given = {"mask": mask, "weights": weights, "old_logps": old_logps, "advantages": advantages, "ref_logps": ref_logps}
+    for name, x in given.items():
+        ok = torch.is_tensor(x) and (x.shape == shape or (name == "advantages" and x.shape == (shape[0], 1)))
+        if not ok and (x is not None or name != "ref_logps"):
+            raise ValueError(
+                f"{name} must be a tensor of shape {tuple(shape)} like logps, got {getattr(x, 'shape', x)}"
+            )
     if beta > 0 and ref_logps is None:
         raise ValueError("ref_logps is required when beta > 0 (the KL term of Eq. 10 needs pi_ref)")
+    mask, weights = mask.to(logps.dtype), weights.detach().to(logps.dtype)
+    old_logps, advantages = old_logps.detach(), advantages.detach().to(logps.dtype)
     n_valid = mask.sum()
     # one host sync for the value checks: NaN/inf weights, a mask that is not 0/1, an empty mask
     bad_weights, bad_mask, empty = torch.stack(
@@ -195,22 +158,24 @@ def tr_grpo_loss(
     if empty:
         raise ValueError("mask selects no token (all zeros): the loss of Eq. 5 would divide by zero")
     if normalizer is not None:
-        if torch.is_tensor(normalizer) and normalizer.numel() != 1:
-            raise ValueError(f"normalizer must be a scalar, got shape {tuple(normalizer.shape)}")
-        value = float(normalizer) if torch.is_tensor(normalizer) or isinstance(normalizer, (int, float)) else None
-        if isinstance(normalizer, bool) or value is None or not math.isfinite(value) or value <= 0:
+        one = normalizer.numel() == 1 if torch.is_tensor(normalizer) else isinstance(normalizer, (int, float))
+        if isinstance(normalizer, bool) or not one or not math.isfinite(float(normalizer)) or float(normalizer) <= 0:
             raise ValueError(f"normalizer must be a finite number > 0 (it divides the summed loss), got {normalizer!r}")
     valid = mask > 0
     if bool(((weights <= 0) & valid).any()):  # no boolean indexing (nonzero + gather)
         raise ValueError("weights must be > 0 on valid tokens (Eq. 10 takes log w)")
 
     ratio = torch.exp(logps - old_logps)  # r_{i,t}(theta)
-    objective = policy_term(ratio, advantages, weights, eps_low, eps_high, placement)
+    if placement == "ratio":  # Eq. 9: min(w r A, clip(w r) A)
+        wr = weights * ratio
+        objective = torch.min(wr * advantages, wr.clamp(1 - eps_low, 1 + eps_high) * advantages)
+    else:  # w min(r A, clip(r) A)
+        objective = weights * torch.min(ratio * advantages, ratio.clamp(1 - eps_low, 1 + eps_high) * advantages)
     if policy_scale is not None:
         objective = objective * policy_scale.detach()
     kl = None
     if beta > 0:
-        kl = kl_term(logps, _as_2d("ref_logps", ref_logps, shape).detach(), weights, kl_weighting)
+        kl = kl_term(logps, ref_logps.detach(), weights, kl_weighting)
         if bias_correction_kl:
             kl = kl * ratio
         objective = objective - beta * kl
@@ -237,10 +202,7 @@ def loss_metrics(
     kl: torch.Tensor | None = None,
     upper: float | None = None,
 ) -> dict[str, float]:
-    """Weight statistics and the share of tokens that get no policy gradient, split by sign of A.
-
-    Masked reductions (no boolean indexing) gathered into one tensor: one host sync on a GPU.
-    """
+    """Weight statistics and the share of tokens without policy gradient, split by sign of A (one host sync)."""
     w = weights.float()
     n = valid.sum()
     zero = zero_gradient_mask(ratio, advantages, weights, eps_low, eps_high, placement) & valid

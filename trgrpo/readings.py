@@ -1,17 +1,9 @@
-"""Tables for notebook 02: the weight function of Eq. 11 under its readings, next to the paper's numbers.
+"""Tables for notebook 02: Eq. 11 under its readings (docs/design.md, "The three readings"), next to the paper.
 
-* :func:`tau_table` / :func:`lu_table`: Table 7's settings, the range of w under each ``tau_mode``, the
-  probabilities where w leaves L and reaches U, and the paper's accuracy for that setting.
-* :func:`zero_gradient_table` / :func:`zero_gradient_thresholds` / :func:`zero_gradient_fraction`:
-  reading 2 (Eq. 9) - with ``placement="ratio"`` at r = 1, which tokens lose their whole policy gradient,
-  by p and by the sign of A, against ``placement="surrogate"`` (via :func:`trgrpo.loss.zero_gradient_mask`).
-* :func:`kl_offset_table`: reading 3 - at pi = pi_ref the KL of Eq. 10 is w - log w - 1, not 0, and its
-  gradient is (1 - w) grad log pi; the ``outside`` form (Eq. 12's gradient) and Eq. 6 are 0 there
-  (via :func:`trgrpo.loss.kl_term`).
-
-All weights come from :func:`trgrpo.token_weights`; nothing here re-implements Eq. 9-11. Every function takes the
-weight setting as one :class:`~trgrpo.weights.WeightParams` (``params=``) or as its fields by keyword
-(``tau=3.0, tau_mode="divide"``; the rest keep the paper's defaults), read by :func:`_weights`.
+Reading 1 (tau): :func:`tau_table`, :func:`lu_table` (Table 7). Reading 2 (Eq. 9, placement): which tokens lose
+their whole policy gradient (:func:`zero_gradient_table`, ``_thresholds``, ``_fraction``). Reading 3 (Eq. 10 vs
+12): :func:`kl_offset_table`. Weights come from :func:`trgrpo.token_weights` with a
+:class:`~trgrpo.weights.WeightParams` ``params`` or its fields as keywords (paper defaults).
 """
 
 from __future__ import annotations
@@ -48,10 +40,7 @@ def first_p(condition: torch.Tensor, p: torch.Tensor) -> float | None:
 def weight_thresholds(
     params: WeightParams | str = "tr", *, resolution: float = 1e-5, **fields: Any
 ) -> dict[str, float | None]:
-    """Where Eq. 11 leaves its clip bounds: the smallest p with w > L and the smallest p with w = U (grid).
-
-    ``params``: a :class:`~trgrpo.weights.WeightParams` (its scheme is ignored: these are Eq. 11's weights), or the
-    Eq. 11 keywords ``fields`` (paper defaults)."""
+    """Where Eq. 11 (whatever ``params.scheme``) leaves its clip bounds: the smallest grid p with w > L, with w = U."""
     params = as_weight_params(params, **fields).replace(scheme="tr")
     p = _grid(resolution)
     w = token_weights(p, **vars(params))
@@ -74,7 +63,7 @@ def _weight_columns(prefix: str, params: WeightParams) -> dict:
 
 def _table7_rows(settings: Sequence[dict], base: WeightParams, tau_modes: Sequence[str]) -> list[dict]:
     """Per setting (``{"tau": ..}`` or ``{"lower": .., "upper": ..}``): w range and thresholds under each mode, and
-    the paper's Table 7 accuracy (``None`` for a setting the paper did not run)."""
+    Table 7's accuracy (``None`` where the paper has none)."""
     rows = []
     for setting in settings:
         row: dict = {k: float(v) for k, v in setting.items()}
@@ -97,13 +86,9 @@ def tau_table(
     tau_modes: Sequence[str] = TAU_MODES,
     **fields: Any,
 ) -> list[dict]:
-    """Table 7's tau sweep: per tau, w range and thresholds under each ``tau_mode``, next to the paper's accuracy.
-
-    The other Eq. 11 hyperparameters come from ``params`` / ``fields`` (paper defaults; the scheme is ``"tr"``).
-    Keys: ``tau``, ``{mode}_w_min``, ``{mode}_w_max``, ``{mode}_p_above_L``, ``{mode}_p_at_U`` for each mode,
-    ``paper_3`` .. ``paper_7``, ``paper_avg`` (``None`` for a tau the paper did not run).
-    """
-    base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
+    """Table 7's tau sweep of Eq. 11: keys ``tau``, ``{mode}_w_min``, ``{mode}_w_max``, ``{mode}_p_above_L``,
+    ``{mode}_p_at_U`` per ``tau_mode``, and the paper's ``paper_3`` .. ``paper_7``, ``paper_avg``."""
+    base = as_weight_params(params, **fields).replace(scheme="tr")
     return _table7_rows([{"tau": t} for t in taus], base, tau_modes)
 
 
@@ -115,8 +100,20 @@ def lu_table(
     **fields: Any,
 ) -> list[dict]:
     """Table 7's (L, U) ranges, as :func:`tau_table` (keys ``lower``, ``upper`` instead of ``tau``)."""
-    base = as_weight_params(params, **fields).replace(scheme="tr")  # Table 7 sweeps Eq. 11 itself
+    base = as_weight_params(params, **fields).replace(scheme="tr")
     return _table7_rows([{"lower": lo, "upper": hi} for lo, hi in ranges], base, tau_modes)
+
+
+def _zero_gradient(p, ratio, eps_low, eps_high, params, fields) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(w, ``{placement}_{pos|neg}`` -> which tokens of probabilities ``p`` get no policy gradient at ``ratio``)."""
+    w = _weights(p, params, fields)
+    r = torch.full_like(p, float(ratio))
+    signs = (("pos", 1.0), ("neg", -1.0))
+    return w, {
+        f"{pl}_{name}": zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, pl)
+        for pl in PLACEMENTS
+        for name, sign in signs
+    }
 
 
 def zero_gradient_table(
@@ -128,21 +125,19 @@ def zero_gradient_table(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
-    """Reading 2 (Eq. 9): for each p, does a token lose its whole policy gradient, by placement and sign of A?
-
-    At importance ratio ``ratio`` (1 on the first update of a batch). Keys: ``p``, ``w``, ``w_times_r`` and
-    ``{placement}_{pos|neg}`` (True = zero policy gradient: the clipped branch of min(.) is active).
-    """
+    """Reading 2 (Eq. 9) per p at importance ratio ``ratio``: keys ``p``, ``w``, ``w_times_r`` and
+    ``{placement}_{pos|neg}`` (True = zero policy gradient: the clipped branch of min(.) is active)."""
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
-    w = _weights(p, params, fields)
-    r = torch.full_like(p, float(ratio))
-    rows = [{"p": float(p[i]), "w": float(w[i]), "w_times_r": float(w[i] * r[i])} for i in range(len(p))]
-    for placement in PLACEMENTS:
-        for sign, name in ((1.0, "pos"), (-1.0, "neg")):
-            zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement)
-            for i, row in enumerate(rows):
-                row[f"{placement}_{name}"] = bool(zero[i])
-    return rows
+    w, zero = _zero_gradient(p, ratio, eps_low, eps_high, params, fields)
+    return [
+        {
+            "p": float(p[i]),
+            "w": float(w[i]),
+            "w_times_r": float(w[i] * ratio),
+            **{k: bool(z[i]) for k, z in zero.items()},
+        }
+        for i in range(len(p))
+    ]
 
 
 def zero_gradient_thresholds(
@@ -154,19 +149,16 @@ def zero_gradient_thresholds(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> dict[str, dict[str, float | None]]:
-    """For each placement: the smallest p whose A > 0 token gets no policy gradient, and the largest p whose
-    A < 0 token gets none (``None``: no such p), at importance ratio ``ratio``."""
+    """Per placement: the smallest p whose A > 0 token gets no policy gradient (``pos_from_p``) and the largest p
+    whose A < 0 token gets none (``neg_up_to_p``), on a grid (``None``: no such p)."""
     p = _grid(resolution)
-    w = _weights(p, params, fields)
-    r = torch.full_like(p, float(ratio))
+    _, zero = _zero_gradient(p, ratio, eps_low, eps_high, params, fields)
     out = {}
-    for placement in PLACEMENTS:
-        pos = zero_gradient_mask(r, torch.ones_like(p), w, eps_low, eps_high, placement)
-        neg = zero_gradient_mask(r, -torch.ones_like(p), w, eps_low, eps_high, placement)
-        idx = torch.nonzero(neg)
-        out[placement] = {
-            "pos_from_p": first_p(pos, p),
-            "neg_up_to_p": float(p[idx[-1, 0]]) if idx.numel() else None,
+    for pl in PLACEMENTS:
+        neg = torch.nonzero(zero[f"{pl}_neg"])
+        out[pl] = {
+            "pos_from_p": first_p(zero[f"{pl}_pos"], p),
+            "neg_up_to_p": float(p[neg[-1, 0]]) if neg.numel() else None,
         }
     return out
 
@@ -180,17 +172,10 @@ def zero_gradient_fraction(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> dict[str, float]:
-    """Share of the given tokens (probabilities ``probs``) that would get no policy gradient at ratio ``ratio``,
-    per placement, if their advantage were positive (``{placement}_pos``) or negative (``{placement}_neg``)."""
+    """Share of the tokens ``probs`` that would get no policy gradient at ``ratio``: ``{placement}_{pos|neg}``."""
     p = torch.as_tensor(probs, dtype=torch.float64).flatten()
-    w = _weights(p, params, fields)
-    r = torch.full_like(p, float(ratio))
-    out = {}
-    for placement in PLACEMENTS:
-        for sign, name in ((1.0, "pos"), (-1.0, "neg")):
-            zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement)
-            out[f"{placement}_{name}"] = float(zero.double().mean()) if p.numel() else 0.0
-    return out
+    _, zero = _zero_gradient(p, ratio, eps_low, eps_high, params, fields)
+    return {k: float(z.double().mean()) if p.numel() else 0.0 for k, z in zero.items()}
 
 
 def kl_offset_table(
@@ -200,13 +185,8 @@ def kl_offset_table(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
-    """Reading 3 (Eq. 10 vs Eq. 12) at pi = pi_ref: value of each KL form and its derivative in log pi.
-
-    Keys: ``p``, ``w``, ``{mode}_value`` and ``{mode}_dlogpi`` (d KL / d log pi; the gradient w.r.t. theta is
-    this times grad log pi) for each ``kl_weighting``; ``eq10_target_ratio`` = w and ``eq10_target_p`` = w p:
-    Eq. 10 is minimised where w pi_ref / pi = 1, i.e. at pi / pi_ref = w, so it pulls pi towards w pi_ref
-    (more than 1 for p > 1 / w).
-    """
+    """Reading 3 (Eq. 10 vs 12) at pi = pi_ref: keys ``p``, ``w``, ``{mode}_value`` and ``{mode}_dlogpi`` (d KL /
+    d log pi) per ``kl_weighting``, and ``eq10_target_ratio`` = w, ``eq10_target_p`` = w p (Eq. 10's minimum)."""
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
     w = _weights(p, params, fields)
     ref = p.log()

@@ -1,8 +1,6 @@
-"""Statistics over run records: mean +- std across seeds, paired t-tests and t-intervals against GRPO,
-step trajectories, gradient-norm summaries (Figure 3, Table 4 and Table 7 analogs). A flat module of functions.
+"""Statistics: mean +- std, paired t-tests against GRPO, rank correlation, step trajectories, binned means.
 
-A run record is the dict :func:`trgrpo.experiment.run` writes: ``history`` holds one dict per optimizer
-step (``reward``, ``grad_norm``, ``tr/weight_mean``, ...), ``final`` the held-out evaluation.
+A run record (:func:`trgrpo.experiment.run`) holds ``history`` (one dict per optimizer step) and ``final``.
 """
 
 from __future__ import annotations
@@ -14,11 +12,15 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 
-def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
-    """(mean, sample std, n): THE spread convention of the project, used for seeds, steps, tokens and bins alike.
+def to_numpy(x) -> np.ndarray:
+    """``x`` (a tensor, array or sequence) as a flat float64 array."""
+    return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64).ravel()
 
-    The std is the sample standard deviation with ddof = 1, sqrt(sum (x - mean)^2 / (n - 1)) -- 0 for a single
-    value; ``None``, NaN and inf are dropped (n counts what is left; mean and std are NaN when nothing is)."""
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """(mean, std with ddof = 1 (0 for one value), n): the project's one spread convention.
+
+    ``None``, NaN and inf are dropped (mean and std are NaN when nothing is left)."""
     x = np.asarray([v for v in values if v is not None], dtype=float).ravel()
     x = x[np.isfinite(x)]
     n = int(x.size)
@@ -28,9 +30,9 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
 
 
 def spread_stats(values) -> dict[str, float]:
-    """Spread of a sample (the coefficient of variation of Theorem 3.2 in notebooks 01 and 03): n, mean, std
-    (ddof = 1, :func:`mean_std`), cv = std / mean, median, max, max / median. Non-finite values are dropped."""
-    x = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=float).ravel()
+    """n, mean, std (:func:`mean_std`), cv = std / mean (NaN below two values), median, max, max / median of the
+    finite values: the spread of w ||grad log pi|| (Theorem 3.2) or of a metric over steps (Figure 3)."""
+    x = to_numpy(values)
     x = x[np.isfinite(x)]
     if x.size == 0:
         raise ValueError("spread_stats needs at least one finite value")
@@ -40,7 +42,7 @@ def spread_stats(values) -> dict[str, float]:
         "n": n,
         "mean": mean,
         "std": std,
-        "cv": std / mean if mean != 0 else math.nan,
+        "cv": std / mean if mean != 0 and n > 1 else math.nan,
         "median": med,
         "max": top,
         "max_over_median": top / med if med != 0 else math.nan,
@@ -153,7 +155,6 @@ def fmt_paired(t: dict, digits: int = 3) -> str:
     return f"{t['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({t['higher']}/{t['n']} up)"
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Trajectories
 
 
@@ -205,50 +206,27 @@ def rolling_mean(x: Sequence[float], window: int) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     if window <= 1 or x.size == 0:
         return x
-    c = np.cumsum(np.insert(x, 0, 0.0))
-    out = np.empty_like(x)
-    for i in range(x.size):
-        j = max(0, i + 1 - window)
-        out[i] = (c[i + 1] - c[j]) / (i + 1 - j)
-    return out
+    c, i = np.cumsum(np.insert(x, 0, 0.0)), np.arange(1, x.size + 1)
+    j = np.maximum(0, i - window)
+    return (c[i] - c[j]) / (i - j)
 
 
-def trajectory_stats(values: Sequence[float], *, spike_k: float = 3.0) -> dict:
-    """Mean, std (ddof = 1) and coefficient of variation over steps, mean absolute step-to-step change, and spikes:
-    steps above median + ``spike_k`` x MAD (the "fewer spikes" of Figure 3)."""
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return {"mean": math.nan, "std": math.nan, "cv": math.nan, "mean_abs_change": math.nan, "spikes": 0}
-    s = spread_stats(x)
-    med = s["median"]
-    mad = float(np.median(np.abs(x - med))) * 1.4826
-    return {
-        "mean": s["mean"],
-        "std": s["std"],
-        "cv": s["cv"] if x.size > 1 else math.nan,
-        "mean_abs_change": float(np.abs(np.diff(x)).mean()) if x.size > 1 else 0.0,
-        "spikes": int((x > med + spike_k * mad).sum()) if mad > 0 else 0,
-    }
+def spearman(x, y) -> tuple[float, float]:
+    """Spearman rank correlation and its two-sided p-value (scipy)."""
+    from scipy.stats import spearmanr
+
+    res = spearmanr(to_numpy(x), to_numpy(y))
+    return float(res.statistic), float(res.pvalue)
 
 
-def weighted_norm_spread(grad_norms: Sequence[float], weights: Sequence[float]) -> dict:
-    """Spread of per-token ||g_t|| = w_t ||grad log pi(o_t)|| (Eq. 13 with |gamma| = 1): mean, std (ddof = 1) and
-    coefficient of variation (:func:`spread_stats`), raw and with the mean weight divided out (Theorem 3.2:
-    w (1 - p) varies less)."""
-    g = np.asarray(grad_norms, dtype=float) * np.asarray(weights, dtype=float)
-    s = spread_stats(g)
-    wm = float(np.mean(weights))
-    return {
-        "mean": s["mean"],
-        "std": s["std"],
-        "cv": s["cv"] if g.size > 1 else math.nan,
-        "mean_weight": wm,
-        "std_per_mean_weight": s["std"] / wm,
-    }
+def fit_proportional(x, y) -> tuple[float, float]:
+    """Least squares y ~ c x through the origin (the 1 - pi trend of Eq. 8): (c, R^2 about the mean)."""
+    x, y = to_numpy(x), to_numpy(y)
+    c = float((x * y).sum() / (x * x).sum())
+    ss_res, ss_tot = float(((y - c * x) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
+    return c, (1 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Binning: one convention for every binned mean and histogram
 
 
@@ -286,8 +264,7 @@ def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) 
     Bins with fewer than ``min_count`` points are dropped. Returns arrays ``left, right, center, x_mean,
     mean, std, sem, count``.
     """
-    x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=float).ravel()
-    y = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y, dtype=float).ravel()
+    x, y = to_numpy(x), to_numpy(y)
     edges = bin_edges(bins)
     idx = bin_index(x, edges)
     rows = []
@@ -306,7 +283,6 @@ def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) 
     return {k: (arr[:, i].astype(int) if k == "count" else arr[:, i]) for i, k in enumerate(names)}
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Tables
 
 

@@ -25,7 +25,7 @@ from trgrpo.stats import (
     mean_std,
     min_detectable_effect,
     paired_t,
-    trajectory_stats,
+    spread_stats,
 )
 from trgrpo.toy import load_runs, run_label
 from trgrpo.toy_controls import (
@@ -401,7 +401,7 @@ def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> 
         "grad norm": lambda r: history_mean(r, "grad_norm"),
         "mean w": lambda r: history_mean(r, "tr/weight_mean"),
         "grad norm / mean w": _grad_per_weight,
-        "CV over steps of grad/mean w": lambda r: trajectory_stats(grad_norm_per_mean_weight(r)[1])["cv"],
+        "CV over steps of grad/mean w": lambda r: spread_stats(grad_norm_per_mean_weight(r)[1])["cv"],
     }
     return comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
 

@@ -1,22 +1,20 @@
-"""Theorem 3.1 and 3.2 numerically (paper Section 3 and Appendix D), and the one sampler of the library.
+"""Theorem 3.1 and 3.2 numerically (paper Section 3, App. D), and the library's one sampler (:func:`sample_batch`).
 
-Theorem 3.1 and Figure 1 are statements about tokens the policy itself samples, so the theory
-(:func:`sample_completions`) and the token statistics (:func:`trgrpo.token_stats.sample_token_probabilities`) both
-draw with :func:`sample_batch`: temperature scaling only, no top-k and no nucleus cut, prompts left-padded so every
-completion starts at one column.
+Theorem 3.1 and Figure 1 are about tokens the policy samples itself, so the theory and
+:mod:`trgrpo.token_stats` both draw with :func:`sample_batch`: temperature only, no top-k/top-p, prompts left-padded.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from trgrpo.stats import spread_stats
+from trgrpo.stats import spread_stats, to_numpy
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
 
@@ -38,11 +36,9 @@ def sample_batch(
     temperature: float,
     num_return_sequences: int = 1,
 ) -> tuple[dict, torch.Tensor]:
-    """(the left-padded encoding of ``texts``, the sampled sequences: prompt columns then completion columns).
+    """(left-padded encoding of the rendered prompts ``texts``, sampled sequences: prompt then completion columns).
 
-    ``texts`` are rendered prompts (chat template already applied; no special tokens are added). The caller
-    seeds torch's generator first. Each prompt gives ``num_return_sequences`` rows, next to each other.
-    """
+    The caller seeds torch first; each prompt gives ``num_return_sequences`` adjacent rows."""
     if max_new_tokens < 1 or num_return_sequences < 1:
         raise ValueError("max_new_tokens and num_return_sequences must be >= 1")
     if not temperature > 0:
@@ -66,10 +62,6 @@ def sample_batch(
     return enc, seqs
 
 
-# --------------------------------------------------------------------------------------------------
-# Theorem 3.1: the identity and the bounds on random distributions
-# --------------------------------------------------------------------------------------------------
-
 DEFAULT_VOCAB_SIZES = (2, 10, 1000, 49152)  # 49152 = SmolLM2's vocabulary
 DEFAULT_TEMPERATURES = (0.05, 0.3, 1.0, 3.0)  # peaked ... flat (logits ~ N(0, 1) divided by these)
 
@@ -83,11 +75,9 @@ def log_softmax_grad(logits: torch.Tensor, k: torch.Tensor | int) -> torch.Tenso
 
 
 def theorem31_bounds(probs: torch.Tensor, k: torch.Tensor | int) -> dict[str, torch.Tensor]:
-    """Both sides of App. D's bounds: {"p_k", "lower" = 1 - p_k, "norm" = ||1_k - p||, "upper" = sqrt(2)(1 - p_k)}.
+    """App. D's bounds: {"p_k", "lower" = 1 - p_k, "norm" = ||1_k - p||, "upper" = sqrt(2)(1 - p_k)}.
 
-    ||1_k - p|| = sqrt((1 - p_k)^2 + sum_{j != k} p_j^2), and 1 - p_k is summed over the other tokens,
-    sum_{j != k} p_j (equal for a distribution, and exact in floating point when p_k rounds to 1).
-    """
+    1 - p_k is summed as sum_{j != k} p_j (exact in floating point when p_k rounds to 1)."""
     k = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1]).long()
     other = 1 - torch.nn.functional.one_hot(k, probs.shape[-1]).to(probs.dtype)
     rest, rest_sq = (probs * other).sum(-1), (probs**2 * other).sum(-1)
@@ -107,10 +97,7 @@ def random_distributions(
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """``n`` distributions softmax(z / temperature) over ``vocab_size`` tokens, z ~ N(0, 1).
-
-    Small temperatures give peaked distributions (one token near 1), large ones flat distributions.
-    """
+    """``n`` distributions softmax(z / temperature) over ``vocab_size`` tokens, z ~ N(0, 1) (small T: peaked)."""
     if n < 1 or vocab_size < 2 or not temperature > 0:
         raise ValueError(f"need n >= 1, vocab_size >= 2, temperature > 0; got {n}, {vocab_size}, {temperature}")
     z = torch.randn(n, vocab_size, generator=generator, dtype=dtype)
@@ -136,10 +123,8 @@ def theorem31_samples(
     picks: Sequence[str] = ("sample", "uniform", "argmax"),
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Sample ``n`` distributions per (vocab size, temperature, pick) and return both sides of the bounds.
-
-    Returns flat arrays ``vocab_size, temperature, pick, p_k, lower, norm, upper``.
-    """
+    """Both sides of the bounds for ``n`` distributions per (vocab size, temperature, pick): flat arrays
+    ``vocab_size, temperature, pick, p_k, lower, norm, upper``."""
     g = torch.Generator().manual_seed(seed)
     cols: dict[str, list] = {k: [] for k in ("vocab_size", "temperature", "pick", "p_k", "lower", "norm", "upper")}
     for v in vocab_sizes:
@@ -156,12 +141,8 @@ def theorem31_samples(
 
 
 def bounds_summary(samples: dict[str, np.ndarray], *, rtol: float = 1e-12) -> list[dict]:
-    """Per (vocab size, temperature): count, range of p_k, range of ||1_k - p|| / (1 - p_k) and violations.
-
-    The ratio lies in [1, sqrt(2)]: 1 when the rest of the mass is spread flat over many tokens,
-    sqrt(2) when it sits on a single other token. The ratio skips tokens with 1 - p_k = 0 exactly;
-    a violation is a norm outside [lower, upper] by more than ``rtol`` relative.
-    """
+    """Per (vocab size, temperature): n, range of p_k, range of ||1_k - p|| / (1 - p_k) (in [1, sqrt(2)]; tokens
+    with 1 - p_k = 0 skipped) and violations (a norm outside [lower, upper] by more than ``rtol`` relative)."""
     rows = []
     keys = sorted(set(zip(samples["vocab_size"].tolist(), samples["temperature"].tolist())))
     for v, t in keys:
@@ -182,11 +163,6 @@ def bounds_summary(samples: dict[str, np.ndarray], *, rtol: float = 1e-12) -> li
             }
         )
     return rows
-
-
-# --------------------------------------------------------------------------------------------------
-# Per-token gradient norms of a real LM
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -214,11 +190,8 @@ def sample_completions(
     seed: int = 0,
     prefill: str = "",
 ) -> TokenBatch:
-    """Sample one completion per prompt from the model itself (chat template; ``prefill`` appended to it).
-
-    ``messages``: chat message lists (rendered with the tokenizer's chat template and a generation prompt)
-    or plain strings. Completion tokens after the first EOS are masked out.
-    """
+    """One completion per prompt sampled from the model; ``messages``: chat message lists (rendered with the chat
+    template) or plain strings, ``prefill`` appended. Tokens after the first EOS are masked out."""
     texts = [
         (tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) if not isinstance(m, str) else m)
         + prefill
@@ -248,7 +221,7 @@ class TokenGradNorms:
     token_ids: torch.Tensor  # (N,)
     sequence: torch.Tensor  # (N,) row of the batch
     position: torch.Tensor  # (N,) column of the token in input_ids
-    subset: dict[str, object] = field(default_factory=dict)  # description of the parameter subset
+    subset: dict[str, object]  # the parameter subset: last_k_blocks, blocks, tied_head, n_params
 
 
 def _decoder_parts(model):
@@ -265,22 +238,6 @@ def _decoder_parts(model):
     return base, layers, norm, head
 
 
-def parameter_subset(model, last_k_blocks: int = 2) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
-    """The parameters whose per-token gradient :func:`per_token_grad_norms` measures, by group.
-
-    ``blocks``: the last ``last_k_blocks`` decoder layers; ``final_norm``: the RMSNorm before the head.
-    The head itself (``lm_head``, tied to the input embedding in SmolLM2) is handled analytically.
-    """
-    _, layers, norm, _ = _decoder_parts(model)
-    if not 0 <= last_k_blocks <= len(layers):
-        raise ValueError(f"last_k_blocks must be in [0, {len(layers)}], got {last_k_blocks}")
-    start = len(layers) - last_k_blocks
-    blocks = [
-        (f"layers.{start + i}.{n}", p) for i, layer in enumerate(layers[start:]) for n, p in layer.named_parameters()
-    ]
-    return {"blocks": blocks, "final_norm": [(f"norm.{n}", p) for n, p in norm.named_parameters()]}
-
-
 def per_token_grad_norms(
     model,
     batch: TokenBatch,
@@ -289,47 +246,32 @@ def per_token_grad_norms(
     temperature: float = 1.0,
     chunk_size: int = 256,
 ) -> TokenGradNorms:
-    """||grad_theta log pi(o_t)||_2 for every completion token, over a stated parameter subset (Eq. 8).
+    """||grad_theta log pi(o_t)||_2 per completion token (Eq. 8), pi = softmax(logits / T), by parameter group.
 
-    Parameter subset, and why: the output head (the classifier W of Theorem 3.1), the final RMSNorm and
-    the last ``last_k_blocks`` decoder blocks (the layers l near L in Eq. 8). A full-parameter per-token
-    gradient of a 135M model is one backward pass through all 30 blocks per token, far too slow on a CPU;
-    the last blocks are where the factor 1_k - p enters first, and the earlier ones only multiply it by
-    further Jacobians (Lemma D.1).
-
-    The head: log pi(o_t) = log softmax(W a_L / T)_k, so its gradient w.r.t. W is the rank-one matrix
-    (1_k - p) a_L^T / T, whose norm is exactly ||1_k - p|| ||a_L|| / T (App. D). We use this closed form.
-    When the head is tied to the input embedding (SmolLM2, Qwen2.5-3B), the tied matrix also receives the
-    embedding-lookup gradient of every earlier input token, which flows through all blocks; we count only
-    the head's own use of the matrix, as if untied, which is the W of Theorem 3.1. The embedding and the
-    earlier blocks are frozen during the measurement (their ``requires_grad`` is restored afterwards).
-
-    ``temperature``: pi = softmax(logits / T), as TRL computes log-probs for the loss. One backward per token (the
-    fastest on a CPU); sequences are processed one at a time, without their padding; the head's (n, V) matrices are
-    built ``chunk_size`` tokens at a time.
+    Groups: the last ``last_k_blocks`` decoder blocks (where 1_k - p enters first, Lemma D.1), the final norm, and
+    the head W of Theorem 3.1 in closed form ||1_k - p|| ||a_L|| / T (App. D; a tied head counted as untied). One
+    backward per token, a sequence at a time; the other parameters are frozen meanwhile and restored after.
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     base, layers, norm_mod, head = _decoder_parts(model)
-    groups = parameter_subset(model, last_k_blocks)
-    train_params = [p for g in groups.values() for _, p in g]
-    group_slices, i = {}, 0
-    for name, g in groups.items():
-        group_slices[name] = slice(i, i + len(g))
-        i += len(g)
-
+    if not 0 <= last_k_blocks <= len(layers):
+        raise ValueError(f"last_k_blocks must be in [0, {len(layers)}], got {last_k_blocks}")
+    start = len(layers) - last_k_blocks
+    groups = {
+        "blocks": [p for layer in layers[start:] for p in layer.parameters()],
+        "final_norm": list(norm_mod.parameters()),
+    }
     saved = {id(p): p.requires_grad for p in model.parameters()}
     was_training = model.training
     captured: dict[str, torch.Tensor] = {}
     hook = norm_mod.register_forward_hook(lambda mod, args, out: captured.__setitem__("a_L", out))
-    out_cols: dict[str, list[torch.Tensor]] = {
-        k: [] for k in ("probs", "head", "final_norm", "blocks", "ohmp", "hnorm", "ids", "seq", "pos")
-    }
+    rows: list[tuple[torch.Tensor, ...]] = []
     try:
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
-        for p in train_params:
+        for p in (p for g in groups.values() for p in g):
             p.requires_grad_(True)
         for b in range(batch.input_ids.shape[0]):
             keep = batch.attention_mask[b].bool()
@@ -345,17 +287,10 @@ def per_token_grad_norms(
             tok = ids[0, targets]
             with torch.no_grad():
                 logp, ohmp, hnorm, head_sq, cotangent = _head_terms(a_L.detach(), tok, head, temperature, chunk_size)
-            sq = _per_token_sq_norms(a_L, cotangent.to(a_L.dtype), train_params, group_slices)
-            n = logp.shape[0]
-            out_cols["probs"].append(logp.detach().exp())
-            out_cols["head"].append(head_sq.sqrt())
-            out_cols["final_norm"].append(sq["final_norm"].sqrt())
-            out_cols["blocks"].append(sq["blocks"].sqrt())
-            out_cols["ohmp"].append(ohmp)
-            out_cols["hnorm"].append(hnorm)
-            out_cols["ids"].append(tok)
-            out_cols["seq"].append(torch.full((n,), b, dtype=torch.long))
-            out_cols["pos"].append(cols[targets])
+            sq = _per_token_sq_norms(a_L, cotangent.to(a_L.dtype), groups)
+            seq = torch.full((len(tok),), b, dtype=torch.long)
+            norms = (head_sq.sqrt(), sq["final_norm"].sqrt(), sq["blocks"].sqrt())
+            rows.append((logp.exp(), *norms, ohmp, hnorm, tok, seq, cols[targets]))
             del a_L, cotangent, captured["a_L"]
     finally:
         hook.remove()
@@ -363,42 +298,25 @@ def per_token_grad_norms(
             p.requires_grad_(saved[id(p)])
         model.train(was_training)
 
-    if not out_cols["probs"]:
+    if not rows:
         raise ValueError("the batch has no completion tokens (completion_mask is all zeros)")
-    cat = {k: torch.cat(v).detach() for k, v in out_cols.items()}
-    group_norms = {k: cat[k] for k in ("head", "final_norm", "blocks")}
+    probs, head_n, final_n, blocks_n, ohmp, hnorm, ids, seq, pos = (torch.cat(c).detach() for c in zip(*rows))
+    group_norms = {"head": head_n, "final_norm": final_n, "blocks": blocks_n}
     total = torch.sqrt(sum(v**2 for v in group_norms.values()))
-    n_params = {k: sum(p.numel() for _, p in g) for k, g in groups.items()}
+    n_params = {k: sum(p.numel() for p in g) for k, g in groups.items()}
     n_params["head"] = head.weight.numel() + (head.bias.numel() if getattr(head, "bias", None) is not None else 0)
     subset = {
         "last_k_blocks": last_k_blocks,
-        "blocks": (
-            f"layers {len(layers) - last_k_blocks}..{len(layers) - 1} of {len(layers)}"
-            if last_k_blocks
-            else "no blocks"
-        ),
-        "head": "closed form ||1_k - p|| ||a_L|| / T (the head's own use of the matrix; tied embedding not counted)",
+        "blocks": f"layers {start}..{len(layers) - 1} of {len(layers)}" if last_k_blocks else "no blocks",
         "tied_head": bool(getattr(model.config, "tie_word_embeddings", False)),
         "n_params": n_params,
-        "temperature": temperature,
     }
-    return TokenGradNorms(
-        probs=cat["probs"],
-        grad_norm=total,
-        group_norms=group_norms,
-        one_hot_minus_p=cat["ohmp"],
-        hidden_norm=cat["hnorm"],
-        token_ids=cat["ids"],
-        sequence=cat["seq"],
-        position=cat["pos"],
-        subset=subset,
-    )
+    return TokenGradNorms(probs, total, group_norms, ohmp, hnorm, ids, seq, pos, subset)
 
 
 def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, rows: int) -> tuple[torch.Tensor, ...]:
-    """Per token, from the final hidden states a_L (n, d): log pi, ||1_k - p||, ||a_L||, the head's squared
-    gradient norm ||(1_k - p) a_L^T / T||^2 (+ ||1_k - p||^2 / T^2 for a bias) and the cotangent
-    d log pi / d a_L = W^T (1_k - p) / T, ``rows`` tokens at a time (App. D)."""
+    """Per token of a_L (n, d), ``rows`` at a time: log pi, ||1_k - p||, ||a_L||, the head's squared gradient norm
+    (App. D; + ||1_k - p||^2 / T^2 for a bias) and the cotangent d log pi / d a_L = W^T (1_k - p) / T."""
     dt = torch.promote_types(a_L.dtype, torch.float32)  # at least float32 for the softmax
     w_head = head.weight.to(dt)
     bias = None if getattr(head, "bias", None) is None else head.bias.to(dt)
@@ -418,49 +336,20 @@ def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, 
 
 
 def _per_token_sq_norms(
-    outputs: torch.Tensor, cotangents: torch.Tensor, params: list[torch.nn.Parameter], group_slices: dict[str, slice]
+    outputs: torch.Tensor, cotangents: torch.Tensor, groups: dict[str, list[torch.nn.Parameter]]
 ) -> dict[str, torch.Tensor]:
-    """Squared norm, per group of ``params``, of the gradient of <outputs[t], cotangents[t]> for each row t.
-
-    ``outputs``: (n, d) activations with a graph to ``params``; ``cotangents``: (n, d), constant. Row t's
-    gradient is the chain rule for log pi(o_t) when ``cotangents[t] = d log pi(o_t) / d outputs[t]``.
-    """
-    res = {k: torch.zeros(outputs.shape[0], dtype=torch.float64) for k in group_slices}
+    """Per row t and group of parameters: the squared norm of grad <outputs[t], cotangents[t]> (the chain rule for
+    log pi(o_t) when cotangents[t] = d log pi(o_t) / d outputs[t])."""
+    params = [p for g in groups.values() for p in g]
+    res = {k: torch.zeros(outputs.shape[0], dtype=torch.float64) for k in groups}
     for t in range(outputs.shape[0] if params else 0):
         grads = torch.autograd.grad(
             outputs[t], params, grad_outputs=cotangents[t], retain_graph=True, allow_unused=True
         )
-        for k, sl in group_slices.items():
-            res[k][t] = sum(float((g.double() ** 2).sum()) for g in grads[sl] if g is not None)
+        grads = iter(grads)
+        for k, g in groups.items():
+            res[k][t] = sum(float((gr.double() ** 2).sum()) for _, gr in zip(g, grads) if gr is not None)
     return res
-
-
-# --------------------------------------------------------------------------------------------------
-# Statistics: Spearman, proportional fit, spread of the weighted norms (Theorem 3.2)
-# --------------------------------------------------------------------------------------------------
-
-
-def _np(x) -> np.ndarray:
-    if torch.is_tensor(x):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
-
-
-def spearman(x, y) -> tuple[float, float]:
-    """Spearman rank correlation and its two-sided p-value (scipy)."""
-    from scipy.stats import spearmanr
-
-    res = spearmanr(_np(x), _np(y))
-    return float(res.statistic), float(res.pvalue)
-
-
-def fit_proportional(x, y) -> tuple[float, float]:
-    """Least squares y ~ c x through the origin (the 1 - pi trend of Eq. 8): returns (c, R^2 about the mean)."""
-    x, y = _np(x), _np(y)
-    c = float((x * y).sum() / (x * x).sum())
-    ss_res = float(((y - c * x) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    return c, (1 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
 
 
 def theorem32_spread(
@@ -472,16 +361,11 @@ def theorem32_spread(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
-    """Eq. 13: spread of w * ||grad log pi|| for each weight scheme under each tau reading.
-
-    ``grad_norms``: ||grad log pi(o_t)|| per token (or 1 - pi for the bare factor of Eq. 13); ``probs``:
-    pi(o_t). Weights come from :func:`trgrpo.token_weights` (``equal`` = plain GRPO, w = 1) with the other Eq. 11
-    hyperparameters of ``params`` (or the keywords ``fields``; paper defaults). The factor
-    |gamma| of Eq. 13 is left out: it is one number per completion (|A| on-policy, beta -> 0).
-    Rows: ``tau_mode, scheme, w_mean, w_min, w_max`` and the keys of :func:`spread_stats`.
-    """
-    g = torch.as_tensor(_np(grad_norms))
-    p = torch.as_tensor(_np(probs)).clamp(0, 1)
+    """Eq. 13 (without the per-completion |gamma|): the spread of w ||grad log pi|| (or w (1 - pi)) per scheme and
+    tau reading, Eq. 11's other hyperparameters from ``params`` / ``fields``. Rows: ``tau_mode, scheme, w_mean,
+    w_min, w_max`` and the keys of :func:`trgrpo.stats.spread_stats`."""
+    g = torch.as_tensor(to_numpy(grad_norms))
+    p = torch.as_tensor(to_numpy(probs)).clamp(0, 1)
     if g.shape != p.shape:
         raise ValueError(f"grad_norms and probs must have the same shape, got {tuple(g.shape)} and {tuple(p.shape)}")
     base = as_weight_params(params, **fields)

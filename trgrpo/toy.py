@@ -501,7 +501,7 @@ def token_grad_analysis(
 
     from trgrpo import theory
     from trgrpo.experiment import git_commit, git_dirty, write_result
-    from trgrpo.stats import weighted_norm_spread
+    from trgrpo.stats import spread_stats
     from trgrpo.tasks.addition import parse_answer
     from trgrpo.weights import token_weights
 
@@ -519,7 +519,7 @@ def token_grad_analysis(
     completions = tok.batch_decode(batch.input_ids[:, batch.prompt_length :], skip_special_tokens=True)
     p, g = tg.probs.numpy().astype(float), tg.grad_norm.numpy().astype(float)
     ok = [parse_answer(c) == r["answer"] for c, r in zip(completions, rows)]
-    spread = {s: weighted_norm_spread(g, token_weights(torch.tensor(p), s).numpy()) for s in ("equal", "tr", "reverse")}
+    spread = {s: spread_stats(g * token_weights(torch.tensor(p), s).numpy()) for s in ("equal", "tr", "reverse")}
     record = {
         "kind": "token_grad_analysis",
         "task": task,

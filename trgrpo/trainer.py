@@ -1,9 +1,5 @@
-"""TR-GRPO on top of TRL's ``GRPOTrainer`` (paper Section 3, Eq. 9-12; App. B.2 / Table 6).
-
-Only the loss changes: TRL generates, scores, computes group advantages (Eq. 4) and reference
-log-probs; :class:`TRGRPOTrainer` replaces ``_compute_loss`` with :func:`trgrpo.loss.tr_grpo_loss`
-fed with the token weights of :func:`trgrpo.weights.token_weights` (Eq. 11). With
-``weight_scheme="equal"`` it reproduces TRL's own GRPO loss (tested).
+"""TR-GRPO on TRL's ``GRPOTrainer``: only ``_compute_loss`` changes, to :func:`trgrpo.loss.tr_grpo_loss` with the
+weights of :func:`trgrpo.weights.token_weights` (Eq. 9-12). ``weight_scheme="equal"`` is TRL's GRPO loss (tested).
 """
 
 from __future__ import annotations
@@ -39,12 +35,8 @@ IMAGE_INPUTS = (
 
 @dataclass
 class TRGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus the token-weight options, with the paper's defaults (Table 6, App. B.2).
-
-    Where TRL's defaults differ from the paper they are overridden here: ``beta=0.001`` (k3 KL),
-    ``epsilon=0.2``/``epsilon_high=0.24`` (clip-higher), ``use_bias_correction_kl=False``,
-    ``loss_type="dapo"`` (sum over tokens / their count), ``num_generations=8``, ``learning_rate=1e-6``.
-    """
+    """TRL's ``GRPOConfig`` plus the token-weight options, with the paper's defaults where TRL's differ (Table 6,
+    App. B.2): beta, epsilon, epsilon_high, ``use_bias_correction_kl=False``, ``loss_type="dapo"``."""
 
     weight_scheme: str = field(default="tr", metadata={"help": "Token weight scheme, a key of trgrpo.weights.SCHEMES."})
     weight_alpha: float = field(default=2.0, metadata={"help": "alpha of Eq. 11."})
@@ -61,7 +53,6 @@ class TRGRPOConfig(GRPOConfig):
     kl_weighting: str = field(
         default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times k3 (Eq. 12), or plain k3 (Eq. 6)."}
     )
-    # Paper defaults where TRL 1.16 differs (Table 6 / App. B.2).
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
     epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
@@ -71,7 +62,6 @@ class TRGRPOConfig(GRPOConfig):
     loss_type: str = field(default="dapo", metadata={"help": f"Token-level normalisation: {SUPPORTED_LOSS_TYPES}."})
 
     def __post_init__(self) -> None:
-        # Validate our fields before anything heavy happens (no model is loaded yet).
         try:
             _ = self.weight_params  # WeightParams checks Eq. 11's fields; its messages start with the field name
         except ValueError as e:
@@ -99,8 +89,7 @@ class TRGRPOConfig(GRPOConfig):
 
     @property
     def weight_params(self) -> WeightParams:
-        """The Eq. 11 hyperparameters of the flat ``weight_*`` fields as one :class:`~trgrpo.weights.WeightParams`
-        (the fields stay flat: TRL parses configs from the command line and YAML)."""
+        """The flat ``weight_*`` fields (flat for TRL's command line and YAML) as one ``WeightParams``."""
         return WeightParams(*(getattr(self, f"weight_{f.name}") for f in dataclasses.fields(WeightParams)))
 
 
@@ -126,16 +115,14 @@ def _check_trl_numbers(cfg: GRPOConfig) -> None:
 
 
 def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
-    """The weight diagnostics of :func:`trgrpo.loss.loss_metrics` as zeros (a micro-batch without a valid token),
-    with the same keys, so that every process gathers the same metrics."""
+    """The keys of :func:`trgrpo.loss.loss_metrics`, all 0 (a micro-batch without a valid token still gathers)."""
     one = torch.ones(1, 1)
     keys = loss_metrics(one, one, one, one.bool(), 0.2, 0.2, args.weight_placement, kl=one, upper=args.weight_upper)
     return dict.fromkeys(keys, 0.0)
 
 
 def weight_rng_file(args: Any) -> str:
-    """The file of the random-weight generator's state in a checkpoint: one per process under several processes
-    (as HF's ``rng_state_{rank}.pth``), so that ranks neither overwrite each other nor resume from rank 0's state."""
+    """The checkpoint file of the random-weight generator's state, one per process (as HF's ``rng_state_{rank}``)."""
     world = int(getattr(args, "world_size", 1) or 1)
     return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
 
@@ -159,10 +146,9 @@ class TRGRPOTrainer(GRPOTrainer):
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not supported by TRGRPOTrainer (allowed: {allowed})")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        # The random ablation draws from its own generator so rollout sampling (global RNG) is untouched.
+        # the random scheme's own generator: the global RNG samples the rollouts
         self._weight_generator = torch.Generator().manual_seed(int(args.seed) + 7919 * self.accelerator.process_index)
 
-    # Checkpoint/resume: keep the random-weight generator state with the trainer state.
     def _save_rng_state(self, output_dir):
         super()._save_rng_state(output_dir)
         torch.save(self._weight_generator.get_state(), os.path.join(output_dir, weight_rng_file(self.args)))
@@ -260,10 +246,8 @@ class TRGRPOTrainer(GRPOTrainer):
         return loss
 
     def _log_tr_metrics(self, mode, metrics, logps, old, inputs, mask, entropies, probs) -> None:
-        """TRL's own metrics (kl, entropy, clip ratios) plus the weight diagnostics under ``tr/``.
-
-        ``tr/eq11_at_lower``, ``tr/eq11_between``, ``tr/eq11_at_upper``: the shares of the batch's tokens whose
-        Eq. 11 weight (TR's, whatever scheme trains) is L, strictly between L and U, and U: where TR can act."""
+        """TRL's metrics (kl, entropy, clip ratios), the weight diagnostics under ``tr/``, and ``tr/eq11_at_lower``,
+        ``_between``, ``_at_upper``: the shares of tokens whose Eq. 11 weight (any scheme) is L, inside, U."""
         store = self._metrics[mode]
 
         def global_masked_mean(x: torch.Tensor) -> float:

@@ -1,17 +1,11 @@
-"""Token weights of TR-GRPO (paper Section 3, Eq. 11) and the ablation schemes of Table 4.
+"""Token weights of TR-GRPO (Eq. 11) and the ablation schemes of Table 4.
 
     w_{i,t} = clip( alpha * [ sigmoid( sg[pi(o_{i,t})] scaled by tau ) - mu ], L, U )       (Eq. 11)
 
-How tau enters is the first of the paper's open readings (docs/design.md, "The three readings"):
-``tau_mode="scale"`` -> sigmoid(tau * p) (default; fits Table 7), ``tau_mode="divide"`` -> sigmoid(p / tau) (as
-printed; with tau = 9 every weight is exactly 1).
-
-:data:`SCHEMES` maps a scheme name to the function that computes the weights of a batch: ``"tr"`` (Eq. 11),
-the ablations of Table 4 ``"equal"`` (w = 1, plain GRPO), ``"random"`` (uniform on [0.5, 1.5]), ``"reverse"``
-(2 - w), and the controls of notebook 03, which need the ``mask`` of valid tokens: ``"const"`` (every token gets
-m, the mean Eq. 11 weight over the batch's valid tokens: TR's scale, no regulation) and ``"tr_norm"`` (w / m:
-TR's regulation, no scale). A scheme is ``fn(p, *, params, mask, generator) -> w``; add one with
-``weights.SCHEMES["mine"] = lambda p, **_: 0.3 * p + 0.7`` before building a config, in every process that trains.
+``tau_mode`` is the first reading (docs/design.md): ``"scale"`` sigmoid(tau p) (default), ``"divide"`` sigmoid(p / tau)
+(as printed). :data:`SCHEMES` maps a name to ``fn(p, *, params, mask, generator) -> w``: ``"tr"``, Table 4's
+``"equal"``, ``"random"``, ``"reverse"`` (2 - w), and notebook 03's ``"const"`` (the batch's mean Eq. 11 weight) and
+``"tr_norm"`` (w / that mean). Add one with ``weights.SCHEMES["mine"] = lambda p, **_: 0.3 * p + 0.7``.
 """
 
 from __future__ import annotations
@@ -41,9 +35,8 @@ def _finite(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class WeightParams:
-    """The scheme and the hyperparameters of Eq. 11 (paper defaults, App. B.2), validated on construction: the one
-    check of these fields (a ``ValueError`` whose message starts with the field name). Variants: ``params.replace()``.
-    """
+    """The scheme and Eq. 11's hyperparameters (paper defaults, App. B.2), checked on construction (a ``ValueError``
+    starting with the field name)."""
 
     scheme: str = "tr"
     alpha: float = 2.0
@@ -133,13 +126,10 @@ def token_weights(
     generator: torch.Generator | None = None,
     **fields: Any,
 ) -> torch.Tensor:
-    """Per-token weights w of ``scheme`` for token probabilities ``probs`` (any shape), detached.
+    """Per-token weights w of ``scheme`` for probabilities ``probs`` (any shape), detached, finite and > 0.
 
-    ``fields``: the Eq. 11 hyperparameters (alpha, mu, tau, lower, upper, tau_mode; missing ones: paper defaults).
-    With a :class:`WeightParams` ``params``: ``token_weights(p, **vars(params))``. ``mask`` (1 for valid tokens) is
-    read by ``"const"`` and ``"tr_norm"``; ``generator`` by ``"random"`` (required there). The scheme's function
-    gets a detached copy of ``probs``; its output must have their shape and be finite and > 0 (Eq. 10 takes log w).
-    """
+    ``fields``: Eq. 11's hyperparameters (paper defaults; or ``**vars(params)``). ``mask`` (1 for valid tokens) is
+    read by ``"const"`` and ``"tr_norm"``, ``generator`` by ``"random"`` (required there)."""
     params = WeightParams(scheme, **fields)
     if not torch.is_tensor(probs) or not probs.is_floating_point():
         raise TypeError(f"probs must be a floating-point torch.Tensor, got {getattr(probs, 'dtype', type(probs))}")
