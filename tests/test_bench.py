@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from scripts import render_docs
 from trgrpo import bench
 
 
@@ -94,14 +95,14 @@ def test_loss_json_schema(tiny_results):
 
 def test_tables_render_from_json(tiny_results):
     res = bench.load_results(tiny_results)
-    paper = bench.paper_table()
+    paper = render_docs.paper_table()
     assert "271.4" in paper and "+5.4%" in paper and "+6.4%" in paper  # the paper's Table 8
-    md = bench.step_table(res["step"])
+    md = render_docs.step_table(res["step"])
     for label in ("GRPO (TRL GRPOTrainer)", "TR-GRPO, placement=ratio", "TR-GRPO, placement=surrogate"):
         assert label in md
     step_row = next(line for line in md.splitlines() if line.startswith("| training step, process CPU (s) |"))
     assert "n/a" not in step_row and step_row.count("%") == 9  # three TR-GRPO cells: ratio [min, max]
-    assert "| 4 x 16 | bfloat16 |" in bench.loss_table(res["loss"])
+    assert "| 4 x 16 | bfloat16 |" in render_docs.loss_table(res["loss"])
 
 
 def test_tr_and_equal_losses_agree_where_weights_are_one():
