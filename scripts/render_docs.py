@@ -372,9 +372,9 @@ def step_table(step: dict, phases=bench.STEP_PHASES) -> str:
     vs = step["variants"]
     lines = ["| phase | " + " | ".join(bench.VARIANT_LABELS[v] for v in vs) + " |", "|---|" + "---:|" * len(vs)]
 
-    def row(label: str, get, ratio, fmt: str = "{:.4g}", scale: float = 1.0) -> None:
+    def row(title: str, get, ratio, fmt: str = "{:.4g}", scale: float = 1.0) -> None:
         cells = [_cell(get(r), fmt, scale, None if v == "grpo_trl" else ratio(r)) for v, r in vs.items()]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
 
     for phase in phases:
         for m, clock in bench.CLOCKS.items():
