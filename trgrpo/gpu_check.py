@@ -1,8 +1,8 @@
 """A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
-It installs what it imports from ``wheels/`` when missing (``make gpu-wheels`` fills it), builds a random-weight model,
-trains GRPO and TR-GRPO runs each in its own ``python -m trgrpo.train`` process, kills a run after its first
-checkpoint and resumes it, compares equal-weight TR-GRPO with TRL's GRPOTrainer, times the loss head, and writes
+It installs what it imports from ``wheels/`` when missing (``make gpu-wheels``), builds a random-weight model, trains
+GRPO and TR-GRPO runs each in its own ``python -m trgrpo.train`` process, kills a run after its first checkpoint and
+resumes it, compares equal-weight TR-GRPO with TRL's GRPOTrainer, times the loss head, and writes
 ``results/gpu/check.json`` (``--cpu``: a temporary folder). Exit code 0 when every check passes.
 """
 
@@ -14,7 +14,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -67,40 +66,6 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
     subprocess.run(cmd, check=True)
     importlib.invalidate_caches()
     return missing
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: str) -> list[str]:
-    """``make gpu-wheels``: into ``dest``, the wheels of :data:`PURE_PYTHON` and their dependencies for the GPU
-    machine's platform and Python, keeping the versions of its ``pip freeze`` (none of those downloaded)."""
-    pinned = {}
-    for line in Path(freeze).read_text().splitlines():
-        if m := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip()):
-            pinned[_canonical(m.group(1))] = m.group(0)
-    dest.mkdir(parents=True, exist_ok=True)
-    # pip does not widen a given --platform: name the older manylinux tags a glibc-2.N machine runs too
-    target = ["--only-binary=:all:", "--python-version", python_version, "--platform", platform]
-    if m := re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform):
-        glibc, arch = int(m.group(1)), m.group(2)
-        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-        for tag in [f"manylinux_2_{v}_{arch}" for v in range(glibc - 1, 4, -1)]:
-            target += ["--platform", tag]
-        for tag in [f"{name}_{arch}" for v, name in legacy.items() if v <= glibc]:
-            target += ["--platform", tag]
-    with tempfile.TemporaryDirectory() as tmp:
-        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
-        constraints.write_text("\n".join(pinned.values()) + "\n")
-        pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report)]
-        subprocess.run([*pip, *target, "-c", str(constraints), *PURE_PYTHON.values()], check=True)
-        resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
-    need = [f"{m['name']}=={m['version']}" for m in resolved if _canonical(m["name"]) not in pinned]
-    if need:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
-        subprocess.run(cmd, check=True)
-    return need
 
 
 def find_tokenizer(path: str | None = None) -> str:
@@ -345,16 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help=f"JSON to write (GPU default: {GPU_OUT.relative_to(ROOT)})")
     ap.add_argument("--wheels", default=str(WHEELS))
     ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--download-wheels", metavar="FREEZE", help="fill --wheels for the pip freeze's machine")
-    ap.add_argument("--platform", default="manylinux_2_28_x86_64", help="with --download-wheels: the GPU machine's")
-    ap.add_argument("--python-version", default="3.11", help="with --download-wheels: the GPU machine's")
     args = ap.parse_args(argv)
-    if args.download_wheels:
-        need = download_wheels(
-            Path(args.download_wheels), Path(args.wheels), platform=args.platform, python_version=args.python_version
-        )
-        print(f"{len(need)} wheel(s) in {args.wheels}: {' '.join(need)}")
-        return 0
     cpu, t0 = args.cpu, time.time()
     from trgrpo.fullscale import cuda_missing
 
