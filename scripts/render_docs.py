@@ -347,6 +347,18 @@ def _cell(s: dict | None, fmt: str = "{:.2f}", scale: float = 1.0, ratio: dict |
     return out
 
 
+PHASE_LABELS = {
+    "step": "training step",
+    "rollout": "rollout (generate + reward + ref log-probs)",
+    "loss_forward": "loss forward (policy forward + loss)",
+    "policy_forward": "policy forward (log-probs)",
+    "loss_head": "loss head (weights + loss + metrics)",
+    "backward": "backward",
+    "loss_backward": "loss forward + backward",
+    "other": "optimizer + rest",
+}
+
+
 def paper_table() -> str:
     """Paper Table 8, TR-GRPO's change against GRPO in brackets."""
     from trgrpo.paper import TABLE8
@@ -370,7 +382,7 @@ def step_table(step: dict, phases=bench.STEP_PHASES) -> str:
     """A step record's table: s/step per phase, clock and variant with its change against GRPO (TRL); peak memory;
     TR-GRPO's own cost (its loss head minus GRPO's, as a share of GRPO's step)."""
     vs = step["variants"]
-    lines = ["| phase | " + " | ".join(bench.VARIANT_LABELS[v] for v in vs) + " |", "|---|" + "---:|" * len(vs)]
+    lines = ["| phase | " + " | ".join(r["label"] for r in vs.values()) + " |", "|---|" + "---:|" * len(vs)]
 
     def row(title: str, get, ratio, fmt: str = "{:.4g}", scale: float = 1.0) -> None:
         cells = [_cell(get(r), fmt, scale, None if v == "grpo_trl" else ratio(r)) for v, r in vs.items()]
@@ -379,7 +391,7 @@ def step_table(step: dict, phases=bench.STEP_PHASES) -> str:
     for phase in phases:
         for m, clock in bench.CLOCKS.items():
             get, ratio = (lambda r, p=phase, m=m: r["phases"][p][m]), (lambda r, p=phase, m=m: r["ratio_vs_grpo"][p][m])
-            row(f"{bench.PHASE_LABELS[phase]}, {clock} (s)", get, ratio)
+            row(f"{PHASE_LABELS[phase]}, {clock} (s)", get, ratio)
     for key, name, fmt, scale in (
         ("peak_rss", "peak RSS during training (MiB)", "{:.0f}", 1),
         ("cuda_peak", "peak GPU memory (GB)", "{:.2f}", 1 / 1024),
@@ -400,7 +412,12 @@ def loss_table(loss: dict) -> str:
     """A loss record's table: ms per forward + backward per variant, paired ratios, MiB saved for backward."""
     vars_ = list(loss["cases"][0]["variants"]) if loss["cases"] else []
     ratios = [("tr_ratio", "equal"), ("tr_surrogate", "equal"), ("tr_ratio", "grpo_trl")]
-    head = ["B x T", "dtype", *(bench.VARIANT_LABELS[v] for v in vars_), *(f"{a} / {b}" for a, b in ratios)]
+    head = [
+        "B x T",
+        "dtype",
+        *(loss["cases"][0]["variants"][v]["label"] for v in vars_),
+        *(f"{a} / {b}" for a, b in ratios),
+    ]
     lines = ["| " + " | ".join(head) + " | saved for backward (MiB) |", "|---|---|" + "---:|" * (len(head) - 1)]
     for case in loss["cases"]:
         V = case["variants"]
@@ -430,7 +447,7 @@ def _bench_ours(step: dict) -> str:
 
 
 def _bench_pair(pair: dict, phases) -> str:
-    names = ", ".join(bench.VARIANT_LABELS[v] for v in pair["variants"])
+    names = ", ".join(r["label"] for r in pair["variants"].values())
     return (
         f"### A longer run of fewer variants ({names}): {pair['config']['repeats']} repeats, same settings "
         f"otherwise (`--variants ... --repeats ... --out results/bench/pair`)\n\n{step_table(pair, phases)}"

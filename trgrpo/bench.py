@@ -36,7 +36,6 @@ SCHEMA_VERSION = 1
 # variant -> TR-GRPO's (weight_scheme, weight_placement); None: TRL's GRPO (its trainer, or its loss's tensor ops)
 VARIANTS: dict[str, tuple[str, str] | None] = {
     "grpo_trl": None,
-    "grpo_trl_metrics": None,
     "equal": ("equal", "ratio"),
     "tr_ratio": ("tr", "ratio"),
     "tr_surrogate": ("tr", "surrogate"),
@@ -45,22 +44,12 @@ STEP_VARIANTS = ("grpo_trl", "equal", "tr_ratio", "tr_surrogate")
 LOSS_VARIANTS = tuple(VARIANTS)
 VARIANT_LABELS = {
     "grpo_trl": "GRPO (TRL GRPOTrainer)",
-    "grpo_trl_metrics": "GRPO (TRL ops + its metrics)",
     "equal": "TR-GRPO code, w = 1",
     "tr_ratio": "TR-GRPO, placement=ratio",
     "tr_surrogate": "TR-GRPO, placement=surrogate",
 }
-PHASE_LABELS = {
-    "step": "training step",
-    "rollout": "rollout (generate + reward + ref log-probs)",
-    "loss_forward": "loss forward (policy forward + loss)",
-    "policy_forward": "policy forward (log-probs)",
-    "loss_head": "loss head (weights + loss + metrics)",
-    "backward": "backward",
-    "loss_backward": "loss forward + backward",
-    "other": "optimizer + rest",
-}
-STEP_PHASES = tuple(PHASE_LABELS)
+# loss_head = loss_forward - policy_forward (weights + loss + metrics); other = optimizer and the rest
+STEP_PHASES = ("step", "rollout", "loss_forward", "policy_forward", "loss_head", "backward", "loss_backward", "other")
 CLOCKS = {"cpu": "process CPU", "wall": "wall"}
 
 
@@ -441,26 +430,17 @@ def loss_inputs(batch: int, length: int, dtype: str = "float32", *, seed: int = 
     }
 
 
-def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float, metrics: bool = False) -> torch.Tensor:
-    """The tensor ops of TRL 1.16 ``GRPOTrainer._compute_loss`` (``loss_type="dapo"``); ``metrics``: also its kl and
-    clip-ratio metrics, as TR-GRPO's loss computes its own."""
+def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float) -> torch.Tensor:
+    """The tensor ops of TRL 1.16 ``GRPOTrainer._compute_loss`` (``loss_type="dapo"``, token-level IS)."""
     import torch
 
-    logps, old, ref, mask = x["logps"], x["old"], x["ref"], x["mask"]
+    logps, old, ref = x["logps"], x["old"], x["ref"]
     advantages = x["advantages"].unsqueeze(1)
     coef_1 = torch.exp(logps - old)
     per_token_kl = torch.exp(ref - logps) - (ref - logps) - 1
     coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
     per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages) + beta * per_token_kl
-    loss = (per_token_loss * mask).sum() / x["normalizer"]
-    if metrics:
-        is_low = (coef_1 < 1 - eps_low) & (advantages < 0)
-        is_high = (coef_1 > 1 + eps_high) & (advantages > 0)
-        for t in (per_token_kl, is_low.float(), is_high.float(), (is_low | is_high).float()):
-            ((t * mask).sum() / mask.sum().float().clamp(min=1.0)).item()
-        ((is_low.float() * mask).sum(-1) / mask.sum(-1)).min().item()
-        ((is_high.float() * mask).sum(-1) / mask.sum(-1)).max().item()
-    return loss
+    return (per_token_loss * x["mask"]).sum() / x["normalizer"]
 
 
 def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
@@ -470,7 +450,7 @@ def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
 
     kw = dict(beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high)
     if VARIANTS[variant] is None:
-        return lambda x: trl_dapo_loss(x, metrics=variant == "grpo_trl_metrics", **kw)
+        return lambda x: trl_dapo_loss(x, **kw)
     scheme, placement = VARIANTS[variant]
 
     def tr(x: dict) -> torch.Tensor:
