@@ -115,14 +115,6 @@ def _record(benchmark: str, cfg: Any, t0: float) -> dict[str, Any]:
     }
 
 
-def _validate(variants: Sequence[str], known: Sequence[str], baseline: str, dtypes: Sequence[str] = ()) -> None:
-    """Known variants including the ratios' baseline, float dtypes."""
-    if not set(variants) <= set(known) or baseline not in variants:
-        raise ValueError(f"variants must be among {list(known)} and include {baseline!r}, got {list(variants)}")
-    if not set(dtypes) <= {"float32", "bfloat16", "float16"}:
-        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {list(dtypes)}")
-
-
 @dataclass
 class StepBenchConfig:
     """One step benchmark; the defaults fit a 2-core CPU in a few minutes."""
@@ -145,7 +137,8 @@ class StepBenchConfig:
 
     def __post_init__(self) -> None:
         self.variants = tuple(self.variants)
-        _validate(self.variants, STEP_VARIANTS, "grpo_trl")
+        if not set(self.variants) <= set(STEP_VARIANTS) or "grpo_trl" not in self.variants:
+            raise ValueError(f"variants must be among {STEP_VARIANTS} and include 'grpo_trl', got {self.variants}")
 
 
 def spread_reward(completions, completion_ids, **kwargs) -> list[float]:
@@ -353,9 +346,8 @@ def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str], bas
     return out
 
 
-def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str], None] | None = print) -> dict:
+def run_step_bench(cfg: StepBenchConfig) -> dict:
     """Part 1: every variant ``repeats`` times, alternating; the JSON-ready record."""
-    cfg = cfg or StepBenchConfig()
     t0 = time.perf_counter()
     variants = list(cfg.variants)
     runs: list[dict[str, Any]] = []
@@ -363,15 +355,14 @@ def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str],
         for v in variants if r % 2 == 0 else variants[::-1]:  # A B C D, D C B A, ...
             run = _step_run_isolated(cfg, v, r) if cfg.isolate else step_run(cfg, v, r)
             runs.append(run)
-            if progress:
-                progress(
-                    f"[bench step {len(runs)}/{cfg.repeats * len(variants)}] {v:<13} repeat {r}: step "
-                    f"{_run_mean(run, 'step', 'cpu'):.2f} s CPU / {_run_mean(run, 'step', 'wall'):.2f} s wall, "
-                    f"peak RSS {run['peak_rss_mb']:.0f} MiB"
-                )
+            print(
+                f"[bench step {len(runs)}/{cfg.repeats * len(variants)}] {v:<13} repeat {r}: step "
+                f"{_run_mean(run, 'step', 'cpu'):.2f} s CPU / {_run_mean(run, 'step', 'wall'):.2f} s wall, "
+                f"peak RSS {run['peak_rss_mb']:.0f} MiB"
+            )
     identical = len({tuple(s.get("rollout_hash") for s in run["steps"]) for run in runs}) == 1
-    if progress and not identical:
-        progress("[bench step] WARNING: rollouts differ between runs; the comparison is not paired")
+    if not identical:
+        print("[bench step] WARNING: rollouts differ between runs; the comparison is not paired")
     return {
         **_record("step", cfg, t0),
         "model": cfg.model,
@@ -385,12 +376,11 @@ def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str],
 
 @dataclass
 class LossBenchConfig:
-    """Loss-alone benchmark: shapes, dtypes, variants, blocks."""
+    """Loss-alone benchmark: shapes, dtypes, blocks."""
 
     batch: int = 64
     lengths: tuple[int, ...] = (512, 1024, 2048, 4096)
     dtypes: tuple[str, ...] = ("float32", "bfloat16")
-    variants: tuple[str, ...] = LOSS_VARIANTS
     repeats: int = 7  # blocks per variant
     iters: int = 10  # calls per block
     warmup: int = 2
@@ -399,11 +389,11 @@ class LossBenchConfig:
     eps_high: float = 0.24
     seed: int = 0
     threads: int | None = 1
-    steady_allocator: bool = True
 
     def __post_init__(self) -> None:
-        self.lengths, self.dtypes, self.variants = tuple(self.lengths), tuple(self.dtypes), tuple(self.variants)
-        _validate(self.variants, LOSS_VARIANTS, "equal", self.dtypes)
+        self.lengths, self.dtypes = tuple(self.lengths), tuple(self.dtypes)
+        if not set(self.dtypes) <= {"float32", "bfloat16", "float16"}:
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtypes}")
 
 
 def loss_inputs(batch: int, length: int, dtype: str = "float32", *, seed: int = 0, device: str = "cpu") -> dict:
@@ -516,17 +506,16 @@ def saved_tensor_mb(fn: Callable[[dict], Any], x: dict) -> float:
     return sum(seen.values()) / 2**20
 
 
-def run_loss_bench(cfg: LossBenchConfig | None = None, progress: Callable[[str], None] | None = print) -> dict:
+def run_loss_bench(cfg: LossBenchConfig) -> dict:
     """Part 2: each (length, dtype), variants alternating block by block; the JSON-ready record."""
     import torch
 
-    cfg = cfg or LossBenchConfig()
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
-    steady = cfg.steady_allocator and steady_allocator()
+    steady = steady_allocator()
     cuda = torch.cuda.is_available()
     t0 = time.perf_counter()
-    fns = {v: loss_fn(v, cfg) for v in cfg.variants}
+    fns = {v: loss_fn(v, cfg) for v in LOSS_VARIANTS}
     cases = []
     for dtype in cfg.dtypes:
         for length in cfg.lengths:
@@ -540,14 +529,12 @@ def run_loss_bench(cfg: LossBenchConfig | None = None, progress: Callable[[str],
                     **{
                         f"ratio_vs_{b}": {m: paired_ratios(times[v][m], times[b][m]) for m in CLOCKS}
                         for b in ("equal", "grpo_trl")
-                        if b in times
                     },
                     "saved_mb": saved_tensor_mb(fns[v], x),
                 }
             cases.append(case)
-            if progress:
-                msg = ", ".join(f"{v} {case['variants'][v]['ms']['cpu']['median']:.2f}" for v in fns)
-                progress(f"[bench loss] B={cfg.batch} T={length} {dtype}: ms CPU per fwd+bwd: {msg}")
+            msg = ", ".join(f"{v} {case['variants'][v]['ms']['cpu']['median']:.2f}" for v in fns)
+            print(f"[bench loss] B={cfg.batch} T={length} {dtype}: ms CPU per fwd+bwd: {msg}")
     return {
         **_record("loss", cfg, t0),
         "device": "cuda" if cuda else "cpu",
