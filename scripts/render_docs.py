@@ -347,6 +347,16 @@ def _cell(s: dict | None, fmt: str = "{:.2f}", scale: float = 1.0, ratio: dict |
     return out
 
 
+def bench_records(results_dir: Path | str = bench.RESULTS_DIR) -> dict[str, dict]:
+    """The benchmark records present in ``results_dir`` (keys: step, loss, pair)."""
+    out = {}
+    for name in ("step", "loss", "pair/step"):
+        p = Path(results_dir) / f"{name}.json"
+        if p.exists():
+            out[name.replace("/step", "")] = json.loads(p.read_text())
+    return out
+
+
 PHASE_LABELS = {
     "step": "training step",
     "rollout": "rollout (generate + reward + ref log-probs)",
@@ -469,7 +479,7 @@ README_PHASES = ("step", "loss_backward", "loss_head")
 
 def cost_table() -> str:
     """The README's cost table: paper Table 8, then ours (:mod:`trgrpo.bench`'s records, the phases that matter)."""
-    res = bench.load_results()
+    res = bench_records()
     parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", paper_table()]
     if "step" in res:
         parts += [_bench_ours(res["step"]), step_table(res["step"], README_PHASES)]
@@ -497,7 +507,7 @@ def plan_table() -> str:
 
 def bench_table() -> str:
     """``results/bench/table.md``: every table of the benchmark records, with the method and the machine."""
-    res = bench.load_results()
+    res = bench_records()
     step, loss, pair = res.get("step"), res.get("loss"), res.get("pair")
     parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", paper_table()]
     if step:

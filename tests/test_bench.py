@@ -91,7 +91,7 @@ def test_loss_json_schema(tiny_results):
 
 
 def test_tables_render_from_json(tiny_results):
-    res = bench.load_results(tiny_results)
+    res = render_docs.bench_records(tiny_results)
     paper = render_docs.paper_table()
     assert "271.4" in paper and "+5.4%" in paper and "+6.4%" in paper  # the paper's Table 8
     md = render_docs.step_table(res["step"])
@@ -131,7 +131,7 @@ def test_isolated_child_run(tiny_model_dir):
 
 
 def test_empty_results(tmp_path):
-    assert bench.load_results(tmp_path) == {}
+    assert render_docs.bench_records(tmp_path) == {}
 
 
 def test_bad_configs():

@@ -22,13 +22,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.batch import OFFLINE_ENV
 from trgrpo.experiment import ROOT, write_json
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
 RESULTS_DIR = ROOT / "results" / "bench"
 SCHEMA_VERSION = 1
@@ -420,7 +417,7 @@ def loss_inputs(batch: int, length: int, dtype: str = "float32", *, seed: int = 
     }
 
 
-def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float) -> torch.Tensor:
+def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float) -> Any:
     """The tensor ops of TRL 1.16 ``GRPOTrainer._compute_loss`` (``loss_type="dapo"``, token-level IS)."""
     import torch
 
@@ -443,7 +440,7 @@ def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
         return lambda x: trl_dapo_loss(x, **kw)
     scheme, placement = VARIANTS[variant]
 
-    def tr(x: dict) -> torch.Tensor:
+    def tr(x: dict) -> Any:
         weights = token_weights(x["logps"].detach().exp().clamp(0.0, 1.0), scheme)
         return tr_grpo_loss(
             x["logps"],
@@ -543,16 +540,6 @@ def run_loss_bench(cfg: LossBenchConfig) -> dict:
         "goal_ratio_vs_equal": 1.10,
         "cases": cases,
     }
-
-
-def load_results(results_dir: Path | str = RESULTS_DIR) -> dict[str, dict]:
-    """The benchmark records present in ``results_dir`` (keys: step, loss, pair)."""
-    out = {}
-    for name in ("step", "loss", "pair/step"):
-        p = Path(results_dir) / f"{name}.json"
-        if p.exists():
-            out[name.replace("/step", "")] = json.loads(p.read_text())
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

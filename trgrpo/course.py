@@ -199,10 +199,9 @@ def exercise_workbook(nb: Any) -> Any:
     if cells and cells[0].cell_type == "markdown":
         title = cells[0].source.splitlines()[0].replace("Solutions", "Exercises", 1)
         cells[0].source = (
-            f"{title}\n\nYour workbook. After each exercise, replace the cell that raises `NotImplementedError` with "
-            "your own code, then run the check cell under it: it stays silent or prints ✓ when your answer is right, "
-            "and fails with a message saying what is wrong, with a hint (never the answer) when it is not. The "
-            "notebook above the first exercise runs as it is. Terms: [glossary](../../docs/glossary.md)."
+            f"{title}\n\nYour workbook. Replace each cell that raises `NotImplementedError` with your code, then run "
+            "the check under it: it says what is wrong, with a hint, until your answer is right. "
+            "Terms: [glossary](../../docs/glossary.md)."
         )
     return out
 
@@ -221,13 +220,9 @@ def write_student_copy(out: Path | str = ROOT / "student") -> list[Path]:
         written.append(out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb"))
         _nbformat().write(exercise_workbook(read(path)), str(written[-1]))
     (out / "README.md").write_text(
-        "# Student copy of the trgrpo notebooks\n\n"
-        "Written by `make student` from `notebooks/`; not committed, rewritten each time (your edits here are "
-        "lost when you run it again: copy your work elsewhere first).\n\n"
-        "* `NN_*.ipynb`: the notebooks, without the long explanations; the exercises are at the end of 01-04 and 07.\n"
-        "* `exercises/NN_*_exercises.ipynb`: one workbook per notebook; replace each cell that raises "
-        "`NotImplementedError` with your solution and run the check under it.\n\n"
-        "Reading order, times and goals: `docs/syllabus.md`.\n"
+        "# Student copy of the trgrpo notebooks\n\nWritten by `make student`, rewritten each time (copy your work "
+        "elsewhere first). `NN_*.ipynb`: the notebooks without the long explanations; `exercises/`: one workbook per "
+        "notebook with exercises. Reading order, times and goals: `docs/syllabus.md`.\n"
     )
     return written
 
@@ -316,46 +311,30 @@ class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, li
         raise CheckFailed(f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)) from None
 
 
-def time_notebooks(paths: Sequence[Path]) -> list[dict]:
-    """Execute each notebook once, headless and offline (05-07 in smoke mode, as ``make run``); one row each: name,
-    mode, wall seconds, ok."""
-    import tempfile
-
-    from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
-
-    out_dir = Path(tempfile.mkdtemp(prefix="trgrpo-times-"))
-    rows = []
-    for path in paths:
-        smoke = path.name.startswith(("05_", "06_", "07_")) and "_solutions" not in path.name
-        with environment(**OFFLINE_ENV):
-            done = run_notebook(path, out_dir, smoke=smoke, timeout=3600)
-        rows.append(
-            {
-                "notebook": str(path.relative_to(ROOT)),
-                "mode": "smoke" if smoke else "laptop default",
-                "wall_s": done["seconds"],
-                "ok": done["ok"],
-                "error": done["error"] or None,
-            }
-        )
-        status = "" if done["ok"] else f" FAILED {done['error']}"
-        print(f"{path.name}: {done['seconds']:.0f} s ({rows[-1]['mode']}){status}")
-    return rows
-
-
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("student", help="write the student copy").add_argument("--out", default=str(ROOT / "student"))
-    sub.add_parser("times", help="time every notebook and its solutions as a laptop runs them")
+    sub.add_parser("times", help="time every notebook and its solutions as a laptop runs them (offline, 05-07 smoke)")
     args = ap.parse_args(argv)
     if args.cmd == "student":
         print(f"wrote {len(write_student_copy(args.out))} notebooks into {args.out}")
         return 0
+    import tempfile
+
+    from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
     from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
 
     dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
-    rows = time_notebooks([p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()])
+    out_dir, rows = Path(tempfile.mkdtemp(prefix="trgrpo-times-")), []
+    for path in [p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()]:
+        smoke = path.name.startswith(("05_", "06_", "07_")) and "_solutions" not in path.name
+        with environment(**OFFLINE_ENV):
+            done = run_notebook(path, out_dir, smoke=smoke, timeout=3600)
+        mode = "smoke" if smoke else "laptop default"
+        rows.append(dict(notebook=str(path.relative_to(ROOT)), mode=mode, wall_s=done["seconds"], ok=done["ok"]))
+        rows[-1]["error"] = done["error"] or None
+        print(f"{path.name}: {done['seconds']:.0f} s ({mode}){'' if done['ok'] else ' FAILED ' + done['error']}")
     record = {
         "measured_at": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": machine_info(),
