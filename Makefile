@@ -92,7 +92,8 @@ clean:
 # It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training
 # run in its own process and writes results/gpu/check.json. Without CUDA it stops with one line;
 # `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/test_gpu_check.py runs it).
-# `make gpu-wheels` fills wheels/ where a network is, for the GPU machine's platform, Python and installed versions.
+# `make gpu-wheels` (scripts/gpu_wheels.py) fills wheels/ where a network is, for the GPU machine's platform, Python
+# and installed versions.
 GPU_PY ?= python3
 GPU_CHECK_ARGS ?=
 gpu-check:
@@ -107,6 +108,6 @@ GPU_PLATFORM ?= manylinux_2_28_x86_64
 GPU_PYTHON ?= 3.11
 WHEELS ?= wheels
 gpu-wheels:
-	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -m trgrpo.gpu_check --download-wheels $(GPU_FREEZE) --wheels $(WHEELS) \
-	  --platform $(GPU_PLATFORM) --python-version $(GPU_PYTHON)
+	$(WHEELS_PY) scripts/gpu_wheels.py $(GPU_FREEZE) --wheels $(WHEELS) --platform $(GPU_PLATFORM) \
+	  --python-version $(GPU_PYTHON)
 	PYTHONPATH=$(CURDIR) $(WHEELS_PY) -c "from trgrpo.models import embedded_tokenizer; embedded_tokenizer().save_pretrained('$(WHEELS)/tokenizer')"

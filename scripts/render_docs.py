@@ -251,6 +251,66 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
 # The course's times (README first screen, syllabus) and the cost table (README)
 
 
+DIFFICULTIES = ("easy", "medium", "hard")
+
+
+def exercise_meta(cell) -> dict:
+    """An exercise statement's ``metadata.course``: ``difficulty`` and ``minutes`` (a student's time); a ``ValueError``
+    names a missing or malformed field."""
+    meta = cell.get("metadata", {}).get("course", {})
+    if meta.get("difficulty") not in DIFFICULTIES:
+        raise ValueError(f"metadata.course.difficulty must be one of {DIFFICULTIES}, got {meta.get('difficulty')!r}")
+    if not isinstance(meta.get("minutes"), int) or meta["minutes"] <= 0:
+        raise ValueError(f"metadata.course.minutes must be a positive int, got {meta.get('minutes')!r}")
+    return {"difficulty": meta["difficulty"], "minutes": meta["minutes"]}
+
+
+def _minutes(row: dict | None) -> str:
+    if row is None:
+        return "—"
+    if not row["ok"]:
+        return "failed"
+    return f"{row['wall_s']:.0f} s" if row["wall_s"] < 120 else f"{row['wall_s'] / 60:.1f} min"
+
+
+def times_table(record: dict) -> str:
+    """The syllabus' time table (markdown) from a ``notebook_times.json`` record."""
+    by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
+    lines = ["| notebook | mode | notebook time | solutions time |", "|---|---|---|---|"]
+    for name, row in by_name.items():
+        if "_solutions" not in name:
+            sol = by_name.get(name.replace(".ipynb", "_solutions.ipynb"))
+            lines.append(f"| {Path(name).stem} | {row['mode']} | {_minutes(row)} | {_minutes(sol)} |")
+    return "\n".join(lines)
+
+
+def readme_times_table(record: dict) -> str:
+    """The README's first-screen table: each notebook, its first heading and its measured time."""
+    by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
+    lines = ["| notebook | what | time on a 2-core CPU |", "|---|---|---|"]
+    for path in course.main_notebooks():
+        title = course.read(path).cells[0].source.splitlines()[0].lstrip("# ").split(" — ", 1)[-1].strip()
+        row = by_name.get(path.name)
+        when = "—" if row is None else f"{_minutes(row)} ({row['mode']})"
+        lines.append(f"| [{path.stem[:2]}](notebooks/{path.name}) | {title} | {when} |")
+    return "\n".join(lines)
+
+
+def exercises_table() -> str:
+    """The syllabus' list of exercises (markdown), read from the notebooks' ``exercise`` cells."""
+    lines = ["| exercise | kind | difficulty | time | title | notebook |", "|---|---|---|---|---|---|"]
+    for path in course.main_notebooks():
+        for cell in course.read(path).cells:
+            if (ex := course.exercise_heading(cell)) is None:
+                continue
+            meta = exercise_meta(cell)
+            lines.append(
+                f"| {ex['id']} | {ex['kind']} | {meta['difficulty']} | {meta['minutes']} min | "
+                f"{ex['title']} | {path.stem} |"
+            )
+    return "\n".join(lines)
+
+
 def _times_record() -> dict | None:
     return json.loads(course.TIMES_PATH.read_text()) if course.TIMES_PATH.exists() else None
 
@@ -258,7 +318,7 @@ def _times_record() -> dict | None:
 def readme_times() -> str:
     rec = _times_record()
     return (
-        f"{course.readme_times_table(rec)}\n\nTimes measured {rec['measured_at']} by `python -m trgrpo.course times` "
+        f"{readme_times_table(rec)}\n\nTimes measured {rec['measured_at']} by `python -m trgrpo.course times` "
         f"(commit {str(rec.get('git_commit'))[:10]}); details in the syllabus."
     )
 
@@ -267,11 +327,120 @@ def syllabus_times() -> str:
     rec = _times_record()
     m = rec["machine"]
     return (
-        f"{course.times_table(rec)}\n\nMeasured {rec['measured_at']} by `python -m trgrpo.course times`, one notebook "
+        f"{times_table(rec)}\n\nMeasured {rec['measured_at']} by `python -m trgrpo.course times`, one notebook "
         f"at a time, on the project's CPU machine ({m.get('cpu_count', '?')} cores, "
         f"{m.get('processor') or m.get('platform', '?')}; no GPU), commit {str(rec.get('git_commit'))[:10]}"
         f"{' with uncommitted changes' if rec.get('dirty') else ''}."
     )
+
+
+def _pct(r: float | None) -> str:
+    return "n/a" if r is None else f"{(r - 1) * 100:+.1f}%"
+
+
+def _cell(s: dict | None, fmt: str = "{:.2f}", scale: float = 1.0, ratio: dict | None = None) -> str:
+    """``median [min–max]`` of a summary, then ``(ratio median [min, max])`` when given."""
+    if not s or s.get("median") is None:
+        return "n/a"
+    m, lo, hi = (fmt.format(s[k] * scale) for k in ("median", "min", "max"))
+    out = m if s["n"] == 1 else f"{m} [{lo}–{hi}]"
+    if ratio and ratio.get("median") is not None:
+        out += f" ({_pct(ratio['median'])} [{_pct(ratio['min'])}, {_pct(ratio['max'])}])"
+    return out
+
+
+def bench_records(results_dir: Path | str = bench.RESULTS_DIR) -> dict[str, dict]:
+    """The benchmark records present in ``results_dir`` (keys: step, loss, pair)."""
+    out = {}
+    for name in ("step", "loss", "pair/step"):
+        p = Path(results_dir) / f"{name}.json"
+        if p.exists():
+            out[name.replace("/step", "")] = json.loads(p.read_text())
+    return out
+
+
+PHASE_LABELS = {
+    "step": "training step",
+    "rollout": "rollout (generate + reward + ref log-probs)",
+    "loss_forward": "loss forward (policy forward + loss)",
+    "policy_forward": "policy forward (log-probs)",
+    "loss_head": "loss head (weights + loss + metrics)",
+    "backward": "backward",
+    "loss_backward": "loss forward + backward",
+    "other": "optimizer + rest",
+}
+
+
+def paper_table() -> str:
+    """Paper Table 8, TR-GRPO's change against GRPO in brackets."""
+    from trgrpo.paper import TABLE8
+
+    models = {"Qwen2.5-3B": "Qwen2.5-3B-Instruct", "LLaMa3.1-8B": "LLaMa3.1-8B-Instruct"}
+    lines = ["| Procedure | " + " | ".join(f"{m} {x}" for m in models for x in ("GRPO", "TR-GRPO")) + " |"]
+    lines.append("|---|" + "---:|" * 2 * len(models))
+    for col, name in (
+        ("train_time_per_sample_min", "Training time / sample (minutes)"),
+        ("peak_gpu_memory_gb", "Peak GPU memory (GB)"),
+    ):
+        cells = []
+        for model in models.values():
+            grpo, tr = (TABLE8.value(col, model=model, method=m) for m in ("GRPO", "TR-GRPO"))
+            cells += [f"{grpo}", f"{tr} ({_pct(tr / grpo)})"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def step_table(step: dict, phases=bench.STEP_PHASES) -> str:
+    """A step record's table: s/step per phase, clock and variant with its change against GRPO (TRL); peak memory;
+    TR-GRPO's own cost (its loss head minus GRPO's, as a share of GRPO's step)."""
+    vs = step["variants"]
+    lines = ["| phase | " + " | ".join(r["label"] for r in vs.values()) + " |", "|---|" + "---:|" * len(vs)]
+
+    def row(title: str, get, ratio, fmt: str = "{:.4g}", scale: float = 1.0) -> None:
+        cells = [_cell(get(r), fmt, scale, None if v == "grpo_trl" else ratio(r)) for v, r in vs.items()]
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+
+    for phase in phases:
+        for m, clock in bench.CLOCKS.items():
+            get, ratio = (lambda r, p=phase, m=m: r["phases"][p][m]), (lambda r, p=phase, m=m: r["ratio_vs_grpo"][p][m])
+            row(f"{PHASE_LABELS[phase]}, {clock} (s)", get, ratio)
+    for key, name, fmt, scale in (
+        ("peak_rss", "peak RSS during training (MiB)", "{:.0f}", 1),
+        ("cuda_peak", "peak GPU memory (GB)", "{:.2f}", 1 / 1024),
+    ):
+        if f"{key}_mb" in vs["grpo_trl"]:
+            row(name, lambda r, k=key: r.get(f"{k}_mb"), lambda r, k=key: r["ratio_vs_grpo"].get(k), fmt, scale)
+    share = [
+        _cell(r.get("loss_head_added_share", {}).get("cpu"), "{:+.3f}%", 100) if v != "grpo_trl" else "0 (baseline)"
+        for v, r in vs.items()
+    ]
+    lines.append(
+        "| TR-GRPO's own cost: loss head minus GRPO's, share of GRPO's step (process CPU) | " + " | ".join(share) + " |"
+    )
+    return "\n".join(lines)
+
+
+def loss_table(loss: dict) -> str:
+    """A loss record's table: ms per forward + backward per variant, paired ratios, MiB saved for backward."""
+    vars_ = list(loss["cases"][0]["variants"]) if loss["cases"] else []
+    ratios = [("tr_ratio", "equal"), ("tr_surrogate", "equal"), ("tr_ratio", "grpo_trl")]
+    head = [
+        "B x T",
+        "dtype",
+        *(loss["cases"][0]["variants"][v]["label"] for v in vars_),
+        *(f"{a} / {b}" for a, b in ratios),
+    ]
+    lines = ["| " + " | ".join(head) + " | saved for backward (MiB) |", "|---|---|" + "---:|" * (len(head) - 1)]
+    for case in loss["cases"]:
+        V = case["variants"]
+        cells = [_cell(V[v]["ms"]["cpu"]) for v in vars_]
+        for a, b in ratios:
+            r = V.get(a, {}).get(f"ratio_vs_{b}")
+            c, w = (r or {}).get("cpu"), (r or {}).get("wall")
+            cells.append(f"{c['median']:.3f} [{c['min']:.3f}–{c['max']:.3f}] / {w['median']:.3f}" if c else "n/a")
+        saved = ", ".join(f"{v} {V[v]['saved_mb']:.1f}" for v in vars_)
+        lines.append(f"| {case['batch']} x {case['length']} | {case['dtype']} | " + " | ".join(cells) + f" | {saved} |")
+    return "\n".join(lines)
 
 
 def _bench_ours(step: dict) -> str:
@@ -290,10 +459,10 @@ def _bench_ours(step: dict) -> str:
 
 
 def _bench_pair(pair: dict, phases) -> str:
-    names = ", ".join(bench.VARIANT_LABELS[v] for v in pair["variants"])
+    names = ", ".join(r["label"] for r in pair["variants"].values())
     return (
         f"### A longer run of fewer variants ({names}): {pair['config']['repeats']} repeats, same settings "
-        f"otherwise (`--variants ... --repeats ... --out results/bench/pair`)\n\n{bench.step_table(pair, phases)}"
+        f"otherwise (`--variants ... --repeats ... --out results/bench/pair`)\n\n{step_table(pair, phases)}"
     )
 
 
@@ -312,10 +481,10 @@ README_PHASES = ("step", "loss_backward", "loss_head")
 
 def cost_table() -> str:
     """The README's cost table: paper Table 8, then ours (:mod:`trgrpo.bench`'s records, the phases that matter)."""
-    res = bench.load_results()
-    parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", bench.paper_table()]
+    res = bench_records()
+    parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", paper_table()]
     if "step" in res:
-        parts += [_bench_ours(res["step"]), bench.step_table(res["step"], README_PHASES)]
+        parts += [_bench_ours(res["step"]), step_table(res["step"], README_PHASES)]
     if "pair" in res:
         parts.append(_bench_pair(res["pair"], README_PHASES))
     return "\n\n".join(parts)
@@ -340,11 +509,11 @@ def plan_table() -> str:
 
 def bench_table() -> str:
     """``results/bench/table.md``: every table of the benchmark records, with the method and the machine."""
-    res = bench.load_results()
+    res = bench_records()
     step, loss, pair = res.get("step"), res.get("loss"), res.get("pair")
-    parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", bench.paper_table()]
+    parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", paper_table()]
     if step:
-        parts += ["### Training step by phase (s/step)", _bench_ours(step), bench.step_table(step)]
+        parts += ["### Training step by phase (s/step)", _bench_ours(step), step_table(step)]
         parts += [f"Method: `python -m trgrpo.bench` (its docstring). {_machine_line(step)}"]
     if pair:
         parts.append(_bench_pair(pair, bench.STEP_PHASES))
@@ -356,7 +525,7 @@ def bench_table() -> str:
             "[min–max] of per-block paired ratios (process CPU); wall-clock ratio after the slash. Inputs: "
             "`trgrpo.bench.loss_inputs`; the CPU heap kept freed memory (`trgrpo.bench.steady_allocator`), as a "
             "GPU caching allocator would.",
-            bench.loss_table(loss),
+            loss_table(loss),
             _machine_line(loss),
         ]
     return "\n\n".join(parts) + "\n"
@@ -366,7 +535,7 @@ BLOCKS = {
     README: {"course-times": readme_times, "toy-findings": toy_verdict},
     GPU_PAGE: {"plan": plan_table},
     COST_PAGE: {"bench": cost_table},
-    SYLLABUS: {"times": syllabus_times, "exercises": course.exercises_table},
+    SYLLABUS: {"times": syllabus_times, "exercises": exercises_table},
 }
 
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from scripts import render_docs
 from trgrpo import course
 
 from .nbexec import execute_smoke
@@ -290,7 +292,7 @@ SOLUTIONS = course.solution_notebooks()
 def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
     nb = course.read(path)
     checks = [c for c in nb.cells if "check" in course.tags(c)]
-    assert checks and all(course.wrong_answer(c) for c in checks), f"{path.name}: a check cell has no wrong_answer"
+    assert checks and all(_wrong_answer(c) for c in checks), f"{path.name}: a check cell has no wrong_answer"
     assert all("course.check(" in c.source for c in checks), f"{path.name}: wrap each check in course.check"
     if path.name.startswith("02_"):  # exercise 2.1 used to print ln 3 and 1/ln 3 in its check
         src = next(c.source for c in checks if "'2.1'" in c.source)
@@ -305,6 +307,54 @@ def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
         assert "2 / 3" not in src and "0.8" not in src and "1 / 3" not in src and "course.fingerprint(" in src
 
 
+def _wrong_answer(cell) -> str | None:
+    """The wrong answer a check cell is tested with (``cell.metadata.wrong_answer``: code that rebinds names)."""
+    return cell.get("metadata", {}).get("wrong_answer")
+
+
+def wrong_answer_notebook(nb, record: Path | str):
+    """A copy of a solutions notebook that, after each check cell, rebinds the expected names to the cell's
+    ``wrong_answer``, runs the check again, records the exception (type and message) into ``record`` (JSON), and
+    restores the right answers."""
+    nbf = nbformat
+    out = copy.deepcopy(nb)
+    cells: list = []
+    current = None
+    for cell in out.cells:
+        cells.append(cell)
+        heading = course.exercise_heading(cell)
+        current = heading["id"] if heading else current
+        if "check" not in course.tags(cell):
+            continue
+        wrong = _wrong_answer(cell)
+        names = course.expected_names(cell.source)
+        probe = (
+            "import linecache as _lc\n"
+            f"_saved = {{_n: globals().get(_n) for _n in {names!r}}}\n"
+            f"_fname = '<check {current}>'\n"
+            f"_src = {cell.source!r}\n"
+            "_lc.cache[_fname] = (len(_src), None, _src.splitlines(True), _fname)\n"
+            "try:\n"
+            f"    exec({(wrong or '')!r}, globals())\n"
+            "    exec(compile(_src, _fname, 'exec'), globals())\n"
+            f"    _res = {{'exercise': {current!r}, 'raised': None, 'message': ''}}\n"
+            "except Exception as _e:\n"
+            f"    _res = {{'exercise': {current!r}, 'raised': type(_e).__name__, 'message': str(_e)}}\n"
+            "finally:\n"
+            "    globals().update(_saved)\n"
+            f"_res['wrong_answer'] = {wrong!r}\n"
+            "_WRONG_RESULTS = globals().get('_WRONG_RESULTS', []) + [_res]\n"
+        )
+        cells.append(nbf.v4.new_code_cell(probe))
+    cells.append(
+        nbf.v4.new_code_cell(
+            f"import json as _json\nopen({str(record)!r}, 'w').write(_json.dumps(globals().get('_WRONG_RESULTS', [])))"
+        )
+    )
+    out.cells = cells
+    return out
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
 def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeypatch):
@@ -312,7 +362,7 @@ def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeyp
     the exercise, what is wrong and a hint, never a bare AssertionError."""
     record = tmp_path / "wrong.json"
     probe = tmp_path / path.name
-    nbformat.write(course.wrong_answer_notebook(course.read(path), record), str(probe))
+    nbformat.write(wrong_answer_notebook(course.read(path), record), str(probe))
     execute_smoke(probe, tmp_path / "out.ipynb", monkeypatch, timeout=300)
 
     rows = json.loads(record.read_text())
@@ -382,21 +432,21 @@ def test_solutions_link_the_glossary(path):
 @pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
 def test_every_exercise_has_difficulty_and_time_in_both_copies(path):
     for nb in (course.read(path), course.read(course.solutions_path(path))):
-        metas = [course.exercise_meta(c) for c in nb.cells if course.exercise_heading(c)]
-        assert metas and all(m["difficulty"] in course.DIFFICULTIES and 5 <= m["minutes"] <= 120 for m in metas)
-    main = [course.exercise_meta(c) for c in course.read(path).cells if course.exercise_heading(c)]
+        metas = [render_docs.exercise_meta(c) for c in nb.cells if course.exercise_heading(c)]
+        assert metas and all(m["difficulty"] in render_docs.DIFFICULTIES and 5 <= m["minutes"] <= 120 for m in metas)
+    main = [render_docs.exercise_meta(c) for c in course.read(path).cells if course.exercise_heading(c)]
     sol_nb = course.read(course.solutions_path(path))
-    sol = [course.exercise_meta(c) for c in sol_nb.cells if course.exercise_heading(c)]
+    sol = [render_docs.exercise_meta(c) for c in sol_nb.cells if course.exercise_heading(c)]
     assert main == sol, f"{path.name}: difficulty/time differ between the notebook and its solutions"
 
 
 def test_exercise_meta_names_the_bad_field():
     cell = nbformat.v4.new_markdown_cell("x", metadata={"course": {"difficulty": "tricky", "minutes": 5}})
     with pytest.raises(ValueError, match="difficulty"):
-        course.exercise_meta(cell)
+        render_docs.exercise_meta(cell)
     cell.metadata["course"] = {"difficulty": "easy", "minutes": "ten"}
     with pytest.raises(ValueError, match="minutes"):
-        course.exercise_meta(cell)
+        render_docs.exercise_meta(cell)
 
 
 # ---------------------------------------------------------------- the README's first screen (issue 17)

@@ -16,8 +16,19 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
 
 
-@pytest.mark.parametrize(("value", "smoke"), [(None, False), ("", False), ("0", False), ("false", False),
-                                              ("False", False), ("1", True), ("true", True), ("yes", True)])
+@pytest.mark.parametrize(
+    ("value", "smoke"),
+    [
+        (None, False),
+        ("", False),
+        ("0", False),
+        ("false", False),
+        ("False", False),
+        ("1", True),
+        ("true", True),
+        ("yes", True),
+    ],
+)
 def test_smoke_from_env(monkeypatch, value, smoke):
     if value is None:
         monkeypatch.delenv("TRGRPO_SMOKE", raising=False)
@@ -107,6 +118,8 @@ def test_cpu_threads_sets_torch(monkeypatch):
         assert notebook.cpu_threads(0) in (1, 2)
     finally:
         torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- the notebooks use it
 
 OLD_BOILERPLATE = {
@@ -128,7 +141,8 @@ OLD_BOILERPLATE = {
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_no_notebook_keeps_the_old_boilerplate(path):
     cells = [c for c in course.read(path).cells if c.cell_type == "code"]
-    code = "\n".join([c.source for c in cells] + [course.wrong_answer(c) or "" for c in cells])  # checks' probes too
+    probes = [c.get("metadata", {}).get("wrong_answer") or "" for c in cells]  # the checks' wrong answers too
+    code = "\n".join([c.source for c in cells] + probes)
     found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(code)]
     assert not found, f"{path.name}: {found} (use trgrpo.notebook: setup, versions, nb.save_headline)"
     assert re.search(rf"""\bsetup\(\s*["']{re.escape(path.stem)}["']""", code), (

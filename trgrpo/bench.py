@@ -1,20 +1,9 @@
 """What TR-GRPO costs against GRPO (paper App. C.2, Table 8): ``python -m trgrpo.bench``.
 
-Part 1 (``step``) times a training step of :class:`~trgrpo.trainer.TRGRPOTrainer` against TRL's ``GRPOTrainer``
-phase by phase. Each (variant, repeat) is a fresh subprocess, the order alternating A B C D, D C B A, ...; same seed
-and config with learning_rate=0, so every variant sees identical rollouts (checked by a hash of the completion ids).
-The first warm-up step(s) of a run are dropped and a run's value is the mean over its measured steps. Phases are
-timed by wrapping trainer methods (``time.perf_counter`` = wall, ``time.process_time`` = process CPU, the GPU
-synchronised first). Peak memory: VmHWM after /proc/self/clear_refs (CPU), ``torch.cuda.max_memory_allocated`` (GPU).
-
-Part 2 (``loss``) times forward + backward of the loss alone on synthetic (B, T) log-probs (:func:`loss_inputs`):
-TR-GRPO variants include computing the weights and the metrics :func:`~trgrpo.loss.tr_grpo_loss` returns;
-``grpo_trl`` replicates the tensor ops of TRL 1.16 ``GRPOTrainer._compute_loss`` for ``loss_type="dapo"``. Variants
-alternate block by block; ``saved_mb`` is what autograd saves for backward.
-
-Records go to ``results/bench/*.json`` (medians [min-max] over repeats or blocks, paired per-repeat ratios); their
-tables are :func:`paper_table`, :func:`step_table`, :func:`loss_table` (``make docs`` renders ``table.md`` and the
-README's part with :mod:`scripts.render_docs`).
+Part 1 (``step``) times a training step of TRGRPOTrainer against TRL's GRPOTrainer phase by phase, each (variant,
+repeat) a fresh subprocess in alternating order, learning_rate=0 so every variant sees the same rollouts. Part 2
+(``loss``) times forward + backward of the loss alone on synthetic log-probs (:func:`loss_inputs`). Records go to
+``results/bench/*.json`` (medians [min-max], paired ratios); ``make docs`` renders their tables.
 """
 
 from __future__ import annotations
@@ -33,21 +22,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.batch import OFFLINE_ENV
 from trgrpo.experiment import ROOT, write_json
 
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
 RESULTS_DIR = ROOT / "results" / "bench"
 SCHEMA_VERSION = 1
 
-# variant -> (weight_scheme, weight_placement) of TR-GRPO; None: TRL's GRPO (its trainer, or its loss's tensor ops)
+# variant -> TR-GRPO's (weight_scheme, weight_placement); None: TRL's GRPO (its trainer, or its loss's tensor ops)
 VARIANTS: dict[str, tuple[str, str] | None] = {
     "grpo_trl": None,
-    "grpo_trl_metrics": None,
     "equal": ("equal", "ratio"),
     "tr_ratio": ("tr", "ratio"),
     "tr_surrogate": ("tr", "surrogate"),
@@ -56,27 +41,17 @@ STEP_VARIANTS = ("grpo_trl", "equal", "tr_ratio", "tr_surrogate")
 LOSS_VARIANTS = tuple(VARIANTS)
 VARIANT_LABELS = {
     "grpo_trl": "GRPO (TRL GRPOTrainer)",
-    "grpo_trl_metrics": "GRPO (TRL ops + its metrics)",
     "equal": "TR-GRPO code, w = 1",
     "tr_ratio": "TR-GRPO, placement=ratio",
     "tr_surrogate": "TR-GRPO, placement=surrogate",
 }
-PHASE_LABELS = {
-    "step": "training step",
-    "rollout": "rollout (generate + reward + ref log-probs)",
-    "loss_forward": "loss forward (policy forward + loss)",
-    "policy_forward": "policy forward (log-probs)",
-    "loss_head": "loss head (weights + loss + metrics)",
-    "backward": "backward",
-    "loss_backward": "loss forward + backward",
-    "other": "optimizer + rest",
-}
-STEP_PHASES = tuple(PHASE_LABELS)
+# loss_head = loss_forward - policy_forward (weights + loss + metrics); other = optimizer and the rest
+STEP_PHASES = ("step", "rollout", "loss_forward", "policy_forward", "loss_head", "backward", "loss_backward", "other")
 CLOCKS = {"cpu": "process CPU", "wall": "wall"}
 
 
 def _now(cuda: bool = False) -> tuple[float, float]:
-    """(wall, process CPU) seconds; synchronises the GPU first so wall time covers queued kernels."""
+    """(wall, process CPU) seconds, the GPU synchronised first."""
     if cuda:
         import torch
 
@@ -84,22 +59,18 @@ def _now(cuda: bool = False) -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def rss_mb(key: str = "VmRSS") -> float:
-    """This process's ``/proc/self/status`` memory field ``key`` in MiB: ``VmRSS`` (now) or ``VmHWM`` (the
-    high-water mark); where /proc is missing, ru_maxrss for VmHWM and NaN otherwise."""
+def _peak_rss_mb() -> float:
+    """This process's peak RSS in MiB: VmHWM of /proc/self/status, else ru_maxrss."""
     try:
         with open("/proc/self/status") as f:
-            return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith(f"{key}:"))
+            return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmHWM:"))
     except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if key == "VmHWM" else float("nan")
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def steady_allocator() -> bool:
-    """Keep freed heap memory in this process (glibc ``mallopt``), so repeated tensor ops do not page-fault.
-
-    Without it, CPU timings of large elementwise ops swing with the page faults of fresh allocations (up to
-    half the time at T = 4096); a GPU's caching allocator has no such cost. False where glibc is not there.
-    """
+    """Keep freed heap memory (glibc ``mallopt``), as a GPU caching allocator does: without it, page faults of
+    fresh allocations take up to half the CPU time of large elementwise ops. False without glibc."""
     import ctypes
     import ctypes.util
 
@@ -126,8 +97,7 @@ def paired_ratios(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
 
 
 def _record(benchmark: str, cfg: Any, t0: float) -> dict[str, Any]:
-    """What every benchmark record carries: the machine as in every run record (:mod:`trgrpo.experiment`) with the
-    load average at the end, package versions, commit, config and runtime."""
+    """What every benchmark record carries: machine (with load average), versions, commit, config, runtime."""
     from trgrpo.experiment import git_commit, machine_info, package_versions
 
     return {
@@ -142,21 +112,9 @@ def _record(benchmark: str, cfg: Any, t0: float) -> dict[str, Any]:
     }
 
 
-def _validate(variants: Sequence[str], known: Sequence[str], baseline: str, dtypes: Sequence[str] = ()) -> None:
-    """One check for both configs: known variants, the baseline of every ratio among them, float dtypes."""
-    if not set(variants) <= set(known) or baseline not in variants:
-        raise ValueError(f"variants must be among {list(known)} and include {baseline!r}, got {list(variants)}")
-    if not set(dtypes) <= {"float32", "bfloat16", "float16"}:
-        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {list(dtypes)}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Part 1: the cost of a training step
-
-
 @dataclass
 class StepBenchConfig:
-    """One step benchmark: model, rollout size, repeats. Defaults fit a 2-core CPU in a few minutes."""
+    """One step benchmark; the defaults fit a 2-core CPU in a few minutes."""
 
     model: str = "embedded"
     variants: tuple[str, ...] = STEP_VARIANTS
@@ -171,23 +129,23 @@ class StepBenchConfig:
     seed: int = 0
     threads: int | None = 1
     bf16: bool = True  # only on a GPU
-    isolate: bool = True  # a fresh subprocess per run (own peak memory); False runs in-process (tests)
+    isolate: bool = True  # a fresh subprocess per run (its own peak memory)
     timeout_s: int = 900
 
     def __post_init__(self) -> None:
         self.variants = tuple(self.variants)
-        _validate(self.variants, STEP_VARIANTS, "grpo_trl")
+        if not set(self.variants) <= set(STEP_VARIANTS) or "grpo_trl" not in self.variants:
+            raise ValueError(f"variants must be among {STEP_VARIANTS} and include 'grpo_trl', got {self.variants}")
 
 
 def spread_reward(completions, completion_ids, **kwargs) -> list[float]:
-    """A deterministic reward with spread inside each group, in [0, 1) (cost and equivalence checks, not learning)."""
+    """A deterministic reward in [0, 1) with spread inside each group (cost and equivalence checks)."""
     return [float(sum(ids) % 7) / 7.0 for ids in completion_ids]
 
 
 def grpo_trainer(variant: str, model: Any, prompts: Sequence[str], output_dir: str, **args: Any) -> Any:
-    """TRL's ``GRPOTrainer`` (``variant`` ``"grpo_trl"``) or :class:`TRGRPOTrainer` with the variant's weights, on
-    the GRPO config every comparison here shares (DAPO loss, eps 0.2 / 0.24, plain k3 KL, :func:`spread_reward`, one
-    log line per step, no checkpoints); ``args`` set the rest of the config (batch, lengths, steps, seed, ...)."""
+    """TRL's GRPOTrainer (``"grpo_trl"``) or TRGRPOTrainer with the variant's weights, on the shared config (DAPO
+    loss, eps 0.2 / 0.24, plain k3 KL, :func:`spread_reward`, no checkpoints); ``args`` set the rest."""
     import torch
     from datasets import Dataset
 
@@ -222,7 +180,7 @@ def grpo_trainer(variant: str, model: Any, prompts: Sequence[str], output_dir: s
 
 
 def step_run(cfg: StepBenchConfig, variant: str, repeat: int = 0) -> dict[str, Any]:
-    """Train one variant for warmup + measured steps, timing every phase; returns the raw record."""
+    """Train one variant for warmup + measured steps, timing every phase; the raw record."""
     import torch
     from transformers import TrainerCallback
 
@@ -306,7 +264,7 @@ def step_run(cfg: StepBenchConfig, variant: str, repeat: int = 0) -> dict[str, A
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         trainer.train()
-        peak = rss_mb("VmHWM")
+        peak = _peak_rss_mb()
         cuda_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         del trainer
@@ -365,7 +323,7 @@ def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str], bas
             base = {m: [_run_mean(r, phase, m) for r in base_runs] for m in CLOCKS}
             rec["phases"][phase] = {m: summarize(vals[m]) for m in CLOCKS}
             rec["ratio_vs_grpo"][phase] = {m: paired_ratios(vals[m], base[m]) for m in CLOCKS}
-        # TR-GRPO's own cost, measured directly: (loss head - GRPO's loss head) / GRPO's step, per repeat pair
+        # TR-GRPO's own cost: (loss head - GRPO's loss head) / GRPO's step, per repeat pair
         rec["loss_head_added_share"] = {
             m: summarize(
                 [
@@ -385,9 +343,8 @@ def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str], bas
     return out
 
 
-def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str], None] | None = print) -> dict:
-    """Part 1: every variant ``repeats`` times, alternating; returns the JSON-ready record."""
-    cfg = cfg or StepBenchConfig()
+def run_step_bench(cfg: StepBenchConfig) -> dict:
+    """Part 1: every variant ``repeats`` times, alternating; the JSON-ready record."""
     t0 = time.perf_counter()
     variants = list(cfg.variants)
     runs: list[dict[str, Any]] = []
@@ -395,15 +352,14 @@ def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str],
         for v in variants if r % 2 == 0 else variants[::-1]:  # A B C D, D C B A, ...
             run = _step_run_isolated(cfg, v, r) if cfg.isolate else step_run(cfg, v, r)
             runs.append(run)
-            if progress:
-                progress(
-                    f"[bench step {len(runs)}/{cfg.repeats * len(variants)}] {v:<13} repeat {r}: step "
-                    f"{_run_mean(run, 'step', 'cpu'):.2f} s CPU / {_run_mean(run, 'step', 'wall'):.2f} s wall, "
-                    f"peak RSS {run['peak_rss_mb']:.0f} MiB"
-                )
+            print(
+                f"[bench step {len(runs)}/{cfg.repeats * len(variants)}] {v:<13} repeat {r}: step "
+                f"{_run_mean(run, 'step', 'cpu'):.2f} s CPU / {_run_mean(run, 'step', 'wall'):.2f} s wall, "
+                f"peak RSS {run['peak_rss_mb']:.0f} MiB"
+            )
     identical = len({tuple(s.get("rollout_hash") for s in run["steps"]) for run in runs}) == 1
-    if progress and not identical:
-        progress("[bench step] WARNING: rollouts differ between runs; the comparison is not paired")
+    if not identical:
+        print("[bench step] WARNING: rollouts differ between runs; the comparison is not paired")
     return {
         **_record("step", cfg, t0),
         "model": cfg.model,
@@ -415,18 +371,13 @@ def run_step_bench(cfg: StepBenchConfig | None = None, progress: Callable[[str],
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Part 2: the loss alone
-
-
 @dataclass
 class LossBenchConfig:
-    """Loss-alone benchmark: shapes, dtypes, variants, blocks."""
+    """Loss-alone benchmark: shapes, dtypes, blocks."""
 
     batch: int = 64
     lengths: tuple[int, ...] = (512, 1024, 2048, 4096)
     dtypes: tuple[str, ...] = ("float32", "bfloat16")
-    variants: tuple[str, ...] = LOSS_VARIANTS
     repeats: int = 7  # blocks per variant
     iters: int = 10  # calls per block
     warmup: int = 2
@@ -435,16 +386,16 @@ class LossBenchConfig:
     eps_high: float = 0.24
     seed: int = 0
     threads: int | None = 1
-    steady_allocator: bool = True  # glibc mallopt: no page faults from fresh allocations (see steady_allocator)
 
     def __post_init__(self) -> None:
-        self.lengths, self.dtypes, self.variants = tuple(self.lengths), tuple(self.dtypes), tuple(self.variants)
-        _validate(self.variants, LOSS_VARIANTS, "equal", self.dtypes)
+        self.lengths, self.dtypes = tuple(self.lengths), tuple(self.dtypes)
+        if not set(self.dtypes) <= {"float32", "bfloat16", "float16"}:
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtypes}")
 
 
 def loss_inputs(batch: int, length: int, dtype: str = "float32", *, seed: int = 0, device: str = "cpu") -> dict:
-    """Synthetic, realistic loss inputs: p = sigmoid(N(2.5, 2.5^2)) (mostly confident tokens with a low-probability
-    tail), old = logp + N(0, 0.05^2), ref = logp + N(0, 0.1^2), lengths uniform in [T/4, T], A ~ N(0, 1)."""
+    """Synthetic loss inputs: p = sigmoid(N(2.5, 2.5^2)), old = logp + N(0, 0.05^2), ref = logp + N(0, 0.1^2),
+    lengths uniform in [T/4, T], A ~ N(0, 1)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -466,51 +417,30 @@ def loss_inputs(batch: int, length: int, dtype: str = "float32", *, seed: int = 
     }
 
 
-def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float, metrics: bool = False) -> torch.Tensor:
-    """The tensor ops of TRL 1.16 ``GRPOTrainer._compute_loss`` for ``loss_type="dapo"``, token-level IS.
-
-    With ``metrics=True`` also its kl / clip-ratio metrics (without the cross-process reduce).
-    """
+def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float) -> Any:
+    """The tensor ops of TRL 1.16 ``GRPOTrainer._compute_loss`` (``loss_type="dapo"``, token-level IS)."""
     import torch
 
-    logps, old, ref, mask = x["logps"], x["old"], x["ref"], x["mask"]
+    logps, old, ref = x["logps"], x["old"], x["ref"]
     advantages = x["advantages"].unsqueeze(1)
     coef_1 = torch.exp(logps - old)
     per_token_kl = torch.exp(ref - logps) - (ref - logps) - 1
     coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
     per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages) + beta * per_token_kl
-    loss = (per_token_loss * mask).sum() / x["normalizer"]
-    if metrics:
-
-        def global_masked_mean(t):
-            totals = torch.stack([(t * mask).sum(), mask.sum().float()])
-            return (totals[0] / totals[1].clamp(min=1.0)).item()
-
-        def masked_seq_mean(t):
-            return (t * mask).sum(-1) / mask.sum(-1)
-
-        global_masked_mean(per_token_kl)
-        is_low = (coef_1 < 1 - eps_low) & (advantages < 0)
-        is_high = (coef_1 > 1 + eps_high) & (advantages > 0)
-        for t in (is_low, is_high, is_low | is_high):
-            global_masked_mean(t.float())
-        masked_seq_mean(is_low.float()).min().item()
-        masked_seq_mean(is_high.float()).max().item()
-    return loss
+    return (per_token_loss * x["mask"]).sum() / x["normalizer"]
 
 
 def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
-    """The forward of one loss variant (returns the scalar loss); a TR-GRPO variant does what
-    :class:`TRGRPOTrainer` does per batch after the forward: weights from the log-probs, then the loss."""
+    """The forward of one loss variant (the scalar loss); TR-GRPO's computes the weights, then the loss."""
     from trgrpo.loss import tr_grpo_loss
     from trgrpo.weights import token_weights
 
     kw = dict(beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high)
     if VARIANTS[variant] is None:
-        return lambda x: trl_dapo_loss(x, metrics=variant == "grpo_trl_metrics", **kw)
+        return lambda x: trl_dapo_loss(x, **kw)
     scheme, placement = VARIANTS[variant]
 
-    def tr(x: dict) -> torch.Tensor:
+    def tr(x: dict) -> Any:
         weights = token_weights(x["logps"].detach().exp().clamp(0.0, 1.0), scheme)
         return tr_grpo_loss(
             x["logps"],
@@ -537,7 +467,7 @@ def _fwd_bwd(fn: Callable[[dict], Any], x: dict) -> None:
 def time_blocks(
     fns: dict[str, Callable[[dict], Any]], x: dict, *, repeats: int, iters: int, warmup: int = 2, cuda: bool = False
 ) -> dict[str, dict[str, list[float]]]:
-    """ms per forward+backward call of each function, block by block, order alternating (A B C, C B A, ...)."""
+    """ms per forward+backward of each function, block by block in alternating order (A B C, C B A, ...)."""
     names = list(fns)
     for v in names:
         for _ in range(warmup):
@@ -555,8 +485,7 @@ def time_blocks(
 
 
 def saved_tensor_mb(fn: Callable[[dict], Any], x: dict) -> float:
-    """MiB of tensors autograd saves for backward during ``fn(x)`` (deduplicated by storage; the input ``logps``,
-    which every variant holds anyway, left out)."""
+    """MiB autograd saves for backward during ``fn(x)`` (by storage; the input ``logps`` left out)."""
     import torch
 
     seen: dict[int, int] = {}
@@ -574,17 +503,16 @@ def saved_tensor_mb(fn: Callable[[dict], Any], x: dict) -> float:
     return sum(seen.values()) / 2**20
 
 
-def run_loss_bench(cfg: LossBenchConfig | None = None, progress: Callable[[str], None] | None = print) -> dict:
-    """Part 2: each (length, dtype), variants alternating block by block; returns the JSON-ready record."""
+def run_loss_bench(cfg: LossBenchConfig) -> dict:
+    """Part 2: each (length, dtype), variants alternating block by block; the JSON-ready record."""
     import torch
 
-    cfg = cfg or LossBenchConfig()
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
-    steady = cfg.steady_allocator and steady_allocator()
+    steady = steady_allocator()
     cuda = torch.cuda.is_available()
     t0 = time.perf_counter()
-    fns = {v: loss_fn(v, cfg) for v in cfg.variants}
+    fns = {v: loss_fn(v, cfg) for v in LOSS_VARIANTS}
     cases = []
     for dtype in cfg.dtypes:
         for length in cfg.lengths:
@@ -598,14 +526,12 @@ def run_loss_bench(cfg: LossBenchConfig | None = None, progress: Callable[[str],
                     **{
                         f"ratio_vs_{b}": {m: paired_ratios(times[v][m], times[b][m]) for m in CLOCKS}
                         for b in ("equal", "grpo_trl")
-                        if b in times
                     },
                     "saved_mb": saved_tensor_mb(fns[v], x),
                 }
             cases.append(case)
-            if progress:
-                msg = ", ".join(f"{v} {case['variants'][v]['ms']['cpu']['median']:.2f}" for v in fns)
-                progress(f"[bench loss] B={cfg.batch} T={length} {dtype}: ms CPU per fwd+bwd: {msg}")
+            msg = ", ".join(f"{v} {case['variants'][v]['ms']['cpu']['median']:.2f}" for v in fns)
+            print(f"[bench loss] B={cfg.batch} T={length} {dtype}: ms CPU per fwd+bwd: {msg}")
     return {
         **_record("loss", cfg, t0),
         "device": "cuda" if cuda else "cpu",
@@ -616,140 +542,28 @@ def run_loss_bench(cfg: LossBenchConfig | None = None, progress: Callable[[str],
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Results: the JSON files and their tables
-
-
-def load_results(results_dir: Path | str = RESULTS_DIR) -> dict[str, dict]:
-    """The benchmark records present in ``results_dir`` (keys: step, loss, pair)."""
-    out = {}
-    for name in ("step", "loss", "pair/step"):
-        p = Path(results_dir) / f"{name}.json"
-        if p.exists():
-            out[name.replace("/step", "")] = json.loads(p.read_text())
-    return out
-
-
-def _pct(r: float | None) -> str:
-    return "n/a" if r is None else f"{(r - 1) * 100:+.1f}%"
-
-
-def _cell(s: dict | None, fmt: str = "{:.2f}", scale: float = 1.0, ratio: dict | None = None) -> str:
-    """``median [min–max]`` of a summary (times ``scale``), then ``(ratio median [min, max])`` when given."""
-    if not s or s.get("median") is None:
-        return "n/a"
-    m, lo, hi = (fmt.format(s[k] * scale) for k in ("median", "min", "max"))
-    out = m if s["n"] == 1 else f"{m} [{lo}–{hi}]"
-    if ratio and ratio.get("median") is not None:
-        out += f" ({_pct(ratio['median'])} [{_pct(ratio['min'])}, {_pct(ratio['max'])}])"
-    return out
-
-
-def paper_table() -> str:
-    """Paper Table 8 (training time per sample, peak GPU memory; TR-GRPO's change against GRPO in brackets)."""
-    from trgrpo.paper import TABLE8
-
-    models = {"Qwen2.5-3B": "Qwen2.5-3B-Instruct", "LLaMa3.1-8B": "LLaMa3.1-8B-Instruct"}
-    lines = ["| Procedure | " + " | ".join(f"{m} {x}" for m in models for x in ("GRPO", "TR-GRPO")) + " |"]
-    lines.append("|---|" + "---:|" * 2 * len(models))
-    for col, label in (
-        ("train_time_per_sample_min", "Training time / sample (minutes)"),
-        ("peak_gpu_memory_gb", "Peak GPU memory (GB)"),
-    ):
-        cells = []
-        for model in models.values():
-            grpo, tr = (TABLE8.value(col, model=model, method=m) for m in ("GRPO", "TR-GRPO"))
-            cells += [f"{grpo}", f"{tr} ({_pct(tr / grpo)})"]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def step_table(step: dict, phases: Sequence[str] = STEP_PHASES) -> str:
-    """A step record's table: per phase and clock, each variant's s/step (median [min–max] over repeats) and its
-    change against GRPO (TRL) (median [min, max] of the per-repeat ratios); then peak memory and TR-GRPO's own
-    cost (its loss head minus GRPO's, as a share of GRPO's step)."""
-    vs = step["variants"]
-    lines = ["| phase | " + " | ".join(VARIANT_LABELS[v] for v in vs) + " |", "|---|" + "---:|" * len(vs)]
-
-    def row(label: str, get, ratio, fmt: str = "{:.4g}", scale: float = 1.0) -> None:
-        cells = [_cell(get(r), fmt, scale, None if v == "grpo_trl" else ratio(r)) for v, r in vs.items()]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-
-    for phase in phases:
-        for m, clock in CLOCKS.items():
-            get, ratio = (lambda r, p=phase, m=m: r["phases"][p][m]), (lambda r, p=phase, m=m: r["ratio_vs_grpo"][p][m])
-            row(f"{PHASE_LABELS[phase]}, {clock} (s)", get, ratio)
-    for key, label, fmt, scale in (
-        ("peak_rss", "peak RSS during training (MiB)", "{:.0f}", 1),
-        ("cuda_peak", "peak GPU memory (GB)", "{:.2f}", 1 / 1024),
-    ):
-        if f"{key}_mb" in vs["grpo_trl"]:
-            row(label, lambda r, k=key: r.get(f"{k}_mb"), lambda r, k=key: r["ratio_vs_grpo"].get(k), fmt, scale)
-    share = [
-        _cell(r.get("loss_head_added_share", {}).get("cpu"), "{:+.3f}%", 100) if v != "grpo_trl" else "0 (baseline)"
-        for v, r in vs.items()
-    ]
-    lines.append(
-        "| TR-GRPO's own cost: loss head minus GRPO's, share of GRPO's step (process CPU) | " + " | ".join(share) + " |"
-    )
-    return "\n".join(lines)
-
-
-def loss_table(loss: dict) -> str:
-    """A loss record's table: ms per forward + backward (process CPU) per variant, the TR-GRPO / equal and
-    TR-GRPO / GRPO (TRL) ratios (median [min–max] of per-block pairs, process CPU; wall after the slash), and the
-    MiB autograd saves for backward."""
-    vars_ = list(loss["cases"][0]["variants"]) if loss["cases"] else []
-    ratios = [("tr_ratio", "equal"), ("tr_surrogate", "equal"), ("tr_ratio", "grpo_trl")]
-    head = ["B x T", "dtype", *(VARIANT_LABELS[v] for v in vars_), *(f"{a} / {b}" for a, b in ratios)]
-    lines = ["| " + " | ".join(head) + " | saved for backward (MiB) |", "|---|---|" + "---:|" * (len(head) - 1)]
-    for case in loss["cases"]:
-        V = case["variants"]
-        cells = [_cell(V[v]["ms"]["cpu"]) for v in vars_]
-        for a, b in ratios:
-            r = V.get(a, {}).get(f"ratio_vs_{b}")
-            c, w = (r or {}).get("cpu"), (r or {}).get("wall")
-            cells.append(f"{c['median']:.3f} [{c['min']:.3f}–{c['max']:.3f}] / {w['median']:.3f}" if c else "n/a")
-        saved = ", ".join(f"{v} {V[v]['saved_mb']:.1f}" for v in vars_)
-        lines.append(f"| {case['batch']} x {case['length']} | {case['dtype']} | " + " | ".join(cells) + f" | {saved} |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trgrpo.bench``: parts 1 and 2, the records to ``--out`` (``make docs`` renders their tables)."""
+    """``python -m trgrpo.bench``: parts 1 and 2, the records to ``--out``."""
     ap = argparse.ArgumentParser(prog="python -m trgrpo.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", choices=("step", "loss"), default=["step", "loss"])
-    ap.add_argument("--quick", action="store_true", help="1 repeat, small shapes: checks the machinery")
-    ap.add_argument("--model", default="embedded", help="step benchmark model: 'embedded', a folder or a hub id")
     ap.add_argument("--repeats", type=int, help="step benchmark repeats per variant")
     ap.add_argument("--variants", nargs="+", choices=STEP_VARIANTS, help="step variants")
-    ap.add_argument("--steps", type=int, help="measured steps per run")
-    ap.add_argument("--loss-repeats", type=int, help="loss benchmark blocks per variant")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (GPU runs ignore it)")
     ap.add_argument("--out", default=str(RESULTS_DIR))
     ap.add_argument("--child-step", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child_step:  # one step_run of _step_run_isolated, its record written atomically
+    if args.child_step:  # one step_run of _step_run_isolated
         cfg_path, variant, repeat, out_path = args.child_step
         cfg = StepBenchConfig(**json.loads(Path(cfg_path).read_text()))
         write_json(out_path, step_run(cfg, variant, int(repeat)))
         return 0
     out = Path(args.out)
     if "step" in args.parts:
-        kw: dict[str, Any] = dict(model=args.model, threads=args.threads)
-        if args.quick:
-            kw.update(repeats=1, steps=1, max_completion_length=8)
-        given = dict(repeats=args.repeats, steps=args.steps, variants=args.variants)
-        rec = run_step_bench(StepBenchConfig(**kw, **{k: v for k, v in given.items() if v is not None}))
-        print(f"wrote {write_json(out / 'step.json', rec)} ({rec['runtime_s']:.0f} s)\n\n{step_table(rec)}\n")
+        given = dict(repeats=args.repeats, variants=args.variants)
+        rec = run_step_bench(StepBenchConfig(**{k: v for k, v in given.items() if v is not None}))
+        print(f"wrote {write_json(out / 'step.json', rec)} ({rec['runtime_s']:.0f} s)")
     if "loss" in args.parts:
-        kw = dict(threads=args.threads)
-        if args.quick:
-            kw.update(lengths=(512,), repeats=2, iters=3)
-        if args.loss_repeats is not None:
-            kw["repeats"] = args.loss_repeats
-        rec = run_loss_bench(LossBenchConfig(**kw))
-        print(f"wrote {write_json(out / 'loss.json', rec)} ({rec['runtime_s']:.0f} s)\n\n{loss_table(rec)}\n")
+        rec = run_loss_bench(LossBenchConfig())
+        print(f"wrote {write_json(out / 'loss.json', rec)} ({rec['runtime_s']:.0f} s)")
     print("`make docs` renders results/bench/table.md and the README's cost table from the records")
     return 0
 

@@ -1,14 +1,9 @@
 """A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
-Both modes take the same path: install the pure-Python packages the check imports from ``wheels/`` when missing
-(``make gpu-wheels`` fills it where a network is); build a random-weight model (Qwen2.5-0.5B-shaped in bf16 on the
-GPU, a tiny Llama with ``--cpu``; the embedded model's tokenizer); train GRPO (``scheme="equal"``) and TR-GRPO runs,
-each its own ``python -m trgrpo.train`` process, checking finite loss and grad-norm and ``tr/weight_mean`` != 1;
-SIGKILL a run's process group after its first checkpoint and check that the restart resumes there; check that
-equal-weight TR-GRPO equals TRL's ``GRPOTrainer``; measure s/step, tokens per second, peak memory and the loss
-head's cost beside the planner's estimate. Writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless
-``--out``), whose ``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every
-check passes; without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
+It installs what it imports from ``wheels/`` when missing (``make gpu-wheels``), builds a random-weight model, trains
+GRPO and TR-GRPO runs each in its own ``python -m trgrpo.train`` process, kills a run after its first checkpoint and
+resumes it, compares equal-weight TR-GRPO with TRL's GRPOTrainer, times the loss head, and writes
+``results/gpu/check.json`` (``--cpu``: a temporary folder). Exit code 0 when every check passes.
 """
 
 from __future__ import annotations
@@ -33,16 +28,9 @@ from trgrpo.experiment import ROOT
 
 WHEELS = ROOT / "wheels"
 GPU_OUT = ROOT / "results" / "gpu" / "check.json"
-# import name -> pip requirement: what the check imports beyond torch, transformers and accelerate (the K&K and math
-# tasks' reasoning-gym, gguf and math-verify are not among them; tests/test_gpu_check.py installs exactly these
-# offline into a fresh environment, slow tier). `make gpu-wheels` downloads them.
-PURE_PYTHON = {
-    "trl": "trl==1.16.0",
-    "datasets": "datasets>=3.0",
-    "yaml": "pyyaml>=6.0",
-    "tqdm": "tqdm>=4.66",
-}
-# Qwen2.5-0.5B-Instruct's config.json (the vocabulary is the tokenizer's: SmolLM2's 49152, stated in the record)
+# import name -> requirement: what the check imports beyond torch, transformers and accelerate
+PURE_PYTHON = {"trl": "trl==1.16.0", "datasets": "datasets>=3.0", "yaml": "pyyaml>=6.0", "tqdm": "tqdm>=4.66"}
+# Qwen2.5-0.5B-Instruct's config.json (the vocabulary is the embedded tokenizer's)
 QWEN05_CONFIG = dict(
     hidden_size=896,
     intermediate_size=4864,
@@ -54,10 +42,18 @@ QWEN05_CONFIG = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
 )
+# A random model's next-token distribution is nearly uniform, where Eq. 11 gives w = L = 1 for every token; scaling
+# the output embedding makes it peaked, so that TR-GRPO's weights differ from 1 as in a trained model.
+SHARPEN = 40.0
+NOT_COVERED = (
+    "DeepSpeed ZeRO-2/3 and more than one process (every run here is `python -m trgrpo.train` on one device)",
+    "a hub model and its real weights (random weights, the embedded model's 49152-token vocabulary)",
+    "the K&K and math tasks (reasoning-gym, math-verify) and full-length rollouts",
+)
 
 
 def ensure_packages(wheels: Path = WHEELS) -> list[str]:
-    """pip-install the missing :data:`PURE_PYTHON` packages from ``wheels`` (no index); returns what it installed."""
+    """pip-install the missing :data:`PURE_PYTHON` packages from ``wheels`` (no index); what it installed."""
     missing = [req for mod, req in PURE_PYTHON.items() if importlib.util.find_spec(mod) is None]
     if not missing:
         return []
@@ -72,55 +68,11 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
     return missing
 
 
-def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: str) -> list[str]:
-    """``make gpu-wheels``: into ``dest``, the wheels of :data:`PURE_PYTHON` and of their dependencies that the GPU
-    machine lacks, for its platform and Python. ``freeze`` is that machine's ``pip freeze``: the resolution keeps its
-    versions (torch, transformers, accelerate, huggingface_hub, ...) and downloads none of them. Returns the wheels'
-    requirements."""
-    import re
-
-    pinned = {}
-    for line in Path(freeze).read_text().splitlines():
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip())
-        if m:
-            pinned[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(0)
-    dest.mkdir(parents=True, exist_ok=True)
-    target = ["--only-binary=:all:", "--python-version", python_version]
-    for tag in _platform_tags(platform):
-        target += ["--platform", tag]
-    with tempfile.TemporaryDirectory() as tmp:
-        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
-        constraints.write_text("\n".join(pinned.values()) + "\n")
-        pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report)]
-        subprocess.run([*pip, *target, "-c", str(constraints), *PURE_PYTHON.values()], check=True)
-        resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
-    need = [f"{m['name']}=={m['version']}" for m in resolved if re.sub(r"[-_.]+", "-", m["name"]).lower() not in pinned]
-    if need:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
-        subprocess.run(cmd, check=True)
-    return need
-
-
-def _platform_tags(platform: str) -> list[str]:
-    """``manylinux_2_28_x86_64`` and the older manylinux tags a machine with glibc 2.28 runs too (pip does not widen
-    a given ``--platform``); any other tag as it is."""
-    import re
-
-    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
-    if not m:
-        return [platform]
-    glibc, arch = int(m.group(1)), m.group(2)
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    tags = [f"manylinux_2_{v}_{arch}" for v in range(glibc, 4, -1)]
-    return tags + [f"{name}_{arch}" for v, name in legacy.items() if v <= glibc]
-
-
 def find_tokenizer(path: str | None = None) -> str:
     """A tokenizer folder: ``path``, the embedded model's cache folder, or ``wheels/tokenizer``."""
     from trgrpo.models import EMBEDDED_NAME, cache_dir
 
-    candidates = [Path(path)] if path else []
-    candidates += [cache_dir() / "models" / EMBEDDED_NAME, WHEELS / "tokenizer"]
+    candidates = ([Path(path)] if path else []) + [cache_dir() / "models" / EMBEDDED_NAME, WHEELS / "tokenizer"]
     for c in candidates:
         if (c / "tokenizer_config.json").exists():
             return str(c)
@@ -130,54 +82,32 @@ def find_tokenizer(path: str | None = None) -> str:
     )
 
 
-def build_model(path: Path, tokenizer_dir: str, *, cpu: bool, seed: int = 0) -> dict:
-    """A random-weight model in ``path``: Qwen2.5-0.5B-shaped on the GPU, a 2-layer Llama on the CPU."""
+def build_model(path: Path, tokenizer_dir: str, *, cpu: bool) -> dict:
+    """A random-weight model in ``path``, Qwen2.5-0.5B-shaped (GPU) or a 2-layer Llama (CPU), sharpened."""
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from trgrpo.models import tiny_model
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
     if cpu:
-        tiny_model(path, hidden=32, layers=2, heads=2, seed=seed, tokenizer=tok)
-        _sharpen(path)
-        return {"shape": "tiny Llama (hidden 32, 2 layers)", "vocab": len(tok), "output_scale": SHARPEN}
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        **QWEN05_CONFIG,
-    )
-    model = Qwen2ForCausalLM(cfg)
-    path.mkdir(parents=True, exist_ok=True)
+        tiny_model(path, hidden=32, layers=2, heads=2, seed=0, tokenizer=tok)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    else:
+        ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), **ids, **QWEN05_CONFIG))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(SHARPEN)
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    _sharpen(path)
+    shape = "tiny Llama (hidden 32, 2 layers)" if cpu else "Qwen2.5-0.5B config, random weights"
     n = sum(p.numel() for p in model.parameters())
-    return {"shape": "Qwen2.5-0.5B config, random weights", "vocab": len(tok), "params": n, "output_scale": SHARPEN}
+    return {"shape": shape, "vocab": len(tok), "params": n, "output_scale": SHARPEN}
 
 
-# A random model's next-token distribution is nearly uniform (p ~ 1/V), where Eq. 11 gives w = L = 1 for every
-# token; scaling the output embedding makes it peaked, so TR-GRPO's weights differ from 1 as in a trained model.
-SHARPEN = 40.0
-
-
-def _sharpen(path: Path, factor: float = SHARPEN) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(factor)
-    model.save_pretrained(path)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The task of the check: fixed prompts, a reward with spread inside every group, a greedy evaluation of a few prompts
-# (through the run's vLLM engine when it has one, HF generate otherwise: the path of every full-scale run).
-
+# The check's task: fixed prompts, a reward with spread in every group, a greedy evaluation of a few prompts (through
+# the run's vLLM engine when it has one, HF generate otherwise: the path of every full-scale run).
 PROMPTS = [f"Count from {i} to {i + 5}:" for i in range(64)]
 N_EVAL = 4
 
@@ -196,19 +126,14 @@ def _evaluate(model, tokenizer, records, spec) -> dict:
     return {"accuracy": sum(spread_reward(None, ids)) / len(ids), "n": len(ids)}
 
 
-def _register() -> None:
+if __name__ != "__main__":  # registered under the module's import name, which the runs' processes import
     from trgrpo.tasks import Task, register_task
 
     register_task("gpu-check", Task(_build, lambda spec: [spread_reward], _evaluate))
 
 
-if __name__ != "__main__":  # run as a script, the module imports itself under its name (the end of this file)
-    _register()
-
-
-def check_spec(
-    model_dir: str, scheme: str, *, cpu: bool, use_vllm: bool, steps: int, name: str, save_steps: int = 1000
-):
+def check_spec(model_dir: str, scheme: str, *, cpu: bool, use_vllm: bool, steps: int, name: str, save_steps=1000):
+    """The RunSpec of one run of the check."""
     from trgrpo.experiment import RunSpec
 
     return RunSpec(
@@ -236,18 +161,10 @@ def check_spec(
     )
 
 
-# What a full-scale run does that this check does not (the record says so).
-NOT_COVERED = (
-    "DeepSpeed ZeRO-2/3 and more than one process (every run here is `python -m trgrpo.train` on one device)",
-    "a hub model and its real weights (random weights, the embedded model's 49152-token vocabulary)",
-    "the K&K and math tasks (reasoning-gym, math-verify) and full-length rollouts",
-)
-
-
 @contextlib.contextmanager
 def _nvidia_smi_peak(gpu: bool):
-    """While the block runs, sample ``nvidia-smi``'s used memory (MiB, GPU 0) every 0.5 s in a thread (only where
-    ``gpu``); yields a dict whose ``"peak"`` is the largest sample (None without one)."""
+    """Sample nvidia-smi's used memory of GPU 0 (MiB) every 0.5 s while the block runs (only where ``gpu``); yields
+    a dict whose ``"peak"`` is the largest sample."""
     out: dict[str, float | None] = {"peak": None}
     stop = threading.Event()
     cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"]
@@ -271,8 +188,7 @@ def _nvidia_smi_peak(gpu: bool):
 
 
 def _train(spec, results: Path, *, cpu: bool, force: bool = True) -> dict:
-    """One run in its own process (``python -m trgrpo.train``), its log in ``results/logs``; its record.
-    ``force``: from scratch (checkpoints cleared); ``False`` resumes from the run's newest checkpoint."""
+    """One run in its own process, its log in ``results/logs``; ``force=False`` resumes its newest checkpoint."""
     from trgrpo.fullscale import launch
 
     logs = results / "logs"
@@ -297,8 +213,8 @@ def _finite(values) -> bool:
 
 
 def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
-    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal") on the config of
-    :func:`trgrpo.bench.grpo_trainer`: same rollouts, same loss and grad-norm."""
+    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal") (:func:`trgrpo.bench.grpo_trainer`):
+    same rollouts, same loss and grad-norm."""
     from trgrpo.bench import grpo_trainer
 
     logs = {}
@@ -331,54 +247,51 @@ def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
 
 
 def check_resume(spec, results: Path, *, cpu: bool) -> dict:
-    """Start a run in its own process group, SIGKILL the group once the first checkpoint is complete (its
-    ``trainer_state.json``, the last file a checkpoint gets, is there), start the run again: it resumes from its
-    newest checkpoint and ends at ``spec.steps``."""
-    from trgrpo import experiment
+    """Start a run in its own process group, SIGKILL the group once its first checkpoint is complete (has its
+    ``trainer_state.json``), start it again: it resumes from that checkpoint and ends at ``spec.steps``."""
+    from trgrpo.experiment import checkpoint_folder
     from trgrpo.fullscale import child_env, run_command, write_specs
 
-    ckpt_dir = Path(experiment.CHECKPOINT_DIR) / spec.group / spec.name
+    ckpt_dir = checkpoint_folder(spec)
     cfg = write_specs([spec], results / "logs" / spec.group / f"{spec.name}-killed.yaml")
     cmd = run_command(cfg, results_dir=results, gpus=0 if cpu else 1, force=True)
     log = cfg.with_suffix(".log")
     print(f"[resume] {spec.name}, killed after its first checkpoint\n  log: {log}\n  $ {' '.join(cmd)}", flush=True)
     with log.open("w") as fh:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=child_env(0 if cpu else 1), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        env = child_env(0 if cpu else 1)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 900
         while time.time() < deadline and proc.poll() is None:
             if any((c / "trainer_state.json").exists() for c in ckpt_dir.glob("checkpoint-*")):
                 time.sleep(0.2 if cpu else 2)  # the file is written whole
                 break
             time.sleep(0.05)
-        exit_before_kill = proc.poll()
-        if exit_before_kill is None:
-            try:
+        exited = proc.poll()
+        if exited is None:
+            with contextlib.suppress(ProcessLookupError):  # the group may end between the poll and the kill
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:  # the group ended between the poll and the kill
-                pass
         proc.wait()
     out = {"killed_with": "SIGKILL to the process group", "returncode": proc.returncode, "log": str(log)}
-    if exit_before_kill is not None:  # it ended (or failed) before its first checkpoint: nothing was killed
-        out.update(ok=False, error=f"the run exited with code {exit_before_kill} before the kill (log {log})")
-        return out
+    if exited is not None:
+        return {**out, "ok": False, "error": f"the run exited with code {exited} before the kill (log {log})"}
     killed_at = sorted(int(c.name.split("-")[-1]) for c in ckpt_dir.glob("checkpoint-*"))
-    rec = _train(spec, results, cpu=cpu, force=False)  # the restart resumes (--force would start over)
+    rec = _train(spec, results, cpu=cpu, force=False)
     resumed = rec.get("resumed_from")
-    ok = proc.returncode == -signal.SIGKILL and bool(resumed) and 0 < _step(resumed) < spec.steps
-    ok = ok and len(rec["history"]) == spec.steps and rec["steps_run"] == spec.steps - _step(resumed)
-    out.update(checkpoints_after_kill=killed_at, resumed_from=resumed, steps_run=rec["steps_run"], ok=ok)
-    return out
-
-
-def _step(ckpt: str | None) -> int:
-    return int(Path(ckpt).name.split("-")[-1]) if ckpt else 0
+    step = int(resumed.rsplit("-", 1)[1]) if resumed else 0
+    ok = proc.returncode == -signal.SIGKILL and 0 < step < spec.steps
+    ok = ok and len(rec["history"]) == spec.steps and rec["steps_run"] == spec.steps - step
+    return {
+        **out,
+        "checkpoints_after_kill": killed_at,
+        "resumed_from": resumed,
+        "steps_run": rec["steps_run"],
+        "ok": ok,
+    }
 
 
 def loss_head_cost(*, cpu: bool) -> dict:
-    """ms per forward + backward of the loss head, GRPO (TRL's ops) vs TR-GRPO (weights + loss + metrics):
-    :func:`trgrpo.bench.time_blocks` (wall clock, the GPU synchronised before each reading)."""
+    """ms per forward + backward of the loss head, GRPO (TRL's ops) against TR-GRPO (:func:`trgrpo.bench.time_blocks`,
+    wall clock, the GPU synchronised before each reading)."""
     from trgrpo.bench import LossBenchConfig, loss_fn, loss_inputs, time_blocks
 
     batch, length, dtype = (4, 64, "float32") if cpu else (64, 4096, "bfloat16")
@@ -397,18 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help=f"JSON to write (GPU default: {GPU_OUT.relative_to(ROOT)})")
     ap.add_argument("--wheels", default=str(WHEELS))
     ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--download-wheels", metavar="FREEZE", help="fill --wheels for the pip freeze's machine")
-    ap.add_argument("--platform", default="manylinux_2_28_x86_64", help="with --download-wheels: the GPU machine's")
-    ap.add_argument("--python-version", default="3.11", help="with --download-wheels: the GPU machine's")
     args = ap.parse_args(argv)
-    if args.download_wheels:
-        need = download_wheels(
-            Path(args.download_wheels), Path(args.wheels), platform=args.platform, python_version=args.python_version
-        )
-        print(f"{len(need)} wheel(s) in {args.wheels}: {' '.join(need)}")
-        return 0
-    cpu = args.cpu
-    t0 = time.time()
+    cpu, t0 = args.cpu, time.time()
     from trgrpo.fullscale import cuda_missing
 
     if not cpu and (problem := cuda_missing()):
@@ -420,14 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     use_vllm = (not cpu) and importlib.util.find_spec("vllm") is not None
     work = Path(tempfile.mkdtemp(prefix="trgrpo-gpu-check-"))
     out = Path(args.out) if args.out else (work / "check.json" if cpu else GPU_OUT)
-    experiment.CHECKPOINT_DIR = work / "checkpoints"  # the child processes get it through fullscale.child_env
-    results = work / "results"
-    model_dir = str(work / "model")
-    info = build_model(Path(model_dir), find_tokenizer(args.tokenizer), cpu=cpu)
-    steps = 2 if cpu else 3
+    experiment.CHECKPOINT_DIR = work / "checkpoints"  # the runs' processes get it through fullscale.child_env
+    results, model_dir = work / "results", str(work / "model")
     record: dict[str, Any] = {
         "mode": "cpu" if cpu else "gpu",
-        "model": info,
+        "model": build_model(Path(model_dir), find_tokenizer(args.tokenizer), cpu=cpu),
         "use_vllm": use_vllm,
         "installed_from_wheels": installed,
         "machine": experiment.machine_info(),
@@ -439,12 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not use_vllm:
         record["not_covered"].append("vLLM (not importable here): rollouts and evaluation went through HF generate")
-    runs = {}
+    runs = record["runs"] = {}
     for label, scheme in (("grpo", "equal"), ("tr", "tr")):
-        spec = check_spec(model_dir, scheme, cpu=cpu, use_vllm=use_vllm, steps=steps, name=label)
+        spec = check_spec(model_dir, scheme, cpu=cpu, use_vllm=use_vllm, steps=2 if cpu else 3, name=label)
         with _nvidia_smi_peak(not cpu) as sampler:
-            rec = _train(spec, results, cpu=cpu)
-        runs[label] = {**_summary(rec), "nvidia_smi_peak_mib": sampler["peak"]}
+            runs[label] = _summary(_train(spec, results, cpu=cpu))
+        runs[label]["nvidia_smi_peak_mib"] = sampler["peak"]
         if not cpu:
             import torch
 
@@ -455,24 +355,21 @@ def main(argv: list[str] | None = None) -> int:
                 "train_s_per_step": est["train_s_per_step"],
                 "train_peak_gb": est["memory_gb"]["train_peak"],
             }
-    record["runs"] = runs
-    checks = {
-        "finite_loss_and_grad_norm": all(_finite(r["loss"]) and _finite(r["grad_norm"]) for r in runs.values()),
-        "tr_weight_mean_not_1": any(w is not None and abs(w - 1.0) > 1e-6 for w in runs["tr"]["tr_weight_mean"]),
-        "grpo_weight_mean_is_1": all(w is None or abs(w - 1.0) < 1e-6 for w in runs["grpo"]["tr_weight_mean"]),
-        "evaluated": all(r["final"].get("n") == N_EVAL for r in runs.values()),
-    }
-    # the kill lands between the first checkpoint and the end: a checkpoint every step on the CPU, whose steps are short
+    # the kill lands between the first checkpoint and the end: on the CPU, whose steps are short, a checkpoint a step
     resume_spec = check_spec(
         model_dir, "tr", cpu=cpu, use_vllm=use_vllm, steps=8 if cpu else 4, name="resume", save_steps=1 if cpu else 2
     )
     record["resume"] = check_resume(resume_spec, results, cpu=cpu)
-    checks["kill_and_resume"] = record["resume"]["ok"]
-    # in this process, after the runs (its trainers' memory is not the runs' to share)
-    record["equivalence"] = check_equivalence(model_dir, work / "equivalence", cpu=cpu)
-    checks["equal_weights_equal_trl"] = record["equivalence"]["ok"]
+    record["equivalence"] = check_equivalence(model_dir, work / "equivalence", cpu=cpu)  # after the runs: memory
     record["loss_head"] = loss_head_cost(cpu=cpu)
-    record["checks"] = checks
+    checks = record["checks"] = {
+        "finite_loss_and_grad_norm": all(_finite(r["loss"]) and _finite(r["grad_norm"]) for r in runs.values()),
+        "tr_weight_mean_not_1": any(w is not None and abs(w - 1.0) > 1e-6 for w in runs["tr"]["tr_weight_mean"]),
+        "grpo_weight_mean_is_1": all(w is None or abs(w - 1.0) < 1e-6 for w in runs["grpo"]["tr_weight_mean"]),
+        "evaluated": all(r["final"].get("n") == N_EVAL for r in runs.values()),
+        "kill_and_resume": record["resume"]["ok"],
+        "equal_weights_equal_trl": record["equivalence"]["ok"],
+    }
     record["ok"] = all(checks.values())
     record["wall_time_s"] = time.time() - t0
     experiment.write_json(out, record)
@@ -488,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m trgrpo.gpu_check` runs this file as `__main__`; the check uses the module under its import name, so
-    # that the task it registers is importable in the runs' own processes (fullscale.write_specs names its module).
+    # run as `__main__`, the check uses the module under its import name (the task it registers must be importable
+    # in the runs' own processes: fullscale.write_specs names its module)
     from trgrpo.gpu_check import main as _main
 
     sys.exit(_main())

@@ -1,12 +1,7 @@
-"""The few lines every notebook needs, in one place: ``nb = setup("01_gradient_norm_theorem", SMOKE)``.
+"""The few lines every notebook needs: ``nb = setup("01_gradient_norm_theorem", SMOKE)``.
 
-:func:`setup` also makes the notebook's output readable (:func:`configure`, issue 17):
-
-* FutureWarnings that transformers, TRL, accelerate, datasets and huggingface_hub raise about their own internals
-  (deprecations the reader cannot act on) are filtered; anything else still shows.
-* Headless runs (``TRGRPO_HEADLESS=1``, set by ``trgrpo.batch`` and the notebook tests) turn progress bars off:
-  a saved notebook would keep a widget frozen at "0%". In JupyterLab the bars stay (tqdm's notebook bar).
-* The project's own ``[trgrpo] ...`` status lines go to stdout (they are not errors).
+:func:`setup` also makes the output readable: the dependencies' FutureWarnings filtered, progress bars off in a
+headless run (``TRGRPO_HEADLESS=1``, set by ``trgrpo.batch`` and the tests), where a saved bar would stay at "0%".
 """
 
 from __future__ import annotations
@@ -25,17 +20,17 @@ DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|
 
 
 def _switch(name: str) -> bool:
-    """An environment variable as a switch: unset, empty, ``0`` or ``false`` is off, anything else on."""
+    """Unset, empty, ``0`` or ``false`` is off, anything else on."""
     return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
 def headless() -> bool:
-    """True in a headless run (``TRGRPO_HEADLESS``: papermill from ``trgrpo.batch`` or the tests)."""
+    """True in a headless run (``TRGRPO_HEADLESS``)."""
     return _switch("TRGRPO_HEADLESS")
 
 
 def configure() -> None:
-    """Filter the dependencies' FutureWarnings; in a headless run, disable progress bars (tqdm, transformers, hub)."""
+    """Filter the dependencies' FutureWarnings; in a headless run, disable progress bars."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=DEPENDENCIES)
     if headless():
         os.environ.setdefault("TQDM_DISABLE", "1")
@@ -72,20 +67,18 @@ def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | Non
 
 
 def smoke_from_env() -> bool:
-    """``TRGRPO_SMOKE`` as a switch (:func:`_switch`)."""
+    """``TRGRPO_SMOKE`` as a switch."""
     return _switch("TRGRPO_SMOKE")
 
 
 def find_root(start: str | os.PathLike | None = None) -> Path:
-    """The nearest of ``start`` (default: the working folder) and its parents that holds a ``trgrpo/`` package
-    folder; ``start`` itself when none does."""
+    """The nearest of ``start`` (default: the working folder) and its parents holding ``trgrpo/``; else ``start``."""
     here = Path(start or Path.cwd()).resolve()
     return next((p for p in (here, *here.parents) if (p / "trgrpo" / "__init__.py").is_file()), here)
 
 
 def versions(*packages: str) -> str:
-    """One line: python, each named package's version (torch with its device: CPU or the CUDA device count), and
-    trgrpo's. ``print(versions("torch", "numpy"))`` is a notebook's first output."""
+    """One line: python, each package's version (torch with its CUDA device count or CPU), and trgrpo's."""
     import importlib
 
     from trgrpo import __version__
@@ -102,8 +95,7 @@ def versions(*packages: str) -> str:
 
 
 def cpu_threads(threads: int = 0) -> int:
-    """Set torch's CPU threads and return the number: ``threads`` if > 0, else 2 (or 1 when the machine is already
-    busy: two threads thrash on a loaded 2-core machine), never more than the cores."""
+    """Set torch's CPU threads: ``threads`` if > 0, else 2 (1 on a busy machine, where two thrash); the number."""
     import torch
 
     cores = os.cpu_count() or 1
@@ -115,7 +107,7 @@ def cpu_threads(threads: int = 0) -> int:
 
 @dataclass(frozen=True)
 class Notebook:
-    """Where a notebook's outputs go, and its clock (see the module docstring)."""
+    """Where a notebook's outputs go, and its clock."""
 
     name: str
     smoke: bool
@@ -156,9 +148,8 @@ class Notebook:
 
 
 def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | None = None) -> Notebook:
-    """The :class:`Notebook` of the notebook ``name`` (its file name without ``.ipynb``), in smoke mode if ``smoke``
-    (``None``: :func:`smoke_from_env`), rooted at ``root`` (default :func:`find_root`), its output made readable
-    (:func:`configure`). Prints one line saying the mode."""
+    """The :class:`Notebook` ``name`` (file name without ``.ipynb``), in smoke mode if ``smoke`` (``None``: the
+    environment's), rooted at ``root`` (default :func:`find_root`), its output made readable; prints the mode."""
     if not isinstance(name, str) or not name or Path(name).name != name or name.endswith(".ipynb"):
         raise ValueError(f"name must be the notebook's file name without folder or .ipynb, got {name!r}")
     configure()
