@@ -1,4 +1,4 @@
-"""``make docs``: render every generated block of README.md and docs/syllabus.md from the records.
+"""``make docs``: render every generated block of README.md and docs/{syllabus,gpu,cost}.md from the records.
 
 A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
 each NAME. The numbers and tables come from the library (:mod:`trgrpo.tables`, :mod:`trgrpo.course`,
@@ -25,6 +25,8 @@ from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROU
 
 README = ROOT / "README.md"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
+GPU_PAGE = ROOT / "docs" / "gpu.md"
+COST_PAGE = ROOT / "docs" / "cost.md"
 BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P=name):end -->)", re.S)
 
 
@@ -272,19 +274,98 @@ def syllabus_times() -> str:
     )
 
 
+def _bench_ours(step: dict) -> str:
+    c = step["config"]
+    return (
+        f"Ours: `{Path(str(step['model'])).name}` on {step['device']}, {c['prompts_per_step']} prompt x "
+        f"{c['num_generations']} completions of at most {c['max_completion_length']} tokens per step, "
+        f"{c['steps']} measured steps after {c['warmup_steps']} warm-up, {c['repeats']} repeats per variant, "
+        f"rollouts identical across variants: {step['rollouts_identical']}. Cells: median [min–max] over "
+        "repeats; in brackets: the change against GRPO (TRL), median [min, max] of the paired per-repeat "
+        "ratios. The paper's unit is minutes per sample on 8 GPUs; ours is seconds per step on a CPU. "
+        "'TR-GRPO code, w = 1' computes TRL's loss (equal to float precision, tests/test_trainer.py): its "
+        "change against GRPO (TRL), and that of phases with identical work (rollout, policy forward), is the "
+        "noise floor of the end-to-end comparison; the loss-head rows measure the loss directly."
+    )
+
+
+def _bench_pair(pair: dict, phases) -> str:
+    names = ", ".join(bench.VARIANT_LABELS[v] for v in pair["variants"])
+    return (
+        f"### A longer run of fewer variants ({names}): {pair['config']['repeats']} repeats, same settings "
+        f"otherwise (`--variants ... --repeats ... --out results/bench/pair`)\n\n{bench.step_table(pair, phases)}"
+    )
+
+
+def _machine_line(rec: dict) -> str:
+    m, v = rec.get("machine", {}), rec.get("versions", {})
+    dev = m.get("gpu") or f"{m.get('cpu_model') or m.get('processor') or '?'} ({m.get('cpu_count', '?')} cores)"
+    return (
+        f"Machine: {dev}, torch threads {m.get('torch_threads')}, load average {m.get('load_average')}; torch "
+        f"{v.get('torch')}, transformers {v.get('transformers')}, trl {v.get('trl')}; commit "
+        f"{str(rec.get('git_commit'))[:10]}, {rec.get('created')}; runtime {rec['runtime_s']:.0f} s."
+    )
+
+
+README_PHASES = ("step", "loss_backward", "loss_head")
+
+
 def cost_table() -> str:
-    """The Table 8 part of :func:`trgrpo.bench.table_markdown` (up to the per-phase breakdown)."""
-    text = bench.table_markdown()
-    return text[: text.find("### Training step by phase")].strip()
+    """The README's cost table: paper Table 8, then ours (:mod:`trgrpo.bench`'s records, the phases that matter)."""
+    res = bench.load_results()
+    parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", bench.paper_table()]
+    if "step" in res:
+        parts += [_bench_ours(res["step"]), bench.step_table(res["step"], README_PHASES)]
+    if "pair" in res:
+        parts.append(_bench_pair(res["pair"], README_PHASES))
+    return "\n\n".join(parts)
+
+
+def plan_table() -> str:
+    """The README's table of the full-scale plans (memory and time from the planner)."""
+    lines = [
+        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | fits |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in plan.readme_rows():
+        lo, hi = (round(h, 1) for h in r["hours_per_run"])
+        h = f"{lo:.1f}" if lo == hi else f"{lo:.1f}-{hi:.1f}"
+        fits = "yes" if r["change"] is None else f"no: {r['change']}"
+        lines.append(
+            f"| `{r['plan']}` | {r['gpus']} x {r['gpu']} {r['gpu_mem_gb']:g} GB, ZeRO-{r['zero']} | "
+            f"{r['runs']} | {r['peak_gb']:.0f} | {h} | {r['hours']:.0f} | {fits} |"
+        )
+    return "\n".join(lines)
+
+
+def bench_table() -> str:
+    """``results/bench/table.md``: every table of the benchmark records, with the method and the machine."""
+    res = bench.load_results()
+    step, loss, pair = res.get("step"), res.get("loss"), res.get("pair")
+    parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", bench.paper_table()]
+    if step:
+        parts += ["### Training step by phase (s/step)", _bench_ours(step), bench.step_table(step)]
+        parts += [f"Method: `python -m trgrpo.bench` (its docstring). {_machine_line(step)}"]
+    if pair:
+        parts.append(_bench_pair(pair, bench.STEP_PHASES))
+    if loss:
+        goal = loss.get("goal_ratio_vs_equal", 1.10)
+        parts += [
+            f"### The loss alone: forward + backward, ms per call (process CPU), on {loss['device']}",
+            f"Goal: TR-GRPO at most {goal:.2f}x the same computation with w = 1 ('equal'). Ratio columns: median "
+            "[min–max] of per-block paired ratios (process CPU); wall-clock ratio after the slash. Inputs: "
+            "`trgrpo.bench.loss_inputs`; the CPU heap kept freed memory (`trgrpo.bench.steady_allocator`), as a "
+            "GPU caching allocator would.",
+            bench.loss_table(loss),
+            _machine_line(loss),
+        ]
+    return "\n\n".join(parts) + "\n"
 
 
 BLOCKS = {
-    README: {
-        "course-times": readme_times,
-        "bench": cost_table,
-        "toy-findings": toy_verdict,
-        "plan": lambda: plan.readme_table().strip("\n"),
-    },
+    README: {"course-times": readme_times, "toy-findings": toy_verdict},
+    GPU_PAGE: {"plan": plan_table},
+    COST_PAGE: {"bench": cost_table},
     SYLLABUS: {"times": syllabus_times, "exercises": course.exercises_table},
 }
 
@@ -308,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(path.relative_to(ROOT))
             if not check:
                 path.write_text(new)
+    table = bench.RESULTS_DIR / "table.md"
+    if table.exists() and table.read_text() != bench_table():
+        stale.append(table.relative_to(ROOT))
+        if not check:
+            table.write_text(bench_table())
     print(("stale: " if check else "rewrote: ") + (", ".join(map(str, stale)) or "nothing") if stale else "up to date")
     return 1 if check and stale else 0
 

@@ -337,7 +337,7 @@ def test_primer_derives_eq_1_to_6_each_checked_against_the_library():
         assert len(cells[i].source.strip().splitlines()) <= 12, f"derivation cell {i} is not 'a few lines'"
         nxt = cells[i + 1]
         assert "derivation-check" in course.tags(nxt) and "course.check(" in nxt.source, f"cell {i + 1} checks {i}"
-        assert re.search(r"\b(loss|toy|primer)\.\w+\(", nxt.source), f"cell {i + 1} compares with the library"
+        assert re.search(r"\b(loss|addition|course)\.\w+\(", nxt.source), f"cell {i + 1} compares with the library"
     text = "\n".join(c.source for c in cells)
     for eq in ("Eq. 1", "Eq. 4", "Eq. 3", "Eq. 5", "Eq. 6", "k3", "clip-higher"):
         assert eq in text, eq

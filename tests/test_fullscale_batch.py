@@ -225,5 +225,5 @@ def test_live_logs_sit_beside_the_record(tmp_path):
         "N_EVAL_PER_SIZE": 1,
         "REPORT_TO": "tensorboard",
     }
-    (s,) = fullscale.kk_specs_from_parameters(params, use_vllm=False)
+    (s,) = fullscale.specs_from_parameters("kk", params, use_vllm=False)
     assert s.report_to == "tensorboard" and s.micro_batch_size == 2 and s.gradient_checkpointing

@@ -117,9 +117,3 @@ def test_unknown_model_names_the_field(tmp_path):
     )
     shape = fullscale.model_shape(str(tmp_path))
     assert shape.params == 2 * (2 * 32 * 32 + 2 * 32 * 2 * 16 + 3 * 32 * 64) + 100 * 32
-
-
-def test_readme_table_is_the_planners():
-    text = (ROOT / "README.md").read_text()
-    block = text.split("<!-- plan:start -->\n", 1)[1].split("\n<!-- plan:end -->", 1)[0]
-    assert block == plan.readme_table()

@@ -1,7 +1,7 @@
 """Recipe: add a weight scheme and run it as a toy-grid arm, touching two library files.
 
-1. ``trgrpo/weights.py``: one entry in ``SCHEMES`` (name -> ``fn(p)``, the detached token probabilities in, a
-   positive weight of the same shape out).
+1. ``trgrpo/weights.py``: one entry in ``SCHEMES`` (name -> ``fn(p, **_)``: the detached token probabilities in,
+   ``params``, ``mask``, ``generator`` by keyword; a positive weight of the same shape out).
 2. ``trgrpo/toy_controls.py``: one entry in ``ARMS`` (run label -> the ``toy_spec`` settings, e.g.
    ``"half-surrogate": dict(scheme="half", placement="surrogate")``); the ``controls`` grid runs every arm on every
    seed, so ``python -m trgrpo.toy_controls run controls`` runs the new arm next to GRPO, seed for seed.
@@ -11,7 +11,6 @@ through the grid's own code path (``toy_controls.grid`` -> ``toy.run_grid``)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from trgrpo import toy, toy_controls, weights
@@ -20,9 +19,8 @@ from trgrpo.experiment import read_record
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
 
 
-@pytest.mark.skipif(not isinstance(weights.SCHEMES, dict), reason="weights.SCHEMES becomes a dict (worker core)")
 def test_add_a_scheme_recipe(tmp_path, monkeypatch):
-    monkeypatch.setitem(weights.SCHEMES, "half", lambda p: 0.5 + 0.0 * p)  # step 1
+    monkeypatch.setitem(weights.SCHEMES, "half", lambda p, **_: 0.5 + 0.0 * p)  # step 1
     monkeypatch.setitem(toy_controls.ARMS, "half-surrogate", dict(scheme="half", placement="surrogate"))  # step 2
     specs = [s for s in toy_controls.grid("controls", seeds=[0]) if s["scheme"] == "half"]
     assert [s["name"] for s in specs] == ["addition-micro-half-surrogate-seed0"]

@@ -411,24 +411,24 @@ def test_load_parquet_in_logic_rl_schema(tmp_path):
     pd = pytest.importorskip("pandas")
     path = tmp_path / "test.parquet"
     pd.DataFrame(KK_ROWS).to_parquet(path)
-    records = kk.load_kk_file(path)
+    records = kk.load_kk_files(path)
     assert records == [_expected(r) for r in KK_ROWS]
     assert all(isinstance(x, bool) for r in records for x in r["solution"])
-    assert kk.load_kk_file(path, n_people=3) == [_expected(KK_ROWS[1])]
-    assert kk.load_kk_file(path, n_people=[2, 8]) == [_expected(KK_ROWS[0])]
+    assert kk.load_kk_files(path, n_people=3) == [_expected(KK_ROWS[1])]
+    assert kk.load_kk_files(path, n_people=[2, 8]) == [_expected(KK_ROWS[0])]
 
 
 def test_load_jsonl_in_logic_rl_schema(tmp_path):
     path = tmp_path / "3ppl.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in KK_ROWS) + "\n")
-    assert kk.load_kk_file(path) == [_expected(r) for r in KK_ROWS]
+    assert kk.load_kk_files(path) == [_expected(r) for r in KK_ROWS]
 
 
 def test_load_without_names_uses_solution_text_format(tmp_path):
     path = tmp_path / "kk.jsonl"
     rows = [{"quiz": r["quiz"], "solution_text_format": r["solution_text_format"]} for r in KK_ROWS]
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    assert kk.load_kk_file(path) == [_expected(r) for r in KK_ROWS]
+    assert kk.load_kk_files(path) == [_expected(r) for r in KK_ROWS]
 
 
 def test_load_logic_rl_verl_parquet(tmp_path):
@@ -447,28 +447,28 @@ def test_load_logic_rl_verl_parquet(tmp_path):
     }
     path = tmp_path / "verl.parquet"
     pd.DataFrame([verl]).to_parquet(path)
-    assert kk.load_kk_file(path) == [_expected(row)]
+    assert kk.load_kk_files(path) == [_expected(row)]
 
 
 def test_loader_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError):
-        kk.load_kk_file(tmp_path / "missing.parquet")
+        kk.load_kk_files(tmp_path / "missing.parquet")
     bad_ext = tmp_path / "kk.csv"
     bad_ext.write_text("quiz\n")
     with pytest.raises(ValueError, match="unsupported file type"):
-        kk.load_kk_file(bad_ext)
+        kk.load_kk_files(bad_ext)
     no_gold = tmp_path / "no_gold.jsonl"
     no_gold.write_text(json.dumps({"quiz": "q"}))
     with pytest.raises(ValueError, match="row 0"):
-        kk.load_kk_file(no_gold)
+        kk.load_kk_files(no_gold)
     not_a_dict = tmp_path / "list.json"
     not_a_dict.write_text(json.dumps([["quiz", "names"]]))
     with pytest.raises(ValueError, match="row 0: a K&K row is a dict"):
-        kk.load_kk_file(not_a_dict)
+        kk.load_kk_files(not_a_dict)
     disagree = tmp_path / "disagree.jsonl"
     disagree.write_text(json.dumps({**KK_ROWS[0], "solution": [True, False]}))
     with pytest.raises(ValueError, match="disagrees"):
-        kk.load_kk_file(disagree)
+        kk.load_kk_files(disagree)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -584,10 +584,7 @@ def test_accuracy_layout_by_number_of_people():
 @pytest.mark.parametrize("prefill", [False, True])
 def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
     model, tok = tiny_lm
-    res = kk.evaluate_kk(
-        model, tok, generated[:5], batch_size=2, max_new_tokens=4, prefill_think=prefill, return_completions=True
-    )
+    res = kk.evaluate_kk(model, tok, generated[:5], batch_size=2, max_new_tokens=4, prefill_think=prefill)
     assert set(res["by_n_people"]) == {3, 4, 5, 6, 7}
     assert all(0.0 <= v <= 1.0 for v in res["by_n_people"].values())
-    assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5
-    assert len(res["completions"]) == 5 and all(isinstance(c, str) for c in res["completions"])
+    assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5 and res["accuracy"] == res["avg"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import itertools
 import json
-import math
 import operator
 import re
 import threading
@@ -244,9 +243,8 @@ def _exact(expr: str) -> Fraction:
     return walk(ast.parse(expr, mode="eval"))
 
 
-@pytest.mark.parametrize("task", ["basic_arithmetic", "chain_sum"])
-def test_generated_arithmetic_has_exact_answers(task):
-    recs = mt.generate_math(30, seed=0, task=task)
+def test_generated_arithmetic_has_exact_answers():
+    recs = mt.generate_math(30, seed=0)
     assert len(recs) == 30 and len({r["problem"] for r in recs}) == 30
     for r in recs:
         assert set(r) == {"problem", "answer"}
@@ -265,8 +263,6 @@ def test_generation_is_deterministic_and_configurable():
     div = mt.generate_math(20, seed=0, operators=("+", "*", "/"))
     assert any("/" in r["problem"] for r in div)  # reasoning-gym floor-divides; only exact quotients are kept
     assert all(Fraction(int(r["answer"])) == _exact(r["problem"][len("Calculate ") : -1]) for r in div)
-    with pytest.raises(ValueError):
-        mt.generate_math(3, task="calculus")
     with pytest.raises(ValueError):
         mt.generate_math(-1)
 
@@ -395,8 +391,6 @@ def test_pass_at_k_large_n_and_bad_arguments():
     for args in [(4, 5, 1), (4, 1, 5), (4, 1, 0), (0, 0, 1), (4, -1, 1)]:
         with pytest.raises(ValueError):
             common.pass_at_k(*args)
-    with pytest.raises(TypeError):
-        common.pass_at_k(4.0, 1, 1)
 
 
 def test_mean_avg_and_pass_at_k():
@@ -431,10 +425,8 @@ def test_sampled_avg_and_pass_at_k_with_a_fake_generate(monkeypatch):
         return [["\\boxed{5}"] * 4 + ["\\boxed{6}"] * 12, ["\\boxed{1}"] * 16]
 
     monkeypatch.setattr(mt, "generate_completions", fake)
-    res = mt.evaluate_math_sampled(None, None, RECORDS, pass_ks=(1, 4))
+    res = mt.evaluate_math_sampled(None, None, RECORDS)
     assert res["avg@16"] == pytest.approx(0.125) and res["pass@16"] == pytest.approx(0.5)
-    assert res["pass@1"] == pytest.approx(0.125)
-    assert res["pass@4"] == pytest.approx((1 - math.comb(12, 4) / math.comb(16, 4)) / 2)
     assert res["n"] == 2 and res["k"] == 16
 
 
@@ -447,13 +439,9 @@ def test_evaluate_with_a_tiny_model(tiny_lm):
     model, tok = tiny_lm
     greedy = mt.evaluate_math(model, tok, RECORDS, batch_size=2, max_new_tokens=4)
     assert set(greedy) == {"accuracy", "n"} and 0.0 <= greedy["accuracy"] <= 1.0
-    sampled = mt.evaluate_math_sampled(
-        model, tok, RECORDS, k=2, batch_size=1, max_new_tokens=4, return_completions=True
-    )
+    sampled = mt.evaluate_math_sampled(model, tok, RECORDS, k=2, batch_size=1, max_new_tokens=4)
     assert 0.0 <= sampled["avg@2"] <= sampled["pass@2"] <= 1.0
-    assert [len(row) for row in sampled["completions"]] == [2, 2]
-    again = mt.evaluate_math_sampled(model, tok, RECORDS, k=2, batch_size=1, max_new_tokens=4, return_completions=True)
-    assert again["completions"] == sampled["completions"]  # seeded
+    assert mt.evaluate_math_sampled(model, tok, RECORDS, k=2, batch_size=1, max_new_tokens=4) == sampled  # seeded
 
 
 def test_generate_rejects_bad_settings(tiny_lm):

@@ -91,43 +91,14 @@ def test_word_cloud_is_deterministic():
 # ---- where sampled tokens sit on Eq. 11's weight curve (notebook 03 Part B) ----
 
 
-def test_weight_histogram_shares_by_hand():
-    from trgrpo.token_stats import check_histogram, weight_histogram
+def test_weight_shares_by_hand():
+    from trgrpo.toy_controls import weight_shares
 
     # Eq. 11 with the defaults: w = clip(2 (sigmoid(9 p) - 0.25), 1, 1.4): p = 0.05 -> 0.72 -> L; p = 0.2 -> 1.216
     # (between); p = 0.9, 0.99 -> U.
-    h = check_histogram(weight_histogram([0.05, 0.2, 0.9, 0.99], task="t", model="m", n_bins=10, n_weight_bins=4))
+    h = weight_shares([0.05, 0.2, 0.9, 0.99], atol=1e-6)
     assert (h["share_at_lower"], h["share_between"], h["share_at_upper"]) == (0.25, 0.25, 0.5)
-    assert h["n_tokens"] == 4 and h["prob_counts"] == [1, 0, 1, 0, 0, 0, 0, 0, 0, 2]
-    assert h["weight_counts"] == [1, 0, 1, 2] and h["bins"][0] == 0.0 and h["bins"][-1] == 1.0
-    assert h["weight_bins"] == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.4])
-
-
-def test_weight_histogram_follows_the_weight_parameters():
-    from trgrpo.token_stats import weight_histogram
-
-    # with U = 2 no token reaches the cap: p = 0.99 gives 2 (sigmoid(8.91) - 0.25) = 1.4997
-    h = weight_histogram([0.05, 0.99], task="t", model="m", upper=2.0)
-    assert h["share_at_upper"] == 0.0 and h["share_between"] == 0.5
-    # the same setting as one WeightParams (its scheme is ignored: the histogram is of TR's weights)
-    from trgrpo.weights import WeightParams
-
-    g = weight_histogram([0.05, 0.99], task="t", model="m", params=WeightParams(scheme="equal", upper=2.0))
-    assert g == h and g["weight_params"] == WeightParams(upper=2.0).eq11() and g["weight_bins"][-1] == 2.0
-
-
-def test_weight_histogram_errors():
-    from trgrpo.token_stats import check_histogram, weight_histogram
-
-    with pytest.raises(ValueError, match="empty"):
-        weight_histogram([], task="t", model="m")
-    with pytest.raises(ValueError, match="probs"):
-        weight_histogram([1.5], task="t", model="m")
-    h = weight_histogram([0.5], task="t", model="m")
-    with pytest.raises(ValueError, match="n_tokens"):
-        check_histogram({**h, "n_tokens": 2})
-    with pytest.raises(ValueError, match="share_at_upper"):
-        check_histogram({k: v for k, v in h.items() if k != "share_at_upper"})
+    assert h["n_tokens"] == 4 == sum(h["prob_counts"]) == sum(h["weight_counts"])
 
 
 # ---- notebook 04: whole words, disjoint ends, the claim as a count with an interval ----

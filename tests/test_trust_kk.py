@@ -89,4 +89,4 @@ def test_solution_text_format_that_is_not_logic_rl_is_an_error(fmt, tmp_path):
     path = tmp_path / "kk.jsonl"
     path.write_text(json.dumps(row("(1) Ann is a knight")) + "\n" + json.dumps(row(fmt)) + "\n")
     with pytest.raises(ValueError, match=r"kk\.jsonl: row 1: .*solution_text_format"):
-        kk.load_kk_file(path)
+        kk.load_kk_files(path)

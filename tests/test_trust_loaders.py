@@ -18,7 +18,7 @@ QA_ROW = {"question": "Who?", "golden_answers": ["Ann"]}
 
 LOADERS = {
     "math": (lambda p, **kw: mt.load_math_file(p, **kw), MATH_ROW),
-    "kk": (lambda p, **kw: kk.load_kk_file(p, **kw), KK_ROW),
+    "kk": (lambda p, **kw: kk.load_kk_files(p, **kw), KK_ROW),
     "search": (lambda p, **kw: search_data.load_searchr1_train(p, **kw), QA_ROW),
 }
 
@@ -32,9 +32,9 @@ def bad_files(row: dict) -> dict[str, tuple[str, bytes, str]]:
     good = jsonl([row]).encode()
     return {
         "latin-1": ("d.jsonl", good[:-2] + b' "caf\xe9"}\n', "not UTF-8"),
-        "utf-16": ("d.jsonl", jsonl([row]).encode("utf-16"), "UTF-16"),
-        "utf-32": ("d.json", json.dumps([row]).encode("utf-32"), "UTF-32"),
-        "gzip": ("d.jsonl", gzip.compress(good), "gzip"),
+        "utf-16": ("d.jsonl", jsonl([row]).encode("utf-16"), "not UTF-8"),
+        "utf-32": ("d.json", json.dumps([row]).encode("utf-32"), "not UTF-8"),
+        "gzip": ("d.jsonl", gzip.compress(good), "not UTF-8"),
         "null json": ("d.json", b"null", "list of rows"),
         "number json": ("d.json", b"42", "list of rows"),
         "broken json": ("d.json", b'[{"a": 1}', "not valid JSON"),
@@ -105,7 +105,7 @@ def test_row_errors_name_file_and_row(tmp_path):
 def test_kk_size_filter_that_keeps_nothing_is_an_error(tmp_path):
     path = tmp_path / "kk.jsonl"
     path.write_text(jsonl([KK_ROW]))
-    assert len(kk.load_kk_file(path, n_people=2)) == 1
+    assert len(kk.load_kk_files(path, n_people=2)) == 1
     with pytest.raises(ValueError, match=r"kk\.jsonl: no puzzle with n_people"):
-        kk.load_kk_file(path, n_people=5)
-    assert kk.load_kk_file(path, n_people=5, allow_empty=True) == []
+        kk.load_kk_files(path, n_people=5)
+    assert kk.load_kk_files(path, n_people=5, allow_empty=True) == []

@@ -22,14 +22,14 @@ from typing import Any
 
 from trgrpo import toy
 from trgrpo.experiment import ROOT
+from trgrpo.models import sft_step
 from trgrpo.tasks import addition
 
 
 def taught_policy(row: dict, *, steps: int = 40, seed: int = 0, lr: float = 3e-3, wrong_offset: int = 1) -> Any:
-    """A fresh micro model (:func:`trgrpo.toy.build_model`) taught ONE prompt in seconds: half of each batch
-    shows the
-    right sum, half the sum + ``wrong_offset``, so the model ends up unsure between the two and a sampled group holds
-    right and wrong answers (a stand-in for the warm start of notebook 03 when time is short)."""
+    """A fresh micro model (:func:`trgrpo.toy.build_model`) taught ONE prompt in seconds: half of each batch shows
+    the right sum, half the sum + ``wrong_offset``, so the model ends up unsure between the two and a sampled group
+    holds right and wrong answers (a stand-in for the warm start of notebook 03 when time is short)."""
     import torch
 
     if steps < 1:
@@ -37,15 +37,11 @@ def taught_policy(row: dict, *, steps: int = 40, seed: int = 0, lr: float = 3e-3
     tok = toy.build_tokenizer()
     model = toy.build_model(tok, seed=seed)
     wrong = {**row, "target": addition.spaced(int(row["answer"]) + wrong_offset)}
-    batch = [row, wrong] * 8
-    ids, att, lab = toy._sft_batch(tok, batch)
+    batch = toy._sft_batch(tok, [row, wrong] * 8)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     for _ in range(steps):
-        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        sft_step(model, opt, batch)
     model.eval()
     return model, tok
 
@@ -73,22 +69,13 @@ def completion_logps(model: Any, tok: Any, prompt: str, completions: Sequence[st
     """Per-token log pi(o_t | q, o_<t) of each completion (+ its end-of-sequence token), by cross-entropy of the
     shifted logits: ``(logps (G, T), mask (G, T), token_ids (G, T))``, right-padded, mask 1 on completion tokens."""
     import torch
-    import torch.nn.functional as F
 
-    p_ids = tok(prompt)["input_ids"]
-    comp = [tok(c)["input_ids"] + [tok.eos_token_id] for c in completions]
-    T = max(len(c) for c in comp)
-    ids = torch.full((len(comp), len(p_ids) + T), tok.pad_token_id)
-    mask = torch.zeros(len(comp), T)
-    for i, c in enumerate(comp):
-        ids[i, : len(p_ids)] = torch.tensor(p_ids)
-        ids[i, len(p_ids) : len(p_ids) + len(c)] = torch.tensor(c)
-        mask[i, : len(c)] = 1
-    att = (torch.arange(ids.shape[1]) < len(p_ids) + mask.sum(1, keepdim=True)).long()
-    logits = model(input_ids=ids, attention_mask=att).logits[:, len(p_ids) - 1 : -1] / temperature
-    targets = ids[:, len(p_ids) :]
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-    return -nll.view(targets.shape) * mask, mask, targets
+    ids, att, labels = toy._sft_batch(tok, [{"prompt": prompt, "target": c} for c in completions])
+    n = len(tok(prompt)["input_ids"])
+    logits = model(input_ids=ids, attention_mask=att).logits[:, n - 1 : -1] / temperature
+    targets, mask = labels[:, n:], (labels[:, n:] != -100).float()
+    logps = torch.log_softmax(logits.float(), -1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return logps * mask, mask, ids[:, n:]
 
 
 # ---- course: Teaching material: the exercises of notebooks 01-04 and 07, their solutions, and the student copy.
@@ -473,8 +460,7 @@ def time_notebooks(
     timeout: int = 3600,
 ) -> list[dict]:
     """Execute each notebook once, headless (:func:`trgrpo.batch.run_notebook`; smoke mode for main notebooks
-    whose
-    names start with ``smoke_for``, as ``make run`` does) and return one row per notebook: name, mode, wall
+    whose names start with ``smoke_for``, as ``make run`` does) and return one row per notebook: name, mode, wall
     seconds, ok. Executed copies go to ``out_dir``."""
     import tempfile
 

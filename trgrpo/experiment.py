@@ -1,11 +1,6 @@
-"""One run, one entry point: a run spec (:class:`RunSpec`) -> train with :class:`trgrpo.TRGRPOTrainer` ->
-evaluate -> one record ``results/<group>/<name>.json``, written once by :func:`write_result`.
-
-The record schema is generic: :data:`RUN_FIELDS` are required (an unmarked record, without ``kind``, needs only
-:data:`CORE_FIELDS`), every step list (``history`` and any ``*_history`` / ``*_curve`` field) holds dicts with an
-integer ``step`` and numbers; a task adds its own fields through ``run(..., record_extras=...)``. Other JSON files
-beside the runs (summaries, plans) carry a ``kind`` other than ``"run"`` and are written as they are.
-"""
+"""One run: a :class:`RunSpec` -> :func:`run` (train with :class:`trgrpo.TRGRPOTrainer`, evaluate) -> one
+record ``results/<group>/<name>.json`` (:func:`write_result`). :data:`RUN_FIELDS` is the record schema; a task adds
+fields through ``run(..., record_extras=...)``; other JSON files (summaries) carry another ``kind``."""
 
 from __future__ import annotations
 
@@ -71,8 +66,7 @@ class RecordError(ValueError):
 
 
 def is_run_record(record: Any) -> bool:
-    """A run record: ``kind == "run"``, or no ``kind`` and a ``history`` or a ``scheme`` (records written before
-    ``kind``; one that lost either field is then still a run record, and the readers name what it lacks)."""
+    """``kind == "run"``, or no ``kind`` and a ``history`` or a ``scheme`` (records written before ``kind``)."""
     if not isinstance(record, dict):
         return False
     kind = record.get("kind")
@@ -172,7 +166,7 @@ def git_commit() -> str | None:
 
 
 def git_dirty() -> bool | None:
-    """True if tracked files differ from the commit (numbers then belong to a tree no commit names); None if unknown."""
+    """True if tracked files differ from the commit; None if unknown."""
     out = _git("status", "--porcelain", "--untracked-files=no")
     return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
 
@@ -204,8 +198,7 @@ def build_record(
     t0: float,
     **fields: Any,
 ) -> dict:
-    """A run record: the run's identity and results, then the common provenance (time, memory, machine, package
-    versions, git commit and state, finish time). Every run pipeline builds its record here."""
+    """A run record: the run's identity and results, then the provenance (time, memory, machine, versions, git)."""
     return {
         "kind": RUN_KIND,
         "name": name,
@@ -238,9 +231,7 @@ def build_record(
 
 
 def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
-    """``value`` as a name under a root folder: one path component, or with ``nested`` a relative path of several
-    (``kk/qwen/main``); never absolute, never ``.`` / ``..``, an empty part or a backslash. ValueError names
-    ``field``; a run's ``group`` and ``name`` are checked so when its spec is made."""
+    """``value`` as one path component (or with ``nested`` a relative path) that stays under its root folder."""
     what = "a relative path under the results folder" if nested else "one path component (a file name)"
     if not isinstance(value, str) or not value:
         raise ValueError(f"{field} must be {what}, got {value!r}")
@@ -258,8 +249,7 @@ def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
 
 
 def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
-    """Write ``results/<group>/<name>.json`` atomically; a run record is validated first, other kinds are written as
-    they are. ``group`` and ``name`` must stay under ``results_dir`` (:func:`check_folder_name`)."""
+    """Write ``results/<group>/<name>.json`` atomically; a run record is validated first."""
     path = Path(results_dir or RESULTS_DIR) / check_folder_name("group", group, nested=True)
     path = path / f"{check_folder_name('name', name)}.json"
     if is_run_record(record):
@@ -281,11 +271,8 @@ def _read_json(path: Path) -> Any:
 
 
 def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
-    """Every run record under ``results/<group>/`` (recursively, sorted by path), each validated.
-
-    Files of another ``kind`` (summaries, analyses stored beside the runs) are skipped; a file that is not JSON, or
-    a run record that breaks the schema (one without its ``scheme`` or ``history`` too), raises :class:`RecordError`
-    naming the file and the field: no record drops out of a mean unseen."""
+    """Every run record under ``results/<group>/`` (recursively, sorted by path), each validated; other kinds are
+    skipped, a broken file raises :class:`RecordError` (no record drops out of a mean unseen)."""
     base = Path(results_dir or RESULTS_DIR) / group
     if not base.exists():
         return []
@@ -297,26 +284,8 @@ def load_results(group: str, results_dir: Path | str | None = None) -> list[dict
     return out
 
 
-def update_marked_block(path: Path | str, start: str, end: str, body: str) -> bool:
-    """Replace the text between the markers ``start`` and ``end`` of the file at ``path`` with ``body`` (a generated
-    README block); True if the file changed. Raises ValueError naming the file when a marker is missing."""
-    path = Path(path)
-    text = path.read_text()
-    if start not in text or end not in text:
-        raise ValueError(f"{path} lacks the markers {start!r} ... {end!r}")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    new = f"{head}{start}\n{body}{end}{tail}"
-    if new != text:
-        path.write_text(new)
-    return new != text
-
-
 def write_json(path: Path | str, record: Any) -> Path:
-    """Write ``record`` as JSON atomically: a temporary file of a unique name in the same folder (two writers never
-    share one), flushed to disk (fsync), then renamed over ``path`` (``os.replace``). A reader sees the old file or
-    the new one, never a part; a killed write leaves at most a stray temporary file, which the next write of the
-    same path removes (its writer's process id, in its name, is no longer running)."""
+    """Write ``record`` as JSON atomically (a temporary file, fsync, ``os.replace``); a reader never sees a part."""
     import tempfile
 
     path = Path(path)
@@ -345,7 +314,7 @@ def write_json(path: Path | str, record: Any) -> Path:
 
 
 def _remove_stray_temporaries(path: Path) -> None:
-    """Delete ``.<name>.<pid>.*.tmp`` files beside ``path`` whose process is gone (a write killed before its rename)."""
+    """Delete ``.<name>.<pid>.*.tmp`` files beside ``path`` whose process is gone."""
     for tmp in path.parent.glob(f".{path.name}.*.tmp"):
         pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
         if not pid.isdigit():
@@ -375,8 +344,7 @@ def file_lock(path: Path | str) -> Iterator[None]:
 
 
 def update_json(path: Path | str, update: Callable[[Any], Any], default: Any = None) -> Any:
-    """Read ``path`` (``default`` when it does not exist), apply ``update``, write the result atomically, all under
-    :func:`file_lock`: concurrent updaters (two grids appending to ``grid-summary.json``) lose no update."""
+    """Read ``path`` (or ``default``), apply ``update``, write the result, all under :func:`file_lock`."""
     path = Path(path)
     with file_lock(path):
         current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
@@ -514,8 +482,7 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
-        """A spec from a dict (a YAML file): numbers that PyYAML leaves as strings (``1e-6``, ``1e1``: YAML 1.1 wants
-        a dot and a signed exponent) are read as numbers for the numeric fields."""
+        """A spec from a dict (a YAML file); numbers PyYAML leaves as strings (``1e-6``) are read as numbers."""
         types = {f.name: f.type.split(" ")[0] for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - set(types))
         if unknown:
@@ -544,13 +511,11 @@ def _yaml_number(kind: str, value: Any) -> Any:
 
 
 class ConfigError(ValueError):
-    """Bad input to a command line (train, batch, plan): one line naming the file and the field. The command lines
-    print it without a traceback and exit with code 2, before anything is written."""
+    """Bad input to a command line (train, batch, plan): one line naming the file and the field (exit code 2)."""
 
 
 def read_config(path: str | Path, what: str = "config") -> dict:
-    """A YAML file that must hold a non-empty mapping; every fault is a :class:`ConfigError` naming the file (and the
-    line and column of a syntax error)."""
+    """A YAML file holding a non-empty mapping; every fault is a :class:`ConfigError` naming the file."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -573,8 +538,7 @@ def read_config(path: str | Path, what: str = "config") -> dict:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """``--set`` of the command lines: ``["STEPS=10", "SEEDS=[0]"]`` -> ``{"STEPS": 10, "SEEDS": [0]}`` (values read
-    as YAML); a bad item is a :class:`ConfigError` naming it."""
+    """``--set`` items: ``["STEPS=10", "SEEDS=[0]"]`` -> ``{"STEPS": 10, "SEEDS": [0]}`` (values read as YAML)."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -588,10 +552,7 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Batch arithmetic (Table 6 -> TRL). TRL 1.16: one optimizer step sums ``gradient_accumulation_steps`` micro-batches
-# of ``per_device_train_batch_size`` completions on each of ``world_size`` processes; a generation round makes
-# per_device x world x steps_per_generation completions. steps_per_generation = accumulation gives one on-policy
-# update per rollout, as verl does with ppo_mini_batch_size >= train_batch_size.
+# Batch arithmetic (Table 6 -> TRL): steps_per_generation = accumulation gives one on-policy update per rollout.
 
 # Table 6 "Mini-batch size" read as verl's train_batch_size: prompts per optimizer step (x G = 8 completions).
 PAPER_PROMPTS_PER_STEP = {"kk": 64, "math": 128, "search": 32}
@@ -605,13 +566,8 @@ PROMPT_TOKENS = {"kk": 1024, "math": 1024, "search": 4096}
 
 
 def batch_layout(spec: RunSpec, world_size: int = 1) -> dict:
-    """TRL's per-device batch, accumulation and steps per generation for the spec's *global* batch.
-
-    Global completions per optimizer step = prompts_per_step x num_generations
-    = per_device_train_batch_size x gradient_accumulation_steps x world_size, on any ``world_size``.
-    With ``micro_batch_size`` set, the per-device batch is that and the accumulation follows; otherwise the
-    accumulation is ``gradient_accumulation_steps`` and the per-device batch follows.
-    """
+    """TRL's per-device batch and accumulation for the spec's global batch (prompts_per_step x num_generations
+    completions = per-device batch x accumulation x ``world_size``); ``micro_batch_size`` fixes the per-device one."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     completions = spec.prompts_per_step * spec.num_generations
@@ -746,8 +702,7 @@ def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path |
 
 
 def checkpoint_folder(spec: RunSpec, checkpoint_dir: Path | str | None = None) -> Path:
-    """``<checkpoints>/<group>/<name>/``, its names checked again (a spec's fields can be reassigned after it is made):
-    the ``rmtree`` of ``resume=False`` and ``keep_checkpoints=False`` never leaves the checkpoints root."""
+    """``<checkpoints>/<group>/<name>/``, its names checked again (the ``rmtree`` never leaves the root)."""
     root = Path(checkpoint_dir or CHECKPOINT_DIR)
     return root / check_folder_name("group", spec.group, nested=True) / check_folder_name("name", spec.name)
 
@@ -767,6 +722,47 @@ def history_from_log(log_history: list[dict]) -> list[dict]:
     return rows
 
 
+def build_trainer(
+    spec: RunSpec,
+    task: Task,
+    output_dir: Path,
+    *,
+    callbacks: list | None = None,
+    config_overrides: dict | None = None,
+    world_size: int | None = None,
+    verbose: bool = True,
+):
+    """(trainer, tokenizer, eval records, data source) of a spec: the task's data, rewards and tokenizer on the
+    :func:`make_config` config. Without ``verbose`` the per-step printing callbacks are removed."""
+    from transformers import AutoTokenizer
+
+    from trgrpo.models import resolve_model
+    from trgrpo.trainer import TRGRPOTrainer
+
+    model_path = resolve_model(spec.model)
+    tokenizer = task.tokenizer(model_path, spec) if task.tokenizer else AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_ds, eval_records = task.build(spec, tokenizer)
+    data_source = task.data_source(spec, train_ds, eval_records) if task.data_source else None
+    config = make_config(spec, output_dir, world_size, **(config_overrides or {}))
+    trainer = TRGRPOTrainer(
+        model=model_path,
+        reward_funcs=task.reward_funcs(spec),
+        args=config,
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        **(task.trainer_kwargs(spec) if task.trainer_kwargs else {}),
+    )
+    if not verbose:  # transformers prints every step's log dict otherwise
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+    return trainer, tokenizer, eval_records, data_source
+
+
 def run(
     spec: RunSpec | dict,
     *,
@@ -781,21 +777,13 @@ def run(
     trainer_ready: Callable[[Any, list], None] | None = None,
     task: Task | None = None,
 ) -> dict:
-    """Train and evaluate one spec; write its record once (validated) and return it.
-
-    ``callbacks`` go to the trainer; ``trainer_ready(trainer, eval_records)`` sees the trainer once it is built and the
-    run's held-out records (a callback that evaluates through them); ``record_extras(record)``, called after the final
-    evaluation, returns fields to add to or replace in the record before it is written; ``task`` replaces the
-    registered task of ``spec.task`` (data held in objects, e.g. :func:`trgrpo.search_run.run_search`'s)."""
+    """Train and evaluate one spec; write its record once and return it. ``trainer_ready(trainer, eval_records)``
+    sees the built trainer; ``record_extras(record)`` returns fields added to the record; ``task`` replaces the
+    registered task of ``spec.task``."""
     import torch
-    from transformers import AutoTokenizer
-
-    from trgrpo.models import resolve_model
-    from trgrpo.trainer import TRGRPOTrainer
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
     task = task or get_task(spec.task)
-    model_path = resolve_model(spec.model)
     out_dir = checkpoint_folder(spec, checkpoint_dir)
     if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -807,36 +795,18 @@ def run(
             f"{spec.name!r}; start from scratch (resume=False, train --force) or give this run another name"
         )
     t0 = time.time()
-
-    tokenizer = task.tokenizer(model_path, spec) if task.tokenizer else AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    train_ds, eval_records = task.build(spec, tokenizer)
-    data_source = task.data_source(spec, train_ds, eval_records) if task.data_source else None
     logs = live_log_dir(spec, results_dir)
     if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
         if verbose:
             print(f"[trgrpo] live logs ({spec.report_to}): {logs}")
+    trainer, tokenizer, eval_records, data_source = build_trainer(
+        spec, task, out_dir, callbacks=callbacks, config_overrides=config_overrides, verbose=verbose
+    )
     out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
     (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
-    config = make_config(spec, out_dir, **(config_overrides or {}))
-    trainer = TRGRPOTrainer(
-        model=model_path,
-        reward_funcs=task.reward_funcs(spec),
-        args=config,
-        train_dataset=train_ds,
-        processing_class=tokenizer,
-        callbacks=callbacks,
-        **(task.trainer_kwargs(spec) if task.trainer_kwargs else {}),
-    )
     if trainer_ready is not None:
         trainer_ready(trainer, eval_records)
-    if not verbose:  # transformers prints every step's log dict otherwise
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
     initial = None
     if spec.eval_before and spec.n_eval > 0:
         initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
@@ -898,8 +868,7 @@ def _checkpoint_step(ckpt: str | None) -> int:
 
 
 def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec) -> dict:
-    """Evaluate on the main process only (the others wait), through the run's colocated vLLM engine when it has one
-    (its weights synced to the final policy first, by every rank); HF generate on ZeRO-3 needs every rank."""
+    """Evaluate on the main process (others wait), through the colocated vLLM engine when there is one."""
     acc = trainer.accelerator
     engine = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
     if engine is not None:
@@ -916,9 +885,7 @@ def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec)
 
 
 class VLLMGenerate:
-    """``model.generate`` of HF's interface on a vLLM engine, for :func:`trgrpo.tasks.common.generate_completions`:
-    greedy when ``do_sample`` is false (temperature 0), else the given temperature / top-p; left-padded prompts in,
-    prompt + completion ids out (completions padded with ``pad_token_id``)."""
+    """HF's ``model.generate`` on a vLLM engine: left-padded prompts in, prompt + completion ids out."""
 
     def __init__(self, engine, policy) -> None:
         self.engine, self.policy, self.training = engine, policy, False

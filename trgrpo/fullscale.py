@@ -1,10 +1,5 @@
-"""Full-scale runs (paper Section 4, Table 6, App. C.1-C.3): run specs for K&K and math, and launching them.
-
-On GPUs every run is its own process (a spec YAML file, then ``python -m trgrpo.train`` on one GPU or
-``accelerate launch`` with the DeepSpeed ZeRO configuration in ``configs/`` on several); its log streams into the
-notebook and is kept beside the spec file. No home-made distributed code, and no process builds a second
-colocated vLLM engine. Single-process CPU runs (smoke mode) stay in the calling process.
-"""
+"""Full-scale runs (paper Section 4, Table 6): run specs for K&K and math, and launching each in its own process
+(``python -m trgrpo.train`` or ``accelerate launch`` with ``configs/``); CPU smoke runs stay in this process."""
 
 from __future__ import annotations
 
@@ -102,18 +97,8 @@ def kk_specs(
     group: str | None = None,
     **extra,
 ) -> list[RunSpec]:
-    """Table 1/4 runs (one per scheme and seed), plus the Table 7 sweeps over tau and (L, U) for ``tr``.
-
-    Batch: 64 prompts x 8 completions per optimizer step, one update (Table 6 as read in
-    :data:`trgrpo.experiment.BATCH_READING`), micro-batches of ``micro_batch_size`` completions per device,
-    gradient
-    checkpointing on.
-
-    Data as the paper's: with ``train_path`` / ``eval_path`` (a Logic-RL parquet file or a list of them, the
-    ``test_new`` splits for evaluation) the puzzles come from those files, otherwise from reasoning-gym's generator
-    offline; the record's ``data_source`` says which. ``prefill_think`` opens the assistant turn with ``<think>`` as
-    Logic-RL's prompt does (on by default here).
-    """
+    """Table 1/4 runs (one per scheme and seed), plus the Table 7 sweeps over tau and (L, U) for ``tr``; puzzles
+    from Logic-RL files (``train_path`` / ``eval_path``) or the offline generator."""
     group = group or f"kk/{short_model_name(model)}"
     data = {"prefill_think": bool(prefill_think)}
     data.update({k: v for k, v in (("train_path", train_path), ("eval_path", eval_path)) if v})
@@ -179,11 +164,8 @@ def math_specs(
     group: str | None = None,
     **extra,
 ) -> list[RunSpec]:
-    """Table 2 runs: base model, binary boxed-answer reward (App. B.1.2), temperature 1.0.
-
-    ``train``: "deepscaler" (DSR), "orz", "generated" (offline arithmetic) or a local parquet/jsonl path;
-    ``eval_sets``: hub names of :data:`trgrpo.tasks.math.MATH_HUB`, "generated", or paths.
-    """
+    """Table 2 runs: base model, binary boxed-answer reward, temperature 1.0; ``train`` and ``eval_sets`` are hub
+    names (:data:`trgrpo.tasks.math.MATH_HUB`), "generated" or local paths."""
     group = group or f"math/{short_model_name(model)}/{Path(train).stem}"
     common = dict(
         task="math",
@@ -207,69 +189,59 @@ def math_specs(
     return [RunSpec(**common, scheme=s, seed=seed, group=group) for s in schemes for seed in seeds]
 
 
-def _get(params: dict, key: str, default=None):
-    value = params.get(key, default)
-    return default if value is None and default is not None else value
+# Notebook parameter -> (spec-function argument, conversion, default; no default: required), per notebook.
+_COMMON_PARAMETERS = {
+    "SCHEMES": ("schemes", tuple, None),
+    "SEEDS": ("seeds", tuple, None),
+    "STEPS": ("steps", int, None),
+    "PROMPTS_PER_STEP": ("prompts_per_step", int, None),
+    "GROUP_SIZE": ("num_generations", int, None),
+    "MAX_COMPLETION_LENGTH": ("max_completion_length", int, None),
+    "N_TRAIN": ("n_train", int, None),
+    "MICRO_BATCH_SIZE": ("micro_batch_size", None, 2),
+    "GRADIENT_CHECKPOINTING": ("gradient_checkpointing", bool, True),
+    "VLLM_GPU_MEMORY": ("vllm_gpu_memory_utilization", float, 0.3),
+    "BF16": ("bf16", bool, True),
+    "MAX_EVAL_TOKENS": ("max_eval_tokens", None, ...),
+    "REPORT_TO": ("report_to", None, "none"),
+    "SAVE_STEPS": ("save_steps", int, 20),
+}
+_KK_PARAMETERS = {
+    **_COMMON_PARAMETERS,
+    "TAUS": ("taus", tuple, ()),
+    "RANGES": ("ranges", lambda rs: [tuple(r) for r in rs], ()),
+    "N_EVAL_PER_SIZE": ("n_eval_per_size", int, None),
+    "PREFILL_THINK": ("prefill_think", bool, True),
+    "KK_TRAIN_PATH": ("train_path", None, ...),
+    "KK_EVAL_PATH": ("eval_path", None, ...),
+    "PLACEMENT": ("placement", None, "ratio"),
+    "TAU_MODE": ("tau_mode", None, "scale"),
+    "TEMPERATURE": ("temperature", float, 0.7),
+}
+_MATH_PARAMETERS = {
+    **_COMMON_PARAMETERS,
+    "TRAIN": ("train", None, None),
+    "EVAL_SETS": ("eval_sets", tuple, None),
+    "N_EVAL": ("n_eval", int, None),
+    "SAMPLED_K": ("sampled_k", int, 16),
+}
 
 
-def kk_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
-    """Notebook 05's parameters cell (upper-case names) -> :func:`kk_specs`; the planner reads plans the same way."""
-    return kk_specs(
-        params["MODEL"],
-        schemes=tuple(params["SCHEMES"]),
-        seeds=tuple(params["SEEDS"]),
-        steps=int(params["STEPS"]),
-        taus=tuple(_get(params, "TAUS", ())),
-        ranges=[tuple(r) for r in _get(params, "RANGES", ())],
-        prompts_per_step=int(params["PROMPTS_PER_STEP"]),
-        num_generations=int(params["GROUP_SIZE"]),
-        max_completion_length=int(params["MAX_COMPLETION_LENGTH"]),
-        micro_batch_size=_get(params, "MICRO_BATCH_SIZE", 2),
-        gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
-        n_train=int(params["N_TRAIN"]),
-        n_eval_per_size=int(params["N_EVAL_PER_SIZE"]),
-        prefill_think=bool(_get(params, "PREFILL_THINK", True)),
-        train_path=params.get("KK_TRAIN_PATH"),
-        eval_path=params.get("KK_EVAL_PATH"),
-        placement=_get(params, "PLACEMENT", "ratio"),
-        tau_mode=_get(params, "TAU_MODE", "scale"),
-        use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,
-        vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
-        bf16=bool(_get(params, "BF16", True)),
-        temperature=float(_get(params, "TEMPERATURE", 0.7)),
-        max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
-        report_to=_get(params, "REPORT_TO", "none"),
-        save_steps=int(_get(params, "SAVE_STEPS", 20)),
-    )
+def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
+    """The runs of notebook 05 (``task="kk"``, :func:`kk_specs`) or 06 (``"math"``, :func:`math_specs`) for its
+    parameters cell's values (upper-case names); the planner reads plans the same way. Default ``...``: optional."""
+    build, table = {"kk": (kk_specs, _KK_PARAMETERS), "math": (math_specs, _MATH_PARAMETERS)}[task]
+    kwargs = {}
+    for key, (arg, convert, default) in table.items():
+        value = params[key] if default is None else params.get(key)
+        if value is None and default is not ...:
+            value = default
+        kwargs[arg] = convert(value) if convert is not None and value is not None else value
+    kwargs["use_vllm"] = bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm
+    return build(params["MODEL"], **kwargs)
 
 
-def math_specs_from_parameters(params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
-    """Notebook 06's parameters cell -> :func:`math_specs`."""
-    return math_specs(
-        params["MODEL"],
-        schemes=tuple(params["SCHEMES"]),
-        seeds=tuple(params["SEEDS"]),
-        steps=int(params["STEPS"]),
-        train=params["TRAIN"],
-        eval_sets=tuple(params["EVAL_SETS"]),
-        prompts_per_step=int(params["PROMPTS_PER_STEP"]),
-        num_generations=int(params["GROUP_SIZE"]),
-        max_completion_length=int(params["MAX_COMPLETION_LENGTH"]),
-        micro_batch_size=_get(params, "MICRO_BATCH_SIZE", 2),
-        gradient_checkpointing=bool(_get(params, "GRADIENT_CHECKPOINTING", True)),
-        n_train=int(params["N_TRAIN"]),
-        n_eval=int(params["N_EVAL"]),
-        sampled_k=int(_get(params, "SAMPLED_K", 16)),
-        use_vllm=bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm,
-        vllm_gpu_memory_utilization=float(_get(params, "VLLM_GPU_MEMORY", 0.3)),
-        bf16=bool(_get(params, "BF16", True)),
-        max_eval_tokens=params.get("MAX_EVAL_TOKENS"),
-        report_to=_get(params, "REPORT_TO", "none"),
-        save_steps=int(_get(params, "SAVE_STEPS", 20)),
-    )
-
-
-NOTEBOOK_SPECS = {"05_": kk_specs_from_parameters, "06_": math_specs_from_parameters}
+NOTEBOOK_SPECS = {"05_": "kk", "06_": "math"}  # notebook prefix -> the task of its full-scale runs
 
 
 def n_devices() -> int:
@@ -350,12 +322,8 @@ def run_command(
     force: bool = False,
     keep_checkpoints: bool = True,
 ) -> list[str]:
-    """The command that trains one spec file in its own process (no process ever builds a second vLLM engine).
-
-    ``gpus > 1``: ``accelerate launch`` with the DeepSpeed config; ``cpu_processes > 1`` (tests, no GPU):
-    ``accelerate launch --multi_gpu`` on CPU (torchrun + gloo; ``accelerate launch --cpu`` starts only one process);
-    otherwise ``python -m trgrpo.train``. ``results_dir`` is passed absolute (the launcher runs from the repo root).
-    """
+    """The command that trains one spec file in its own process: ``accelerate launch`` with the DeepSpeed config
+    (``gpus > 1``) or on CPU (``cpu_processes > 1``, tests), else ``python -m trgrpo.train``."""
     train = ["-m", "trgrpo.train", "--config", str(Path(spec_file).resolve())]
     train += ["--results", str(Path(results_dir).resolve())]
     train += (["--force"] if force else []) + ([] if keep_checkpoints else ["--no-keep-checkpoints"])
@@ -404,21 +372,9 @@ def launch(
     log_dir: Path | str | None = None,
     isolate: bool | None = None,
 ) -> list[dict]:
-    """Run specs, each in its own process (:func:`run_command`), with its log streamed and kept in ``log_dir``.
-
-    ``isolate=None``: own processes whenever a GPU is used (a colocated vLLM engine per process, never two) or
-    ``cpu_processes > 1``; a single-process CPU run (smoke runs, tests) stays in this process, which saves the
-    start-up of a new interpreter and TRL.
-
-    ``keep_checkpoints=False`` deletes a run's checkpoint folder once its result is written (smoke runs: a
-    SmolLM2 checkpoint with its optimizer state is 1.6 GB). ``accelerate_config``: ``configs/zero2.yaml`` or
-    ``configs/zero3.yaml`` (7B-8B models) when ``gpus > 1``.
-
-    Returns the result records (read back from ``results_dir``, absolute). Specs whose results exist are skipped
-    unless ``force`` (which re-runs them from scratch); a spec with a checkpoint resumes from it. Raises after the
-    last run if any run failed. A full-scale run without CUDA stops everything first (SystemExit with one line,
-    :func:`refuse_without_cuda`).
-    """
+    """Run specs, each in its own process (:func:`run_command`, log kept in ``log_dir``) when a GPU is used or
+    ``cpu_processes > 1`` (``isolate``), else in this process; specs with a record are skipped unless ``force``.
+    Returns the records; raises after the last run if any failed."""
     if problem := refuse_without_cuda(specs):
         raise SystemExit(problem)
     results_dir = Path(results_dir or RESULTS_DIR).resolve()

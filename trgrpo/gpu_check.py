@@ -1,24 +1,14 @@
 """A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
-Both modes take the same path (the README's command, `tests/test_gpu_check.py` runs ``make gpu-check`` as typed):
-
-1. installs TRL and the other pure-Python packages the check imports from a wheel folder when they are missing
-   (``make gpu-wheels`` fills ``wheels/`` on a machine with a network, see the README);
-2. builds a model from its config with random weights (no hub; the tokenizer of the embedded model, from its cache
-   folder or ``wheels/tokenizer``): Qwen2.5-0.5B-shaped in bf16 on the GPU, a tiny Llama in float32 with ``--cpu``;
-3. trains 3 GRPO (``scheme="equal"``) and 3 TR-GRPO steps (2 with ``--cpu``), each run in its own process
-   (``python -m trgrpo.train``, as every full-scale run), and checks finite loss and grad-norm and
-   ``tr/weight_mean`` != 1;
-4. starts a run in its own process, kills its process group (SIGKILL) once its first checkpoint is written and
-   starts it again: it resumes there and ends at its last step;
-5. checks that equal-weight TR-GRPO equals TRL's ``GRPOTrainer`` on this device (one step, same rollouts);
-6. measures s/step, generated tokens per second of step time, peak memory (the runs' records, and nvidia-smi) and
-   the loss head's cost, TR vs GRPO (B=64, T=4096, bf16, CUDA events on the GPU); and puts the planner's estimate
-   for the same runs beside the measurements;
-
-and writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless ``--out``); the record's
-``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every check passes;
-without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
+Both modes take the same path: install the pure-Python packages the check imports from ``wheels/`` when missing
+(``make gpu-wheels`` fills it where a network is); build a random-weight model (Qwen2.5-0.5B-shaped in bf16 on the
+GPU, a tiny Llama with ``--cpu``; the embedded model's tokenizer); train GRPO (``scheme="equal"``) and TR-GRPO runs,
+each its own ``python -m trgrpo.train`` process, checking finite loss and grad-norm and ``tr/weight_mean`` != 1;
+SIGKILL a run's process group after its first checkpoint and check that the restart resumes there; check that
+equal-weight TR-GRPO equals TRL's ``GRPOTrainer``; measure s/step, tokens per second, peak memory and the loss
+head's cost beside the planner's estimate. Writes ``results/gpu/check.json`` (``--cpu``: a temporary folder unless
+``--out``), whose ``not_covered`` lists what the full-scale path does that the check does not. Exit code 0 when every
+check passes; without CUDA (and no ``--cpu``) it stops with one line naming CUDA and the driver.
 """
 
 from __future__ import annotations
@@ -38,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trgrpo.bench import spread_reward
 from trgrpo.experiment import ROOT
 
 WHEELS = ROOT / "wheels"
@@ -197,22 +188,18 @@ def _build(spec, tokenizer):
     return Dataset.from_dict({"prompt": PROMPTS}), PROMPTS[: spec.n_eval]
 
 
-def _reward(completions, completion_ids, **kwargs) -> list[float]:
-    return [float(sum(ids) % 7) / 7.0 for ids in completion_ids]
-
-
 def _evaluate(model, tokenizer, records, spec) -> dict:
     from trgrpo.tasks.common import generate_completions
 
     out = generate_completions(model, tokenizer, records, batch_size=len(records), max_new_tokens=spec.max_eval_tokens)
     ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in out]
-    return {"accuracy": sum(_reward(None, ids)) / len(ids), "n": len(ids)}
+    return {"accuracy": sum(spread_reward(None, ids)) / len(ids), "n": len(ids)}
 
 
 def _register() -> None:
     from trgrpo.tasks import Task, register_task
 
-    register_task("gpu-check", Task(_build, lambda spec: [_reward], _evaluate))
+    register_task("gpu-check", Task(_build, lambda spec: [spread_reward], _evaluate))
 
 
 if __name__ != "__main__":  # run as a script, the module imports itself under its name (the end of this file)
@@ -257,31 +244,30 @@ NOT_COVERED = (
 )
 
 
-class _NvidiaSmi:
-    """Samples ``nvidia-smi`` used memory (MiB, GPU 0) every 0.5 s in a thread; ``peak`` is the largest."""
+@contextlib.contextmanager
+def _nvidia_smi_peak(gpu: bool):
+    """While the block runs, sample ``nvidia-smi``'s used memory (MiB, GPU 0) every 0.5 s in a thread (only where
+    ``gpu``); yields a dict whose ``"peak"`` is the largest sample (None without one)."""
+    out: dict[str, float | None] = {"peak": None}
+    stop = threading.Event()
+    cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"]
 
-    def __init__(self) -> None:
-        self.peak: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"]
-        while not self._stop.is_set():
+    def loop() -> None:
+        while gpu and not stop.is_set():
             try:
                 used = float(subprocess.run(cmd, capture_output=True, text=True, timeout=5).stdout.strip())
-                self.peak = used if self.peak is None else max(self.peak, used)
             except (OSError, ValueError, subprocess.SubprocessError):
                 return
-            self._stop.wait(0.5)
+            out["peak"] = max(out["peak"] or 0.0, used)
+            stop.wait(0.5)
 
-    def __enter__(self) -> _NvidiaSmi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def _train(spec, results: Path, *, cpu: bool, force: bool = True) -> dict:
@@ -294,20 +280,14 @@ def _train(spec, results: Path, *, cpu: bool, force: bool = True) -> dict:
 
 
 def _summary(rec: dict) -> dict:
+    """A run record's per-step loss, grad-norm and mean TR weight, its time, memory and evaluation."""
     hist = rec["history"]
-    gen = [h.get("completions/mean_length") for h in hist if h.get("completions/mean_length") is not None]
-    completions = rec["batch"]["global_completions_per_step"]
-    out = {
-        "steps": len(hist),
-        "loss": [h.get("loss") for h in hist],
-        "grad_norm": [h.get("grad_norm") for h in hist],
-        "tr_weight_mean": [h.get("tr/weight_mean") for h in hist],
-        "seconds_per_step": rec["seconds_per_step"],
-        "peak_memory": rec["peak_memory"],
-        "final": rec["final"],
-        "batch": {k: rec["batch"][k] for k in ("per_device_train_batch_size", "gradient_accumulation_steps")},
-    }
+    out = {"steps": len(hist), **{k: rec[k] for k in ("seconds_per_step", "peak_memory", "final")}}
+    for name, key in (("loss", "loss"), ("grad_norm", "grad_norm"), ("tr_weight_mean", "tr/weight_mean")):
+        out[name] = [h.get(key) for h in hist]
+    gen = [h["completions/mean_length"] for h in hist if h.get("completions/mean_length") is not None]
     if gen:
+        completions = rec["batch"]["global_completions_per_step"]
         out["generated_tokens_per_s_of_step"] = completions * (sum(gen) / len(gen)) / rec["seconds_per_step"]
     return out
 
@@ -317,48 +297,37 @@ def _finite(values) -> bool:
 
 
 def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
-    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal"): same rollouts, same loss."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal") on the config of
+    :func:`trgrpo.bench.grpo_trainer`: same rollouts, same loss and grad-norm."""
+    from trgrpo.bench import grpo_trainer
 
-    from trgrpo.trainer import TRGRPOConfig, TRGRPOTrainer
-
-    common = dict(
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8 if cpu else 64,
-        max_steps=1,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=cpu,
-        seed=42,
-        save_strategy="no",
-        learning_rate=1e-5,
-        beta=0.04,
-        epsilon=0.2,
-        epsilon_high=0.24,
-        loss_type="dapo",
-        use_bias_correction_kl=False,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        gradient_checkpointing=False,
-    )
     logs = {}
-    for label, cls, cfg_cls, extra in (
-        ("trl", GRPOTrainer, GRPOConfig, {}),
-        ("equal", TRGRPOTrainer, TRGRPOConfig, {"weight_scheme": "equal"}),
-    ):
-        cfg = cfg_cls(output_dir=str(work / label), **common, **extra)
-        ds = Dataset.from_dict({"prompt": PROMPTS[:8]})
-        trainer = cls(model=model_dir, reward_funcs=_reward, args=cfg, train_dataset=ds)
+    for variant in ("grpo_trl", "equal"):
+        trainer = grpo_trainer(
+            variant,
+            model_dir,
+            PROMPTS[:8],
+            str(work / variant),
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=8 if cpu else 64,
+            max_steps=1,
+            seed=42,
+            learning_rate=1e-5,
+            beta=0.04,
+            use_cpu=cpu,
+        )
         trainer.train()
-        logs[label] = next(h for h in trainer.state.log_history if "loss" in h)
+        logs[variant] = next(h for h in trainer.state.log_history if "loss" in h)
         del trainer
-    a, b = logs["equal"], logs["trl"]
+    a, b = logs["equal"], logs["grpo_trl"]
     same_rollouts = a.get("reward") == b.get("reward")
     rel = {k: abs(a[k] - b[k]) / max(abs(b[k]), 1e-8) for k in ("loss", "grad_norm")}
-    ok = same_rollouts and max(rel.values()) < 1e-4
-    return {"same_rollouts": same_rollouts, "relative_difference": rel, "ok": ok}
+    return {
+        "same_rollouts": same_rollouts,
+        "relative_difference": rel,
+        "ok": same_rollouts and max(rel.values()) < 1e-4,
+    }
 
 
 def check_resume(spec, results: Path, *, cpu: bool) -> dict:
@@ -419,15 +388,7 @@ def loss_head_cost(*, cpu: bool) -> dict:
     ms = time_blocks(fns, x, repeats=1, iters=3 if cpu else 50, warmup=1, cuda=not cpu)
     grpo, tr = ms["grpo_trl"]["wall"][0], ms["tr_ratio"]["wall"][0]
     timer = "perf_counter" if cpu else "perf_counter after torch.cuda.synchronize"
-    return {
-        "batch": batch,
-        "length": length,
-        "dtype": dtype,
-        "timer": timer,
-        "ms_grpo": grpo,
-        "ms_tr": tr,
-        "tr_over_grpo": tr / grpo,
-    }
+    return dict(batch=batch, length=length, dtype=dtype, timer=timer, ms_grpo=grpo, ms_tr=tr, tr_over_grpo=tr / grpo)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,12 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for label, scheme in (("grpo", "equal"), ("tr", "tr")):
         spec = check_spec(model_dir, scheme, cpu=cpu, use_vllm=use_vllm, steps=steps, name=label)
-        with contextlib.nullcontext() if cpu else _NvidiaSmi() as sampler:
+        with _nvidia_smi_peak(not cpu) as sampler:
             rec = _train(spec, results, cpu=cpu)
-        runs[label] = _summary(rec)
-        runs[label]["nvidia_smi_peak_mib"] = getattr(sampler, "peak", None)
+        runs[label] = {**_summary(rec), "nvidia_smi_peak_mib": sampler["peak"]}
         if not cpu:
-            est = plan.estimate(spec, gpus=1, gpu_mem_gb=_gpu_mem_gb(), gpu=plan.GPUS["H200"])
+            import torch
+
+            gpu_mem_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
+            est = plan.estimate(spec, gpus=1, gpu_mem_gb=gpu_mem_gb, gpu=plan.GPUS["H200"])
             runs[label]["planner_estimate"] = {
                 "rollout_s_per_step": est["rollout_s_per_step"],
                 "train_s_per_step": est["train_s_per_step"],
@@ -522,12 +485,6 @@ def main(argv: list[str] | None = None) -> int:
             work.rmdir()
     print(json.dumps({"ok": record["ok"], "checks": checks, "out": str(out), "wall_time_s": record["wall_time_s"]}))
     return 0 if record["ok"] else 1
-
-
-def _gpu_mem_gb() -> float:
-    import torch
-
-    return torch.cuda.get_device_properties(0).total_memory / 1e9
 
 
 if __name__ == "__main__":

@@ -24,9 +24,14 @@ from trgrpo.experiment import ROOT, write_json
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
 
 
+def _switch(name: str) -> bool:
+    """An environment variable as a switch: unset, empty, ``0`` or ``false`` is off, anything else on."""
+    return os.environ.get(name, "0") not in ("", "0", "false", "False")
+
+
 def headless() -> bool:
-    """True in a headless run (papermill from ``trgrpo.batch`` or the tests)."""
-    return os.environ.get("TRGRPO_HEADLESS", "0") not in ("", "0", "false", "False")
+    """True in a headless run (``TRGRPO_HEADLESS``: papermill from ``trgrpo.batch`` or the tests)."""
+    return _switch("TRGRPO_HEADLESS")
 
 
 def configure() -> None:
@@ -70,13 +75,9 @@ def save_headline(
     return text
 
 
-SMOKE_ENV = "TRGRPO_SMOKE"
-FALSE_WORDS = ("", "0", "false", "False")
-
-
 def smoke_from_env() -> bool:
-    """``TRGRPO_SMOKE`` as a switch: unset, empty, ``0`` or ``false`` is off, anything else on."""
-    return os.environ.get(SMOKE_ENV, "0") not in FALSE_WORDS
+    """``TRGRPO_SMOKE`` as a switch (:func:`_switch`)."""
+    return _switch("TRGRPO_SMOKE")
 
 
 def find_root(start: str | os.PathLike | None = None) -> Path:

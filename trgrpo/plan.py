@@ -1,32 +1,10 @@
 """Memory and time planner for full-scale runs: ``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``.
 
-PLAN is a batch plan (``experiments/<name>.yaml``: notebooks 05/06 with parameters) or a training spec file
-(``base`` + ``grid``). For every run the planner estimates the peak memory per GPU, phase by phase, and the hours,
-from the model's shape and the stated :class:`Assumptions`; it exits 0 when every run fits and 1 otherwise, naming
-the settings to change. Estimates, not measurements: ``make gpu-check`` measures the figures they rest on.
-
-Memory per GPU (bytes; N parameters, W GPUs, m completions per micro-batch, T = prompt + completion tokens):
-
-- policy: fp32 weights 4N (TRL loads the policy in float32), gradients 4N, AdamW moments 8N; ZeRO-2 shards the
-  gradients and moments over W, ZeRO-3 also the weights;
-- reference model (beta > 0): fp32, 4N (ZeRO-3: / W);
-- activations of one micro-batch: 34 bytes per token, layer and hidden unit without checkpointing (Korthikanti et
-  al. 2022, 16-bit, flash attention); with checkpointing, one bf16 hidden state per layer plus one layer's 34;
-- logits of one micro-batch: m x completion x vocab in fp32, twice (logits and their log-softmax / gradient);
-- vLLM (colocate): ``vllm_gpu_memory_utilization`` x the GPU's memory; it must hold the bf16 weights (2N) and the
-  KV cache of at least one full-length sequence;
-- a fixed overhead (CUDA context, NCCL buffers, fragmentation).
-
-Time per optimizer step = rollout + training. Rollout (vLLM decode, memory-bound): a decode step reads the bf16
-weights and the KV cache of the running sequences at ``decode_bw_efficiency`` of the GPU's bandwidth, or costs
-2N FLOP per sequence at ``mfu`` of its peak, whichever is slower; a rollout takes the bulk of its tokens at that
-rate, and never less than the longest completion decoded alone. Training: (6 + 2 with checkpointing + 2 for the
-reference) x N FLOP per token at ``mfu`` of the GPUs' peak bf16 FLOP/s. Evaluation: greedy on the main process,
-while the others wait up to the spec's ``ddp_timeout_s``: an estimate above a third of it is a problem.
-
-Disk: a checkpoint holds the fp32 policy (4N; ZeRO-3 saves it in 16 bits, 2N) and the optimizer state (AdamW's two
-fp32 moments, 8N, plus DeepSpeed's fp32 master weights, 4N, on several GPUs); the newest is written before the
-previous one goes (``save_total_limit=1``), so a run needs twice that.
+PLAN is a batch plan or a training spec file (``experiments/``). Per run: peak memory per GPU by component (fp32
+policy, gradients and AdamW moments, ZeRO-2/3 sharding, reference model, activations, logits, vLLM's share), the
+hours (rollout decode bound by HBM bandwidth or FLOPs, training at 6-10 N FLOP per token, evaluation) and the
+checkpoint size, from the model's shape and the stated :class:`Assumptions`. Exit 0 when every run fits, else 1
+with the settings to change. Estimates, not measurements (``make gpu-check`` measures what they rest on).
 """
 
 from __future__ import annotations
@@ -50,7 +28,7 @@ from trgrpo.experiment import (
     read_config,
     vllm_max_model_length,
 )
-from trgrpo.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape
+from trgrpo.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
 from trgrpo.train import load_specs
 
 GB = 1e9
@@ -308,8 +286,8 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
     for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
-        build = next((f for prefix, f in NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
-        if build is None:
+        task = next((t for prefix, t in NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
+        if task is None:
             continue  # notebooks that train nothing (08: tables)
         where = f"{path}: notebooks[{i}]"
         if nb.resolve().parent != (ROOT / "notebooks").resolve():
@@ -318,7 +296,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
         accel = params.get("ACCELERATE_CONFIG") or accel
         use_vllm = params.get("USE_VLLM")
         try:
-            built = build(params, use_vllm=True if use_vllm is None else bool(use_vllm))
+            built = specs_from_parameters(task, params, use_vllm=True if use_vllm is None else bool(use_vllm))
         except (ValueError, TypeError, KeyError) as e:
             raise ConfigError(f"{where}.parameters: {e}") from None
         _check_data_files(path, built, nb.parent)
@@ -397,7 +375,7 @@ def _memory(row: dict) -> bool:
     return any(not p.startswith("evaluation") for p in row["problems"])
 
 
-# Settings the README's table shows (plan file, GPUs, GB per GPU, GPU type).
+# The shipped plans the README's table shows: (plan file, GPUs, GB per GPU, GPU type).
 README_ROWS = (
     ("kk_qwen3b.yaml", 8, 80, "H100"),
     ("kk_qwen3b.yaml", 1, 141, "H200"),
@@ -410,25 +388,30 @@ README_ROWS = (
 )
 
 
-def readme_table() -> str:
-    """The planner's estimates for the shipped plans, as the README shows them (tests keep the two equal)."""
-    lines = [
-        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | fits |",
-        "|---|---|---:|---:|---:|---:|---|",
-    ]
+def readme_rows() -> list[dict]:
+    """The planner's numbers for each of :data:`README_ROWS`: runs, peak GB per GPU, hours per run (min, max), hours
+    in all, and the settings to change (None when every run fits)."""
+    out = []
     for name, gpus, mem, kind in README_ROWS:
         specs, accel = plan_specs(ROOT / "experiments" / name)
         zero = 3 if "zero3" in accel else 2
         _, rows, problems = plan_report(specs, gpus=gpus, gpu_mem_gb=mem, gpu=GPUS[kind], zero=zero)
-        peak = max(r["memory_gb"]["train_peak"] for r in rows)
-        per_run = sorted({round(r["hours"], 1) for r in rows})
-        h = f"{per_run[0]:.1f}" if len(per_run) == 1 else f"{per_run[0]:.1f}-{per_run[-1]:.1f}"
-        fits = "yes" if not problems else "no: " + problems[0].split("Change: ", 1)[-1]
-        lines.append(
-            f"| `{name}` | {gpus} x {GPUS[kind].name} {mem:g} GB, ZeRO-{zero} | {len(specs)} | {peak:.0f} | {h} | "
-            f"{sum(r['hours'] for r in rows):.0f} | {fits} |"
+        hours = [r["hours"] for r in rows]
+        out.append(
+            {
+                "plan": name,
+                "gpus": gpus,
+                "gpu": GPUS[kind].name,
+                "gpu_mem_gb": mem,
+                "zero": zero,
+                "runs": len(specs),
+                "peak_gb": max(r["memory_gb"]["train_peak"] for r in rows),
+                "hours_per_run": (min(hours), max(hours)),
+                "hours": sum(hours),
+                "change": problems[0].split("Change: ", 1)[-1] if problems else None,
+            }
         )
-    return "\n".join(lines)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,7 @@
-"""Figure functions for the notebooks: a flat module of ``plot_xxx(...) -> Figure`` and :func:`save`.
+"""Figure functions for the notebooks: ``plot_xxx(...) -> Figure``, :func:`save` and :func:`show`.
 
-The figures of notebooks 01 and 02 are built with :class:`matplotlib.figure.Figure` (not pyplot), so nothing is
-shown twice in a notebook and nothing leaks between calls; those of the runs take ``path=`` and are closed by the
-caller. Every scheme and arm has one colour (:data:`COLORS`, TR-GRPO blue as in the paper's Figure 2) and one name
-(:data:`trgrpo.tables.LABELS`). :func:`save` writes ``figures/<name>.png`` at a modest dpi so the
-PNGs stay small; :func:`show` displays a figure or a saved PNG in a notebook (``plots.show(plots.save(fig, name))``
-embeds the very file in figures/).
+Notebooks 01-02 draw on :class:`matplotlib.figure.Figure` (nothing shown twice); the run figures take ``path=``. One
+colour per scheme and arm (:data:`COLORS`, TR-GRPO blue as in the paper's Figure 2), one name (``tables.LABELS``).
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ def color(key: str) -> str:
 
 
 def figures_dir() -> Path:
-    """Where :func:`save` writes: ``$TRGRPO_FIGURES``, else ``figures/`` of the checkout holding this package,
-    else ``./figures``."""
+    """``$TRGRPO_FIGURES``, else ``figures/`` of this checkout, else ``./figures``."""
     env = os.environ.get("TRGRPO_FIGURES")
     if env:
         return Path(env)
@@ -75,10 +70,7 @@ def save(fig: Figure, name: str, directory: str | os.PathLike | None = None, *, 
 
 
 def show(fig_or_path: Figure | str | os.PathLike, *, dpi: int = 100):
-    """An IPython image of a figure (rendered to PNG) or of a saved PNG, e.g. ``plots.show(plots.save(fig, name))``.
-
-    Figures here are not pyplot figures, so a notebook displays them through this (no ``%matplotlib`` needed).
-    """
+    """An IPython image of a figure or a saved PNG (``plots.show(plots.save(fig, name))`` embeds the file)."""
     from IPython.display import Image
 
     if isinstance(fig_or_path, (str, os.PathLike)):
@@ -89,8 +81,7 @@ def show(fig_or_path: Figure | str | os.PathLike, *, dpi: int = 100):
 
 
 def _has_data(ax) -> bool:
-    """True if ``ax`` draws something visible: a line through two finite points, a bar of finite non-zero height,
-    a non-empty scatter/collection or an image (a one-step run draws single points, which do not show)."""
+    """True if ``ax`` draws something visible (a one-step run draws single points, which do not show)."""
     for line in ax.get_lines():
         x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
         if (np.isfinite(x) & np.isfinite(y)).sum() >= 2:
@@ -103,9 +94,8 @@ def _has_data(ax) -> bool:
 
 
 def mark_smoke(fig, what: str, path: str | os.PathLike | None = None, *, smoke: bool = True):
-    """Label a figure from a smoke run: its title (the suptitle if it has one, else each axis title) gets a line
-    ``(smoke run: <what>)`` and each axis that draws nothing a note that it is empty by design. ``smoke=False``
-    returns ``fig`` unchanged; ``path`` re-saves it."""
+    """Add ``(smoke run: <what>)`` to the title(s) and note on each empty axis that it is empty by design
+    (``smoke=False``: unchanged); ``path`` re-saves the figure."""
     if not smoke:
         return fig
     label = f"(smoke run: {what})"
@@ -162,10 +152,7 @@ def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *
 
 
 def plot_theorem31_bounds(samples: dict, *, ax=None, max_points: int = 6000, seed: int = 0) -> Figure:
-    """||1_k - p|| against 1 - p_k for random distributions, between the lines y = x and y = sqrt(2) x (App. D).
-
-    ``samples``: the dict of :func:`trgrpo.theory.theorem31_samples`; colour = vocabulary size.
-    """
+    """||1_k - p|| against 1 - p_k for :func:`trgrpo.theory.theorem31_samples`, between y = x and y = sqrt(2) x."""
     fig, ax = _axes(ax, (5.2, 4.0))
     x, y, v = _np(samples["lower"]), _np(samples["norm"]), np.asarray(samples["vocab_size"])
     if x.size > max_points:
@@ -221,36 +208,17 @@ def plot_grad_norm_vs_prob(
     return fig
 
 
-def plot_theorem32_spread(
-    grad_norms,
-    probs,
-    *,
-    tau_modes: Sequence[str] = ("scale", "divide"),
-    ax=None,
-    params: WeightParams | str = "tr",
-    **fields: Any,
-) -> Figure:
-    """Eq. 13: box plots of w ||grad log pi|| / mean for GRPO, TR-GRPO and Reverse under each tau reading
-    (the other Eq. 11 hyperparameters from ``params`` / ``fields``)."""
-    from trgrpo.stats import spread_stats
-
+def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
+    """Eq. 13: box plots of w ||grad log pi|| / its mean for GRPO, TR-GRPO and Reverse under each tau reading
+    (their coefficients of variation: :func:`trgrpo.theory.theorem32_spread`)."""
     fig, ax = _axes(ax, (6.4, 3.8))
-    g = torch.as_tensor(_np(grad_norms))
-    p = torch.as_tensor(_np(probs)).clamp(0, 1)
-    base = as_weight_params(params, **fields)
-    data, labels, colors = [], [], []
-    for mode in tau_modes:
-        for scheme in ("equal", "tr", "reverse"):
-            w = token_weights(p, **vars(base.replace(scheme=scheme, tau_mode=mode)))
-            v = (w * g).numpy()
-            s = spread_stats(v)
-            data.append(v / s["mean"])
-            labels.append(f"{label(scheme).split(' (')[0]}\n{mode}\nCV {s['cv']:.3f}")
-            colors.append(color(scheme))
-    bp = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
-    ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
-    for patch, c in zip(bp["boxes"], colors):
-        patch.set_facecolor(c)
+    g, p = torch.as_tensor(_np(grad_norms)), torch.as_tensor(_np(probs)).clamp(0, 1)
+    cases = [(mode, scheme) for mode in ("scale", "divide") for scheme in ("equal", "tr", "reverse")]
+    data = [(token_weights(p, scheme, tau_mode=mode) * g).numpy() for mode, scheme in cases]
+    bp = ax.boxplot([v / v.mean() for v in data], patch_artist=True, flierprops={"markersize": 2})
+    ax.set_xticks(range(1, len(cases) + 1), [f"{label(s).split(' (')[0]}\n{m}" for m, s in cases], fontsize=7)
+    for patch, (_, scheme) in zip(bp["boxes"], cases):
+        patch.set_facecolor(color(scheme))
         patch.set_alpha(0.5)
     ax.set_ylabel("w ||grad log pi|| / its mean")
     ax.set_title("Theorem 3.2: spread of the weighted gradient norm", fontsize=10)
@@ -408,9 +376,8 @@ def plot_weight_explorer(
     eps_high: float = 0.24,
     **fields: Any,
 ) -> Figure:
-    """Three panels for one setting (``params``, or the Eq. 11 keywords ``fields``): w(p) (paper default dashed),
-    the Eq. 13 factor w(1 - p), and the zero-gradient regions of Eq. 9 at r = 1 under ``placement``.
-    The callback of :func:`weight_explorer`."""
+    """The explorer's three panels for one setting: w(p) (paper default dashed), the Eq. 13 factor w(1 - p), and
+    Eq. 9's zero-gradient regions at r = 1 under ``placement``."""
     fig = Figure(figsize=(12.0, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
     params = as_weight_params(params, **fields)
@@ -431,96 +398,42 @@ def plot_weight_explorer(
     return fig
 
 
-def explorer_sample_probs(n: int = 2400, seed: int = 0) -> torch.Tensor:
-    """The explorer's sample batch: the probability of a sampled token in peaked, medium and flat contexts over a
-    1000-token vocabulary (a third each; the synthetic batch of notebook 02's exercises)."""
-    from trgrpo.theory import pick_tokens, random_distributions
-
-    g = torch.Generator().manual_seed(seed)
-    parts = []
-    for temperature in (0.05, 0.3, 1.0):
-        probs = random_distributions(n // 3, 1000, temperature, generator=g)
-        parts.append(probs.gather(-1, pick_tokens(probs, "sample", generator=g)[:, None]).squeeze(-1))
-    return torch.cat(parts)
-
-
-def explorer_readout(
-    placement: str = "ratio",
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
-    sample=None,
-    params: WeightParams | str = "tr",
-    **fields: Any,
-) -> str:
-    """One line for the explorer: the cut-off probability above which a token with A > 0 gets no gradient (and below
-    which one with A < 0 gets none) at r = 1 under ``placement``, and the share of a sample batch silenced."""
-    from trgrpo.readings import zero_gradient_fraction, zero_gradient_thresholds
-
-    kw = {"params": as_weight_params(params, **fields).replace(scheme="tr")}
-    th = zero_gradient_thresholds(eps_low=eps_low, eps_high=eps_high, resolution=1e-4, **kw)[placement]
-    sample = explorer_sample_probs() if sample is None else torch.as_tensor(sample, dtype=torch.float64)
-    frac = zero_gradient_fraction(sample, eps_low=eps_low, eps_high=eps_high, **kw)
-    pos = "none" if th["pos_from_p"] is None else f"p >= {th['pos_from_p']:.3f}"
-    neg = "none" if th["neg_up_to_p"] is None else f"p <= {th['neg_up_to_p']:.3f}"
-    return (
-        f"placement={placement!r}, r = 1: no gradient for A > 0 at {pos}, for A < 0 at {neg}. "
-        f"Of {sample.numel()} sampled tokens, silenced if A > 0: {frac[placement + '_pos']:.1%}, "
-        f"if A < 0: {frac[placement + '_neg']:.1%}."
-    )
-
-
-EXPLORER_TAUS = (0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 9.0, 10.0, 12.0, 15.0, 20.0, 30.0)  # Table 7 and between
-
-
 def weight_explorer(**defaults):
     """Sliders for alpha, mu, tau, L, U and dropdowns for tau_mode and placement that redraw
-    :func:`plot_weight_explorer` live (ipywidgets). Returns the widget; display it in a notebook."""
-    import ipywidgets as widgets
+    :func:`plot_weight_explorer` live (ipywidgets); display the returned widget in a notebook."""
+    import ipywidgets as w
     from IPython.display import display
 
     d = {**vars(DEFAULTS), "placement": "ratio", **defaults}
-    style = {"description_width": "initial"}  # the whole label, never "tau_m..."
-    controls = {
-        "alpha": widgets.FloatSlider(value=d["alpha"], min=0.5, max=4.0, step=0.1, description="alpha", style=style),
-        "mu": widgets.FloatSlider(value=d["mu"], min=-0.5, max=0.45, step=0.05, description="mu", style=style),
-        # A fixed list that holds Table 7's taus and the given one: a log slider snapped tau = 9 to 10^0.95 = 8.91.
-        "tau": widgets.SelectionSlider(
-            options=[(f"{t:g}", t) for t in sorted({*EXPLORER_TAUS, float(d["tau"])})],
-            value=float(d["tau"]),
-            description="tau",
-            style=style,
-        ),  # fmt: skip
-        "lower": widgets.FloatSlider(value=d["lower"], min=0.1, max=1.5, step=0.05, description="L", style=style),
-        "upper": widgets.FloatSlider(value=d["upper"], min=0.5, max=1.95, step=0.05, description="U", style=style),
-        "tau_mode": widgets.Dropdown(
-            options=["scale", "divide"], value=d["tau_mode"], description="tau_mode", style=style
-        ),  # fmt: skip
-        "placement": widgets.Dropdown(
-            options=["ratio", "surrogate"], value=d["placement"], description="placement", style=style
-        ),  # fmt: skip
-    }
-    out = widgets.Output()
-    sample = explorer_sample_probs()
+    taus = sorted({*TABLE7_TAUS, 0.1, 0.2, 1.0, 1.5, 3.0, 5.0, 12.0, 15.0, 30.0, float(d["tau"])})  # a log slider snaps
+    s = {"style": {"description_width": "initial"}}
 
-    def redraw(**kw) -> None:
+    def slider(key: str, lo: float, hi: float, step: float, name: str = ""):
+        return w.FloatSlider(value=d[key], min=lo, max=hi, step=step, description=name or key, **s)
+
+    controls = {
+        "alpha": slider("alpha", 0.5, 4.0, 0.1),
+        "mu": slider("mu", -0.5, 0.45, 0.05),
+        "tau": w.SelectionSlider(options=[(f"{t:g}", t) for t in taus], value=float(d["tau"]), description="tau", **s),
+        "lower": slider("lower", 0.1, 1.5, 0.05, "L"),
+        "upper": slider("upper", 0.5, 1.95, 0.05, "U"),
+        "tau_mode": w.Dropdown(options=["scale", "divide"], value=d["tau_mode"], description="tau_mode", **s),
+        "placement": w.Dropdown(options=["ratio", "surrogate"], value=d["placement"], description="placement", **s),
+    }
+    out = w.Output()
+
+    def redraw(placement: str, **kw) -> None:
         out.clear_output(wait=True)
         with out:
             if kw["lower"] > kw["upper"]:
                 print(f"L = {kw['lower']} > U = {kw['upper']}: move L below U")
-                return
-            placement = kw.pop("placement")
-            params = as_weight_params(**kw)  # the sliders' values, validated once
-            print(explorer_readout(placement, sample=sample, params=params))
-            display(show(plot_weight_explorer(params=params, placement=placement)))
+            else:
+                display(show(plot_weight_explorer(params=as_weight_params(**kw), placement=placement)))
 
-    widgets.interactive_output(redraw, controls)
-    box = widgets.VBox(
-        [widgets.HBox([controls["alpha"], controls["mu"], controls["tau"]]),
-         widgets.HBox([controls["lower"], controls["upper"], controls["tau_mode"], controls["placement"]]),
-         out]
-    )  # fmt: skip
+    w.interactive_output(redraw, controls)
+    items = list(controls.values())
+    box = w.VBox([w.HBox(items[:3]), w.HBox(items[3:]), out])
     box.controls = controls  # for tests and for readers who want to set values from code
-    box.output = out
     return box
 
 
@@ -702,7 +615,7 @@ def plot_kl(arms: dict, *, path: Path | str | None = None):
 
 def plot_token_hist(hists: dict, *, path: Path | str | None = None):
     """Sampled-token probabilities (top row) and their Eq. 11 weights (bottom row), one column per histogram record
-    (:func:`trgrpo.token_stats.weight_histogram`), with the shares at L, strictly between, and at U."""
+    (:func:`trgrpo.toy_controls.weight_shares`), with the shares at L, strictly between, and at U."""
     fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
     for j, (name, h) in enumerate(hists.items()):
         for i, (edges, counts, xl) in enumerate(
@@ -725,10 +638,8 @@ def plot_token_hist(hists: dict, *, path: Path | str | None = None):
 
 
 def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
-    """The answer page's figure (notebook 08): each arm's paired difference to GRPO (rows of
-    :func:`trgrpo.answers.forest_rows`), thin line the 95 % t-interval, thick line the interval at the
-    level of Holm's first step over its family (the one the verdicts read), an open black diamond the paper's own
-    effect of that arm (Table 4 or 7, Qwen2.5-3B on K&K) where the paper has one."""
+    """The answer page's figure: rows of :func:`trgrpo.answers.forest_rows`, thin the 95 % interval, thick the
+    verdict's interval, an open diamond the paper's own effect of that arm."""
     rows = list(rows)
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
     drawn = False
@@ -752,26 +663,21 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
     return _save(fig, path)
 
 
-LINE_STYLES = ("-", "--", "-.", ":")
-MARKERS = ("o", "s", "^", "D")
-
-
 def plot_trajectories(
     records: Sequence[dict], key: str, *, ax=None, title: str | None = None, ylabel: str | None = None
 ):
-    """Figure 3 (key='grad_norm') / Figure 4 (key='reward') analog for trainer runs: seeds faint, median bold. Each
-    variant (:func:`trgrpo.tables.variant`) has its scheme's colour and its own line style and marker, so equal
-    curves (GRPO and TR-GRPO often coincide early) stay both visible."""
+    """Figure 3 / 4 analog (``key`` grad_norm / reward) for trainer runs: seeds faint, median bold, one line style
+    and marker per variant so that coinciding curves stay visible."""
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
     for i, (name, runs) in enumerate(sorted(an.group_by(records, variant).items())):
         series = [[np.nan if h.get(key) is None else float(h[key]) for h in r.get("history", [])] for r in runs]
         if not (n := min(len(s) for s in series)):
             continue
         arr, x = np.array([s[:n] for s in series]), np.arange(1, n + 1)
-        c, style, every = color(runs[0]["scheme"]), LINE_STYLES[i % 4], max(1, n // 10)
+        c, style, every = color(runs[0]["scheme"]), "-,--,-.,:".split(",")[i % 4], max(1, n // 10)
         for s in arr:
             ax.plot(x, s, color=c, ls=style, alpha=0.25, lw=0.8)
-        ax.plot(x, np.nanmedian(arr, axis=0), color=c, ls=style, lw=2.0, marker=MARKERS[i % 4], ms=4,
+        ax.plot(x, np.nanmedian(arr, axis=0), color=c, ls=style, lw=2.0, marker="os^D"[i % 4], ms=4,
                 markevery=((i * every // 2) % every, every), label=f"{name} (n={len(runs)})")  # fmt: skip
     ax.set(xlabel="training step", ylabel=ylabel or key, title=title or key)
     ax.legend(fontsize=7)

@@ -1,11 +1,5 @@
-"""One agentic-search run (paper Table 3): a :class:`trgrpo.TRGRPOTrainer` with the search tool, TR-GRPO or GRPO
-from a (warm-started) model, greedy EM before and after, ``results/<group>/<name>.json``.
-
-The task itself (retrievers, tool, prompts, reward, evaluation) lives in :mod:`trgrpo.tasks.search`, its run-task
-form in :mod:`trgrpo.tasks.search`; :func:`run_search` maps a :class:`SearchSpec` onto a run spec and trains it
-through :func:`trgrpo.experiment.run` like every other task (one record schema, one writer). The trainer
-factory
-sits outside ``tasks/`` because it builds the trainer (a task never imports it)."""
+"""One agentic-search run (paper Table 3): a :class:`SearchSpec` mapped onto a run spec of the ``search`` task
+(:mod:`trgrpo.tasks.search`) and trained through :func:`trgrpo.experiment.run`."""
 
 from __future__ import annotations
 
@@ -16,15 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import RESULTS_DIR, RunSpec, make_config, run, run_name
-from trgrpo.tasks.search import (
-    evaluate_search,
-    load_tokenizer,
-    rollout_text,
-    search_dataset,
-    search_reward,
-    trl_rollouts,
-)
+from trgrpo.experiment import RESULTS_DIR, RunSpec, build_trainer, run, run_name
+from trgrpo.tasks.search import evaluate_search, rollout_text, trl_rollouts
 
 # ---------------------------------------------------------------------------------------------------------------
 # TRL's tool loop for training and evaluation
@@ -50,18 +37,15 @@ def make_search_trainer(
     quiet: bool = True,
     **config: Any,
 ):
-    """A :class:`trgrpo.TRGRPOTrainer` with the search tool (Eq. 14 reward, Table 6 search settings by default:
-    G = 8, temperature 0.8, lr 1e-6, beta 0.001, clip 0.20/0.24, max response 4096), its config built as a
-    :func:`run_search` builds it (:func:`trgrpo.experiment.make_config` + :func:`search_config_overrides`)."""
-    from trgrpo.models import resolve_model
-    from trgrpo.trainer import TRGRPOTrainer
+    """A :class:`trgrpo.TRGRPOTrainer` with the search tool, built as :func:`run_search` builds it (Table 6's
+    search column by default)."""
+    from trgrpo.tasks.search import search_task
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    path = resolve_model(model)
     spec = SearchSpec(
         scheme=scheme,
         seed=seed,
-        model=str(path),
+        model=str(model),
         steps=steps,
         prompts_per_step=prompts_per_step,
         num_generations=num_generations,
@@ -72,22 +56,18 @@ def make_search_trainer(
         template=template,
         config=config,
     )
-    args = make_config(
-        search_run_spec(spec, max(1, len(train_records)), 0), output_dir, world_size=1, **search_config_overrides(spec)
-    )
-    trainer = TRGRPOTrainer(
-        model=path,
-        reward_funcs=[search_reward],
-        args=args,
-        train_dataset=search_dataset(train_records),
-        processing_class=load_tokenizer(path, template),
-        tools=[tool],
+    run_spec = search_run_spec(spec, max(1, len(train_records)), 0)
+    task = search_task(train_records, [], tool, template=template)
+    overrides = search_config_overrides(spec)
+    trainer = build_trainer(
+        run_spec,
+        task,
+        Path(output_dir),
         callbacks=callbacks,
-    )
-    if quiet:  # the per-step log dicts stay in trainer.state.log_history (and the results file)
-        from transformers.trainer_callback import PrinterCallback
-
-        trainer.remove_callback(PrinterCallback)
+        config_overrides=overrides,
+        world_size=1,
+        verbose=not quiet,
+    )[0]
     return trainer
 
 

@@ -1,9 +1,6 @@
-"""Tables and summaries from our ``results/`` records: the paper's tables beside ours (notebooks 05-08), the toy
-controls grids (notebook 03, Part A; paper Section 4.3) and the real-LM experiment (notebook 03, Part B).
-
-Each of our rows carries its label: model, scale (steps x prompts x group), seeds, machine. A table cell we have
-no run for says so ("no run") rather than staying blank. :data:`LABELS` is the one display name of every scheme,
-toy arm and KL weighting (figures and verdicts use it too).
+"""Tables and summaries from the ``results/`` records: the paper's tables beside ours (notebooks 05-08), the toy
+grids' summaries (notebook 03, Part A) and the real-LM experiment (Part B). A cell without a run says "no run";
+:data:`LABELS` is the one display name of every scheme, toy arm and KL weighting.
 """
 
 from __future__ import annotations
@@ -261,10 +258,8 @@ def primary_metric(record: dict, steps: Sequence[int] = EVAL_STEPS) -> float:
 
 
 def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], value=primary_metric) -> list[dict]:
-    """One row per arm: records named, n, mean of ``value``, and (arms other than ``baseline``) the paired
-    difference to the baseline on common seeds with 95 % t-interval, p, Holm-adjusted p over the arms compared, the
-    sign count (ties apart) and the minimum detectable effect at this n (power 80 %): ``mde`` at two-sided 5 %,
-    ``mde_family`` at 5 % / m, the level of Holm's first step over the m arms compared."""
+    """One row per arm: n, mean of ``value`` and, against ``baseline`` on common seeds, the paired difference with
+    95 % t-interval, p, Holm p over the arms, sign count and the detectable effect (80 % power) at 5 % and 5 % / m."""
     base = {r["seed"]: r for r in arms.get(baseline, [])}
     rows = []
     for arm in order:
@@ -334,8 +329,7 @@ def _summary(group: str, body: dict, recs: Sequence[dict], results_dir, write: b
 
 
 def controls_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
-    """``results/toy/controls/summary.json``: the primary metric per arm and its paired difference to GRPO
-    (``eval_steps``: the plan's, other values only for smoke runs)."""
+    """``results/toy/controls/summary.json``: the primary metric per arm, paired against GRPO."""
     recs = load_runs(results_dir, group=CONTROLS_GROUP)
     rows = arm_rows(group_by(recs, run_label), BASELINE, list(ARMS), value=lambda r: primary_metric(r, eval_steps))
     metric = PRIMARY_METRIC if tuple(eval_steps) == EVAL_STEPS else f"mean greedy accuracy at {eval_steps}"
@@ -361,8 +355,8 @@ def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[d
 
 
 def kl_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
-    """Reading 3 per beta: accuracy (steps 20-60) and KL(pi || pi_ref) (TRL's plain k3, mean over steps 41-60)
-    per KL weighting, each paired against ``plain`` (Eq. 6) on the same seeds."""
+    """Reading 3 per beta: accuracy and KL(pi || pi_ref) (k3, last third of the run) per KL weighting, paired
+    against ``plain`` (Eq. 6)."""
     last = max(eval_steps)
     first = last - last // 3 + 1  # the last third of the run: steps 41-60 of 60
     by_beta = {
@@ -378,8 +372,7 @@ def kl_summary(results_dir: Path | str | None = None, *, write: bool = True, eva
 
 
 def tau_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
-    """Table 7 at toy scale: every tau and GRPO on the same seeds (tau = 9 and GRPO from the controls grid),
-    compared at steps 20, 40, 60."""
+    """Table 7 at toy scale: every tau against GRPO on the same seeds (tau = 9 and GRPO from the controls grid)."""
     recs = load_runs(results_dir, group=TAU_GROUP)
     ctrl = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if r["seed"] in set(TAU_SEEDS)]
     arms = group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
@@ -435,8 +428,7 @@ ANSWER_REWARD = "rewards/arith_answer_reward/mean"
 
 
 def stage0_rows(decision: dict) -> list[dict[str, Any]]:
-    """One row per stage-0 candidate: sampled accuracy and the share of tokens strictly between L and U before and
-    after the GRPO probe, greedy held-out accuracy before and after, and whether the plan's rule accepts it."""
+    """One row per stage-0 candidate: its measures before → after the GRPO probe and the plan's decision."""
 
     def both(c: dict, key: str) -> tuple:
         return c["before"][key], c["after"][key]
@@ -456,9 +448,8 @@ def stage0_rows(decision: dict) -> list[dict[str, Any]]:
 
 
 def collapse_step(record: dict, rule: dict) -> int | None:
-    """The step at which a run has collapsed by the plan's ``rule``, None if it has not: the first step of
-    ``rule["floor_steps"]`` consecutive steps with answer reward <= ``rule["reward_floor"]``, else (with
-    ``final_below_start``) the last step when the final held-out accuracy is below the one before the first step."""
+    """The first step of ``floor_steps`` consecutive steps with answer reward <= ``reward_floor``, else (with
+    ``final_below_start``) the last step if the final held-out accuracy is below the first; None: no collapse."""
     run = 0
     for h in record["history"]:
         run = run + 1 if h[ANSWER_REWARD] <= rule["reward_floor"] else 0
@@ -476,8 +467,8 @@ def by_arm_seed(records: Sequence[dict]) -> dict[tuple[str, int], dict]:
 
 
 def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr", control: str = "grpo") -> dict:
-    """Collapses k of n per arm over the seed pairs both arms have, pairs where both or neither collapsed (ties)
-    apart, and Fisher's exact test (two-sided) on the 2x2 table of arm x collapsed."""
+    """Collapses per arm over the common seeds, the pair counts, and Fisher's exact test (two-sided) on arm x
+    collapsed, with the p the design gives for a total contrast and for one collapse short of it."""
     from scipy.stats import fisher_exact
 
     by = by_arm_seed(records)
@@ -500,7 +491,6 @@ def stress_summary(records: Sequence[dict], plan: dict, *, treatment: str = "tr"
         f"only {control}": sum(c and not t for t, c in pairs),
         "collapse_steps": {f"{a}-seed{s}": step for (a, s), step in steps.items()},
         "fisher_p": fisher([[k_t, n - k_t], [k_c, n - k_c]]),
-        # what the design can detect: a total contrast (n of n against 0) and one a single collapse short of it
         "p_total": fisher([[n, 0], [0, n]]),
         "p_one_short": fisher([[n, 0], [1, n - 1]]),
     }
@@ -519,7 +509,6 @@ def stress_rows(records: Sequence[dict], plan: dict) -> list[dict[str, Any]]:
                 row[f"{arm}: collapsed at step"] = collapse_step(rec, plan["collapse"])
         rows.append(row)
     return rows
-
 
 
 def num(x: float | None, spec: str = ".3f") -> str:
@@ -564,8 +553,7 @@ def controls_table(summary: dict) -> str:
 
 
 def clip_of(records: list[dict], arm: str | None = None) -> dict:
-    """:func:`trgrpo.stats.clip_share` of the records of ``arm`` (all when None) at the runs' clip norm
-    (:class:`~trgrpo.trainer.TRGRPOConfig`'s default ``max_grad_norm``: no toy or SmolLM2 spec sets another)."""
+    """:func:`trgrpo.stats.clip_share` of ``arm``'s records (all when None) at TRGRPOConfig's default clip norm."""
     import dataclasses
 
     from trgrpo.stats import clip_share
@@ -577,8 +565,6 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
     """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
-    from trgrpo.stats import history_mean
-
     runs = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if run_label(r) == arm]
     vals = [history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
     return statistics.fmean(vals) if vals else math.nan
@@ -587,8 +573,6 @@ def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio"
 def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
     beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
-    from trgrpo.stats import paired_t
-
     arms = kl_arms(results_dir)
     hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(KL_BETAS):g}", {}).get("eq10", [])}
     lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(KL_BETAS):g}", {}).get("eq10", [])}

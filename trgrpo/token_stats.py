@@ -1,11 +1,7 @@
-"""Token-probability statistics behind Figure 1 (Section 1): which tokens does the model itself find likely?
+"""Token-probability statistics behind Figure 1: which tokens does the model itself find likely?
 
-For the model's own sampled answers, each token's probability pi_theta(o_t) (at the sampling temperature,
-as the trainer sees it) is averaged over the token's occurrences,
-
-    pi_bar(o) = 1 / #occ(o) * sum_{occurrences} pi_theta(o_t),
-
-for tokens occurring at least ``min_count`` times; the highest and lowest become the two word clouds.
+pi_bar(o) is the mean of pi_theta(o_t) over the occurrences of token o in the model's own sampled answers (Section 1);
+the highest and lowest become the two word clouds, and :func:`structural_claim` turns the claim into a count.
 """
 
 from __future__ import annotations
@@ -15,12 +11,9 @@ import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.tasks.common import TokenOccurrences, sample_token_probabilities
-
-if TYPE_CHECKING:  # weights imports torch; this module loads it only where it is needed
-    from trgrpo.weights import WeightParams
 
 CATEGORIES = ("operator", "bracket", "number", "name", "tag/format", "punctuation", "word", "other")
 _OPERATORS = set("+-*/=<>^%|&!~") | {"==", "!=", "<=", ">=", "->", "=>", "×", "÷", "±", "≤", "≥", "≠", "∧", "∨", "¬"}
@@ -59,19 +52,10 @@ def _continues(prev: str, text: str) -> bool:
 def word_occurrences(
     texts: Sequence[str], probs: Sequence[float], completion: Sequence[int] | None = None
 ) -> tuple[list[str], list[float]]:
-    """Whole words from sampled tokens: word pieces joined, the word's probability the product of its pieces'.
-
-    A token continues the previous word when it starts with a letter (digit) right after a letter (digit) of the
-    same completion, with no space: ``" Kn" + "aves"`` is the word ``" Knaves"`` with probability
-    pi(" Kn") * pi("aves"), the probability that the model writes the whole word once it starts it. Any other
-    token (a leading space, punctuation, an operator, a bracket) starts a new word. ``completion`` (one index per
-    token, as in :class:`TokenOccurrences`) keeps words from running across two completions.
-    """
+    """Whole words from sampled tokens: a letter (digit) right after a letter (digit) of the same completion
+    continues the word (``" Kn" + "aves"``), and the word's probability is the product of its pieces'."""
     if len(texts) != len(probs) or (completion is not None and len(completion) != len(texts)):
-        raise ValueError(
-            f"texts, probs and completion differ in length ({len(texts)}, {len(probs)}, "
-            f"{len(completion) if completion is not None else '-'})"
-        )
+        raise ValueError("texts, probs and completion differ in length")
     words: list[str] = []
     wprobs: list[float] = []
     for i, (t, p) in enumerate(zip(texts, probs)):
@@ -88,11 +72,8 @@ def word_occurrences(
 def top_and_bottom(
     stats: dict[str, tuple[float, int]], k: int = 100, *, max_share: float = 0.5
 ) -> tuple[list[tuple[str, float, int]], list[tuple[str, float, int]]]:
-    """The ``k`` tokens with the highest and the lowest average probability (ties broken by count, then text).
-
-    Each end holds at most ``max_share`` of the tokens (rounded down), so the two lists never overlap; with
-    ``max_share < 0.5`` a middle that belongs to neither end stays out (Figure 1 contrasts two extremes).
-    """
+    """The ``k`` tokens with the highest and the lowest average probability (ties by count, then text); each end
+    holds at most ``max_share`` of the tokens, so the ends never overlap."""
     if not 0.0 < max_share <= 0.5:
         raise ValueError(f"max_share must lie in (0, 0.5], got {max_share}")
     items = sorted(((t, p, n) for t, (p, n) in stats.items()), key=lambda x: (-x[1], -x[2], x[0]))
@@ -159,11 +140,8 @@ def difference_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.9599639
 def structural_claim(
     high: Sequence[tuple[str, float, int]], low: Sequence[tuple[str, float, int]], names: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """Figure 1's claim as a count: the share of structural items (:data:`STRUCTURAL`) at the high and low end.
-
-    Returns the counts, both shares with Wilson 95 % intervals, their difference with Newcombe's interval,
-    Fisher's exact one-sided p (high > low) and a ``verdict``: ``"supported"`` when the difference's interval
-    lies above 0, ``"contradicted"`` when it lies below, ``"undecided"`` otherwise.
+    """Figure 1's claim as a count: structural items (:data:`STRUCTURAL`) at the high vs the low end, with Wilson
+    and Newcombe intervals, Fisher's one-sided p and a verdict (supported / contradicted / undecided by the interval).
     """
     from scipy.stats import fisher_exact
 
@@ -215,93 +193,6 @@ def word_cloud(
     return wc.generate_from_frequencies(freqs)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Where the sampled tokens fall on Eq. 11's weight curve (notebook 03: is the toy representative of a real LM?)
-
-HIST_KEYS = (
-    "task",
-    "model",
-    "bins",
-    "prob_counts",
-    "weight_bins",
-    "weight_counts",
-    "share_at_lower",
-    "share_between",
-    "share_at_upper",
-    "n_tokens",
-)
-
-
-def weight_histogram(
-    probs: Sequence[float],
-    *,
-    task: str,
-    model: str,
-    n_bins: int = 20,
-    n_weight_bins: int = 20,
-    params: WeightParams | str = "tr",
-    atol: float = 1e-6,
-    **fields: Any,
-) -> dict[str, Any]:
-    """Histograms of sampled-token probabilities and of their TR weights (Eq. 11), and where the weights sit.
-
-    The Eq. 11 hyperparameters come from ``params`` (a :class:`~trgrpo.weights.WeightParams`; its scheme is
-    ignored: these are TR's weights) or the keywords ``fields`` (paper defaults).
-
-    ``share_at_lower``: tokens with w = L (|w - L| <= atol), ``share_at_upper``: w = U, ``share_between``: strictly
-    between (the three add up to 1). Probabilities are binned on ``n_bins`` equal bins of [0, 1], weights on
-    ``n_weight_bins`` equal bins of [L, U]; the top edge is inclusive (w = U and p = 1 land in the last bin).
-    """
-    import numpy as np
-    import torch
-
-    from trgrpo.stats import bin_counts
-    from trgrpo.weights import as_weight_params, token_weights
-
-    if n_bins < 1 or n_weight_bins < 1:
-        raise ValueError(f"n_bins and n_weight_bins must be >= 1, got {n_bins} and {n_weight_bins}")
-    p = torch.as_tensor(list(probs), dtype=torch.float64)
-    if p.numel() == 0:
-        raise ValueError("probs is empty: no sampled tokens to histogram")
-    params = as_weight_params(params, **fields).replace(scheme="tr")
-    lower, upper = params.lower, params.upper
-    w = token_weights(p, **vars(params)).numpy()
-    prob_counts, bins = bin_counts(p.numpy(), n_bins)  # the binning of trgrpo.stats (top edge inclusive)
-    weight_counts, weight_bins = bin_counts(w, n_weight_bins, lower, upper)
-    n = int(p.numel())
-    at_lower = int(np.sum(np.abs(w - lower) <= atol))
-    at_upper = int(np.sum(np.abs(w - upper) <= atol))
-    return {
-        "task": task,
-        "model": model,
-        "bins": [round(float(b), 10) for b in bins],
-        "prob_counts": [int(c) for c in prob_counts],
-        "weight_bins": [round(float(b), 10) for b in weight_bins],
-        "weight_counts": [int(c) for c in weight_counts],
-        "share_at_lower": at_lower / n,
-        "share_between": (n - at_lower - at_upper) / n,
-        "share_at_upper": at_upper / n,
-        "n_tokens": n,
-        "weight_params": params.eq11(),
-    }
-
-
-def check_histogram(rec: dict[str, Any]) -> dict[str, Any]:
-    """Raise ``ValueError`` naming the field when ``rec`` does not follow :data:`HIST_KEYS`' schema; return it."""
-    missing = [k for k in HIST_KEYS if k not in rec]
-    if missing:
-        raise ValueError(f"token histogram lacks field(s) {missing}")
-    for counts, edges in (("prob_counts", "bins"), ("weight_counts", "weight_bins")):
-        if len(rec[counts]) != len(rec[edges]) - 1:
-            raise ValueError(f"{counts} has {len(rec[counts])} entries for {len(rec[edges])} edges in {edges}")
-        if sum(rec[counts]) != rec["n_tokens"]:
-            raise ValueError(f"{counts} sums to {sum(rec[counts])}, not n_tokens = {rec['n_tokens']}")
-    total = rec["share_at_lower"] + rec["share_between"] + rec["share_at_upper"]
-    if abs(total - 1.0) > 1e-9:
-        raise ValueError(f"share_at_lower + share_between + share_at_upper = {total}, not 1")
-    return rec
-
-
 def fmt_interval(ci: Sequence[float], digits: int = 2) -> str:
     """``[lo, hi]`` with ``digits`` decimals (the notebooks' way of quoting an interval)."""
     return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
@@ -347,42 +238,25 @@ def arith_token_histogram(
     n_prompts: int = 64,
     samples_per_prompt: int = 8,
     max_new_tokens: int = 8,
-    temperature: float = 1.0,
     seed: int = 0,
-    params: WeightParams | str = "tr",
-    **fields: Any,
 ) -> dict[str, Any]:
-    """:func:`weight_histogram` of a chat model's own sampled tokens on the addition task (notebook 03, Part B),
-    with the Eq. 11 hyperparameters of ``params`` (or the keywords ``fields``; paper defaults).
-
-    The model answers ``n_prompts`` training pairs of :mod:`trgrpo.tasks.arith` (the prompts its GRPO runs start
-    from) ``samples_per_prompt`` times at ``temperature``, as in one GRPO step; every completion token counts.
-    """
+    """:func:`trgrpo.toy_controls.weight_shares` of a chat model's own sampled tokens (T = 1) on ``n_prompts``
+    training pairs of the addition task, before RL (notebook 03, Part B)."""
     from trgrpo.models import load_model_and_tokenizer
     from trgrpo.tasks import arith
+    from trgrpo.toy_controls import weight_shares
 
     model, tokenizer = load_model_and_tokenizer(model_name)
-    problems = arith.make_problems(n_prompts, seed=seed)
-    occ = sample_token_probabilities(
-        model,
-        tokenizer,
-        [arith.arith_prompt(p) for p in problems],
-        samples_per_prompt=samples_per_prompt,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        batch_size=16,
-        seed=seed,
-    )
-    rec = weight_histogram(occ.probs, task="arith", model=str(model_name), params=params, **fields)
-    rec.update(
-        n_prompts=n_prompts,
-        samples_per_prompt=samples_per_prompt,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        policy="initial (before RL)",
-    )
-    return rec
+    prompts = [arith.arith_prompt(p) for p in arith.make_problems(n_prompts, seed=seed)]
+    kw = dict(samples_per_prompt=samples_per_prompt, max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)
+    occ = sample_token_probabilities(model, tokenizer, prompts, batch_size=16, **kw)
+    return {
+        "task": "arith",
+        "model": str(model_name),
+        **weight_shares(occ.probs, atol=1e-6),
+        "n_prompts": n_prompts,
+        **kw,
+    }
 
 
 def histogram_rows(hists: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -408,8 +282,7 @@ def figure1_difference(
     end_share: float = 1 / 3,
     top_k: int = 100,
 ) -> float:
-    """The share of structural items at the high end minus at the low end (:func:`structural_claim`), ranking
-    ``level`` ``"token"`` or ``"word"`` (:func:`word_occurrences`) items of ``occ`` as notebook 04 does."""
+    """:func:`structural_claim`'s difference for the ``"token"`` or ``"word"`` items of ``occ``, as notebook 04."""
     texts, probs = occ.texts, occ.probs
     if level == "word":
         texts, probs = word_occurrences(occ.texts, occ.probs, occ.completion)
@@ -430,14 +303,9 @@ def prompt_bootstrap(
     n_prompts: int | None = None,
     **rank: Any,
 ) -> dict[str, dict[str, Any]]:
-    """Figure 1's count with the prompt as the unit of independence: a cluster bootstrap that resamples the
-    prompts (all samples of a prompt together) with replacement, re-ranks the items and recounts each time.
-
-    Per level: the observed difference, the bootstrap's percentile interval at 1 - alpha / m (Bonferroni over the
-    m levels, the level of Holm's first step; with tens of prompts the percentile interval is a fair one) and at
-    95 %, the one-sided share of resamples at or below 0, and the number of prompts (``n_prompts``, default: the
-    highest prompt index seen + 1). The category lists are those of
-    :func:`classify_token`, fixed; ``rank`` goes to :func:`figure1_difference`."""
+    """Figure 1's count with the prompt as the unit: a cluster bootstrap resampling whole prompts. Per level: the
+    observed difference, percentile intervals at 1 - alpha / m (Holm's first step over the m levels) and 95 %, the
+    share of resamples <= 0; ``rank`` goes to :func:`figure1_difference`."""
     import numpy as np
 
     prompt = [c // samples_per_prompt for c in occ.completion]

@@ -102,9 +102,6 @@ def n_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-# ---- warm_start: A supervised warm start for the toy: AdamW on the reference completions of :mod:`trgrpo.tasks.addi
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Supervised warm start, cached by (task, model config, seed, threshold)
 
@@ -143,14 +140,9 @@ def warm_start(
     model_overrides: dict | None = None,
     verbose: bool = True,
 ) -> Path:
-    """Supervised warm start: AdamW on the reference completions, stopped at the first held-out check above
-    ``threshold`` (the jump in accuracy moves with the seed, so a fixed step count would not do).
-
-    Returns the folder of the saved model + tokenizer (TRL loads both from it), with ``warm_start.json``
-    recording steps, time, and the held-out accuracy on the validation and test splits. Cached: a second
-    call with the same arguments returns the folder at once. Raises :class:`WarmStartError` when the
-    threshold is not reached within ``max_steps``.
-    """
+    """Supervised warm start (AdamW on the reference completions) until the first validation check above
+    ``threshold``; returns the cached folder of model + tokenizer + ``warm_start.json`` (:class:`WarmStartError`
+    when ``max_steps`` do not reach it)."""
     import torch
 
     if task not in TASK_NAMES:
@@ -239,9 +231,6 @@ def warm_start_info(path: Path | str) -> dict:
     return json.loads((Path(path) / "warm_start.json").read_text())
 
 
-# ---- toy_run: The toy's runs: run specs of the scheme x seed grid (Table 4) and the tau sweep (Table 7) at toy scal
-
-
 GROUP = "toy/micro"
 
 
@@ -317,18 +306,15 @@ def run_toy(
     verbose: bool = False,
     eval_sampled: bool = True,
 ) -> dict:
-    """One toy run through :func:`trgrpo.experiment.run` (TRGRPOTrainer) from the warm start of its seed; the
-    record,
-    written once, also holds the held-out trajectory (``eval_history``), the warm start it began from and CPU time.
-
-    ``eval_sampled=False``: the evaluations before the last step measure greedy accuracy only, and the last
-    step's entry is the run's final evaluation (same model, items and seed: the callback would repeat it)."""
+    """One toy run through :func:`trgrpo.experiment.run` from the warm start of its seed; the record also holds
+    the held-out trajectory (``eval_history``), the warm start and CPU time. ``eval_sampled=False``: greedy-only
+    evaluations along the run, the final evaluation as the last step's entry."""
     import torch
 
     if threads is not None:
         torch.set_num_threads(threads)
     spec = copy.deepcopy(spec)
-    ws_path = warm_start(spec["task"], spec["seed"], verbose=verbose, **(warm_kwargs or {}))
+    ws_path = warm_start(spec["task"], spec["seed"], **{"verbose": verbose, **(warm_kwargs or {})})
     ws = warm_start_info(ws_path)
     spec["model"] = str(ws_path)
     rows = records(splits()["test"][: spec.get("n_eval", TOY_DEFAULTS["n_eval"])], spec["task"])
@@ -401,11 +387,8 @@ def run_grid(
     progress: bool = True,
     eval_sampled: bool = True,
 ) -> dict:
-    """Run every spec not yet done (its result file exists -> skipped, so an interrupted grid resumes), one seed at a
-    time (its warm start, then its runs: a grid stopped early leaves complete, paired seeds). Returns wall and CPU
-    time of this call, appended to ``<group>/grid-summary.json`` once at the end (the tree stays clean while the grid
-    runs, so every record's ``git_dirty`` is true to its commit). ``threads=1`` is fastest on a shared or 2-core
-    machine: a 1M-parameter model gains little from a second thread, and oversubscribed threads lose a lot."""
+    """Run every spec whose record does not exist yet, one seed at a time (its warm start, then its runs); the
+    call's wall and CPU time are appended to ``<group>/grid-summary.json`` at the end."""
     import torch
     from tqdm.auto import tqdm
 

@@ -1,9 +1,6 @@
-"""The task registry: a task registers its data, reward functions and evaluation under a name, and
-:func:`trgrpo.experiment.run` trains any registered task the same way (a run spec's ``task`` field names it).
-
-Each task module of this package registers its tasks when imported: ``addition`` / ``addition_trace``
-(:mod:`~trgrpo.tasks.addition`), ``arith``, ``kk``, ``math``, ``search``. :func:`get_task` and :func:`task_names`
-import them on first use, so importing the package loads none of them. A task never builds a trainer: the run does.
+"""The task registry: each module of this package registers its tasks (data, rewards, evaluation) under the names a
+run spec's ``task`` uses; :func:`get_task` and :func:`task_names` import them on first use. A task never builds a
+trainer: :func:`trgrpo.experiment.run` does.
 """
 
 from __future__ import annotations
@@ -20,14 +17,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class Task:
-    """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records); rewards; evaluation.
+    """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records), reward functions, evaluation.
 
-    ``data_source(spec, train_dataset, eval_records)``, when given, says where the data came from (a path or the
-    offline generator, split, size); the run record carries it as ``data_source``. Optional hooks for tasks that
-    need more than a model and a reward (search: a tool): ``tokenizer(model_path, spec)`` loads the tokenizer (default:
-    the model's own), ``trainer_kwargs(spec)`` adds keyword arguments of the trainer (``tools=[...]``), and
-    ``evaluate_with_trainer`` hands ``evaluate`` the trainer (rollouts through its tool loop) instead of the model.
-    """
+    Optional: ``data_source`` (the record's ``data_source``), and for tasks with a tool (search) ``tokenizer``,
+    ``trainer_kwargs`` (``tools=[...]``) and ``evaluate_with_trainer`` (``evaluate`` gets the trainer)."""
 
     build: Callable[[RunSpec, Any], tuple[Any, list]]
     reward_funcs: Callable[[RunSpec], list]

@@ -1,22 +1,9 @@
-"""Small-number arithmetic for a small chat model on a CPU (the run task ``arith``): data, prompt, format and answer
-rewards, evaluation.
+"""Small-number arithmetic for a small chat model on a CPU (the run task ``arith``; not a task of the paper).
 
-Not a task of the paper. It exists so that a real language model (the embedded SmolLM2-135M-Instruct) gets a
-reward that is neither always 0 nor always 1 within a few completion tokens, so the group advantages of Eq. 4 are
-not all zero and GRPO / TR-GRPO have something to learn in a CPU budget (notebook 03, Part B).
-
-* Problems (:data:`KINDS`, task option ``kind``): two-number addition ``add`` (the default), three-operand sums
-  ``add3`` and two-digit by one-digit products ``mul``; operands in the task option ``range``.
-* Prompt. A chat: the system message ``You are a calculator.``, the user turn ``23 + 45`` and an assistant turn
-  pre-filled with ``23 + 45 =`` (32 tokens in all); the model continues it (rendered to text, so that TRL does
-  not add a second generation prompt, as for K&K's pre-filled ``<think>``).
-* Rewards, logged apart (TRL sums them):
-  - format: 1.0 if the completion is a single integer and nothing else (the model stopped after the number),
-    else 0.0;
-  - answer: 1.0 if the first integer of the completion equals the result, else 0.0.
-  The task option ``reward="answer"`` keeps the answer term alone (the pre-fill already fixes the format).
-  Both never raise: anything that is not a string scores 0.
-* Evaluation. Greedy decoding on held-out pairs: accuracy (answer reward), format rate and their mean reward.
+Its reward is neither always 0 nor always 1 within a few tokens, so the group advantages of Eq. 4 are not all zero
+(notebook 03, Part B). Problems (:data:`KINDS`): ``23 + 45``, three-operand sums, two-by-one-digit products; the
+prompt pre-fills the assistant turn with ``23 + 45 =``. Rewards (never raising): format (the completion is one
+integer) and answer (its first integer is the result); task option ``reward="answer"`` keeps the answer alone.
 """
 
 from __future__ import annotations
@@ -35,9 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SYSTEM = "You are a calculator."
 DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1
-# kind -> (operator, number of operands, range of the last operand or None for [low, high]); the question is the
-# operands joined by the operator (``23 + 45``, short: on a CPU the prompt tokens dominate the cost of a GRPO step),
-# the pre-fill that question followed by `` =``
+# kind -> (operator, number of operands, range of the last operand or None for [low, high])
 KINDS = {"add": ("+", 2, None), "add3": ("+", 3, None), "mul": ("*", 2, (2, 9))}
 REWARDS = ("answer+format", "answer")  # task option ``reward``: both terms (default), or the answer term alone
 MAX_SCAN_CHARS = 200  # the rewards look at the first 200 characters only (bounded cost on any completion)
@@ -71,20 +56,6 @@ def make_problems(
         seen.add(terms)
         out.append({"terms": list(terms), "op": op, "answer": sum(terms) if op == "+" else math.prod(terms)})
     return out
-
-
-def split_problems(
-    n_train: int,
-    n_eval: int,
-    *,
-    seed: int = 0,
-    low: int = DEFAULT_RANGE[0],
-    high: int = DEFAULT_RANGE[1],
-    kind: str = "add",
-) -> tuple[list[dict], list[dict]]:
-    """Disjoint train and held-out sets: one draw of ``n_train + n_eval`` distinct problems, split in two."""
-    problems = make_problems(n_train + n_eval, seed=seed, low=low, high=high, kind=kind)
-    return problems[:n_train], problems[n_train:]
 
 
 def question(problem: dict) -> str:
@@ -221,11 +192,11 @@ def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
 
 
 def _build(spec: RunSpec, tokenizer):
-    """Train and held-out problems are disjoint (one draw, split in two)."""
+    """Train and held-out problems are disjoint (one draw of distinct problems, split in two)."""
     low, high = spec.task_options.get("range", DEFAULT_RANGE)
     kind = spec.task_options.get("kind", "add")
-    train, test = split_problems(spec.n_train, spec.n_eval, seed=0, low=int(low), high=int(high), kind=kind)
-    return arith_dataset(train, tokenizer), test
+    problems = make_problems(spec.n_train + spec.n_eval, seed=0, low=int(low), high=int(high), kind=kind)
+    return arith_dataset(problems[: spec.n_train], tokenizer), problems[spec.n_train :]
 
 
 def _evaluate(model, tokenizer, records, spec: RunSpec) -> dict:

