@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(VPY) -m ruff check trgrpo tests
 
 # pytest's options are in pyproject.toml: tests/ and, with nbval (--nbval-lax), every notebook under notebooks/ in
-# smoke mode, each code cell a test, `# NBVAL_CHECK_OUTPUT` cells compared with their stored output; tiers
+# smoke mode, each code cell a test, cells tagged `nbval-check-output` compared with their stored output; tiers
 # unit / notebooks / browser run, slow and gpu are left out (README, "Tests").
 test: $(STAMP) browser
 	$(VPY) -m ruff check trgrpo tests
@@ -56,7 +56,7 @@ refresh-checked: $(STAMP)
 run: $(STAMP) model
 	$(VPY) -m trgrpo.run_all
 
-# outputs, counts and papermill metadata go; cells with metadata keep_output (the `# NBVAL_CHECK_OUTPUT` cells) keep
+# outputs, counts and papermill metadata go; cells with metadata keep_output (those tagged `nbval-check-output`) keep
 # their outputs, which nbval compares
 strip: $(STAMP)
 	$(VPY) -m nbstripout --extra-keys "metadata.papermill cell.metadata.papermill cell.metadata.execution" notebooks/*.ipynb notebooks/solutions/*.ipynb 2>/dev/null || true

@@ -3,7 +3,7 @@
 
 Refresh: ``python -m tests.nbexec refresh notebooks/02_token_weight_function.ipynb [...]`` (or ``make
 refresh-checked NB=...``) executes the notebook in smoke mode, as `make test` does, stores the new output of
-every ``# NBVAL_CHECK_OUTPUT`` cell, and strips everything else as ``make strip`` does. Review the diff: it is
+every cell tagged ``nbval-check-output``, and strips everything else as ``make strip`` does. Review the diff: it is
 exactly what a reader of the notebook will see change.
 """
 
@@ -67,7 +67,7 @@ def refresh_checked_outputs(path: Path) -> list[int]:
     checked = []
     code = [(c, r) for c, r in zip(nb.cells, run.cells) if c.cell_type == "code"]
     for i, (cell, done) in enumerate(code):
-        if is_checked(cell.source):
+        if is_checked(cell):
             cell.outputs = coalesce_streams(done.outputs)
             cell.metadata["keep_output"] = True
             checked.append(i)
@@ -82,7 +82,7 @@ def refresh_checked_outputs(path: Path) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.nbexec", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ref = sub.add_parser("refresh", help="store the new outputs of the # NBVAL_CHECK_OUTPUT cells of notebooks")
+    ref = sub.add_parser("refresh", help="store the new outputs of the nbval-check-output cells of notebooks")
     ref.add_argument("notebooks", nargs="+", type=Path)
     args = ap.parse_args(argv)
     for nb in args.notebooks:

@@ -1,9 +1,9 @@
 """How `make test` runs the notebooks: nbval (``--nbval-lax``, pyproject.toml) with the project's rules on top.
 
 nbval executes every code cell of a collected notebook as one pytest item, in one kernel per notebook, and
-compares the output of the cells marked ``# NBVAL_CHECK_OUTPUT`` with the output stored in the committed notebook
-(after the regexes of ``tests/nbval_sanitize.cfg``). This plugin (loaded by the top-level ``conftest.py``, so it
-also applies to ``pytest notebooks/02_*.ipynb``) adds:
+compares the output of the cells tagged ``nbval-check-output`` (cell metadata, so the reader sees no test marker
+in the code) with the output stored in the committed notebook (after the regexes of ``tests/nbval_sanitize.cfg``).
+This plugin (loaded by the top-level ``conftest.py``, so it also applies to ``pytest notebooks/02_*.ipynb``) adds:
 
 * the smoke environment: the kernel starts with ``TRGRPO_SMOKE=1``, headless (no live widgets) and offline, as
   ``trgrpo.batch`` runs notebooks (:func:`smoke_env`);
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECK_MARKER = "NBVAL_CHECK_OUTPUT"
+CHECK_TAG = "nbval-check-output"  # nbval's cell tag for "compare this output", also under --nbval-lax
 
 # Smoke-mode time limits (seconds, on 2 shared cores, kernel start included) by file-name prefix; others: default.
 TIME_LIMITS = {"01_": 300, "02_": 120}
@@ -59,10 +59,16 @@ def time_limit(name: str) -> float:
     return next((t for k, t in TIME_LIMITS.items() if name.startswith(k)), DEFAULT_TIME_LIMIT)
 
 
-def is_checked(source: str) -> bool:
-    """Whether a cell's source carries nbval's ``# NBVAL_CHECK_OUTPUT`` comment (as nbval parses it)."""
+def is_checked(cell) -> bool:
+    """Whether nbval compares a cell's output: the cell is tagged ``nbval-check-output``."""
+    return CHECK_TAG in (cell.get("metadata", {}).get("tags") or [])
+
+
+def has_check_comment(source: str) -> bool:
+    """Whether a cell's source carries nbval's ``# NBVAL_CHECK_OUTPUT`` comment, which the notebooks do not use
+    (nbval honours it too, but it shows a test marker to the reader: tag the cell instead)."""
     lines = (ln.strip() for ln in source.splitlines())
-    return any(ln.startswith("#") and ln.lstrip("#").strip() == CHECK_MARKER for ln in lines)
+    return any(ln.startswith("#") and ln.lstrip("#").strip() == "NBVAL_CHECK_OUTPUT" for ln in lines)
 
 
 def noise(outputs) -> list[str]:
@@ -111,7 +117,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_nbval_cell(item):
             item.add_marker(pytest.mark.notebooks)
-            if item.cell.get("outputs") and item.cell.get("execution_count") is None and is_checked(item.cell.source):
+            if item.cell.get("outputs") and item.cell.get("execution_count") is None and is_checked(item.cell):
                 # nbstripout keeps the outputs of `keep_output` cells but drops their execution count; nbval
                 # compares only cells that were run, so give the in-memory copy a count (the file is unchanged)
                 item.cell["execution_count"] = 1
@@ -167,8 +173,11 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if _is_nbval_cell(item) and report.failed and isinstance(report.longrepr, str) and "Cell outputs differ" in (
-        report.longrepr
+    if (
+        _is_nbval_cell(item)
+        and report.failed
+        and isinstance(report.longrepr, str)
+        and "Cell outputs differ" in (report.longrepr)
     ):
         nb = Path(str(item.parent.path))
         shown = nb.relative_to(ROOT) if nb.is_relative_to(ROOT) else nb

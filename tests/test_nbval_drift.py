@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .nbval_harness import CHECK_TAG
+
 ROOT = Path(__file__).resolve().parents[1]
 NB02 = ROOT / "notebooks" / "02_token_weight_function.ipynb"
 nbformat = pytest.importorskip("nbformat")
@@ -22,15 +24,31 @@ pytest.importorskip("nbval")
 def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python -m pytest`` with the project's configuration, from the repository root (the harness is loaded
     explicitly, as notebooks outside the repository do not see its top-level conftest.py)."""
-    cmd = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-           "-p", "tests.nbval_harness", "-q", "-rA", "--color=no", "--nbval-lax", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        "--rootdir",
+        str(ROOT),
+        "-p",
+        "tests.nbval_harness",
+        "-q",
+        "-rA",
+        "--color=no",
+        "--nbval-lax",
+        *args,
+    ]
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(cmd, cwd=ROOT, env={**full_env, **(env or {})}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        cmd, cwd=ROOT, env={**full_env, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _notebook(path: Path, cells: list[str], outputs: dict[int, str] | None = None) -> Path:
-    """A notebook of code cells; ``outputs`` maps a cell to the stdout it stores (kept as nbstripout keeps it)."""
+    """A notebook of code cells; ``outputs`` maps a cell to the stdout it stores, checked by nbval (tag
+    ``nbval-check-output``) and kept as nbstripout keeps it (metadata ``keep_output``)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     for i, src in enumerate(cells):
@@ -38,6 +56,7 @@ def _notebook(path: Path, cells: list[str], outputs: dict[int, str] | None = Non
         if outputs and i in outputs:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=outputs[i])]
             cell.metadata["keep_output"] = True
+            cell.metadata["tags"] = [CHECK_TAG]
         nb.cells.append(cell)
     nbformat.write(nb, str(path))
     return path
@@ -79,10 +98,11 @@ def test_nbval_fails_on_notebook_02_when_a_library_default_changes(tmp_path):
 
 
 def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
-    """One nbval run over five small notebooks: the kernel sees the smoke environment and a checked cell with a
-    stripped execution count is compared; a FutureWarning or a printed traceback fails its cell; in a notebook of
-    the allow-list it is an xfail, and a listed notebook that runs clean warns (the list must shrink); a notebook
-    over its time limit fails with its time."""
+    """One nbval run over six small notebooks: the kernel sees the smoke environment and a checked cell (tag
+    ``nbval-check-output``) with a stripped execution count is compared, and fails when its output changed; a
+    FutureWarning or a printed traceback fails its cell; in a notebook of the allow-list it is an xfail, and a
+    listed notebook that runs clean warns (the list must shrink); a notebook over its time limit fails with its
+    time."""
     (tmp_path / "harness_setup.py").write_text(  # the allow-list and a time limit of this test
         "import tests.nbval_harness as h\n"
         "h.NOISY_NOTEBOOKS = frozenset({'listed_noisy.ipynb', 'listed_clean.ipynb'})\n"
@@ -90,8 +110,7 @@ def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
     )
     env_nb = _notebook(
         tmp_path / "env.ipynb",
-        ["# NBVAL_CHECK_OUTPUT\nimport os\n"
-         "print(os.environ['TRGRPO_SMOKE'], os.environ['TRGRPO_HEADLESS'], os.environ['HF_HUB_OFFLINE'])"],
+        ["import os\nprint(os.environ['TRGRPO_SMOKE'], os.environ['TRGRPO_HEADLESS'], os.environ['HF_HUB_OFFLINE'])"],
         outputs={0: "1 1 1\n"},
     )
     warn = "import warnings\nwarnings.warn('an old argument', FutureWarning)"
@@ -102,11 +121,13 @@ def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
     listed_noisy = _notebook(tmp_path / "listed_noisy.ipynb", [warn, "x = 1"])
     listed_clean = _notebook(tmp_path / "listed_clean.ipynb", ["x = 1", "y = 2"])
     slow = _notebook(tmp_path / "slow.ipynb", ["import time\ntime.sleep(3)"])
-    paths = [str(p) for p in (env_nb, noisy, listed_noisy, listed_clean, slow)]
+    drift = _notebook(tmp_path / "drift.ipynb", ["print(2)"], outputs={0: "1\n"})  # tagged: its output must match
+    paths = [str(p) for p in (env_nb, noisy, listed_noisy, listed_clean, slow, drift)]
     path = os.pathsep.join(filter(None, [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")]))
     r = _pytest(["-p", "harness_setup", *paths], env={"PYTHONPATH": path, "TRGRPO_SMOKE": "0", "TRGRPO_HEADLESS": "0"})
     report = r.stdout + r.stderr
-    assert "3 failed, 5 passed, 1 xfailed, 1 warning" in report, report[-3000:]
+    assert "4 failed, 5 passed, 1 xfailed, 1 warning" in report, report[-3000:]
+    assert "Cell outputs differ" in report and "stored in drift.ipynb" in report, report[-3000:]
     assert "noisy.ipynb cell 0 prints stderr:" in report and "FutureWarning: an old argument" in report
     assert "noisy.ipynb cell 1 prints stderr: Traceback (most recent call last)" in report
     assert "listed_noisy.ipynb cell 0 prints stderr:" in report and "(listed in NOISY_NOTEBOOKS" in report

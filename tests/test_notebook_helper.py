@@ -85,6 +85,9 @@ def test_save_headline_writes_the_tagged_file_and_prints_a_short_summary(tmp_pat
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0] == f"saved to {path}" and len(out) <= 10, out
     assert "k29" not in "\n".join(out)
+    path.unlink()
+    assert nb.save_headline(headline, quiet=True) == path and json.loads(path.read_text()) == headline
+    assert capsys.readouterr().out == "", "quiet: a hidden bookkeeping cell prints nothing"
 
 
 def test_setup_names_a_bad_name():

@@ -1,6 +1,6 @@
 """Every notebook: holds no ``def``/``class``, has the conventions of docs/design.md (versions printed first, a
 ``parameters`` cell reading ``TRGRPO_SMOKE``), and is committed stripped except for the stored outputs of its
-``# NBVAL_CHECK_OUTPUT`` cells.
+cells tagged ``nbval-check-output``.
 
 The notebooks themselves are executed by nbval, as test items of their own (``pytest notebooks/``, in `make
 test`; tests/nbval_harness.py): smoke mode, per-notebook time limits, checked outputs, no FutureWarning or
@@ -21,7 +21,7 @@ import pytest
 
 from trgrpo import course
 
-from .nbval_harness import is_checked
+from .nbval_harness import CHECK_TAG, has_check_comment, is_checked
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
@@ -97,10 +97,10 @@ def test_conventions_versions_first_and_parameters_cell(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_committed_stripped(path):
     """No execution counts or papermill metadata, and no outputs except those nbval compares: the cells marked
-    ``# NBVAL_CHECK_OUTPUT`` keep theirs (``nbstripout --verify`` with the project's keys agrees)."""
+    tagged ``nbval-check-output`` keep theirs (``nbstripout --verify`` with the project's keys agrees)."""
     nb = _read(path)
     for i, cell in enumerate(_code_cells(nb)):
-        if not is_checked(cell.source):
+        if not is_checked(cell):
             assert not cell.get("outputs"), f"{path.name} code cell {i} has outputs: run `make strip`"
         assert cell.get("execution_count") is None, f"{path.name} code cell {i} has an execution_count"
         assert "papermill" not in cell.metadata and "execution" not in cell.metadata, f"{path.name} cell {i}"
@@ -113,13 +113,15 @@ def test_committed_stripped(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_checked_cells_store_a_clean_text_output(path):
-    """A ``# NBVAL_CHECK_OUTPUT`` cell stores the output nbval compares, and nbstripout keeps it (cell metadata
-    ``keep_output``); the output is text (no image, no error), and only checked cells are kept."""
+    """A cell tagged ``nbval-check-output`` stores the output nbval compares, and nbstripout keeps it (cell metadata
+    ``keep_output``); the output is text (no image, no error), and only checked cells are kept. The mark is the tag,
+    never nbval's ``# NBVAL_CHECK_OUTPUT`` comment: the reader of a lesson sees no test machinery in its code."""
     for i, cell in enumerate(_code_cells(_read(path))):
-        checked, kept = is_checked(cell.source), bool(cell.metadata.get("keep_output"))
+        checked, kept = is_checked(cell), bool(cell.metadata.get("keep_output"))
         where = f"{path.name} code cell {i}"
+        assert not has_check_comment(cell.source), f"{where}: replace `# NBVAL_CHECK_OUTPUT` by the tag {CHECK_TAG}"
         assert checked == kept, (
-            f"{where}: `# NBVAL_CHECK_OUTPUT` and metadata keep_output go together "
+            f"{where}: the tag {CHECK_TAG} and metadata keep_output go together "
             f"(refresh with `python -m tests.nbexec refresh {path.relative_to(ROOT)}`)"
         )
         if not checked:

@@ -45,10 +45,13 @@ def _short(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | None = None, max_items: int = 8) -> str:
-    """Write a notebook's ``headline`` record to ``path`` (atomic JSON, NaN -> null) and print a short summary:
-    a ``saved to PATH`` line, then ``key: value`` for at most ``max_items`` top-level scalar entries (those named in
-    ``keys``, in that order, else the first ones; nested entries are in the file, not on screen). Returns the text."""
+def save_headline(
+    headline: dict, path: str | os.PathLike, keys: list[str] | None = None, max_items: int = 8, *, quiet: bool = False
+) -> str:
+    """Write a notebook's ``headline`` record to ``path`` (atomic JSON, NaN -> null) and print a short summary
+    (unless ``quiet``): a ``saved to PATH`` line, then ``key: value`` for at most ``max_items`` top-level scalar entries
+    (those named in ``keys``, in that order, else the first ones; nested entries are in the file, not on screen).
+    Returns the text."""
     if not isinstance(headline, dict):
         raise TypeError(f"headline must be a dict, got {type(headline).__name__}")
     saved = write_json(Path(path), headline)
@@ -62,7 +65,8 @@ def save_headline(headline: dict, path: str | os.PathLike, keys: list[str] | Non
     if rest:
         lines.append(f"  (+{rest} more entries in the file)")
     text = "\n".join(lines)
-    print(text)
+    if not quiet:
+        print(text)
     return text
 
 
@@ -140,10 +144,10 @@ class Notebook:
         """Seconds since :func:`setup`."""
         return time.time() - self.started
 
-    def save_headline(self, headline: dict, keys: list[str] | None = None) -> Path:
-        """Write ``headline`` to :attr:`headline_path` (JSON) and print ``saved to ...`` and at most eight of its
-        entries (those named in ``keys``): :func:`trgrpo.notebook.save_headline`."""
-        save_headline(headline, self.headline_path, keys=keys)
+    def save_headline(self, headline: dict, keys: list[str] | None = None, *, quiet: bool = False) -> Path:
+        """Write ``headline`` to :attr:`headline_path` (JSON) and, unless ``quiet`` (a hidden bookkeeping cell), print
+        ``saved to ...`` and at most eight of its entries (those named in ``keys``): :func:`save_headline`."""
+        save_headline(headline, self.headline_path, keys=keys, quiet=quiet)
         return self.headline_path
 
 
