@@ -249,6 +249,28 @@ def test_every_notebook_is_timed():
     assert all(r["ok"] for r in record["rows"]), [r["notebook"] for r in record["rows"] if not r["ok"]]
 
 
+def test_each_time_was_measured_with_the_notebooks_parameters_on_a_clean_tree():
+    """A time holds for the parameters cell it was measured with: change a notebook's defaults, and its time must be
+    measured again (`python -m trgrpo.course times`, then `make docs`)."""
+    record = json.loads(course.TIMES_PATH.read_text())
+    assert record["dirty"] is False, "the times were measured on an uncommitted tree"
+    stale = [
+        r["notebook"]
+        for r in record["rows"]
+        if r.get("parameters") != course.fingerprint(course.parameters_source(ROOT / r["notebook"]))
+    ]
+    assert not stale, f"parameters changed since their time was measured: {stale}"
+
+
+def test_the_parameters_fingerprint_sees_a_changed_default(tmp_path):
+    nb = json.loads((ROOT / "notebooks" / "04_token_probabilities.ipynb").read_text())
+    before = course.fingerprint(course.parameters_source(ROOT / "notebooks" / "04_token_probabilities.ipynb"))
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    cell["source"] = "".join(cell["source"]).replace("=", "= 1 +", 1)
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    assert course.fingerprint(course.parameters_source(tmp_path / "nb.ipynb")) != before
+
+
 # ---------------------------------------------------------------- checks that teach (issue 17)
 
 

@@ -246,6 +246,12 @@ def expect_close(name: str, got: Any, want: float, tol: float = 1e-9, hint: str 
     expect(abs(value - float(want)) <= tol, f"`{name}` = {value:.6g} is not the value the check recomputes", hint)
 
 
+def parameters_source(path: Path | str) -> str:
+    """The source of a notebook's papermill ``parameters`` cell: the settings a time of it was measured with."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    return next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+
+
 def fingerprint(value: Any) -> str:
     """A short hash of ``value`` (floats to 6 digits; lists, tuples, dicts, str, int, bool, None), so that a check
     can compare an answer it must not print."""
@@ -315,7 +321,10 @@ def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("student", help="write the student copy").add_argument("--out", default=str(ROOT / "student"))
-    sub.add_parser("times", help="time every notebook and its solutions as a laptop runs them (offline, 05-07 smoke)")
+    t = sub.add_parser(
+        "times", help="time every notebook and its solutions as a laptop runs them (offline, 05-07 smoke)"
+    )
+    t.add_argument("--allow-dirty", action="store_true", help="time an uncommitted tree (the record says so)")
     args = ap.parse_args(argv)
     if args.cmd == "student":
         print(f"wrote {len(write_student_copy(args.out))} notebooks into {args.out}")
@@ -326,6 +335,9 @@ def _cli(argv: Sequence[str] | None = None) -> int:
     from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
 
     dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
+    if dirty and not args.allow_dirty:
+        print("the tree has uncommitted changes: commit first, so the times name the code they measured")
+        return 2
     out_dir, rows = Path(tempfile.mkdtemp(prefix="trgrpo-times-")), []
     for path in [p for m in main_notebooks() for p in (m, solutions_path(m)) if p.exists()]:
         smoke = path.name.startswith(("05_", "06_", "07_")) and "_solutions" not in path.name
@@ -333,6 +345,7 @@ def _cli(argv: Sequence[str] | None = None) -> int:
             done = run_notebook(path, out_dir, smoke=smoke, timeout=3600)
         mode = "smoke" if smoke else "laptop default"
         rows.append(dict(notebook=str(path.relative_to(ROOT)), mode=mode, wall_s=done["seconds"], ok=done["ok"]))
+        rows[-1]["parameters"] = fingerprint(parameters_source(path))
         rows[-1]["error"] = done["error"] or None
         print(f"{path.name}: {done['seconds']:.0f} s ({mode}){'' if done['ok'] else ' FAILED ' + done['error']}")
     record = {
