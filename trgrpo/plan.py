@@ -1,11 +1,6 @@
-"""Memory and time planner for full-scale runs: ``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``.
-
-PLAN is a batch plan or a training spec file (``experiments/``). Per run: peak memory per GPU by component (fp32
-policy, gradients and AdamW moments, ZeRO-2/3 sharding, reference model, activations, logits, vLLM's share), the
-hours (rollout decode bound by HBM bandwidth or FLOPs, training at 6-10 N FLOP per token, evaluation) and the
-checkpoint size, from the model's shape and the stated :class:`Assumptions`. Exit 0 when every run fits, else 1
-with the settings to change. Estimates, not measurements (``make gpu-check`` measures what they rest on).
-"""
+"""``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``: per run of a batch plan or spec file, peak memory per
+GPU by component, hours and checkpoint size, from the model's shape and the stated :class:`Assumptions`
+(estimates; ``make gpu-check`` measures them). Exit 0 when every run fits, else 1 with the settings to change."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo.batch import load_plan
+from trgrpo.batch import environment, load_plan, parameters_cell
 from trgrpo.experiment import (
     ROOT,
     ConfigError,
@@ -51,7 +46,7 @@ GPUS = {
 
 @dataclass(frozen=True)
 class Assumptions:
-    """Stated assumptions of the estimate (to be corrected from ``make gpu-check`` measurements)."""
+    """Stated assumptions of the estimate."""
 
     mean_prompt_tokens: int = 400  # K&K / math prompts with the chat template
     mean_completion_tokens: int = 1024  # mean generated length (the maximum is the spec's max_completion_length)
@@ -197,9 +192,8 @@ def _eval_multiplier(spec: RunSpec) -> int:
 
 
 def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: Assumptions = Assumptions()) -> list:
-    """The settings to change so that a run fits, the cheapest first: on the same GPUs the largest micro-batch that
-    fits (with checkpointing if needed), then vLLM's least share, ZeRO-3, then more GPUs. Returns
-    ``"setting: old -> new"`` strings (only the changed ones)."""
+    """``"setting: old -> new"`` changes that make a run fit, the cheapest first (micro-batch, checkpointing, vLLM's
+    share, ZeRO-3, then more GPUs)."""
     shape = model_shape(spec.model)
     completions = spec.prompts_per_step * spec.num_generations
     now = batch_layout(spec, gpus)["per_device_train_batch_size"] if completions % gpus == 0 else None
@@ -250,33 +244,15 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: As
 
 def notebook_defaults(notebook: Path) -> dict:
     """The values of a notebook's ``parameters`` cell (full-scale defaults: SMOKE off)."""
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
-    if cell is None:
-        raise ValueError(f"{notebook}: no cell tagged 'parameters'")
     env: dict = {"os": os}
-    saved = os.environ.get("TRGRPO_SMOKE")
-    os.environ["TRGRPO_SMOKE"] = "0"
-    try:
-        exec(cell.source, env)  # noqa: S102 - the repo's own parameters cell: assignments only
-    finally:
-        if saved is None:
-            os.environ.pop("TRGRPO_SMOKE", None)
-        else:
-            os.environ["TRGRPO_SMOKE"] = saved
+    with environment(TRGRPO_SMOKE="0"):
+        exec(parameters_cell(notebook), env)  # noqa: S102 - the repo's own parameters cell: assignments only
     return {k: v for k, v in env.items() if k.isupper()}
 
 
 def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], str]:
-    """The runs a plan would start and the accelerate config it names (batch plan or training spec file).
-
-    ``overrides``: notebook parameters (``trgrpo.batch --set``) for a batch plan, spec fields for a spec
-    file. A file with ``notebooks`` or ``smoke`` is a batch plan (:func:`trgrpo.batch.load_plan` checks it:
-    notebooks that exist, parameters their parameters cells assign); only the project's notebooks 05 / 06 are read
-    (their parameters cells run here). Every local data file a run names must exist (relative paths from the
-    notebook's folder, where papermill runs it). Bad input: a :class:`ConfigError` naming the file and the field."""
+    """The runs a batch plan (only the project's notebooks 05 / 06 are read) or spec file would start, and its
+    accelerate config; every local data file they name must exist. Bad input: a :class:`ConfigError`."""
     path = Path(path)
     data = read_config(path)
     if "notebooks" not in data and "smoke" not in data:
@@ -305,8 +281,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
 
 
 def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
-    """Every local data file of the specs (K&K ``train_path`` / ``eval_path``, a math ``train`` or ``eval_sets``
-    entry that names no hub set) exists, relative paths from ``base``; else a :class:`ConfigError`."""
+    """Every local data file the specs name (relative to ``base``) exists; else a :class:`ConfigError`."""
     from trgrpo.tasks.math import MATH_HUB
 
     for spec in specs:
@@ -389,8 +364,7 @@ README_ROWS = (
 
 
 def readme_rows() -> list[dict]:
-    """The planner's numbers for each of :data:`README_ROWS`: runs, peak GB per GPU, hours per run (min, max), hours
-    in all, and the settings to change (None when every run fits)."""
+    """The planner's numbers for each of :data:`README_ROWS` (the README's table)."""
     out = []
     for name, gpus, mem, kind in README_ROWS:
         specs, accel = plan_specs(ROOT / "experiments" / name)
