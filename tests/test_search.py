@@ -275,7 +275,7 @@ def test_table3_layout():
 
 
 def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
-    """run_search builds its record with trgrpo.experiment.build_record and writes it once through
+    """run_search builds its record through trgrpo.experiment.run and writes it once through
     write_result."""
     from pathlib import Path
 

@@ -180,43 +180,9 @@ def peak_memory_mb() -> dict:
     return out
 
 
-def build_record(
-    *,
-    name: str,
-    group: str,
-    task: str,
-    scheme: str,
-    seed: int,
-    model: str,
-    steps: int,
-    spec: dict,
-    history: list[dict],
-    initial: dict | None,
-    final: dict,
-    train_time_s: float,
-    steps_run: int,
-    t0: float,
-    **fields: Any,
-) -> dict:
-    """A run record: the run's identity and results, then the provenance (time, memory, machine, versions, git)."""
+def provenance() -> dict:
+    """Where and how a record was made: peak memory, machine, package versions, git commit, time."""
     return {
-        "kind": RUN_KIND,
-        "name": name,
-        "group": group,
-        "task": task,
-        "scheme": scheme,
-        "seed": seed,
-        "model": model,
-        "steps": steps,
-        "spec": spec,
-        "history": history,
-        "initial": initial,
-        "final": final,
-        **fields,
-        "train_time_s": train_time_s,
-        "seconds_per_step": train_time_s / max(1, steps_run),
-        "steps_run": steps_run,
-        "wall_time_s": time.time() - t0,
         "peak_memory": peak_memory_mb(),
         "machine": machine_info(),
         "versions": package_versions(),
@@ -811,26 +777,23 @@ def run(
     history = history_from_log(trainer.state.log_history)
     steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
     layout = batch_layout(spec, trainer.accelerator.num_processes)
-    record = build_record(
-        name=spec.name,
-        group=spec.group,
-        task=spec.task,
-        scheme=spec.scheme,
-        seed=spec.seed,
-        model=spec.model,
-        steps=spec.steps,
-        spec=dataclasses.asdict(spec),
-        history=history,
-        initial=initial,
-        final=final,
-        train_time_s=train_s,
-        steps_run=steps_run,
-        t0=t0,
-        data_source=data_source,
-        batch={**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
-        resumed_from=ckpt,
-        live_logs=str(logs) if logs is not None else None,
-    )
+    record = {
+        "kind": RUN_KIND,
+        **{k: getattr(spec, k) for k in ("name", "group", "task", "scheme", "seed", "model", "steps")},
+        "spec": dataclasses.asdict(spec),
+        "history": history,
+        "initial": initial,
+        "final": final,
+        "data_source": data_source,
+        "batch": {**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
+        "resumed_from": ckpt,
+        "live_logs": str(logs) if logs is not None else None,
+        "train_time_s": train_s,
+        "seconds_per_step": train_s / max(1, steps_run),
+        "steps_run": steps_run,
+        "wall_time_s": time.time() - t0,
+        **provenance(),
+    }
     if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
         record.update(record_extras(record))
     path = write_result(spec.group, spec.name, record, results_dir) if main_process else None

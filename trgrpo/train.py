@@ -22,7 +22,6 @@ from trgrpo.experiment import (
     env_world_size,
     parse_overrides,
     read_config,
-    run,
     train_config_summary,
 )
 from trgrpo.tasks import task_names
@@ -129,29 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"{ap.prog}: error: {problem}", file=sys.stderr)
         return 2
-    results = Path(args.results).resolve()  # absolute: launchers may run from another directory
-    if gpus is not None:  # this process trains nothing: one process per spec
-        try:
-            fullscale.launch(
-                specs,
-                gpus=gpus,
-                accelerate_config=args.accelerate_config,
-                results_dir=results,
-                force=args.force,
-                keep_checkpoints=not args.no_keep_checkpoints,
-                isolate=True,
-            )
-        except RuntimeError as e:  # a run's process failed: its log says why
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        return 0
-    for k, spec in enumerate(specs, 1):
-        target = results / spec.group / f"{spec.name}.json"
-        if target.exists() and not args.force:
-            print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
-            continue
-        print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
-        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints, resume=not args.force)
+    try:  # one process per spec with `gpus`, else every spec in this process
+        fullscale.launch(
+            specs,
+            gpus=gpus,
+            accelerate_config=args.accelerate_config,
+            results_dir=Path(args.results).resolve(),  # absolute: launchers may run from another directory
+            force=args.force,
+            keep_checkpoints=not args.no_keep_checkpoints,
+            isolate=gpus is not None,
+        )
+    except RuntimeError as e:  # a run's process failed: its log says why
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
