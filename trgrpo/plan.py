@@ -58,6 +58,9 @@ class Assumptions:
     activation_bytes: float = 34.0  # per token, layer and hidden unit without checkpointing
 
 
+A = Assumptions()
+
+
 def memory_gb(
     spec: RunSpec,
     shape: ModelShape,
@@ -65,21 +68,16 @@ def memory_gb(
     gpus: int,
     gpu_mem_gb: float,
     zero: int = 2,
-    micro: int | None = None,
-    checkpointing: bool | None = None,
-    vllm_util: float | None = None,
-    a: Assumptions = Assumptions(),
 ) -> dict:
     """Peak memory per GPU in GB, by component, for the training phase (the peak) and the rollout phase."""
     n = shape.params
-    m = batch_layout(spec, gpus)["per_device_train_batch_size"] if micro is None else micro
-    ckpt = spec.gradient_checkpointing if checkpointing is None else checkpointing
-    util = spec.vllm_gpu_memory_utilization if vllm_util is None else vllm_util
+    m = batch_layout(spec, gpus)["per_device_train_batch_size"]
+    ckpt, util = spec.gradient_checkpointing, spec.vllm_gpu_memory_utilization
     shard_states = gpus if gpus > 1 else 1
     shard_weights = gpus if (gpus > 1 and zero == 3) else 1
     seq = vllm_max_model_length(spec)
     tokens = m * seq
-    layer_act = a.activation_bytes * tokens * shape.hidden
+    layer_act = A.activation_bytes * tokens * shape.hidden
     act = (shape.layers * tokens * shape.hidden * 2 + layer_act) if ckpt else shape.layers * layer_act
     parts = {
         "weights": 4 * n / shard_weights,
@@ -89,34 +87,34 @@ def memory_gb(
         "activations": act,
         "logits": 2 * 4 * m * spec.max_completion_length * shape.vocab,
         "vllm": util * gpu_mem_gb * GB if spec.use_vllm else 0.0,
-        "overhead": a.overhead_gb * GB,
+        "overhead": A.overhead_gb * GB,
     }
     out = {k: v / GB for k, v in parts.items()}
     out["train_peak"] = sum(out.values())
     out["rollout_peak"] = out["train_peak"] - out["activations"] - out["logits"]
-    out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - a.vllm_runtime_gb) if spec.use_vllm else 0.0
+    out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - A.vllm_runtime_gb) if spec.use_vllm else 0.0
     out["vllm_kv_needed_one_sequence"] = seq * shape.kv_bytes_per_token / GB if spec.use_vllm else 0.0
     out["micro_batch_size"] = m
     return out
 
 
-def _decode_step_s(n: float, batch: int, ctx: float, kv_tok: int, gpu: GPU, a: Assumptions) -> float:
-    memory_s = (2 * n + batch * ctx * kv_tok) / (gpu.bandwidth_tbs * 1e12 * a.decode_bw_efficiency)
-    compute_s = 2 * n * batch / (gpu.tflops_bf16 * 1e12 * a.mfu)
+def _decode_step_s(n: float, batch: int, ctx: float, kv_tok: int, gpu: GPU) -> float:
+    memory_s = (2 * n + batch * ctx * kv_tok) / (gpu.bandwidth_tbs * 1e12 * A.decode_bw_efficiency)
+    compute_s = 2 * n * batch / (gpu.tflops_bf16 * 1e12 * A.mfu)
     return max(memory_s, compute_s)
 
 
 def generation_seconds(
-    sequences: int, shape: ModelShape, spec: RunSpec, gpu: GPU, kv_cache_gb: float, a: Assumptions
+    sequences: int, shape: ModelShape, spec: RunSpec, gpu: GPU, kv_cache_gb: float
 ) -> tuple[float, float]:
     """(seconds, tokens/s) for one GPU to generate ``sequences`` completions of the mean length."""
-    ctx = a.mean_prompt_tokens + a.mean_completion_tokens / 2
+    ctx = A.mean_prompt_tokens + A.mean_completion_tokens / 2
     kv_tok = shape.kv_bytes_per_token
     fit = int(kv_cache_gb * GB // (ctx * kv_tok)) if kv_cache_gb > 0 else sequences
     batch = max(1, min(sequences, fit))
-    tok_s = batch / _decode_step_s(shape.params, batch, ctx, kv_tok, gpu, a)
-    bulk = sequences * a.mean_completion_tokens / tok_s
-    tail = spec.max_completion_length * _decode_step_s(shape.params, 1, ctx, kv_tok, gpu, a)
+    tok_s = batch / _decode_step_s(shape.params, batch, ctx, kv_tok, gpu)
+    bulk = sequences * A.mean_completion_tokens / tok_s
+    tail = spec.max_completion_length * _decode_step_s(shape.params, 1, ctx, kv_tok, gpu)
     return max(bulk, tail), tok_s
 
 
@@ -127,24 +125,23 @@ def estimate(
     gpu_mem_gb: float,
     gpu: GPU,
     zero: int = 2,
-    a: Assumptions = Assumptions(),
 ) -> dict:
     """Memory, time and whether it fits, for one run."""
     shape = model_shape(spec.model)
-    mem = memory_gb(spec, shape, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a)
+    mem = memory_gb(spec, shape, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero)
     lay = batch_layout(spec, gpus)
     completions = lay["global_completions_per_step"]
     kv_gb = mem["vllm_kv_cache"] if spec.use_vllm else gpu_mem_gb - mem["rollout_peak"]
-    rollout_s, tok_s = generation_seconds(completions // gpus, shape, spec, gpu, kv_gb, a)
+    rollout_s, tok_s = generation_seconds(completions // gpus, shape, spec, gpu, kv_gb)
     if not spec.use_vllm:
-        rollout_s, tok_s = rollout_s * a.hf_generate_slowdown, tok_s / a.hf_generate_slowdown
-    tokens = completions * (a.mean_prompt_tokens + a.mean_completion_tokens)
+        rollout_s, tok_s = rollout_s * A.hf_generate_slowdown, tok_s / A.hf_generate_slowdown
+    tokens = completions * (A.mean_prompt_tokens + A.mean_completion_tokens)
     flop_per_token = (6 + (2 if spec.gradient_checkpointing else 0) + (2 if spec.beta > 0 else 0)) * shape.params
-    train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * a.mfu)
+    train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * A.mfu)
     eval_sequences = spec.n_eval * _eval_multiplier(spec)
-    eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb, a)[0] if eval_sequences else 0.0
+    eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb)[0] if eval_sequences else 0.0
     if not spec.use_vllm:
-        eval_s *= a.hf_generate_slowdown
+        eval_s *= A.hf_generate_slowdown
     hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
     problems = []
     if 3 * eval_s > spec.ddp_timeout_s:
@@ -191,13 +188,13 @@ def _eval_multiplier(spec: RunSpec) -> int:
     return 1
 
 
-def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: Assumptions = Assumptions()) -> list:
+def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> list:
     """``"setting: old -> new"`` changes that make a run fit, the cheapest first (micro-batch, checkpointing, vLLM's
     share, ZeRO-3, then more GPUs)."""
     shape = model_shape(spec.model)
     completions = spec.prompts_per_step * spec.num_generations
     now = batch_layout(spec, gpus)["per_device_train_batch_size"] if completions % gpus == 0 else None
-    need_util = 2 * shape.params / GB + a.vllm_runtime_gb + vllm_max_model_length(spec) * shape.kv_bytes_per_token / GB
+    need_util = 2 * shape.params / GB + A.vllm_runtime_gb + vllm_max_model_length(spec) * shape.kv_bytes_per_token / GB
     utils = [spec.vllm_gpu_memory_utilization]
     if spec.use_vllm and round(need_util / gpu_mem_gb + 0.005, 2) != utils[0]:  # the least that holds one sequence
         utils.append(round(need_util / gpu_mem_gb + 0.005, 2))
@@ -216,7 +213,7 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: As
                         s = dataclasses.replace(
                             spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
                         )
-                        mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z, a=a)
+                        mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z)
                         ok = mem["train_peak"] <= gpu_mem_gb
                         if ok and (not s.use_vllm or mem["vllm_kv_cache"] >= mem["vllm_kv_needed_one_sequence"]):
                             out = []
@@ -304,14 +301,13 @@ def plan_report(
     gpu_mem_gb: float,
     gpu: GPU | None = None,
     zero: int = 2,
-    a: Assumptions = Assumptions(),
     title: str = "plan",
 ) -> tuple[str, list[dict], list[str]]:
     """(text table, per-run estimates, problems with the settings to change); no problems: every run fits."""
     gpu = gpu or GPUS["H200" if gpu_mem_gb > 100 else "H100"]
-    rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero, a=a) for s in specs]
+    rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero) for s in specs]
     total = sum(r["hours"] for r in rows)
-    stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(a).items())
+    stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(A).items())
     lines = [
         f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), ZeRO-{zero}",
         f"planner estimates from stated assumptions, not measurements: {stated}",
@@ -339,7 +335,7 @@ def plan_report(
     for s, r in zip(specs, rows):
         if not r["fits"] and s.model not in seen_models:
             seen_models.add(s.model)
-            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a) if _memory(r) else []
+            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero) if _memory(r) else []
             fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
             problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
     return "\n".join(lines), rows, problems
@@ -414,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         total = sum(r["hours"] for r in rows)
-        assumed = dataclasses.asdict(Assumptions())
+        assumed = dataclasses.asdict(A)
         out = {"runs": rows, "total_hours": total, "assumptions": assumed, "problems": problems}
         print(json.dumps(out, indent=1))
     else:
