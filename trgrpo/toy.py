@@ -127,17 +127,15 @@ def warm_start(
     seed: int = 0,
     *,
     threshold: float = 0.5,
-    metric: str = "greedy_accuracy",
     max_steps: int = 3000,
     check_every: int = 50,
     batch_size: int = 64,
     lr: float = 1e-3,
     cache: Path | str | None = None,
-    refresh: bool = False,
     model_overrides: dict | None = None,
     verbose: bool = True,
 ) -> Path:
-    """Supervised warm start until the validation ``metric`` reaches ``threshold``; returns the cached folder
+    """Supervised warm start until the validation greedy accuracy reaches ``threshold``; returns the cached folder
     (model, tokenizer, ``warm_start.json``), or raises :class:`WarmStartError` after ``max_steps``."""
     import torch
 
@@ -150,7 +148,7 @@ def warm_start(
     target = base / warm_start_key(
         task, seed, threshold, {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
     )
-    if (target / "warm_start.json").exists() and not refresh:
+    if (target / "warm_start.json").exists():
         return target
 
     t0, c0 = time.time(), time.process_time()
@@ -170,13 +168,13 @@ def warm_start(
         if step % check_every == 0 or step == max_steps:
             acc = evaluate_accuracy(model, tok, val, task=task, sampled=False)
             history.append({"step": step, "loss": loss, "greedy_accuracy": acc["greedy_accuracy"]})
-            if acc[metric] >= threshold:
+            if acc["greedy_accuracy"] >= threshold:
                 reached = step
                 break
-    best = max((h[metric] for h in history), default=0.0)
+    best = max((h["greedy_accuracy"] for h in history), default=0.0)
     if reached is None:
         raise WarmStartError(
-            f"warm start of {task!r} (seed {seed}) did not reach {metric} >= {threshold} in {max_steps} steps "
+            f"warm start of {task!r} (seed {seed}) did not reach greedy_accuracy >= {threshold} in {max_steps} steps "
             f"(best {best:.3f} on the validation split); raise max_steps or lower threshold"
         )
     test_acc = evaluate_accuracy(model, tok, test, task=task, temperature=TOY_DEFAULTS["temperature"], seed=seed)
@@ -184,7 +182,7 @@ def warm_start(
         "task": task,
         "seed": seed,
         "threshold": threshold,
-        "metric": metric,
+        "metric": "greedy_accuracy",
         "steps": reached,
         "lr": lr,
         "batch_size": batch_size,
@@ -230,10 +228,9 @@ def warm_start_info(path: Path | str) -> dict:
 GROUP = "toy/micro"
 
 
-def heldout_callback(
-    rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True, last: bool = True
-) -> Any:
-    """A ``TrainerCallback`` measuring held-out accuracy every ``every`` steps and (``last``) at the last step."""
+def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True) -> Any:
+    """A ``TrainerCallback`` measuring held-out accuracy every ``every`` steps; with ``sampled`` also sampled
+    accuracy, and at the last step."""
     from transformers import TrainerCallback
 
     class HeldOut(TrainerCallback):
@@ -242,7 +239,7 @@ def heldout_callback(
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
             at_last = state.global_step >= state.max_steps
-            if model is None or not ((state.global_step % every == 0 and not at_last) or (at_last and last)):
+            if model is None or ((not sampled) if at_last else state.global_step % every):
                 return
             res = evaluate_accuracy(
                 model, processing_class, rows, task=task, temperature=temperature, seed=0, sampled=sampled
@@ -317,7 +314,6 @@ def run_toy(
         every=eval_every,
         temperature=spec.get("temperature") or 1.0,
         sampled=eval_sampled,
-        last=eval_sampled,
     )
     t0, c0 = time.time(), time.process_time()
 
