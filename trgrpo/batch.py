@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -29,19 +28,11 @@ def kernel_config() -> Config:
     return Config({"KernelManager": {"transport": "tcp" if os.name == "nt" else "ipc"}})
 
 
-@contextlib.contextmanager
 def environment(**values: str):
-    """Set environment variables (the kernel inherits them) and restore the previous values afterwards."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """A context that sets environment variables (the kernel inherits them) and restores them afterwards."""
+    from unittest import mock
+
+    return mock.patch.dict(os.environ, values)
 
 
 def run_notebook(

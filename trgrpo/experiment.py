@@ -413,19 +413,15 @@ class RunSpec:
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v <= 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
-        for name in ("max_eval_tokens", "micro_batch_size", *POSITIVE):
+        for name, least in MINIMUM.items():
             v = getattr(self, name)
-            if v is not None and v < (0 if name == "n_eval" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+            if v is not None and v < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {v!r}")
         if self.vllm_importance_sampling not in VLLM_IMPORTANCE_SAMPLING:
             raise ValueError(
                 f"vllm_importance_sampling must be one of {list(VLLM_IMPORTANCE_SAMPLING)}, "
                 f"got {self.vllm_importance_sampling!r}"
             )
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
         get_task(self.task)  # a ValueError names the registered tasks
         if not isinstance(self.task_options, dict):
             raise ValueError(f"task_options must be a mapping, got {type(self.task_options).__name__}")
@@ -451,8 +447,13 @@ class RunSpec:
         return cls(**{k: _yaml_number(types[k], v) for k, v in d.items()})
 
 
-POSITIVE = ("steps", "prompts_per_step", "num_generations", "max_completion_length", "n_train", "n_eval")
-POSITIVE += ("save_steps", "gradient_accumulation_steps", "ddp_timeout_s")
+_COUNTS = ("steps", "prompts_per_step", "max_completion_length", "n_train", "save_steps", "gradient_accumulation_steps")
+MINIMUM = {
+    **dict.fromkeys(_COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), 1),
+    "n_eval": 0,
+    "seed": 0,
+}
+MINIMUM["num_generations"] = 2  # Eq. 4 needs a group
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 

@@ -335,15 +335,14 @@ def plan_report(
     for s, r in zip(specs, rows):
         if not r["fits"] and s.model not in seen_models:
             seen_models.add(s.model)
-            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero) if _memory(r) else []
+            fix = (
+                suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero)
+                if any(not p.startswith("evaluation") for p in r["problems"])
+                else []
+            )
             fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
             problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
     return "\n".join(lines), rows, problems
-
-
-def _memory(row: dict) -> bool:
-    """Whether a run's problems include memory (the settings :func:`suggestions` changes)."""
-    return any(not p.startswith("evaluation") for p in row["problems"])
 
 
 # The shipped plans the README's table shows: (plan file, GPUs, GB per GPU, GPU type).
