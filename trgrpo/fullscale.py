@@ -1,5 +1,4 @@
-"""Full-scale runs (paper Section 4, Table 6): run specs for K&K and math, and launching each in its own process
-(``python -m trgrpo.train`` or ``accelerate launch`` with ``configs/``); CPU smoke runs stay in this process."""
+"""Full-scale runs (Section 4, Table 6): the run specs of notebooks 05 / 06, model shapes, and :func:`launch`."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ class ModelShape:
         return 2 * self.layers * self.kv_heads * self.head_dim * 2
 
 
-# From the models' config.json files (parameter counts as their model cards state them).
+# From the models' config.json files (parameter counts from their model cards).
 MODEL_SHAPES = {
     "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
     "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
@@ -147,12 +146,9 @@ NOTEBOOK_SPECS = {"05_": "kk", "06_": "math"}  # notebook prefix -> the task of 
 
 
 def n_devices() -> int:
-    try:
-        import torch
+    import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001
-        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def cuda_missing() -> str | None:
@@ -274,18 +270,15 @@ def launch(
     log_dir: Path | str | None = None,
     isolate: bool | None = None,
 ) -> list[dict]:
-    """Run specs, each in its own process (:func:`run_command`, log kept in ``log_dir``) when a GPU is used or
-    ``cpu_processes > 1`` (``isolate``), else in this process; specs with a record are skipped unless ``force``.
-    Returns the records; raises after the last run if any failed."""
+    """Run the specs without a record (all with ``force``), each in its own process (:func:`run_command`, its log
+    in ``log_dir``) when ``isolate`` (default: on a GPU or several CPU processes), else here; return the records."""
     if problem := refuse_without_cuda(specs):
         raise SystemExit(problem)
     results_dir = Path(results_dir or RESULTS_DIR).resolve()
     log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
     gpus = n_devices() if gpus is None else gpus
     todo = [s for s in specs if force or not (results_dir / s.group / f"{s.name}.json").exists()]
-    where = "CPU" if gpus == 0 else f"{gpus} GPU(s)"
-    if gpus == 0 and cpu_processes > 1:
-        where = f"CPU, {cpu_processes} processes"
+    where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
     isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
