@@ -293,7 +293,6 @@ def run_toy(
     results_dir: Path | str | None = None,
     warm_kwargs: dict | None = None,
     eval_every: int = 25,
-    threads: int | None = None,
     verbose: bool = False,
     eval_sampled: bool = True,
 ) -> dict:
@@ -301,8 +300,6 @@ def run_toy(
     with ``eval_sampled=False``), the warm start and CPU time."""
     import torch
 
-    if threads is not None:
-        torch.set_num_threads(threads)
     spec = copy.deepcopy(spec)
     ws_path = warm_start(spec["task"], spec["seed"], **{"verbose": verbose, **(warm_kwargs or {})})
     ws = warm_start_info(ws_path)
