@@ -9,9 +9,11 @@ import yaml
 from datasets import Dataset
 
 from trgrpo.experiment import ROOT, RunSpec, run
-from trgrpo.fullscale import TABLE2_EVAL_SETS, kk_specs, specs_from_parameters
+from trgrpo.fullscale import specs_from_parameters
 from trgrpo.tasks import Task, get_task, kk, register_task
 from trgrpo.tasks import math as tm
+
+TABLE2_EVAL_SETS = ("olympiadbench", "minerva", "math500", "amc", "aime24")
 
 QUIZ3 = "A very special island is inhabited only by knights and knaves. You meet 3 inhabitants: Zoey, Oliver, and Ava."
 QUIZ4 = "A very special island is inhabited only by knights and knaves. You meet 4 inhabitants: Zoey, Max, Eli, Liam."
@@ -171,16 +173,28 @@ def test_record_carries_data_source(tiny_model_dir, tmp_path):
 
 
 def test_full_scale_kk_prefills_think_and_says_so():
-    specs = kk_specs(seeds=(0,), schemes=("tr",), eval_path="data/kk/test_new.parquet")
+    from trgrpo.plan import notebook_defaults
+
+    defaults = notebook_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
+    specs = specs_from_parameters(
+        "kk", {**defaults, "SEEDS": [0], "SCHEMES": ["tr"], "KK_EVAL_PATH": "data/kk/x.parquet"}
+    )
     opts = specs[0].task_options
-    assert opts["prefill_think"] is True and opts["eval_path"] == "data/kk/test_new.parquet"
+    assert opts["prefill_think"] is True and opts["eval_path"] == "data/kk/x.parquet"
     assert "train_path" not in opts  # reasoning-gym for training when no file is given
-    assert kk_specs(prefill_think=False)[0].task_options["prefill_think"] is False
     source = get_task("kk").data_source(specs[0], [0], [0])
     assert source["prefill_think"] is True
     params = {
-        "MODEL": "m", "SCHEMES": ["tr"], "SEEDS": [0], "STEPS": 1, "PROMPTS_PER_STEP": 64, "GROUP_SIZE": 8,
-        "MAX_COMPLETION_LENGTH": 16, "N_TRAIN": 8, "N_EVAL_PER_SIZE": 1, "KK_EVAL_PATH": "x/test_new.parquet",
+        "MODEL": "m",
+        "SCHEMES": ["tr"],
+        "SEEDS": [0],
+        "STEPS": 1,
+        "PROMPTS_PER_STEP": 64,
+        "GROUP_SIZE": 8,
+        "MAX_COMPLETION_LENGTH": 16,
+        "N_TRAIN": 8,
+        "N_EVAL_PER_SIZE": 1,
+        "KK_EVAL_PATH": "x/test_new.parquet",
     }  # notebook 05's parameters cell: the pre-fill is on unless PREFILL_THINK says otherwise
     (s,) = specs_from_parameters("kk", params, use_vllm=False)
     assert s.task_options["prefill_think"] is True and s.task_options["eval_path"] == "x/test_new.parquet"
@@ -260,8 +274,10 @@ def test_minervas_alternate_forms_in_a_ground_truth_list_are_all_accepted(tmp_pa
     assert reward(None, comps, answer=ds["answer"], answers=ds["answers"]) == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("name,sampled", [("aime24", True), ("aime", True), ("AIME_2024", True), ("amc", True),
-                                          ("math500", False), ("minerva", False)])
+@pytest.mark.parametrize(
+    "name,sampled",
+    [("aime24", True), ("aime", True), ("AIME_2024", True), ("amc", True), ("math500", False), ("minerva", False)],
+)
 def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatch, name, sampled):
     """Issue 24, item 9: a local ``aime.jsonl`` (stem ``aime``) is sampled k times like the hub's ``aime24``."""
     from trgrpo.tasks import math as math_task
@@ -276,12 +292,9 @@ def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatc
 
 def test_table2_sets_are_evaluated_whole():
     """OlympiadBench has 675 rows (the largest Table 2 set): neither the plan's default nor notebook 06's cuts it."""
-    import json
 
     from trgrpo import fullscale
+    from trgrpo.plan import notebook_defaults
 
-    assert {s.n_eval for s in fullscale.math_specs()} == {fullscale.WHOLE_SETS} and fullscale.WHOLE_SETS >= 675
-    cells = json.loads((Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb").read_text())["cells"]
-    params = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
-    n_eval = next(line for line in params["source"] if line.startswith("N_EVAL ="))
-    assert int(n_eval.split("=")[1].split("#")[0]) >= 675
+    defaults = notebook_defaults(Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb")
+    assert min(s.n_eval for s in fullscale.specs_from_parameters("math", defaults)) >= 675

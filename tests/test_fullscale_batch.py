@@ -66,10 +66,19 @@ def test_make_config_sets_vllm_length_and_checkpointing(tmp_path):
     assert cfg.vllm_max_model_length == 1024 + 64 and cfg.gradient_checkpointing
 
 
+def full_scale(task: str, **params) -> list[RunSpec]:
+    """The runs of notebook 05 (kk) or 06 (math) at its full-scale defaults, ``params`` changed."""
+    from trgrpo.plan import notebook_defaults
+
+    nb = {"kk": "05_kk_logic_full_scale", "math": "06_math_full_scale"}[task]
+    defaults = notebook_defaults(Path(__file__).parents[1] / "notebooks" / f"{nb}.ipynb")
+    return fullscale.specs_from_parameters(task, {**defaults, **params})
+
+
 def test_fullscale_specs_are_the_papers_batch():
-    for s in fullscale.kk_specs(schemes=("equal", "tr"), seeds=(0,)):
+    for s in full_scale("kk", SEEDS=[0]):
         assert (s.prompts_per_step, s.num_generations, s.gradient_checkpointing) == (64, 8, True)
-    for s in fullscale.math_specs(schemes=("tr",)):
+    for s in full_scale("math", SCHEMES=["tr"]):
         assert (s.prompts_per_step, s.gradient_checkpointing) == (128, True)
 
 
@@ -99,7 +108,7 @@ def test_make_config_sets_ddp_timeout_and_importance_sampling(tmp_path):
 def test_planner_flags_an_evaluation_longer_than_the_timeout_and_states_the_disk():
     from trgrpo import plan
 
-    spec = fullscale.kk_specs(schemes=("tr",), use_vllm=False)[0]
+    spec = full_scale("kk", SCHEMES=["tr"], USE_VLLM=False)[0]
     text, rows, problems = plan.plan_report([spec], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
     assert not problems and "disk: a checkpoint every 20 steps" in text
     assert rows[0]["checkpoint_gb"] == pytest.approx(16 * 3.09e9 / 1e9)  # 4N model, 8N moments, 4N DeepSpeed master
@@ -113,7 +122,7 @@ def test_launch_refuses_a_full_scale_run_without_cuda(tmp_path, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    specs = fullscale.kk_specs(schemes=("tr",))
+    specs = full_scale("kk", SCHEMES=["tr"])
     with pytest.raises(SystemExit, match="Qwen2.5-3B-Instruct is a full-scale model and no CUDA device"):
         fullscale.launch(specs, results_dir=tmp_path / "r", log_dir=tmp_path / "l")
     assert not any(tmp_path.iterdir())

@@ -113,21 +113,10 @@ def test_readers_name_the_file_and_the_field(tmp_path):
         R.read_record(tmp_path / "g" / "broken.json")
 
 
-def test_build_record_makes_a_record_the_writer_accepts(tmp_path):
-    import time
-
-    rec = R.build_record(
-        **{k: v for k, v in _record().items() if k in R.CORE_FIELDS},
-        task="addition",
-        model="m",
-        initial=None,
-        final={},
-        train_time_s=1.0,
-        steps_run=2,
-        t0=time.time(),
-        method="TR-GRPO",
-    )
-    assert rec["seconds_per_step"] == 0.5 and rec["kind"] == "run" and rec["machine"]["cpu_count"] >= 1
+def test_provenance_makes_a_record_the_writer_accepts(tmp_path):
+    rec = {**_record(), "task": "addition", "model": "m", "initial": None, "final": {}, "method": "TR-GRPO"}
+    rec.update(train_time_s=1.0, seconds_per_step=0.5, wall_time_s=2.0, **R.provenance())
+    assert rec["machine"]["cpu_count"] >= 1 and rec["finished_at"]
     assert R.read_record(R.write_result("g", "built", rec, tmp_path))["method"] == "TR-GRPO"
 
 

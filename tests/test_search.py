@@ -121,11 +121,11 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
     import trgrpo.trainer as trainer_module
 
     records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
-    trainer = search_run.make_search_trainer(
-        tiny_model_dir,
-        records,
-        tool,
-        output_dir=tmp_path,
+    from trgrpo.experiment import build_trainer
+    from trgrpo.tasks.search import search_task
+
+    spec = search_run.SearchSpec(
+        model=str(tiny_model_dir),
         steps=1,
         prompts_per_step=2,
         num_generations=3,
@@ -134,6 +134,14 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
         learning_rate=1e-3,
         template="compact",
     )
+    trainer = build_trainer(
+        search_run.search_run_spec(spec, len(records), 0),
+        search_task(records, [], tool, template="compact"),
+        tmp_path,
+        config_overrides=search_run.search_config_overrides(spec),
+        world_size=1,
+        verbose=False,
+    )[0]
     tok = trainer.processing_class
     _scripted_generate(trainer, tok, {q["question"]: q["answers"][0] for q in records})
 
@@ -267,7 +275,7 @@ def test_table3_layout():
 
 
 def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
-    """run_search builds its record with trgrpo.experiment.build_record and writes it once through
+    """run_search builds its record through trgrpo.experiment.run and writes it once through
     write_result."""
     from pathlib import Path
 
@@ -310,7 +318,7 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
 
 def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     """run_search goes through experiment.run: its config (experiment.make_config + the search overrides) equals
-    the one make_search_trainer builds (TRL's defaults for gradient checkpointing and bf16 included)."""
+    TRL's own config for the same settings (TRL's defaults for gradient checkpointing and bf16 included)."""
     from trgrpo.experiment import make_config
     from trgrpo.search_run import search_config_overrides, search_run_spec
     from trgrpo.trainer import TRGRPOConfig
@@ -329,7 +337,7 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     )
     run_cfg = make_config(search_run_spec(spec, 4, 2), tmp_path, world_size=1, **search_config_overrides(spec))
     cuda = torch.cuda.is_available()
-    ref = TRGRPOConfig(  # make_search_trainer's keyword arguments for this spec
+    ref = TRGRPOConfig(  # TRL's own config for this spec
         output_dir=str(tmp_path),
         seed=3,
         data_seed=3,

@@ -105,7 +105,7 @@ def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monk
     writes: list[Path] = []
     real = records.write_json
     monkeypatch.setattr(records, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
-    rec = toy.run_toy(spec, results_dir=tmp_path / "res", warm_kwargs=warm, eval_every=1, threads=1)
+    rec = toy.run_toy(spec, results_dir=tmp_path / "res", warm_kwargs=warm, eval_every=1)
     path = tmp_path / "res" / "toy" / "micro" / f"{spec['name']}.json"
     assert writes == [path]  # one pipeline: the record is written once, complete (no second edit-and-rewrite)
     saved = records.read_record(path)  # validated against the schema

@@ -1,20 +1,9 @@
-"""Batch execution of notebooks with papermill (docs/design.md, "The scale-out path").
-
-``python -m trgrpo.batch experiments/<name>.yaml`` executes the notebooks a YAML file lists, each with
-its parameters, into ``runs/<name>/`` (executed notebook + log), goes on past a notebook that fails and
-prints a summary table. The YAML layout::
-
-    name: kk_qwen3b
-    smoke: false            # default for every entry
-    notebooks:
-      - notebook: notebooks/05_kk_logic_full_scale.ipynb
-        parameters: {MODEL: Qwen/Qwen2.5-3B-Instruct, SEEDS: [0, 1, 2]}
-"""
+"""``python -m trgrpo.batch experiments/<name>.yaml``: execute the notebooks a plan lists (``name``, ``smoke``,
+``notebooks: [{notebook, parameters, smoke}]``) with papermill into ``runs/<name>/``, past failures, with a summary."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -27,40 +16,29 @@ if TYPE_CHECKING:
     from traitlets.config import Config
 
 
-# A headless run has no frontend for live widgets: notebooks skip them (nbclient can block on widget messages,
-# jupyter/nbclient#312). The hub stays as the caller has it (GPU servers download models; `make` sets it offline).
+# No frontend for live widgets (nbclient can block on them, jupyter/nbclient#312); the hub stays as the caller has it.
 HEADLESS_ENV = {"TRGRPO_HEADLESS": "1", "TOKENIZERS_PARALLELISM": "false"}
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
 def kernel_config() -> Config:
-    """The kernel talks to papermill over local IPC sockets, not TCP: nothing listens on a port, and ipykernel does
-    not warn "Kernel is running over TCP without encryption" once per notebook. TCP stays on Windows (no IPC)."""
+    """The kernel over local IPC sockets (no open port, no TCP warning per notebook); TCP on Windows."""
     from traitlets.config import Config
 
     return Config({"KernelManager": {"transport": "tcp" if os.name == "nt" else "ipc"}})
 
 
-@contextlib.contextmanager
 def environment(**values: str):
-    """Set environment variables (the kernel inherits them) and restore the previous values afterwards."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """A context that sets environment variables (the kernel inherits them) and restores them afterwards."""
+    from unittest import mock
+
+    return mock.patch.dict(os.environ, values)
 
 
 def run_notebook(
     nb: Path, out_dir: Path, *, smoke: bool, parameters: dict | None = None, timeout: int | None = None
 ) -> dict:
-    """Execute one notebook with papermill, headless (:data:`HEADLESS_ENV`, ``TRGRPO_SMOKE`` as ``smoke``); return
-    a summary row (never raises for a failing notebook)."""
+    """Execute one notebook headless with papermill; return its summary row (a failing notebook does not raise)."""
     import papermill as pm
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -97,35 +75,32 @@ def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[di
         row = run_notebook(Path(nb), out_dir, smoke=smoke, parameters=params)
         print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
         rows.append(row)
-    print(summary_table(rows))
+    print(f"\n{'notebook':<40} {'mode':<8} {'status':<7} {'seconds':>8}\n" + "-" * 66)
+    for r in rows:
+        mode, status = "smoke" if r["smoke"] else "default", "ok" if r["ok"] else "FAILED"
+        print(f"{r['notebook']:<40} {mode:<8} {status:<7} {r['seconds']:>8.1f}")
     write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     return rows
-
-
-def summary_table(rows: list[dict]) -> str:
-    lines = ["", f"{'notebook':<40} {'mode':<8} {'status':<7} {'seconds':>8}", "-" * 66]
-    for r in rows:
-        lines.append(
-            f"{r['notebook']:<40} {'smoke' if r['smoke'] else 'default':<8} "
-            f"{'ok' if r['ok'] else 'FAILED':<7} {r['seconds']:>8.1f}"
-        )
-    return "\n".join(lines)
 
 
 PLAN_KEYS = ("name", "smoke", "notebooks")
 ENTRY_KEYS = ("notebook", "smoke", "parameters")
 
 
-def notebook_parameters(nb: Path) -> set[str]:
-    """The names the notebook's cell tagged ``parameters`` assigns (read, never run); none without such a cell."""
-    import ast
-
+def parameters_cell(nb: Path) -> str:
+    """The source of the notebook's cell tagged ``parameters`` ("" without one)."""
     import nbformat
 
     cells = nbformat.read(str(nb), as_version=4).cells
-    cell = next((c for c in cells if "parameters" in c.metadata.get("tags", [])), None)
+    return next((c.source for c in cells if "parameters" in c.metadata.get("tags", [])), "")
+
+
+def notebook_parameters(nb: Path) -> set[str]:
+    """The names the notebook's parameters cell assigns (read, never run)."""
+    import ast
+
     names: set[str] = set()
-    for node in ast.parse(cell.source).body if cell is not None else ():
+    for node in ast.parse(parameters_cell(nb)).body:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         for target in targets:  # NAME = ..., A, B = ...
             names |= {t.id for t in getattr(target, "elts", [target]) if isinstance(t, ast.Name)}
@@ -133,10 +108,8 @@ def notebook_parameters(nb: Path) -> set[str]:
 
 
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
-    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` (``--set``) applied to the notebooks
-    that have the parameter. Bad input is a :class:`~trgrpo.experiment.ConfigError` naming the file and the field:
-    an empty file, unknown fields, no ``notebooks`` list, a missing notebook, and a parameter (or an override) that
-    no parameters cell of the plan's notebooks assigns (papermill would only warn and run the defaults)."""
+    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
+    Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
     path = Path(path)
     spec = read_config(path, "batch plan")
     unknown = sorted(set(spec) - set(PLAN_KEYS))

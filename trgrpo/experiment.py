@@ -180,43 +180,9 @@ def peak_memory_mb() -> dict:
     return out
 
 
-def build_record(
-    *,
-    name: str,
-    group: str,
-    task: str,
-    scheme: str,
-    seed: int,
-    model: str,
-    steps: int,
-    spec: dict,
-    history: list[dict],
-    initial: dict | None,
-    final: dict,
-    train_time_s: float,
-    steps_run: int,
-    t0: float,
-    **fields: Any,
-) -> dict:
-    """A run record: the run's identity and results, then the provenance (time, memory, machine, versions, git)."""
+def provenance() -> dict:
+    """Where and how a record was made: peak memory, machine, package versions, git commit, time."""
     return {
-        "kind": RUN_KIND,
-        "name": name,
-        "group": group,
-        "task": task,
-        "scheme": scheme,
-        "seed": seed,
-        "model": model,
-        "steps": steps,
-        "spec": spec,
-        "history": history,
-        "initial": initial,
-        "final": final,
-        **fields,
-        "train_time_s": train_time_s,
-        "seconds_per_step": train_time_s / max(1, steps_run),
-        "steps_run": steps_run,
-        "wall_time_s": time.time() - t0,
         "peak_memory": peak_memory_mb(),
         "machine": machine_info(),
         "versions": package_versions(),
@@ -367,9 +333,8 @@ def jsonable(x):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The run spec: every setting that defines one run, checked when it is made
+# The run spec, checked when it is made
 
-# "off" or one of TRL 1.16's vllm_importance_sampling_mode values (GRPOConfig)
 VLLM_IMPORTANCE_SAMPLING = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 # Table 6: sampling temperature per task.
@@ -409,16 +374,12 @@ class RunSpec:
     eval_before: bool = False
     save_steps: int = 20
     use_vllm: bool = False
-    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU (TRL's default)
-    # TRL's correction for vLLM's sampling probabilities differing from the policy's: "off" as in verl, the paper's
-    # code base (TRL's default, "sequence_mask" with C_max 3, gives whole completions no gradient); or a TRL mode
-    vllm_importance_sampling: str = "off"
-    # seconds processes wait for each other (NCCL / gloo): the main process evaluates while the others wait, and HF
-    # generate of 500 puzzles x 4096 tokens takes hours (TRL's 1800 s would end the run); the planner checks it
-    ddp_timeout_s: int = 6 * 3600
+    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU
+    vllm_importance_sampling: str = "off"  # TRL's vLLM correction; "off" as verl (the paper's code) does
+    ddp_timeout_s: int = 6 * 3600  # others wait while the main process evaluates (hours with HF generate)
     bf16: bool = False
     gradient_checkpointing: bool = False
-    report_to: str = "none"  # "tensorboard" / "trackio": live logs beside the results JSON (<run>.logs/)
+    report_to: str = "none"  # "tensorboard" / "trackio": live logs in results/<group>/<name>.logs/
     task_options: dict = field(default_factory=dict)
     group: str = "runs"
     name: str | None = None
@@ -452,19 +413,15 @@ class RunSpec:
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v <= 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
-        for name in ("max_eval_tokens", "micro_batch_size", *POSITIVE):
+        for name, least in MINIMUM.items():
             v = getattr(self, name)
-            if v is not None and v < (0 if name == "n_eval" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+            if v is not None and v < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {v!r}")
         if self.vllm_importance_sampling not in VLLM_IMPORTANCE_SAMPLING:
             raise ValueError(
                 f"vllm_importance_sampling must be one of {list(VLLM_IMPORTANCE_SAMPLING)}, "
                 f"got {self.vllm_importance_sampling!r}"
             )
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (Eq. 4 needs a group), got {self.num_generations}")
         get_task(self.task)  # a ValueError names the registered tasks
         if not isinstance(self.task_options, dict):
             raise ValueError(f"task_options must be a mapping, got {type(self.task_options).__name__}")
@@ -490,8 +447,13 @@ class RunSpec:
         return cls(**{k: _yaml_number(types[k], v) for k, v in d.items()})
 
 
-POSITIVE = ("steps", "prompts_per_step", "num_generations", "max_completion_length", "n_train", "n_eval")
-POSITIVE += ("save_steps", "gradient_accumulation_steps", "ddp_timeout_s")
+_COUNTS = ("steps", "prompts_per_step", "max_completion_length", "n_train", "save_steps", "gradient_accumulation_steps")
+MINIMUM = {
+    **dict.fromkeys(_COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), 1),
+    "n_eval": 0,
+    "seed": 0,
+}
+MINIMUM["num_generations"] = 2  # Eq. 4 needs a group
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -552,42 +514,33 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Batch arithmetic (Table 6 -> TRL): steps_per_generation = accumulation gives one on-policy update per rollout.
+# Batch arithmetic (Table 6 -> TRL): steps_per_generation = accumulation, one on-policy update per rollout.
 
-# Table 6 "Mini-batch size" read as verl's train_batch_size: prompts per optimizer step (x G = 8 completions).
-PAPER_PROMPTS_PER_STEP = {"kk": 64, "math": 128, "search": 32}
 BATCH_READING = (
     "Table 6 'Mini-batch size' = prompts per optimizer step (verl train_batch_size), each with G completions; "
     "'Micro-batch size (updates)' >= it (verl ppo_mini_batch_size), so one on-policy update per step. "
     "The global figures do not depend on the number of GPUs."
 )
-# Prompt tokens budgeted for vLLM's context (the chat template + puzzle / problem; search adds tool output).
+# Prompt tokens budgeted for vLLM's context (search adds tool output).
 PROMPT_TOKENS = {"kk": 1024, "math": 1024, "search": 4096}
 
 
 def batch_layout(spec: RunSpec, world_size: int = 1) -> dict:
-    """TRL's per-device batch and accumulation for the spec's global batch (prompts_per_step x num_generations
-    completions = per-device batch x accumulation x ``world_size``); ``micro_batch_size`` fixes the per-device one."""
+    """TRL's per-device batch and accumulation for the spec's global batch on ``world_size`` processes
+    (``micro_batch_size`` fixes the per-device batch, else ``gradient_accumulation_steps`` the accumulation)."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     completions = spec.prompts_per_step * spec.num_generations
-    if spec.micro_batch_size is not None:
-        per_device = spec.micro_batch_size
-        if completions % (per_device * world_size):
-            raise ValueError(
-                f"prompts_per_step x num_generations = {completions} completions do not split into micro_batch_size "
-                f"{per_device} x {world_size} process(es): change micro_batch_size or prompts_per_step"
-            )
-        accumulation = completions // (per_device * world_size)
-    else:
-        accumulation = spec.gradient_accumulation_steps
-        if completions % (accumulation * world_size):
-            raise ValueError(
-                f"prompts_per_step x num_generations = {completions} completions do not split into "
-                f"gradient_accumulation_steps {accumulation} x {world_size} process(es): change "
-                "gradient_accumulation_steps or set micro_batch_size"
-            )
-        per_device = completions // (accumulation * world_size)
+    knob, value = "micro_batch_size", spec.micro_batch_size
+    if value is None:
+        knob, value = "gradient_accumulation_steps", spec.gradient_accumulation_steps
+    if completions % (value * world_size):
+        raise ValueError(
+            f"prompts_per_step x num_generations = {completions} completions do not split into {knob} {value} x "
+            f"{world_size} process(es): change {knob} or prompts_per_step"
+        )
+    split = completions // (value * world_size)
+    per_device, accumulation = (value, split) if knob == "micro_batch_size" else (split, value)
     return {
         "world_size": world_size,
         "per_device_train_batch_size": per_device,
@@ -635,7 +588,7 @@ def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
 
 
 def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, **overrides):
-    """The :class:`TRGRPOConfig` for a spec (Table 6 defaults, logging every step, checkpoints)."""
+    """The :class:`TRGRPOConfig` of a spec."""
     import torch
 
     from trgrpo.trainer import TRGRPOConfig
@@ -669,7 +622,7 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         logging_steps=1,
         save_strategy="steps",
         save_steps=spec.save_steps,
-        save_total_limit=1,  # resuming needs only the last checkpoint (model + optimizer: 1.6 GB for SmolLM2)
+        save_total_limit=1,  # resuming needs only the last checkpoint
         save_only_model=False,
         report_to=spec.report_to,
         use_cpu=not cuda,
@@ -732,8 +685,7 @@ def build_trainer(
     world_size: int | None = None,
     verbose: bool = True,
 ):
-    """(trainer, tokenizer, eval records, data source) of a spec: the task's data, rewards and tokenizer on the
-    :func:`make_config` config. Without ``verbose`` the per-step printing callbacks are removed."""
+    """(trainer, tokenizer, eval records, data source) of a spec on its task's data, rewards and tokenizer."""
     from transformers import AutoTokenizer
 
     from trgrpo.models import resolve_model
@@ -777,9 +729,9 @@ def run(
     trainer_ready: Callable[[Any, list], None] | None = None,
     task: Task | None = None,
 ) -> dict:
-    """Train and evaluate one spec; write its record once and return it. ``trainer_ready(trainer, eval_records)``
-    sees the built trainer; ``record_extras(record)`` returns fields added to the record; ``task`` replaces the
-    registered task of ``spec.task``."""
+    """Train (resuming from the last checkpoint) and evaluate one spec; write its record once and return it.
+    Hooks: ``trainer_ready(trainer, eval_records)``, ``record_extras(record) -> fields``; ``task`` replaces
+    ``spec.task``'s."""
     import torch
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
@@ -826,26 +778,23 @@ def run(
     history = history_from_log(trainer.state.log_history)
     steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
     layout = batch_layout(spec, trainer.accelerator.num_processes)
-    record = build_record(
-        name=spec.name,
-        group=spec.group,
-        task=spec.task,
-        scheme=spec.scheme,
-        seed=spec.seed,
-        model=spec.model,
-        steps=spec.steps,
-        spec=dataclasses.asdict(spec),
-        history=history,
-        initial=initial,
-        final=final,
-        train_time_s=train_s,
-        steps_run=steps_run,
-        t0=t0,
-        data_source=data_source,
-        batch={**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
-        resumed_from=ckpt,
-        live_logs=str(logs) if logs is not None else None,
-    )
+    record = {
+        "kind": RUN_KIND,
+        **{k: getattr(spec, k) for k in ("name", "group", "task", "scheme", "seed", "model", "steps")},
+        "spec": dataclasses.asdict(spec),
+        "history": history,
+        "initial": initial,
+        "final": final,
+        "data_source": data_source,
+        "batch": {**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
+        "resumed_from": ckpt,
+        "live_logs": str(logs) if logs is not None else None,
+        "train_time_s": train_s,
+        "seconds_per_step": train_s / max(1, steps_run),
+        "steps_run": steps_run,
+        "wall_time_s": time.time() - t0,
+        **provenance(),
+    }
     if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
         record.update(record_extras(record))
     path = write_result(spec.group, spec.name, record, results_dir) if main_process else None

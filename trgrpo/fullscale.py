@@ -1,5 +1,4 @@
-"""Full-scale runs (paper Section 4, Table 6): run specs for K&K and math, and launching each in its own process
-(``python -m trgrpo.train`` or ``accelerate launch`` with ``configs/``); CPU smoke runs stay in this process."""
+"""Full-scale runs (Section 4, Table 6): the run specs of notebooks 05 / 06, model shapes, and :func:`launch`."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from trgrpo.experiment import PAPER_PROMPTS_PER_STEP, RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
+from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
 FULL_SCALE_PARAMS = 1e9
@@ -36,7 +35,7 @@ class ModelShape:
         return 2 * self.layers * self.kv_heads * self.head_dim * 2
 
 
-# From the models' config.json files (parameter counts as their model cards state them).
+# From the models' config.json files (parameter counts from their model cards).
 MODEL_SHAPES = {
     "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
     "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
@@ -71,186 +70,85 @@ def short_model_name(model: str) -> str:
     return "embedded" if model in ("embedded", None) else Path(str(model)).name
 
 
-def kk_specs(
-    model: str = "Qwen/Qwen2.5-3B-Instruct",
-    *,
-    schemes=("equal", "tr", "reverse", "random"),
-    seeds=(0,),
-    steps: int = 200,
-    taus=(),
-    ranges=(),
-    prompts_per_step: int = PAPER_PROMPTS_PER_STEP["kk"],
-    num_generations: int = 8,
-    max_completion_length: int = 4096,
-    micro_batch_size: int | None = 2,
-    gradient_checkpointing: bool = True,
-    n_train: int = 5000,
-    n_eval_per_size: int = 100,
-    n_people=(3, 4, 5, 6, 7),
-    prefill_think: bool = True,
-    train_path=None,
-    eval_path=None,
-    placement: str = "ratio",
-    tau_mode: str = "scale",
-    use_vllm: bool = False,
-    bf16: bool = True,
-    group: str | None = None,
-    **extra,
-) -> list[RunSpec]:
-    """Table 1/4 runs (one per scheme and seed), plus the Table 7 sweeps over tau and (L, U) for ``tr``; puzzles
-    from Logic-RL files (``train_path`` / ``eval_path``) or the offline generator."""
-    group = group or f"kk/{short_model_name(model)}"
-    data = {"prefill_think": bool(prefill_think)}
-    data.update({k: v for k, v in (("train_path", train_path), ("eval_path", eval_path)) if v})
-    common = dict(
-        task="kk",
-        model=model,
-        steps=steps,
-        prompts_per_step=prompts_per_step,
-        num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        micro_batch_size=micro_batch_size,
-        gradient_checkpointing=gradient_checkpointing,
-        n_train=n_train,
-        n_eval=n_eval_per_size * len(n_people),
-        placement=placement,
-        tau_mode=tau_mode,
-        use_vllm=use_vllm,
-        bf16=bf16,
-        learning_rate=1e-6,
-        beta=0.001,
-        temperature=0.7,
-        task_options={"n_people": list(n_people), "eval_n_people": list(n_people), **data},
-    )
-    for key, value in extra.items():
-        if key == "task_options":
-            common["task_options"] = {**common["task_options"], **value}
-        else:
-            common[key] = value
-    specs = [RunSpec(**common, scheme=s, seed=seed, group=f"{group}/main") for s in schemes for seed in seeds]
-    specs += [
-        RunSpec(**common, scheme="tr", tau=float(t), seed=seed, group=f"{group}/tau") for t in taus for seed in seeds
-    ]
-    specs += [
-        RunSpec(**common, scheme="tr", lower=float(lo), upper=float(up), seed=seed, group=f"{group}/range")
-        for lo, up in ranges
-        for seed in seeds
-    ]
-    return specs
-
-
-TABLE2_EVAL_SETS = ("olympiadbench", "minerva", "math500", "amc", "aime24")
-WHOLE_SETS = 1000  # n_eval caps each set: above the largest of Table 2 (OlympiadBench, 675 rows), so none is cut
-
-
-def math_specs(
-    model: str = "Qwen/Qwen2.5-7B",
-    *,
-    schemes=("equal", "tr"),
-    seeds=(0,),
-    steps: int = 200,
-    train: str = "deepscaler",
-    eval_sets=TABLE2_EVAL_SETS,
-    prompts_per_step: int = PAPER_PROMPTS_PER_STEP["math"],
-    num_generations: int = 8,
-    max_completion_length: int = 4096,
-    micro_batch_size: int | None = 2,
-    gradient_checkpointing: bool = True,
-    n_train: int = 10000,
-    n_eval: int = WHOLE_SETS,
-    sampled_k: int = 16,
-    use_vllm: bool = False,
-    bf16: bool = True,
-    group: str | None = None,
-    **extra,
-) -> list[RunSpec]:
-    """Table 2 runs: base model, binary boxed-answer reward, temperature 1.0; ``train`` and ``eval_sets`` are hub
-    names (:data:`trgrpo.tasks.math.MATH_HUB`), "generated" or local paths."""
-    group = group or f"math/{short_model_name(model)}/{Path(train).stem}"
-    common = dict(
-        task="math",
-        model=model,
-        steps=steps,
-        prompts_per_step=prompts_per_step,
-        num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        micro_batch_size=micro_batch_size,
-        gradient_checkpointing=gradient_checkpointing,
-        n_train=n_train,
-        n_eval=n_eval,
-        use_vllm=use_vllm,
-        bf16=bf16,
-        learning_rate=1e-6,
-        beta=0.001,
-        temperature=1.0,
-        task_options={"train": train, "eval_sets": list(eval_sets), "sampled_k": sampled_k},
-    )
-    common.update(extra)
-    return [RunSpec(**common, scheme=s, seed=seed, group=group) for s in schemes for seed in seeds]
-
-
-# Notebook parameter -> (spec-function argument, conversion, default; no default: required), per notebook.
-_COMMON_PARAMETERS = {
-    "SCHEMES": ("schemes", tuple, None),
-    "SEEDS": ("seeds", tuple, None),
-    "STEPS": ("steps", int, None),
-    "PROMPTS_PER_STEP": ("prompts_per_step", int, None),
-    "GROUP_SIZE": ("num_generations", int, None),
-    "MAX_COMPLETION_LENGTH": ("max_completion_length", int, None),
-    "N_TRAIN": ("n_train", int, None),
-    "MICRO_BATCH_SIZE": ("micro_batch_size", None, 2),
-    "GRADIENT_CHECKPOINTING": ("gradient_checkpointing", bool, True),
-    "VLLM_GPU_MEMORY": ("vllm_gpu_memory_utilization", float, 0.3),
-    "BF16": ("bf16", bool, True),
-    "MAX_EVAL_TOKENS": ("max_eval_tokens", None, ...),
-    "REPORT_TO": ("report_to", None, "none"),
-    "SAVE_STEPS": ("save_steps", int, 20),
+# Optional notebook parameters (a None value also takes the default); the others are required.
+PARAMETER_DEFAULTS = {
+    "MICRO_BATCH_SIZE": 2,
+    "GRADIENT_CHECKPOINTING": True,
+    "VLLM_GPU_MEMORY": 0.3,
+    "BF16": True,
+    "REPORT_TO": "none",
+    "SAVE_STEPS": 20,
+    "TAUS": (),
+    "RANGES": (),
+    "PREFILL_THINK": True,
+    "PLACEMENT": "ratio",
+    "TAU_MODE": "scale",
+    "TEMPERATURE": 0.7,
+    "SAMPLED_K": 16,
 }
-_KK_PARAMETERS = {
-    **_COMMON_PARAMETERS,
-    "TAUS": ("taus", tuple, ()),
-    "RANGES": ("ranges", lambda rs: [tuple(r) for r in rs], ()),
-    "N_EVAL_PER_SIZE": ("n_eval_per_size", int, None),
-    "PREFILL_THINK": ("prefill_think", bool, True),
-    "KK_TRAIN_PATH": ("train_path", None, ...),
-    "KK_EVAL_PATH": ("eval_path", None, ...),
-    "PLACEMENT": ("placement", None, "ratio"),
-    "TAU_MODE": ("tau_mode", None, "scale"),
-    "TEMPERATURE": ("temperature", float, 0.7),
-}
-_MATH_PARAMETERS = {
-    **_COMMON_PARAMETERS,
-    "TRAIN": ("train", None, None),
-    "EVAL_SETS": ("eval_sets", tuple, None),
-    "N_EVAL": ("n_eval", int, None),
-    "SAMPLED_K": ("sampled_k", int, 16),
-}
+KK_PEOPLE = [3, 4, 5, 6, 7]
 
 
 def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
-    """The runs of notebook 05 (``task="kk"``, :func:`kk_specs`) or 06 (``"math"``, :func:`math_specs`) for its
-    parameters cell's values (upper-case names); the planner reads plans the same way. Default ``...``: optional."""
-    build, table = {"kk": (kk_specs, _KK_PARAMETERS), "math": (math_specs, _MATH_PARAMETERS)}[task]
-    kwargs = {}
-    for key, (arg, convert, default) in table.items():
-        value = params[key] if default is None else params.get(key)
-        if value is None and default is not ...:
-            value = default
-        kwargs[arg] = convert(value) if convert is not None and value is not None else value
-    kwargs["use_vllm"] = bool(params.get("USE_VLLM")) if use_vllm is None else use_vllm
-    return build(params["MODEL"], **kwargs)
+    """The runs of notebook 05 (``task="kk"``: Tables 1, 4, 7) or 06 (``"math"``: Table 2, base model, temperature
+    1.0) for the values of its parameters cell (upper-case names); the planner reads plans the same way."""
+    p = {**PARAMETER_DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    model = p["MODEL"]
+    common = dict(
+        task=task,
+        model=model,
+        steps=p["STEPS"],
+        prompts_per_step=p["PROMPTS_PER_STEP"],
+        num_generations=p["GROUP_SIZE"],
+        max_completion_length=p["MAX_COMPLETION_LENGTH"],
+        max_eval_tokens=p.get("MAX_EVAL_TOKENS"),
+        micro_batch_size=p["MICRO_BATCH_SIZE"],
+        gradient_checkpointing=p["GRADIENT_CHECKPOINTING"],
+        vllm_gpu_memory_utilization=float(p["VLLM_GPU_MEMORY"]),
+        bf16=p["BF16"],
+        report_to=p["REPORT_TO"],
+        save_steps=p["SAVE_STEPS"],
+        n_train=p["N_TRAIN"],
+        use_vllm=bool(p.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        learning_rate=1e-6,
+        beta=0.001,
+    )
+    runs = [(s, seed, {}) for s in p["SCHEMES"] for seed in p["SEEDS"]]
+    if task == "math":
+        train = p["TRAIN"]
+        options = {"train": train, "eval_sets": list(p["EVAL_SETS"]), "sampled_k": p["SAMPLED_K"]}
+        common.update(n_eval=p["N_EVAL"], temperature=1.0, task_options=options)
+        group = f"math/{short_model_name(model)}/{Path(train).stem}"
+        return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed, _ in runs]
+    options = {"n_people": KK_PEOPLE, "eval_n_people": KK_PEOPLE, "prefill_think": bool(p["PREFILL_THINK"])}
+    options.update(
+        {k: p[key] for k, key in (("train_path", "KK_TRAIN_PATH"), ("eval_path", "KK_EVAL_PATH")) if key in p}
+    )
+    common.update(
+        n_eval=p["N_EVAL_PER_SIZE"] * len(KK_PEOPLE),
+        placement=p["PLACEMENT"],
+        tau_mode=p["TAU_MODE"],
+        temperature=float(p["TEMPERATURE"]),
+        task_options=options,
+    )
+    group = f"kk/{short_model_name(model)}"
+    runs = [(s, seed, {"group": f"{group}/main"}) for s, seed, _ in runs]
+    runs += [("tr", seed, {"tau": float(t), "group": f"{group}/tau"}) for t in p["TAUS"] for seed in p["SEEDS"]]
+    runs += [
+        ("tr", seed, {"lower": float(lo), "upper": float(up), "group": f"{group}/range"})
+        for lo, up in p["RANGES"]
+        for seed in p["SEEDS"]
+    ]
+    return [RunSpec(**common, scheme=s, seed=seed, **kw) for s, seed, kw in runs]
 
 
 NOTEBOOK_SPECS = {"05_": "kk", "06_": "math"}  # notebook prefix -> the task of its full-scale runs
 
 
 def n_devices() -> int:
-    try:
-        import torch
+    import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001
-        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def cuda_missing() -> str | None:
@@ -372,18 +270,15 @@ def launch(
     log_dir: Path | str | None = None,
     isolate: bool | None = None,
 ) -> list[dict]:
-    """Run specs, each in its own process (:func:`run_command`, log kept in ``log_dir``) when a GPU is used or
-    ``cpu_processes > 1`` (``isolate``), else in this process; specs with a record are skipped unless ``force``.
-    Returns the records; raises after the last run if any failed."""
+    """Run the specs without a record (all with ``force``), each in its own process (:func:`run_command`, its log
+    in ``log_dir``) when ``isolate`` (default: on a GPU or several CPU processes), else here; return the records."""
     if problem := refuse_without_cuda(specs):
         raise SystemExit(problem)
     results_dir = Path(results_dir or RESULTS_DIR).resolve()
     log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
     gpus = n_devices() if gpus is None else gpus
     todo = [s for s in specs if force or not (results_dir / s.group / f"{s.name}.json").exists()]
-    where = "CPU" if gpus == 0 else f"{gpus} GPU(s)"
-    if gpus == 0 and cpu_processes > 1:
-        where = f"CPU, {cpu_processes} processes"
+    where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
     isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate

@@ -1,21 +1,7 @@
-"""The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic): does TR-GRPO's regulation change what a
-pretrained model learns? Each stage reads its committed plan (``results/lm/<stage>/plan.yaml``) and writes its
-records beside it; a restarted stage skips the records it already has.
-
-Stage 0, task calibration (:func:`stage0`): for each candidate task of the plan, in order, a short GRPO probe; its
-record carries ``calibration``: the sampled accuracy at the training temperature and where the sampled tokens fall
-on Eq. 11's curve (shares at L, strictly between, at U), measured the same way on the model before and after the
-probe (:func:`measure`). ``decision.json`` applies the plan's acceptance rule: the first candidate that passes.
-
-Later stages (:func:`grid`): the plan's ``base`` run spec, its ``arms`` (a scheme and overrides each) and ``seeds``;
-each run evaluates greedily on the fixed held-out set at the plan's ``eval_steps`` and after its last step
-(``eval_history``), and its history holds per step the shares of tokens at L / between / at U of Eq. 11
-(``tr/eq11_*``) and the pre-clip gradient norm (``grad_norm``). Runs go seed by seed, all arms of a seed together,
-so that a stopped grid leaves complete pairs.
-
-``python -m trgrpo.lm_science stage0 results/lm/stage0/plan.yaml``
-``python -m trgrpo.lm_science grid results/lm/stage1/plan.yaml``
-"""
+"""The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic), one stage per committed plan
+``results/lm/<stage>/plan.yaml``: ``stage0`` (task calibration: a GRPO probe per candidate, then ``decision.json``) or
+``grid`` (the plan's arms x seeds, seed-major). A restarted stage skips the records it has.
+``python -m trgrpo.lm_science {stage0,grid} PLAN``."""
 
 from __future__ import annotations
 
@@ -33,9 +19,7 @@ from trgrpo.toy_controls import weight_shares
 
 
 def measure(model: Any, tokenizer: Any, problems: list[dict], m: dict) -> dict[str, Any]:
-    """Sample ``m["samples_per_prompt"]`` completions of each problem at ``m["temperature"]`` (at most
-    ``m["max_new_tokens"]`` tokens, seed ``m["seed"]``): the share answered right (first integer) and the shares
-    of sampled tokens with Eq. 11's weight (paper defaults) at L, strictly between L and U, and at U."""
+    """Sampled accuracy and the shares of sampled tokens whose Eq. 11 weight is at L, between, at U (settings ``m``)."""
     k = m["samples_per_prompt"]
     occ = sample_token_probabilities(
         model,

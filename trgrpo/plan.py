@@ -1,11 +1,6 @@
-"""Memory and time planner for full-scale runs: ``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``.
-
-PLAN is a batch plan or a training spec file (``experiments/``). Per run: peak memory per GPU by component (fp32
-policy, gradients and AdamW moments, ZeRO-2/3 sharding, reference model, activations, logits, vLLM's share), the
-hours (rollout decode bound by HBM bandwidth or FLOPs, training at 6-10 N FLOP per token, evaluation) and the
-checkpoint size, from the model's shape and the stated :class:`Assumptions`. Exit 0 when every run fits, else 1
-with the settings to change. Estimates, not measurements (``make gpu-check`` measures what they rest on).
-"""
+"""``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``: per run of a batch plan or spec file, peak memory per
+GPU by component, hours and checkpoint size, from the model's shape and the stated :class:`Assumptions`
+(estimates; ``make gpu-check`` measures them). Exit 0 when every run fits, else 1 with the settings to change."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo.batch import load_plan
+from trgrpo.batch import environment, load_plan, parameters_cell
 from trgrpo.experiment import (
     ROOT,
     ConfigError,
@@ -51,7 +46,7 @@ GPUS = {
 
 @dataclass(frozen=True)
 class Assumptions:
-    """Stated assumptions of the estimate (to be corrected from ``make gpu-check`` measurements)."""
+    """Stated assumptions of the estimate."""
 
     mean_prompt_tokens: int = 400  # K&K / math prompts with the chat template
     mean_completion_tokens: int = 1024  # mean generated length (the maximum is the spec's max_completion_length)
@@ -63,6 +58,9 @@ class Assumptions:
     activation_bytes: float = 34.0  # per token, layer and hidden unit without checkpointing
 
 
+A = Assumptions()
+
+
 def memory_gb(
     spec: RunSpec,
     shape: ModelShape,
@@ -70,21 +68,16 @@ def memory_gb(
     gpus: int,
     gpu_mem_gb: float,
     zero: int = 2,
-    micro: int | None = None,
-    checkpointing: bool | None = None,
-    vllm_util: float | None = None,
-    a: Assumptions = Assumptions(),
 ) -> dict:
     """Peak memory per GPU in GB, by component, for the training phase (the peak) and the rollout phase."""
     n = shape.params
-    m = batch_layout(spec, gpus)["per_device_train_batch_size"] if micro is None else micro
-    ckpt = spec.gradient_checkpointing if checkpointing is None else checkpointing
-    util = spec.vllm_gpu_memory_utilization if vllm_util is None else vllm_util
+    m = batch_layout(spec, gpus)["per_device_train_batch_size"]
+    ckpt, util = spec.gradient_checkpointing, spec.vllm_gpu_memory_utilization
     shard_states = gpus if gpus > 1 else 1
     shard_weights = gpus if (gpus > 1 and zero == 3) else 1
     seq = vllm_max_model_length(spec)
     tokens = m * seq
-    layer_act = a.activation_bytes * tokens * shape.hidden
+    layer_act = A.activation_bytes * tokens * shape.hidden
     act = (shape.layers * tokens * shape.hidden * 2 + layer_act) if ckpt else shape.layers * layer_act
     parts = {
         "weights": 4 * n / shard_weights,
@@ -94,34 +87,34 @@ def memory_gb(
         "activations": act,
         "logits": 2 * 4 * m * spec.max_completion_length * shape.vocab,
         "vllm": util * gpu_mem_gb * GB if spec.use_vllm else 0.0,
-        "overhead": a.overhead_gb * GB,
+        "overhead": A.overhead_gb * GB,
     }
     out = {k: v / GB for k, v in parts.items()}
     out["train_peak"] = sum(out.values())
     out["rollout_peak"] = out["train_peak"] - out["activations"] - out["logits"]
-    out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - a.vllm_runtime_gb) if spec.use_vllm else 0.0
+    out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - A.vllm_runtime_gb) if spec.use_vllm else 0.0
     out["vllm_kv_needed_one_sequence"] = seq * shape.kv_bytes_per_token / GB if spec.use_vllm else 0.0
     out["micro_batch_size"] = m
     return out
 
 
-def _decode_step_s(n: float, batch: int, ctx: float, kv_tok: int, gpu: GPU, a: Assumptions) -> float:
-    memory_s = (2 * n + batch * ctx * kv_tok) / (gpu.bandwidth_tbs * 1e12 * a.decode_bw_efficiency)
-    compute_s = 2 * n * batch / (gpu.tflops_bf16 * 1e12 * a.mfu)
+def _decode_step_s(n: float, batch: int, ctx: float, kv_tok: int, gpu: GPU) -> float:
+    memory_s = (2 * n + batch * ctx * kv_tok) / (gpu.bandwidth_tbs * 1e12 * A.decode_bw_efficiency)
+    compute_s = 2 * n * batch / (gpu.tflops_bf16 * 1e12 * A.mfu)
     return max(memory_s, compute_s)
 
 
 def generation_seconds(
-    sequences: int, shape: ModelShape, spec: RunSpec, gpu: GPU, kv_cache_gb: float, a: Assumptions
+    sequences: int, shape: ModelShape, spec: RunSpec, gpu: GPU, kv_cache_gb: float
 ) -> tuple[float, float]:
     """(seconds, tokens/s) for one GPU to generate ``sequences`` completions of the mean length."""
-    ctx = a.mean_prompt_tokens + a.mean_completion_tokens / 2
+    ctx = A.mean_prompt_tokens + A.mean_completion_tokens / 2
     kv_tok = shape.kv_bytes_per_token
     fit = int(kv_cache_gb * GB // (ctx * kv_tok)) if kv_cache_gb > 0 else sequences
     batch = max(1, min(sequences, fit))
-    tok_s = batch / _decode_step_s(shape.params, batch, ctx, kv_tok, gpu, a)
-    bulk = sequences * a.mean_completion_tokens / tok_s
-    tail = spec.max_completion_length * _decode_step_s(shape.params, 1, ctx, kv_tok, gpu, a)
+    tok_s = batch / _decode_step_s(shape.params, batch, ctx, kv_tok, gpu)
+    bulk = sequences * A.mean_completion_tokens / tok_s
+    tail = spec.max_completion_length * _decode_step_s(shape.params, 1, ctx, kv_tok, gpu)
     return max(bulk, tail), tok_s
 
 
@@ -132,24 +125,23 @@ def estimate(
     gpu_mem_gb: float,
     gpu: GPU,
     zero: int = 2,
-    a: Assumptions = Assumptions(),
 ) -> dict:
     """Memory, time and whether it fits, for one run."""
     shape = model_shape(spec.model)
-    mem = memory_gb(spec, shape, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a)
+    mem = memory_gb(spec, shape, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero)
     lay = batch_layout(spec, gpus)
     completions = lay["global_completions_per_step"]
     kv_gb = mem["vllm_kv_cache"] if spec.use_vllm else gpu_mem_gb - mem["rollout_peak"]
-    rollout_s, tok_s = generation_seconds(completions // gpus, shape, spec, gpu, kv_gb, a)
+    rollout_s, tok_s = generation_seconds(completions // gpus, shape, spec, gpu, kv_gb)
     if not spec.use_vllm:
-        rollout_s, tok_s = rollout_s * a.hf_generate_slowdown, tok_s / a.hf_generate_slowdown
-    tokens = completions * (a.mean_prompt_tokens + a.mean_completion_tokens)
+        rollout_s, tok_s = rollout_s * A.hf_generate_slowdown, tok_s / A.hf_generate_slowdown
+    tokens = completions * (A.mean_prompt_tokens + A.mean_completion_tokens)
     flop_per_token = (6 + (2 if spec.gradient_checkpointing else 0) + (2 if spec.beta > 0 else 0)) * shape.params
-    train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * a.mfu)
+    train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * A.mfu)
     eval_sequences = spec.n_eval * _eval_multiplier(spec)
-    eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb, a)[0] if eval_sequences else 0.0
+    eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb)[0] if eval_sequences else 0.0
     if not spec.use_vllm:
-        eval_s *= a.hf_generate_slowdown
+        eval_s *= A.hf_generate_slowdown
     hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
     problems = []
     if 3 * eval_s > spec.ddp_timeout_s:
@@ -196,14 +188,13 @@ def _eval_multiplier(spec: RunSpec) -> int:
     return 1
 
 
-def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: Assumptions = Assumptions()) -> list:
-    """The settings to change so that a run fits, the cheapest first: on the same GPUs the largest micro-batch that
-    fits (with checkpointing if needed), then vLLM's least share, ZeRO-3, then more GPUs. Returns
-    ``"setting: old -> new"`` strings (only the changed ones)."""
+def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> list:
+    """``"setting: old -> new"`` changes that make a run fit, the cheapest first (micro-batch, checkpointing, vLLM's
+    share, ZeRO-3, then more GPUs)."""
     shape = model_shape(spec.model)
     completions = spec.prompts_per_step * spec.num_generations
     now = batch_layout(spec, gpus)["per_device_train_batch_size"] if completions % gpus == 0 else None
-    need_util = 2 * shape.params / GB + a.vllm_runtime_gb + vllm_max_model_length(spec) * shape.kv_bytes_per_token / GB
+    need_util = 2 * shape.params / GB + A.vllm_runtime_gb + vllm_max_model_length(spec) * shape.kv_bytes_per_token / GB
     utils = [spec.vllm_gpu_memory_utilization]
     if spec.use_vllm and round(need_util / gpu_mem_gb + 0.005, 2) != utils[0]:  # the least that holds one sequence
         utils.append(round(need_util / gpu_mem_gb + 0.005, 2))
@@ -222,7 +213,7 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: As
                         s = dataclasses.replace(
                             spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
                         )
-                        mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z, a=a)
+                        mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z)
                         ok = mem["train_peak"] <= gpu_mem_gb
                         if ok and (not s.use_vllm or mem["vllm_kv_cache"] >= mem["vllm_kv_needed_one_sequence"]):
                             out = []
@@ -250,33 +241,15 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int, a: As
 
 def notebook_defaults(notebook: Path) -> dict:
     """The values of a notebook's ``parameters`` cell (full-scale defaults: SMOKE off)."""
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
-    if cell is None:
-        raise ValueError(f"{notebook}: no cell tagged 'parameters'")
     env: dict = {"os": os}
-    saved = os.environ.get("TRGRPO_SMOKE")
-    os.environ["TRGRPO_SMOKE"] = "0"
-    try:
-        exec(cell.source, env)  # noqa: S102 - the repo's own parameters cell: assignments only
-    finally:
-        if saved is None:
-            os.environ.pop("TRGRPO_SMOKE", None)
-        else:
-            os.environ["TRGRPO_SMOKE"] = saved
+    with environment(TRGRPO_SMOKE="0"):
+        exec(parameters_cell(notebook), env)  # noqa: S102 - the repo's own parameters cell: assignments only
     return {k: v for k, v in env.items() if k.isupper()}
 
 
 def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], str]:
-    """The runs a plan would start and the accelerate config it names (batch plan or training spec file).
-
-    ``overrides``: notebook parameters (``trgrpo.batch --set``) for a batch plan, spec fields for a spec
-    file. A file with ``notebooks`` or ``smoke`` is a batch plan (:func:`trgrpo.batch.load_plan` checks it:
-    notebooks that exist, parameters their parameters cells assign); only the project's notebooks 05 / 06 are read
-    (their parameters cells run here). Every local data file a run names must exist (relative paths from the
-    notebook's folder, where papermill runs it). Bad input: a :class:`ConfigError` naming the file and the field."""
+    """The runs a batch plan (only the project's notebooks 05 / 06 are read) or spec file would start, and its
+    accelerate config; every local data file they name must exist. Bad input: a :class:`ConfigError`."""
     path = Path(path)
     data = read_config(path)
     if "notebooks" not in data and "smoke" not in data:
@@ -305,8 +278,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
 
 
 def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
-    """Every local data file of the specs (K&K ``train_path`` / ``eval_path``, a math ``train`` or ``eval_sets``
-    entry that names no hub set) exists, relative paths from ``base``; else a :class:`ConfigError`."""
+    """Every local data file the specs name (relative to ``base``) exists; else a :class:`ConfigError`."""
     from trgrpo.tasks.math import MATH_HUB
 
     for spec in specs:
@@ -329,14 +301,13 @@ def plan_report(
     gpu_mem_gb: float,
     gpu: GPU | None = None,
     zero: int = 2,
-    a: Assumptions = Assumptions(),
     title: str = "plan",
 ) -> tuple[str, list[dict], list[str]]:
     """(text table, per-run estimates, problems with the settings to change); no problems: every run fits."""
     gpu = gpu or GPUS["H200" if gpu_mem_gb > 100 else "H100"]
-    rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero, a=a) for s in specs]
+    rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero) for s in specs]
     total = sum(r["hours"] for r in rows)
-    stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(a).items())
+    stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(A).items())
     lines = [
         f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), ZeRO-{zero}",
         f"planner estimates from stated assumptions, not measurements: {stated}",
@@ -364,15 +335,14 @@ def plan_report(
     for s, r in zip(specs, rows):
         if not r["fits"] and s.model not in seen_models:
             seen_models.add(s.model)
-            fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero, a=a) if _memory(r) else []
+            fix = (
+                suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero)
+                if any(not p.startswith("evaluation") for p in r["problems"])
+                else []
+            )
             fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
             problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
     return "\n".join(lines), rows, problems
-
-
-def _memory(row: dict) -> bool:
-    """Whether a run's problems include memory (the settings :func:`suggestions` changes)."""
-    return any(not p.startswith("evaluation") for p in row["problems"])
 
 
 # The shipped plans the README's table shows: (plan file, GPUs, GB per GPU, GPU type).
@@ -389,8 +359,7 @@ README_ROWS = (
 
 
 def readme_rows() -> list[dict]:
-    """The planner's numbers for each of :data:`README_ROWS`: runs, peak GB per GPU, hours per run (min, max), hours
-    in all, and the settings to change (None when every run fits)."""
+    """The planner's numbers for each of :data:`README_ROWS` (the README's table)."""
     out = []
     for name, gpus, mem, kind in README_ROWS:
         specs, accel = plan_specs(ROOT / "experiments" / name)
@@ -440,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         total = sum(r["hours"] for r in rows)
-        assumed = dataclasses.asdict(Assumptions())
+        assumed = dataclasses.asdict(A)
         out = {"runs": rows, "total_hours": total, "assumptions": assumed, "problems": problems}
         print(json.dumps(out, indent=1))
     else:

@@ -1,6 +1,5 @@
-"""The toy's model: a word-level tokenizer (every digit, ``+``, ``=``, ``;`` one token; canonical text puts a space
-between tokens, so ``decode(encode(x)) == x``) and a ~1M-parameter Qwen2 from a config (4 layers x 128 hidden),
-plus the toy's RL hyperparameters (:data:`TOY_DEFAULTS`, Table 6 where it applies)."""
+"""The toy: a word-level tokenizer (one token per digit and symbol), a ~1M-parameter Qwen2 (4 layers x 128), its
+cached supervised warm start, and its runs and grids (:data:`TOY_DEFAULTS`: Table 6 where it applies)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,6 @@ PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 SYMBOLS = ["+", "=", ";"]
 VOCAB = [PAD, EOS, UNK, *[str(d) for d in range(10)], *SYMBOLS]
 
-# The micro model: ~1.0M parameters (4 layers x 128 hidden, tied embeddings).
 MICRO_CONFIG = dict(
     hidden_size=128,
     intermediate_size=512,
@@ -36,8 +34,7 @@ MICRO_CONFIG = dict(
     max_position_embeddings=64,
 )
 
-# RL hyperparameters of the toy (Table 6 where it applies: G = 8, eps 0.2/0.24, beta 0.001 with k3;
-# lr 1e-4 instead of 1e-6 because the model is 1M parameters and the run is 150 steps).
+# Table 6 where it applies; lr 1e-4 instead of 1e-6 for a 1M-parameter model.
 TOY_DEFAULTS = dict(
     steps=100,
     prompts_per_step=8,
@@ -130,19 +127,16 @@ def warm_start(
     seed: int = 0,
     *,
     threshold: float = 0.5,
-    metric: str = "greedy_accuracy",
     max_steps: int = 3000,
     check_every: int = 50,
     batch_size: int = 64,
     lr: float = 1e-3,
     cache: Path | str | None = None,
-    refresh: bool = False,
     model_overrides: dict | None = None,
     verbose: bool = True,
 ) -> Path:
-    """Supervised warm start (AdamW on the reference completions) until the first validation check above
-    ``threshold``; returns the cached folder of model + tokenizer + ``warm_start.json`` (:class:`WarmStartError`
-    when ``max_steps`` do not reach it)."""
+    """Supervised warm start until the validation greedy accuracy reaches ``threshold``; returns the cached folder
+    (model, tokenizer, ``warm_start.json``), or raises :class:`WarmStartError` after ``max_steps``."""
     import torch
 
     if task not in TASK_NAMES:
@@ -154,7 +148,7 @@ def warm_start(
     target = base / warm_start_key(
         task, seed, threshold, {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
     )
-    if (target / "warm_start.json").exists() and not refresh:
+    if (target / "warm_start.json").exists():
         return target
 
     t0, c0 = time.time(), time.process_time()
@@ -174,13 +168,13 @@ def warm_start(
         if step % check_every == 0 or step == max_steps:
             acc = evaluate_accuracy(model, tok, val, task=task, sampled=False)
             history.append({"step": step, "loss": loss, "greedy_accuracy": acc["greedy_accuracy"]})
-            if acc[metric] >= threshold:
+            if acc["greedy_accuracy"] >= threshold:
                 reached = step
                 break
-    best = max((h[metric] for h in history), default=0.0)
+    best = max((h["greedy_accuracy"] for h in history), default=0.0)
     if reached is None:
         raise WarmStartError(
-            f"warm start of {task!r} (seed {seed}) did not reach {metric} >= {threshold} in {max_steps} steps "
+            f"warm start of {task!r} (seed {seed}) did not reach greedy_accuracy >= {threshold} in {max_steps} steps "
             f"(best {best:.3f} on the validation split); raise max_steps or lower threshold"
         )
     test_acc = evaluate_accuracy(model, tok, test, task=task, temperature=TOY_DEFAULTS["temperature"], seed=seed)
@@ -188,7 +182,7 @@ def warm_start(
         "task": task,
         "seed": seed,
         "threshold": threshold,
-        "metric": metric,
+        "metric": "greedy_accuracy",
         "steps": reached,
         "lr": lr,
         "batch_size": batch_size,
@@ -234,11 +228,9 @@ def warm_start_info(path: Path | str) -> dict:
 GROUP = "toy/micro"
 
 
-def heldout_callback(
-    rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True, last: bool = True
-) -> Any:
-    """A ``TrainerCallback`` that measures held-out accuracy every ``every`` steps and (``last``) at the last step;
-    ``sampled=False`` measures greedy accuracy only (half the cost)."""
+def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True) -> Any:
+    """A ``TrainerCallback`` measuring held-out accuracy every ``every`` steps; with ``sampled`` also sampled
+    accuracy, and at the last step."""
     from transformers import TrainerCallback
 
     class HeldOut(TrainerCallback):
@@ -247,7 +239,7 @@ def heldout_callback(
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
             at_last = state.global_step >= state.max_steps
-            if model is None or not ((state.global_step % every == 0 and not at_last) or (at_last and last)):
+            if model is None or ((not sampled) if at_last else state.global_step % every):
                 return
             res = evaluate_accuracy(
                 model, processing_class, rows, task=task, temperature=temperature, seed=0, sampled=sampled
@@ -275,8 +267,7 @@ def toy_spec(
     reward: str = "correct",
     **overrides: Any,
 ) -> dict:
-    """A run-spec dict of the toy grid (model filled in by :func:`run_toy` from the warm start of ``seed``); its
-    name carries the :func:`run_label` of these settings."""
+    """A run-spec dict of the toy grid, named by its :func:`run_label` (the model is set by :func:`run_toy`)."""
     settings = {"placement": placement, "tau": tau, "task_options": {"reward": reward}}
     label = run_label({"scheme": scheme, "spec": settings})
     spec = dict(
@@ -302,17 +293,13 @@ def run_toy(
     results_dir: Path | str | None = None,
     warm_kwargs: dict | None = None,
     eval_every: int = 25,
-    threads: int | None = None,
     verbose: bool = False,
     eval_sampled: bool = True,
 ) -> dict:
-    """One toy run through :func:`trgrpo.experiment.run` from the warm start of its seed; the record also holds
-    the held-out trajectory (``eval_history``), the warm start and CPU time. ``eval_sampled=False``: greedy-only
-    evaluations along the run, the final evaluation as the last step's entry."""
+    """One toy run from the warm start of its seed; the record adds ``eval_history`` (greedy only along the run
+    with ``eval_sampled=False``), the warm start and CPU time."""
     import torch
 
-    if threads is not None:
-        torch.set_num_threads(threads)
     spec = copy.deepcopy(spec)
     ws_path = warm_start(spec["task"], spec["seed"], **{"verbose": verbose, **(warm_kwargs or {})})
     ws = warm_start_info(ws_path)
@@ -324,13 +311,10 @@ def run_toy(
         every=eval_every,
         temperature=spec.get("temperature") or 1.0,
         sampled=eval_sampled,
-        last=eval_sampled,
     )
     t0, c0 = time.time(), time.process_time()
 
     def extras(record: dict) -> dict:
-        """The toy's fields: evaluations along the run (step 0 = the warm start's test accuracy), also merged into
-        the history rows of their steps, the warm start, CPU and wall time of the run."""
         initial = {k: ws["test"][k] for k in ("greedy_accuracy", "sampled_accuracy")}
         eval_history = [{"step": 0, **initial}, *cb.history]
         if not eval_sampled:  # the last step's evaluation is the final one
@@ -360,7 +344,6 @@ def run_toy(
             warm_start_cached_at=ws_path.name,
         )
 
-    # The Trainer prints every step's log dict to stdout; keep it out of notebooks and grids unless verbose.
     mute = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
     with tempfile.TemporaryDirectory(prefix="trgrpo-toy-") as ckpt, mute:
         return run(
@@ -387,8 +370,7 @@ def run_grid(
     progress: bool = True,
     eval_sampled: bool = True,
 ) -> dict:
-    """Run every spec whose record does not exist yet, one seed at a time (its warm start, then its runs); the
-    call's wall and CPU time are appended to ``<group>/grid-summary.json`` at the end."""
+    """Run every spec without a record, seed by seed; append the call's times to ``<group>/grid-summary.json``."""
     import torch
     from tqdm.auto import tqdm
 
@@ -440,19 +422,12 @@ def quiet() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     for name in ("transformers", "trl", "accelerate", "datasets"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
+    import datasets
+    from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import datasets
-
-        datasets.disable_progress_bars()
-    except ImportError:  # pragma: no cover
-        pass
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
     for category in (UserWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category, module="trl")
         warnings.filterwarnings("ignore", category=category, module="transformers")
@@ -491,10 +466,8 @@ def token_grad_analysis(
     write: bool = True,
     group: str = GROUP,
 ) -> dict:
-    """Per-token gradient norm vs probability on the warm-start policy of ``seed`` (where RL begins): the
-    correlation of ||grad log pi(o_t)|| with pi(o_t) (Theorem 3.1, Eq. 8: it scales with 1 - pi) and the spread
-    of w * ||grad log pi|| under each weight scheme (Theorem 3.2, Eq. 13), by :mod:`trgrpo.theory`. Written to
-    ``results/<group>/analysis-token-grad-<task>-seed<seed>.json`` (``kind: token_grad_analysis``)."""
+    """Per-token ||grad log pi|| vs pi on the warm-start policy (Theorem 3.1, Eq. 8) and the spread of
+    w * ||grad log pi|| per scheme (Eq. 13); written as ``<group>/analysis-token-grad-<task>-seed<seed>.json``."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

