@@ -349,8 +349,6 @@ def test_plots_return_figures_and_save_small_pngs(tmp_path):
         "scatter": plots.plot_grad_norm_vs_prob(p, g),
         "spread": plots.plot_theorem32_spread(g, p),
         "w": plots.plot_weight_function([{}, {"tau": 2.0}]),
-        "tau": plots.plot_tau_sweep(tau_mode="divide"),
-        "lu": plots.plot_lu_ranges(),
         "schemes": plots.plot_schemes(),
         "eq13": plots.plot_eq13_factor(),
         "zero": plots.plot_zero_gradient(lower=0.5, upper=1.5),

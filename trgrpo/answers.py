@@ -372,26 +372,20 @@ def table7(claim: Claim, root: Path) -> list[dict] | dict:
 
 
 def forest_rows(results_dir: Path | str) -> list[dict]:
-    """The answer page's figure: every toy arm's paired difference to GRPO (controls grid, then tau sweep) with
-    both intervals of :func:`contrast` and the paper's effect of that arm where it has one (Tables 4, 7)."""
+    """Every toy arm's paired difference to GRPO (controls grid, then tau sweep): :func:`contrast` without a verdict,
+    with the paper's effect of that arm where it has one (Tables 4, 7)."""
     root = Path(results_dir)
     paper_of = {"tr-surrogate": "tr", "tr-ratio": "tr", "reverse-surrogate": "reverse", "random": "random"}
-    ctrl = toy_metrics(root, "toy/controls")
-    taus = _tau_arms(root)
+    ctrl, taus = toy_metrics(root, "toy/controls"), _tau_arms(root)
     families = (
-        ("toy/controls", ctrl, [a for a in ARMS if a != "equal" and a in ctrl], lambda a: paper_of.get(a)),
-        (
-            "toy/tau",
-            taus,
-            sorted((a for a in taus if a not in ("equal", TR_ARM)), key=_tau_of),  # tau = 9: the controls row
-            lambda a: f"tau{_tau_of(a):g}",
-        ),
+        ("toy/controls", ctrl, [a for a in ARMS if a != "equal" and a in ctrl]),
+        ("toy/tau", taus, sorted((a for a in taus if a not in ("equal", TR_ARM)), key=_tau_of)),  # tau 9: controls
     )
     out = []
-    for group, metrics, arms, scheme in families:
+    for group, metrics, arms in families:
         for a in arms:
-            eff = paper_effect(scheme(a)) if scheme(a) else None
-            c = contrast(*_paired(metrics, a), eff, len(arms))
+            scheme = paper_of.get(a) if group == "toy/controls" else f"tau{_tau_of(a):g}"
+            c = contrast(*_paired(metrics, a), paper_effect(scheme) if scheme else None, len(arms))
             c.pop("verdict")  # an arm against GRPO is not a claim of the paper
             out.append({"group": group, "arm": a, "label": label(a), **c})
     return out
@@ -493,8 +487,10 @@ def verdicts(results_dir: Path | str) -> list[dict]:
 
 
 def toy_extras(results_dir: Path | str) -> list[dict]:
-    """The science runs beside the claims: toy KL variants, tau sweep and SmolLM2 Part B runs."""
+    """The science runs beside the claims: toy KL variants, tau sweep and SmolLM2 Part B runs (run by run)."""
     root = Path(results_dir)
+    # each KL weighting at each beta apart: they share the run label tr-surrogate
+    keys = {"kl": lambda r: f"{r['spec']['kl_weighting']}-beta{float(r['spec']['beta']):g}", "tau": run_label}
     out = []
     for sub, what in (
         ("kl", "KL weighting variants (Eq. 6 / 10 / 12)"),
@@ -503,19 +499,11 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
     ):
         runs = _records(root / "toy" / sub)
         row = {"runs": what, "folder": f"results/toy/{sub}/", "result": NOT_RUN, "scale": _scale_of(runs)}
-        if sub == "lm" and runs:  # run by run, no mean that would invite a ranking
-            row["result"] = "; ".join(
-                f"{run_label(r)} seed {r['seed']}: greedy accuracy {_acc(r.get('initial'))} → {_acc(r['final'])}"
-                for r in sorted(runs, key=lambda r: (run_label(r), r["seed"]))
-            )
-        elif runs:  # each KL weighting at each beta apart (they share the run label tr-surrogate)
-            key = (
-                (lambda r: f"{r['spec']['kl_weighting']}-beta{float(r['spec']['beta']):g}")
-                if sub == "kl"
-                else run_label
-            )
+        if sub == "lm" and runs:  # no mean that would invite a ranking
+            row["result"] = _lm_runs(root)[1]
+        elif runs:
             parts = []
-            for name, rs in sorted(group_by(runs, key).items()):
+            for name, rs in sorted(group_by(runs, keys[sub]).items()):
                 m, s, n = mean_std(
                     final_metric(r, "greedy_accuracy")
                     if "greedy_accuracy" in r["final"]

@@ -1,7 +1,7 @@
 """Figure functions for the notebooks: ``plot_xxx(...) -> Figure``, :func:`save` and :func:`show`.
 
-Notebooks 01-02 draw on :class:`matplotlib.figure.Figure` (nothing shown twice); the run figures take ``path=``. One
-colour per scheme and arm (:data:`COLORS`, TR-GRPO blue as in the paper's Figure 2), one name (``tables.LABELS``).
+One colour per scheme and arm (:data:`COLORS`, TR-GRPO blue as in the paper's Figure 2), one name
+(``tables.LABELS``); the run figures take ``path=``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from trgrpo import stats as an
 from trgrpo.loss import zero_gradient_mask
-from trgrpo.paper import KK_SIZES, TABLE7_LU, TABLE7_TAUS
+from trgrpo.paper import KK_SIZES, TABLE7_TAUS
 from trgrpo.tables import by_arm_seed, kk_table, label, variant
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
@@ -50,14 +50,8 @@ def color(key: str) -> str:
 
 
 def figures_dir() -> Path:
-    """``$TRGRPO_FIGURES``, else ``figures/`` of this checkout, else ``./figures``."""
-    env = os.environ.get("TRGRPO_FIGURES")
-    if env:
-        return Path(env)
-    root = Path(__file__).resolve().parents[1]
-    if (root / "pyproject.toml").exists():
-        return root / "figures"
-    return Path.cwd() / "figures"
+    """``$TRGRPO_FIGURES``, else ``figures/`` of this checkout."""
+    return Path(os.environ.get("TRGRPO_FIGURES") or Path(__file__).resolve().parents[1] / "figures")
 
 
 def save(fig: Figure, name: str, directory: str | os.PathLike | None = None, *, dpi: int = 100) -> Path:
@@ -80,46 +74,15 @@ def show(fig_or_path: Figure | str | os.PathLike, *, dpi: int = 100):
     return Image(data=buf.getvalue(), format="png")
 
 
-def _has_data(ax) -> bool:
-    """True if ``ax`` draws something visible (a one-step run draws single points, which do not show)."""
-    for line in ax.get_lines():
-        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
-        if (np.isfinite(x) & np.isfinite(y)).sum() >= 2:
-            return True
-    for patch in ax.patches:
-        h = getattr(patch, "get_height", lambda: 0.0)()
-        if np.isfinite(h) and h != 0:
-            return True
-    return bool(ax.images) or any(len(c.get_offsets()) or len(c.get_paths()) for c in ax.collections)
-
-
 def mark_smoke(fig, what: str, path: str | os.PathLike | None = None, *, smoke: bool = True):
-    """Add ``(smoke run: <what>)`` to the title(s) and note on each empty axis that it is empty by design
-    (``smoke=False``: unchanged); ``path`` re-saves the figure."""
-    if not smoke:
-        return fig
-    label = f"(smoke run: {what})"
-    sup = fig.get_suptitle()
-    if sup:
-        fig.suptitle(f"{sup}\n{label}")
-    for ax in fig.axes:
-        if not sup:
-            ax.set_title(f"{ax.get_title()}\n{label}" if ax.get_title() else label)
-        if not _has_data(ax):
-            ax.text(
-                0.5,
-                0.5,
-                "empty by design in a smoke run (too few steps to draw)",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="gray",
-            )
-    if fig.get_layout_engine() is None:
-        fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+    """Add ``(smoke run: <what>)`` under the figure's title (``smoke=False``: unchanged); ``path`` re-saves it."""
+    if smoke:
+        sup = fig.get_suptitle()
+        fig.suptitle(f"{sup}\n(smoke run: {what})" if sup else f"(smoke run: {what})")
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
 
 
@@ -141,8 +104,7 @@ def _p_grid(n: int = 1001) -> torch.Tensor:
 
 
 def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *, seed: int = 0) -> np.ndarray:
-    """Weights of ``params`` (its scheme, or ``scheme``) as numpy; ``"random"`` draws from a generator seeded
-    ``seed``."""
+    """Weights of ``params`` (or of ``scheme``) as numpy; ``"random"`` draws from a generator seeded ``seed``."""
     if scheme is not None and scheme != params.scheme:
         params = params.replace(scheme=scheme)
     return token_weights(p, **vars(params), generator=torch.Generator().manual_seed(int(seed))).numpy()
@@ -208,8 +170,7 @@ def plot_grad_norm_vs_prob(
 
 
 def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
-    """Eq. 13: box plots of w ||grad log pi|| / its mean for GRPO, TR-GRPO and Reverse under each tau reading
-    (their coefficients of variation: :func:`trgrpo.theory.theorem32_spread`)."""
+    """Eq. 13: box plots of w ||grad log pi|| / its mean for GRPO, TR-GRPO and Reverse under each tau reading."""
     fig, ax = _axes(ax, (6.4, 3.8))
     g, p = torch.as_tensor(_np(grad_norms)), torch.as_tensor(_np(probs)).clamp(0, 1)
     cases = [(mode, scheme) for mode in ("scale", "divide") for scheme in ("equal", "tr", "reverse")]
@@ -240,8 +201,7 @@ def plot_weight_function(
     ax=None,
     title: str = "Eq. 11: w(p)",
 ) -> Figure:
-    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields (missing
-    keys take the paper defaults)."""
+    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields."""
     fig, ax = _axes(ax)
     settings = list(settings) if settings is not None else [DEFAULTS]
     p = _p_grid()
@@ -253,33 +213,6 @@ def plot_weight_function(
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     return fig
-
-
-def plot_tau_sweep(
-    taus: Sequence[float] = TABLE7_TAUS, *, ax=None, params: WeightParams | str = "tr", **fields: Any
-) -> Figure:
-    """w(p) for each tau of Table 7 under one reading of tau (``params.tau_mode``, or the keyword ``tau_mode``)."""
-    base = as_weight_params(params, **fields)
-    form = "sigmoid(tau p)" if base.tau_mode == "scale" else "sigmoid(p / tau)"
-    return plot_weight_function(
-        [base.replace(tau=t) for t in taus],
-        labels=[f"tau = {t:g}" for t in taus],
-        ax=ax,
-        title=f"Table 7 tau sweep, tau_mode='{base.tau_mode}': {form}",
-    )
-
-
-def plot_lu_ranges(
-    ranges: Sequence[tuple[float, float]] = TABLE7_LU, *, ax=None, params: WeightParams | str = "tr", **fields: Any
-) -> Figure:
-    """w(p) for each (L, U) of Table 7."""
-    base = as_weight_params(params, **fields)
-    return plot_weight_function(
-        [base.replace(lower=lo, upper=up) for lo, up in ranges],
-        labels=[f"(L, U) = ({lo:g}, {up:g})" for lo, up in ranges],
-        ax=ax,
-        title="Table 7 clip ranges (L, U)",
-    )
 
 
 def plot_schemes(
@@ -326,8 +259,7 @@ def plot_zero_gradient(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> Figure:
-    """Reading 2 (Eq. 9): the clipped quantity (w r or r) against p, the trust band [1 - eps_l, 1 + eps_h],
-    and the p where a token with A > 0 (red) or A < 0 (blue) gets no policy gradient."""
+    """Reading 2 (Eq. 9): the clipped w r (or r) against p, the trust band, and where A > 0 / A < 0 get no gradient."""
     fig, ax = _axes(ax)
     p = _p_grid()
     w = torch.as_tensor(_weights(p, as_weight_params(params, **fields), "tr"))
@@ -349,8 +281,7 @@ def plot_zero_gradient(
 
 
 def plot_kl_offset(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
-    """Reading 3: at pi = pi_ref, the value of Eq. 10 (w - log w - 1) and its slope in log pi (1 - w),
-    against the 'outside' form (Eq. 12's gradient) and Eq. 6, both 0 there."""
+    """Reading 3: at pi = pi_ref, Eq. 10's value w - log w - 1 and slope 1 - w against 'outside' and Eq. 6 (0)."""
     from trgrpo.readings import kl_offset_table
 
     fig, ax = _axes(ax)
@@ -375,8 +306,7 @@ def plot_weight_explorer(
     eps_high: float = 0.24,
     **fields: Any,
 ) -> Figure:
-    """The explorer's three panels for one setting: w(p) (paper default dashed), the Eq. 13 factor w(1 - p), and
-    Eq. 9's zero-gradient regions at r = 1 under ``placement``."""
+    """Three panels for one setting: w(p) (paper default dashed), w(1 - p) (Eq. 13), Eq. 9's zero-gradient regions."""
     fig = Figure(figsize=(12.0, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
     params = as_weight_params(params, **fields)
@@ -398,8 +328,7 @@ def plot_weight_explorer(
 
 
 def weight_explorer(**defaults):
-    """Sliders for alpha, mu, tau, L, U and dropdowns for tau_mode and placement that redraw
-    :func:`plot_weight_explorer` live (ipywidgets); display the returned widget in a notebook."""
+    """ipywidgets sliders (alpha, mu, tau, L, U, tau_mode, placement) that redraw :func:`plot_weight_explorer`."""
     import ipywidgets as w
     from IPython.display import display
 
@@ -467,8 +396,7 @@ def _traces(ax, groups: dict, labels: Sequence[str], key, *, smooth: int = 1, ba
 def plot_reward_accuracy(
     groups: dict, labels: Sequence[str], *, smooth: int = 10, path: Path | str | None = None, title: str = ""
 ):
-    """Figure 4 analog: training reward (moving average over ``smooth`` steps) and held-out greedy and sampled
-    accuracy during training, per seed faint, median bold."""
+    """Figure 4 analog: training reward (``smooth``-step mean) and held-out greedy and sampled accuracy."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     _traces(axes[0], groups, labels, "reward", smooth=smooth)
     axes[0].set(title=f"training reward (mean of {smooth}-step window)", xlabel="step", ylabel="reward")
@@ -490,8 +418,7 @@ def plot_reward_accuracy(
 def plot_grad_norms(
     groups: dict, labels: Sequence[str], *, smooth: int = 1, path: Path | str | None = None, title: str = ""
 ):
-    """Figure 3 analog: the gradient norm per step (before clipping), raw and divided by the step's mean token
-    weight (so a scheme whose weights are larger on average is not penalised for it)."""
+    """Figure 3 analog: the pre-clip gradient norm per step, raw and divided by the step's mean token weight."""
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     _traces(axes[0], groups, labels, "grad_norm", smooth=smooth)
     axes[0].set(title="gradient norm (raw)", xlabel="step", ylabel="||grad||")
@@ -505,8 +432,7 @@ def plot_grad_norms(
 
 
 def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins: int = 10):
-    """Per-token ||grad log pi(o_t)|| against pi(o_t) (Theorem 3.1, Eq. 8), with binned means, and the same
-    norms multiplied by the TR weight and by the Reverse weight (Theorem 3.2, Eq. 13)."""
+    """Per-token ||grad log pi(o_t)|| against pi(o_t) (Eq. 8), and times the TR / Reverse weights (Eq. 13)."""
     p, g = np.asarray(record["prob"]), np.asarray(record["grad_norm"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     axes[0].scatter(p, g, s=6, alpha=0.35, color="tab:blue", lw=0)
@@ -536,9 +462,10 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
     return _save(fig, path)
 
 
-def plot_zero_grad(table: Sequence[dict], *, path: Path | str | None = None):
-    """Share of completion tokens with zero policy gradient (I_trust = 0, Eq. 12), split by the sign of the
-    advantage, per run label: rows ``{"run", "pos", "neg"}`` (means over steps and seeds)."""
+def plot_zero_grad(
+    table: Sequence[dict], *, path: Path | str | None = None, title: str = "tokens the clip cuts off, by sign of A"
+):
+    """Share of tokens with zero policy gradient (Eq. 12) by sign of A per run: rows ``{"run", "pos", "neg"}``."""
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(table)), 3.8))
     x = np.arange(len(table))
     for dx, key, name, c in ((-0.2, "pos", "A > 0", "tab:green"), (0.2, "neg", "A < 0", "tab:red")):
@@ -546,34 +473,14 @@ def plot_zero_grad(table: Sequence[dict], *, path: Path | str | None = None):
         for i, r in enumerate(table):
             ax.text(i + dx, r[key] + 0.01, f"{r[key]:.2f}", ha="center", fontsize=8)
     ax.set_xticks(x, [label(r["run"]) for r in table], rotation=20, ha="right", fontsize=8)
-    ax.set(ylabel="share of tokens with zero gradient", ylim=(0, 1.08), title="tokens the clip cuts off, by sign of A")
+    ax.set(ylabel="share of tokens with zero gradient", ylim=(0, 1.08), title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_paired_deltas(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
-    """Each arm's paired difference to GRPO with its 95 % t-interval (rows of :func:`trgrpo.tables.arm_rows`),
-    and the minimum detectable effect as a grey band around 0."""
-    rows = [r for r in rows if "delta_vs_equal" in r]
-    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(rows) + 1.4))
-    for i, r in enumerate(rows):
-        d = r["delta_vs_equal"]
-        ax.errorbar(d, i, xerr=[[d - r["ci_low"]], [r["ci_high"] - d]], fmt="o", color=color(r["arm"]), capsize=4)
-        holm = r.get("p_holm", float("nan"))
-        ax.text(r["ci_high"], i, f"  p={r['p']:.2g} (Holm {holm:.2g})", va="center", fontsize=8)
-    mde = np.nanmedian([r.get("mde", np.nan) for r in rows]) if rows else np.nan
-    if np.isfinite(mde):
-        ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
-        ax.legend(loc="upper left", fontsize=8)
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(rows)), [label(r["arm"]) for r in rows])
-    ax.set(xlabel="Δ vs GRPO, same seed (95 % t-interval)", title=title)
-    return _save(fig, path)
-
-
 def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
-    """Held-out greedy accuracy at the fixed evaluation steps: mean over seeds per arm with its 95 % t-interval."""
+    """Held-out greedy accuracy at the evaluation steps: mean over seeds per arm, 95 % t-interval."""
     from scipy import stats
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -594,8 +501,7 @@ def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | 
 
 
 def plot_kl(arms: dict, *, path: Path | str | None = None):
-    """KL(pi || pi_ref) (TRL's plain k3) along training under each ``kl_weighting``, one panel per beta
-    (``arms``: beta -> weighting -> records, :func:`trgrpo.tables.kl_arms`)."""
+    """KL(pi || pi_ref) (k3) along training per ``kl_weighting``, one panel per beta (:func:`trgrpo.tables.kl_arms`)."""
     fig, axes = plt.subplots(1, len(arms), figsize=(6.5 * len(arms), 4), squeeze=False)
     for ax, (beta, groups) in zip(axes[0], sorted(arms.items(), key=lambda kv: -float(kv[0]))):
         for kw, runs in sorted(groups.items()):
@@ -612,9 +518,8 @@ def plot_kl(arms: dict, *, path: Path | str | None = None):
     return _save(fig, path)
 
 
-def plot_token_hist(hists: dict, *, path: Path | str | None = None):
-    """Sampled-token probabilities (top row) and their Eq. 11 weights (bottom row), one column per histogram record
-    (:func:`trgrpo.toy_controls.weight_shares`), with the shares at L, strictly between, and at U."""
+def plot_token_hist(hists: dict, *, path: Path | str | None = None, title: str = ""):
+    """Sampled-token probabilities (top) and their Eq. 11 weights (bottom), one column per histogram record."""
     fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
     for j, (name, h) in enumerate(hists.items()):
         for i, (edges, counts, xl) in enumerate(
@@ -632,31 +537,49 @@ def plot_token_hist(hists: dict, *, path: Path | str | None = None):
             f"w = U {h['share_at_upper']:.1%}",
             fontsize=9,
         )
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
 
+def _paired_row(r: dict) -> dict:
+    """A row of :func:`trgrpo.tables.arm_rows` in the keys of :func:`trgrpo.answers.forest_rows`."""
+    if "delta" in r:
+        return r
+    ci95 = [r["ci_low"], r["ci_high"]]
+    return {**r, "label": label(r["arm"]), "n": r["n_pairs"], "delta": r["delta_vs_equal"], "ci95": ci95}
+
+
 def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
-    """The answer page's figure: rows of :func:`trgrpo.answers.forest_rows`, thin the 95 % interval, thick the
-    verdict's interval, an open diamond the paper's own effect of that arm."""
-    rows = list(rows)
+    """Paired differences to GRPO (rows of :func:`trgrpo.answers.forest_rows` or :func:`trgrpo.tables.arm_rows`):
+    thin the 95 % interval, thick the verdict's, an open diamond the paper's effect, p on the right, grey ± MDE."""
+    rows = [_paired_row(r) for r in rows if "delta" in r or "delta_vs_equal" in r]
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
     drawn = False
     for i, r in enumerate(rows):
-        y = len(rows) - 1 - i
-        c = color(r["arm"]) if r["group"] == "toy/controls" else color("tr")
+        y, c = len(rows) - 1 - i, color(r["arm"])
         ax.plot(r["ci95"], [y, y], color=c, lw=1.2)
-        ax.plot(r["ci"], [y, y], color=c, lw=4, alpha=0.45, solid_capstyle="butt")
+        if "ci" in r:
+            ax.plot(r["ci"], [y, y], color=c, lw=4, alpha=0.45, solid_capstyle="butt")
         ax.plot(r["delta"], y, "o", color=c)
+        holm = f" (Holm {r['p_holm']:.2g})" if "p_holm" in r else ""
+        ax.text(max(r["ci95"][1], r.get("ci", r["ci95"])[1]), y, f"  p={r['p']:.2g}{holm}", va="center", fontsize=8)
         if r.get("paper_effect") is not None:
             ax.plot(
                 r["paper_effect"], y, "D", color="k", mfc="none", ms=7, label=None if drawn else "the paper's effect"
             )
             drawn = True
+    mde = np.nanmedian([r.get("mde_family", r.get("mde", np.nan)) for r in rows]) if rows else np.nan
+    if np.isfinite(mde):
+        ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(lo, hi + 0.5 * (hi - lo))  # room for the p labels
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(range(len(rows)), [f"{r['label']} (n = {r['n']})" for r in rows][::-1])
-    ax.set_xlabel("Δ primary metric vs GRPO, same seed (thin: 95 % t-interval; thick: at the verdict's level)")
-    if drawn:
+    thick = "; thick: at the verdict's level" if any("ci" in r for r in rows) else ""
+    ax.set_xlabel(f"Δ primary metric vs GRPO, same seed (thin: 95 % t-interval{thick})")
+    if drawn or np.isfinite(mde):
         ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
@@ -665,8 +588,7 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
 def plot_trajectories(
     records: Sequence[dict], key: str, *, ax=None, title: str | None = None, ylabel: str | None = None
 ):
-    """Figure 3 / 4 analog (``key`` grad_norm / reward) for trainer runs: seeds faint, median bold, one line style
-    and marker per variant so that coinciding curves stay visible."""
+    """Figure 3 / 4 analog (``key`` grad_norm / reward): seeds faint, median bold, one line style per variant."""
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
     for i, (name, runs) in enumerate(sorted(an.group_by(records, variant).items())):
         series = [[np.nan if h.get(key) is None else float(h[key]) for h in r.get("history", [])] for r in runs]
@@ -701,8 +623,7 @@ def plot_accuracy_by_size(records: Sequence[dict], *, ax=None, title: str = "K&K
 
 
 def plot_stage0(decision: dict, plan: dict, path: Any = None):
-    """Per stage-0 candidate (notebook 03, Part B), the share of sampled tokens strictly between L and U before and
-    after the GRPO probe, with the plan's two thresholds: where Eq. 11 can regulate on the real model."""
+    """Per stage-0 candidate, the share of tokens with L < w < U before and after the probe, and the plan's bars."""
     rows = decision["candidates"]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
@@ -750,8 +671,7 @@ def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
 
 
 def plot_search_curves(records: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
-    """Reward (Eq. 14) and grad-norm per step, and greedy EM before/after (or every ``eval_every`` steps):
-    GRPO vs TR-GRPO, one thin line per seed, the mean over seeds bold."""
+    """Reward (Eq. 14), grad norm and greedy EM per step by scheme: one thin line per seed, the mean bold."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     panels = [("reward", "reward (Eq. 14, mean of the step's rollouts)"), ("grad_norm", "grad norm")]
     panels.append(("eval", "greedy EM, held-out questions"))
@@ -796,8 +716,7 @@ QUESTION_TYPES = (
 
 
 def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
-    """Grouped bars of EM per question type (Table 3's columns) for each method row
-    (``{"method": ..., "em_by_type": {...}}``)."""
+    """Grouped bars of EM per question type for each row ``{"method": ..., "em_by_type": {...}}``."""
     order = {t: i for i, t in enumerate(QUESTION_TYPES)}
     types = sorted({t for r in rows for t in r.get("em_by_type", {})}, key=lambda t: (order.get(t, len(order)), t))
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(types) * max(1, len(rows)) / 3, 3.4))

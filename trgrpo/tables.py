@@ -172,63 +172,43 @@ MATH_FIELDS = {
 MATH_DATASETS = {"DSR": "deepscaler", "ORZ": "orz"}
 
 
-def _default_weight(spec: dict) -> bool:
-    return (spec.get("tau", 9.0), spec.get("lower", 1.0), spec.get("upper", 1.4)) == (9.0, 1.0, 1.4)
-
-
-def _match(records: list[dict], paper_row: dict, table: int) -> list[dict]:
-    """Our runs that correspond to one printed row (same model, scheme and, for Table 7, the swept value)."""
+def _match(records: list[dict], prow: dict, table: int) -> list[dict]:
+    """Our runs of one printed row: same model and scheme at the default weight (Table 2: same training set; a
+    "base" row: the runs' initial evaluation; Table 7: TR on Qwen2.5-3B K&K at the swept tau or (L, U))."""
     out = []
     for r in records:
-        spec = r.get("spec", {})
+        spec, model = r.get("spec", {}), short_model_name(r.get("model"))
+        weight = (spec.get("tau", 9.0), spec.get("lower", 1.0), spec.get("upper", 1.4))
         if table == 7:
-            if (
-                r["scheme"] != "tr"
-                or short_model_name(r.get("model")) != "Qwen2.5-3B-Instruct"
-                or r.get("task") != "kk"
-            ):
-                continue
-            v, tau, lu = paper_row["value"], spec.get("tau"), (spec.get("lower"), spec.get("upper"))
-            if (paper_row["parameter"] == "tau" and tau == v and lu == (1.0, 1.4)) or (
-                paper_row["parameter"] != "tau" and lu == tuple(v) and tau == 9.0
-            ):
+            v = prow["value"]
+            want = (v, 1.0, 1.4) if prow["parameter"] == "tau" else (9.0, *v)
+            if r["scheme"] == "tr" and model == "Qwen2.5-3B-Instruct" and r.get("task") == "kk" and weight == want:
                 out.append(r)
+        elif model != prow.get("model"):
             continue
-        if short_model_name(r.get("model")) != paper_row.get("model"):
-            continue
-        method = paper_row.get("method")
-        if method == "base":
+        elif prow.get("method") == "base":
             if r.get("initial"):
                 out.append({**r, "final": r["initial"]})
-        elif METHOD_TO_SCHEME.get(method) == r["scheme"] and _default_weight(spec):
+        elif METHOD_TO_SCHEME.get(prow.get("method")) == r["scheme"] and weight == (9.0, 1.0, 1.4):
             train = spec.get("task_options", {}).get("train")
-            if table != 2 or train == MATH_DATASETS.get(paper_row.get("dataset")):
+            if table != 2 or train == MATH_DATASETS.get(prow.get("dataset")):
                 out.append(r)
     return out
 
 
-def _our_value(runs: list[dict], column: str, table: int) -> float | None:
-    vals = []
-    for r in runs:
-        final = r.get("final") or {}
-        if table in (1, 4, 7, 9):
-            by_n = final.get("by_n_people") or {}
-            v = final.get("avg") if column == "avg" else by_n.get(column)
-            if v is None and column.isdigit():
-                v = by_n.get(int(column))
-        elif table == 2:
-            if column == "avg":
-                parts = [_our_value([r], c, 2) for c in MATH_FIELDS]
-                v = statistics.fmean(parts) if all(p is not None for p in parts) else None
-            else:
-                name, metric = MATH_FIELDS[column]
-                v = (final.get("by_set", {}).get(name) or {}).get(metric)
-                v = None if v is None else 100 * v
-        else:  # table 3: exact match in percent, per dataset
-            v = final.get(column, (final.get("by_dataset") or {}).get(column))
-        if v is not None:
-            vals.append(float(v))
-    return statistics.fmean(vals) if vals else None
+def _cell(final: dict, column: str, table: int) -> float | None:
+    """One run's number in a column of a paper table (Table 2: percent; None: not measured)."""
+    if table == 2:
+        if column == "avg":
+            parts = [_cell(final, c, 2) for c in MATH_FIELDS]
+            return None if None in parts else statistics.fmean(parts)
+        name, metric = MATH_FIELDS[column]
+        v = (final.get("by_set", {}).get(name) or {}).get(metric)
+        return None if v is None else 100 * v
+    if table == 3:
+        return final.get(column, (final.get("by_dataset") or {}).get(column))
+    by_n = final.get("by_n_people") or {}
+    return final.get("avg") if column == "avg" else by_n.get(column, by_n.get(int(column)))
 
 
 def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
@@ -240,8 +220,8 @@ def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
         runs = _match(records, prow, table)
         row = {k: prow[k] for k in t.index}
         for c in t.columns:
-            ours = _our_value(runs, c, table) if runs else None
-            row[c] = f"{prow.get(c)} / {NO_RUN if ours is None else round(ours, 3 if table != 2 else 2)}"
+            vals = [float(v) for r in runs if (v := _cell(r.get("final") or {}, c, table)) is not None]
+            row[c] = f"{prow.get(c)} / {round(statistics.fmean(vals), 2 if table == 2 else 3) if vals else NO_RUN}"
         row["ours"] = scale_label(runs) + f", n={len(runs)}" if runs else NO_RUN
         rows.append(row)
     return rows
@@ -554,13 +534,10 @@ def controls_table(summary: dict) -> str:
 
 def clip_of(records: list[dict], arm: str | None = None) -> dict:
     """:func:`trgrpo.stats.clip_share` of ``arm``'s records (all when None) at TRGRPOConfig's default clip norm."""
-    import dataclasses
-
     from trgrpo.stats import clip_share
     from trgrpo.trainer import TRGRPOConfig
 
-    norm = float(next(f.default for f in dataclasses.fields(TRGRPOConfig) if f.name == "max_grad_norm"))
-    return clip_share([r for r in records if arm is None or run_label(r) == arm], norm)
+    return clip_share([r for r in records if arm is None or run_label(r) == arm], float(TRGRPOConfig.max_grad_norm))
 
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
