@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from trgrpo import search_run
+from trgrpo import search_run, tables
 from trgrpo.tasks import search as S
 from trgrpo.tasks import search_data
 from trgrpo.tasks.search_data import load_qa, make_corpus
@@ -249,10 +249,10 @@ def test_qa_loaders_read_search_r1_and_flashrag_files(tmp_path, monkeypatch):
 
 
 def test_table3_layout():
-    synthetic = S.table3([{"method": "GRPO", "em_by_type": {"one-hop": 0.5, "two-hop": 0.25, "comparison": 0.0}}])
+    synthetic = tables.table3([{"method": "GRPO", "em_by_type": {"one-hop": 0.5, "two-hop": 0.25, "comparison": 0.0}}])
     assert list(synthetic.columns.get_level_values(1)) == ["one-hop", "two-hop", "comparison", "Avg."]
     assert synthetic.iloc[0, -1] == 25.0
-    real = S.table3([{"method": "TR-GRPO", "em_by_type": {"nq": 0.418, "bamboogle": 0.08}}])
+    real = tables.table3([{"method": "TR-GRPO", "em_by_type": {"nq": 0.418, "bamboogle": 0.08}}])
     assert list(real.columns.get_level_values(1)) == [
         "NQ",
         "TriviaQA",

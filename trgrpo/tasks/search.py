@@ -13,7 +13,6 @@ import hashlib
 import html
 import inspect
 import json
-import math
 import os
 import random
 import re
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import greedy_generate
-from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS, Corpus, make_corpus, make_retriever
+from trgrpo.tasks.search_data import Corpus, make_corpus, make_retriever
 
 if TYPE_CHECKING:  # pragma: no cover
     from trgrpo.experiment import RunSpec
@@ -314,47 +313,6 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
         text = tokenizer.decode(span)
         out.append(text if cur else f"[[masked: {text}]]")
     return "".join(out)
-
-
-def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
-    """Table 3's layout, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ, TriviaQA,
-    PopQA), Multi-hop QA columns, and their average."""
-    import pandas as pd
-
-    scale = 100.0 if percent else 1.0
-    keys_seen = {k for r in rows for k in (r.get("em_by_type") or {})}
-    if keys_seen & set(TABLE3_DATASETS):
-        cols = [(("General QA" if k in TABLE3_DATASETS[:3] else "Multi-hop QA"), k) for k in TABLE3_DATASETS]
-        label = TABLE3_LABELS
-    else:
-        cols = [("General QA", "one-hop"), ("Multi-hop QA", "two-hop"), ("Multi-hop QA", "comparison")]
-        label = {}
-    data, index = [], []
-    for r in rows:
-        by = r.get("em_by_type") or {}
-        vals = [by.get(k, float("nan")) * scale for _, k in cols]
-        present = [v for v in vals if not math.isnan(v)]
-        data.append(vals + [sum(present) / len(present) if present else float("nan")])
-        index.append(r.get("method", "?"))
-    columns = pd.MultiIndex.from_tuples([(g, label.get(k, k)) for g, k in cols] + [("", "Avg.")])
-    return pd.DataFrame(data, index=pd.Index(index, name="method"), columns=columns).round(2)
-
-
-def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Average ``em`` and ``em_by_type`` over several evaluation dicts (e.g. seeds)."""
-    results = [r for r in results if r]
-    if not results:
-        return {}
-    keys = sorted({k for r in results for k in r.get("em_by_type", {})})
-    return {
-        "em": sum(r["em"] for r in results) / len(results),
-        "em_by_type": {
-            k: sum(r["em_by_type"][k] for r in results if k in r["em_by_type"])
-            / max(1, sum(k in r["em_by_type"] for r in results))
-            for k in keys
-        },
-        "n_seeds": len(results),
-    }
 
 
 def trl_rollouts(
