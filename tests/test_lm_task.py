@@ -2,6 +2,7 @@
 
 import pytest
 
+from trgrpo import tables
 from trgrpo.tasks import arith
 
 
@@ -112,7 +113,7 @@ def test_dataset_renders_the_chat_and_continues_the_assistant_turn():
 
 def _record(rewards, fmt, ans, **kw):
     hist = [
-        {"step": i + 1, "reward": r, arith.REWARD_KEYS["format"]: f, arith.REWARD_KEYS["answer"]: a}
+        {"step": i + 1, "reward": r, tables.REWARD_KEYS["format"]: f, tables.REWARD_KEYS["answer"]: a}
         for i, (r, f, a) in enumerate(zip(rewards, fmt, ans))
     ]
     return {"name": "x", "scheme": "equal", "seed": 0, "history": hist, "seconds_per_step": 2.0, **kw}
@@ -128,8 +129,8 @@ def test_first_last_and_run_summary_by_hand():
         git_commit="abcdef0123",
         git_dirty=True,
     )
-    assert arith.first_last(rec, "reward", n=2) == (0.5, 4.5)
-    row = arith.run_summary(rec, n=2)
+    assert tables.first_last(rec, "reward", n=2) == (0.5, 4.5)
+    row = tables.run_summary(rec, n=2)
     assert (row["reward first 2"], row["reward last 2"], row["format last 2"], row["answer first 2"]) == (
         0.5,
         4.5,
@@ -138,7 +139,7 @@ def test_first_last_and_run_summary_by_hand():
     )
     assert row["greedy acc before → after"] == "0.20 → 0.40" and row["commit"] == "abcdef0+dirty" and row["steps"] == 6
     with pytest.raises(ValueError, match="fewer than n"):
-        arith.first_last(rec, "reward", n=7)
+        tables.first_last(rec, "reward", n=7)
 
 
 def test_committed_smollm2_runs_learn():
@@ -150,10 +151,10 @@ def test_committed_smollm2_runs_learn():
     seeds = {s: {r["seed"] for r in records if r["scheme"] == s} for s in ("equal", "tr")}
     assert all(len(v) >= 2 for v in seeds.values()), seeds
     for r in records:
-        first, last = arith.first_last(r, "reward", 5)
+        first, last = tables.first_last(r, "reward", 5)
         assert last > first, (r["name"], first, last)
         assert r["model"] == "embedded" and r["git_commit"] and r["git_dirty"] is False, r["name"]
-        assert arith.REWARD_KEYS["format"] in r["history"][0] and arith.REWARD_KEYS["answer"] in r["history"][0]
+        assert tables.REWARD_KEYS["format"] in r["history"][0] and tables.REWARD_KEYS["answer"] in r["history"][0]
 
 
 def test_committed_token_histogram_follows_the_schema():

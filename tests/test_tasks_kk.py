@@ -32,7 +32,6 @@ def parts(text, **kw):
 
 def test_reward_values_are_table5_sums():
     assert kk.KK_REWARD_VALUES == {3.0, -0.5, -1.0, -3.0}
-    assert kk.KK_MIN_REWARD == -3.0
 
 
 def test_gold_answer_scores_the_maximum():
@@ -359,22 +358,10 @@ def test_generation_rejects_bad_sizes(bad):
         kk.generate_kk(2, n_people=bad)
 
 
-def test_splits_are_disjoint_and_deterministic():
-    train, test = kk.kk_splits(15, 10, n_people=(2, 3), seed=0)
-    assert len(train) == 15 and len(test) == 10
-    assert not {r["quiz"] for r in train} & {r["quiz"] for r in test}
-    assert len({r["quiz"] for r in train}) == 15
-    train2, test2 = kk.kk_splits(15, 10, n_people=(2, 3), seed=0)
-    assert train2 == train and test2 == test
-    # the test split does not move with the size of the train split
-    _, test3 = kk.kk_splits(3, 10, n_people=(2, 3), seed=0)
-    assert test3 == test
-
-
-def test_exclude_skips_given_quizzes(generated):
-    first = kk.generate_kk(2, n_people=3, seed=0)
-    again = kk.generate_kk(2, n_people=3, seed=0, exclude=[first[0]["quiz"]])
-    assert first[0]["quiz"] not in {r["quiz"] for r in again}
+def test_streams_are_deterministic_and_distinct():
+    train = kk.generate_kk(6, n_people=(2, 3), stream="train")
+    assert train == kk.generate_kk(6, n_people=(2, 3), stream="train") and len({r["quiz"] for r in train}) == 6
+    assert kk.generate_kk(6, n_people=(2, 3), stream="test") != train
 
 
 # --------------------------------------------------------------------------------------------------

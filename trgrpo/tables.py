@@ -555,3 +555,81 @@ def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(KL_BETAS):g}", {}).get("eq10", [])}
     seeds = sorted(set(hi) & set(lo))
     return paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
+
+
+REWARD_KEYS = {
+    "reward": "reward",
+    "format": "rewards/arith_format_reward/mean",
+    "answer": "rewards/arith_answer_reward/mean",
+}
+
+
+def first_last(record: dict, key: str, n: int = 5) -> tuple[float, float]:
+    """Mean of ``key`` over the first ``n`` and over the last ``n`` logged steps of a run record."""
+    values = [float(h[key]) for h in record.get("history", []) if key in h]
+    if len(values) < n:
+        raise ValueError(f"run {record.get('name')!r} has {len(values)} logged values of {key!r}, fewer than n = {n}")
+    return sum(values[:n]) / n, sum(values[-n:]) / n
+
+
+def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
+    """One table row: the rewards of the first and last ``n`` steps, greedy held-out scores before and after."""
+    row: dict[str, Any] = {"run": record["name"], "scheme": record["scheme"], "seed": record["seed"]}
+    row["steps"] = len(record.get("history", []))
+    for short, key in REWARD_KEYS.items():
+        first, last = first_last(record, key, n)
+        row[f"{short} first {n}"] = round(first, 3)
+        row[f"{short} last {n}"] = round(last, 3)
+    before, after = record.get("initial") or {}, record.get("final") or {}
+    row["greedy acc before → after"] = (
+        f"{before.get('accuracy', float('nan')):.2f} → {after.get('accuracy', float('nan')):.2f}"
+    )
+    row["greedy format before → after"] = (
+        f"{before.get('format_rate', float('nan')):.2f} → {after.get('format_rate', float('nan')):.2f}"
+    )
+    row["s / step"] = round(record.get("seconds_per_step", float("nan")), 1)
+    row["commit"] = (record.get("git_commit") or "?")[:7] + ("+dirty" if record.get("git_dirty") else "")
+    return row
+
+
+def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
+    """Table 3's layout, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ, TriviaQA,
+    PopQA), Multi-hop QA columns, and their average."""
+    import pandas as pd
+
+    from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS
+
+    scale = 100.0 if percent else 1.0
+    keys_seen = {k for r in rows for k in (r.get("em_by_type") or {})}
+    if keys_seen & set(TABLE3_DATASETS):
+        cols = [(("General QA" if k in TABLE3_DATASETS[:3] else "Multi-hop QA"), k) for k in TABLE3_DATASETS]
+        label = TABLE3_LABELS
+    else:
+        cols = [("General QA", "one-hop"), ("Multi-hop QA", "two-hop"), ("Multi-hop QA", "comparison")]
+        label = {}
+    data, index = [], []
+    for r in rows:
+        by = r.get("em_by_type") or {}
+        vals = [by.get(k, float("nan")) * scale for _, k in cols]
+        present = [v for v in vals if not math.isnan(v)]
+        data.append(vals + [sum(present) / len(present) if present else float("nan")])
+        index.append(r.get("method", "?"))
+    columns = pd.MultiIndex.from_tuples([(g, label.get(k, k)) for g, k in cols] + [("", "Avg.")])
+    return pd.DataFrame(data, index=pd.Index(index, name="method"), columns=columns).round(2)
+
+
+def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Average ``em`` and ``em_by_type`` over several evaluation dicts (e.g. seeds)."""
+    results = [r for r in results if r]
+    if not results:
+        return {}
+    keys = sorted({k for r in results for k in r.get("em_by_type", {})})
+    return {
+        "em": sum(r["em"] for r in results) / len(results),
+        "em_by_type": {
+            k: sum(r["em_by_type"][k] for r in results if k in r["em_by_type"])
+            / max(1, sum(k in r["em_by_type"] for r in results))
+            for k in keys
+        },
+        "n_seeds": len(results),
+    }

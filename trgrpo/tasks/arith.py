@@ -156,41 +156,6 @@ def evaluate_arith(
     }
 
 
-REWARD_KEYS = {
-    "reward": "reward",
-    "format": "rewards/arith_format_reward/mean",
-    "answer": "rewards/arith_answer_reward/mean",
-}
-
-
-def first_last(record: dict, key: str, n: int = 5) -> tuple[float, float]:
-    """Mean of ``key`` over the first ``n`` and over the last ``n`` logged steps of a run record."""
-    values = [float(h[key]) for h in record.get("history", []) if key in h]
-    if len(values) < n:
-        raise ValueError(f"run {record.get('name')!r} has {len(values)} logged values of {key!r}, fewer than n = {n}")
-    return sum(values[:n]) / n, sum(values[-n:]) / n
-
-
-def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
-    """One table row: the rewards of the first and last ``n`` steps, greedy held-out scores before and after."""
-    row: dict[str, Any] = {"run": record["name"], "scheme": record["scheme"], "seed": record["seed"]}
-    row["steps"] = len(record.get("history", []))
-    for label, key in REWARD_KEYS.items():
-        first, last = first_last(record, key, n)
-        row[f"{label} first {n}"] = round(first, 3)
-        row[f"{label} last {n}"] = round(last, 3)
-    before, after = record.get("initial") or {}, record.get("final") or {}
-    row["greedy acc before → after"] = (
-        f"{before.get('accuracy', float('nan')):.2f} → {after.get('accuracy', float('nan')):.2f}"
-    )
-    row["greedy format before → after"] = (
-        f"{before.get('format_rate', float('nan')):.2f} → {after.get('format_rate', float('nan')):.2f}"
-    )
-    row["s / step"] = round(record.get("seconds_per_step", float("nan")), 1)
-    row["commit"] = (record.get("git_commit") or "?")[:7] + ("+dirty" if record.get("git_dirty") else "")
-    return row
-
-
 def _build(spec: RunSpec, tokenizer):
     """Train and held-out problems are disjoint (one draw of distinct problems, split in two)."""
     low, high = spec.task_options.get("range", DEFAULT_RANGE)

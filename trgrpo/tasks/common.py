@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,11 +67,8 @@ def generate_completions(
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    **generate_kwargs: Any,
 ) -> list[list[str]]:
-    """``num_return_sequences`` decoded completions per prompt, in left-padded batches; greedy by default.
-    ``progress(done, total)`` is called after each batch."""
+    """``num_return_sequences`` decoded completions per prompt, in left-padded batches; greedy by default."""
     import torch
 
     from trgrpo.theory import pad_token_id
@@ -112,7 +109,6 @@ def generate_completions(
                 kwargs.update(temperature=temperature, top_p=top_p)
             else:  # silence "temperature is set but do_sample=False" from the model's generation config
                 kwargs.update(temperature=None, top_p=None, top_k=None)
-            kwargs.update(generate_kwargs)
             with torch.no_grad():
                 generated = model.generate(
                     input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
@@ -120,8 +116,6 @@ def generate_completions(
             texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
             for row in range(len(chunk)):
                 out.append(texts[row * num_return_sequences : (row + 1) * num_return_sequences])
-            if progress is not None:
-                progress(min(start + batch_size, len(encoded)), len(encoded))
     finally:
         model.train(was_training)
     return out

@@ -1,9 +1,5 @@
-"""Knights & Knaves logic puzzles (Section 4.1, App. B.1.1, Tables 1 and 5), the run task ``kk``.
-
-Records (``quiz``, ``names``, ``solution``, ``n_people``, ``solution_text``) come from reasoning-gym's generator
-(:func:`generate_kk`) or Logic-RL files (:func:`load_kk_files`); the prompt is Logic-RL's (:func:`kk_prompt`); the
-reward is Table 5's format + answer score (:func:`kk_reward`) with Logic-RL's parser plus a look-alike guard
-(:func:`disguised_letters`); evaluation is Table 1's greedy accuracy by number of people (:func:`evaluate_kk`).
+"""Knights & Knaves logic puzzles (App. B.1.1, Tables 1 and 5), the run task ``kk``: reasoning-gym's generator or
+Logic-RL files, Logic-RL's prompt, Table 5's reward with a look-alike guard, Table 1's greedy accuracy.
 """
 
 from __future__ import annotations
@@ -22,9 +18,7 @@ from trgrpo.tasks.common import as_list, completion_text, first_present, greedy_
 if TYPE_CHECKING:  # pragma: no cover
     from trgrpo.experiment import RunSpec
 
-# Characters that read as a letter of "knight"/"knave" without being it: look-alikes from other scripts that NFKC
-# leaves alone (the compatibility forms NFKC folds are found by the scan in _disguise_sets), and invisible or blank
-# characters that can sit inside a word unseen.
+# Look-alikes of the letters of "knight"/"knave" that NFKC leaves alone, and invisible characters.
 _HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
 _INVISIBLE = [0xAD, 0x34F, 0x61C, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0x200B, 0x2010)]
 _INVISIBLE += [*range(0x202A, 0x202F), *range(0x2060, 0x2065), 0xFEFF, 0x2800, 0x3164, 0xFFA0]
@@ -80,10 +74,7 @@ def _astral_gate() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
 
 def disguised_letters(answer_text: str, utf8: bytes | None = None) -> bool:
     """True if the text holds a look-alike of a letter of "knight"/"knave" ("ｋ", "𝐤", Cyrillic "к") or an
-    invisible character: the means to write a role Logic-RL's count does not see. Linear time.
-
-    ``utf8``: the text's UTF-8 bytes where the caller has them; the astral scan runs only when they hold a lead
-    and a second byte of one (:func:`_astral_gate`)."""
+    invisible character (a role Logic-RL's count does not see). Linear time; ``utf8``: the text's bytes, if known."""
     if answer_text.isascii():
         return False
     bmp, astral = _disguise_re()
@@ -145,8 +136,7 @@ def make_record(quiz: str, names: Any, solution: Any) -> dict[str, Any]:
 
 
 def _format_quiz(problem: dict[str, Any], rand_seed: int) -> tuple[str, list[str]]:
-    """reasoning-gym's ``KKProblemFormatter.format_problem`` (same random stream) with the knight/knave wording and
-    without the "(Format your answer like: ...)" hint, as in the K&K data of Xie et al."""
+    """reasoning-gym's ``format_problem`` (same random stream), knight/knave wording, no format hint (Xie et al.)."""
     from reasoning_gym.logic.knights_knaves import (
         COMMON_NAMES,
         KNIGHT_KNAVE_PAIRS,
@@ -160,9 +150,9 @@ def _format_quiz(problem: dict[str, Any], rand_seed: int) -> tuple[str, list[str
     rng = formatter.rng
     n_people = len(problem["statements"])
     names = [str(n) for n in rng.choice(COMMON_NAMES, size=n_people, replace=False)]
-    rng.choice(KNIGHT_KNAVE_PAIRS)  # consume the pair draw to keep reasoning-gym's stream; the wording is fixed
+    rng.choice(KNIGHT_KNAVE_PAIRS)  # keeps reasoning-gym's stream; the wording is fixed
     words = {"knight": "knight", "knave": "knave", "a_knight": "a knight", "a_knave": "a knave"}
-    words["Knight"], words["Knave"] = "Knight", "Knave"
+    words |= {"Knight": "Knight", "Knave": "Knave"}
     text = PREFIX.format(**words)
     text += f"You meet {n_people} inhabitants: "
     text += (", ".join(names[:-1]) + ", and " + names[-1] + ".") if n_people > 1 else names[0] + "."
@@ -188,7 +178,6 @@ def _sample_puzzle(n_people: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _n_people_tuple(n_people: int | Iterable[int], lo: int = 2, hi: int = 7) -> tuple[int, ...]:
-    """Puzzle sizes as a tuple of ints in lo..hi (the generator covers 2..7 people)."""
     sizes = (n_people,) if isinstance(n_people, int) else tuple(n_people)
     if not sizes or any(isinstance(k, bool) or not isinstance(k, int) or not lo <= k <= hi for k in sizes):
         raise ValueError(f"n_people must be an int or a non-empty list of ints in {lo}..{hi}, got {n_people!r}")
@@ -196,25 +185,19 @@ def _n_people_tuple(n_people: int | Iterable[int], lo: int = 2, hi: int = 7) -> 
 
 
 def generate_kk(
-    n: int,
-    n_people: int | Iterable[int] = DEFAULT_N_PEOPLE,
-    seed: int = 0,
-    *,
-    stream: str = "gen",
-    exclude: Iterable[str] = (),
+    n: int, n_people: int | Iterable[int] = DEFAULT_N_PEOPLE, seed: int = 0, *, stream: str = "gen"
 ) -> list[dict[str, Any]]:
     """``n`` distinct uniquely solvable puzzles from reasoning-gym, sizes cycling through ``n_people`` (2..7),
-    deterministic by ``seed`` and ``stream``; quizzes in ``exclude`` are skipped."""
+    deterministic by ``seed`` and ``stream``."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     sizes = _n_people_tuple(n_people)
-    seen = set(exclude)
+    seen: set[str] = set()
     out: list[dict[str, Any]] = []
     counters = dict.fromkeys(sizes, 0)
     for i in range(n):
         k = sizes[i % len(sizes)]
         for _ in range(1000):
-            # str seeds hash with SHA-512: deterministic across runs and PYTHONHASHSEED
             rng = random.Random(f"trgrpo-kk/{stream}/{seed}/{k}/{counters[k]}")
             counters[k] += 1
             record = _sample_puzzle(k, rng)
@@ -227,16 +210,6 @@ def generate_kk(
     return out
 
 
-def kk_splits(
-    n_train: int, n_test: int, n_people: int | Iterable[int] = DEFAULT_N_PEOPLE, seed: int = 0
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train and test records that share no quiz; the test split has its own stream, so it does not depend on
-    ``n_train``."""
-    test = generate_kk(n_test, n_people, seed, stream="test")
-    train = generate_kk(n_train, n_people, seed, stream="train", exclude={r["quiz"] for r in test})
-    return train, test
-
-
 _USER_TURN = (
     re.compile(r"<\|im_start\|>user\n(.*?)\n?<\|im_end\|>", re.DOTALL),  # Logic-RL qwen-instruct template
     re.compile(r"\nUser:(.*?)\nAssistant:", re.DOTALL),  # Logic-RL base template
@@ -245,8 +218,7 @@ _SOLUTION_ITEM = re.compile(r"\((\d+)\)\s*(\S.*?)\s+is\s+a\s+(knight|knave)\.?",
 
 
 def _parse_solution_text_format(text: str) -> tuple[list[str], list[bool]]:
-    """Names and roles from "(1) Zoey is a knight\\n(2) Oliver is a knave"; strict (unlike Logic-RL's gold parser,
-    which reads "Mary Ann is a knave" as "Mary"): any other non-empty line raises ValueError quoting it."""
+    """Names and roles from "(1) Zoey is a knight\\n(2) Oliver is a knave"; any other non-empty line raises."""
     names, roles = [], []
     for line in str(text).split("\n"):
         if not line.strip():
@@ -305,11 +277,8 @@ def load_kk_files(
     n_people: int | Iterable[int] | None = None,
     allow_empty: bool = False,
 ) -> list[dict[str, Any]]:
-    """K&K records from one or several Logic-RL ``.parquet``/``.jsonl``/``.json`` files (raw K&K rows or verl rows).
-
-    ``n_people`` filters the sizes; ``n`` keeps at most ``n`` records, round robin over the sizes (Table 1 reports
-    each). Errors name the file and the row; no puzzle left is an error unless ``allow_empty``.
-    """
+    """K&K records from Logic-RL ``.parquet``/``.jsonl``/``.json`` files (raw or verl rows), filtered by ``n_people``;
+    ``n`` keeps at most ``n``, round robin over the sizes. Errors name the file and the row."""
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     records: list[dict[str, Any]] = []
     for path in items:
@@ -341,12 +310,8 @@ def load_kk_files(
 def kk_source(paths: str | os.PathLike | Sequence[str | os.PathLike] | None, split: str, size: int) -> dict[str, Any]:
     """Where a run's K&K split came from, for the run record: the file(s) (split = their names) or reasoning-gym."""
     if not paths:
-        return {
-            "source": "reasoning-gym",
-            "generator": "knights_knaves (knight/knave wording)",
-            "split": split,
-            "size": size,
-        }
+        generator = "knights_knaves (knight/knave wording)"
+        return {"source": "reasoning-gym", "generator": generator, "split": split, "size": size}
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     return {
         "source": "logic-rl-file",
@@ -356,8 +321,7 @@ def kk_source(paths: str | os.PathLike | Sequence[str | os.PathLike] | None, spl
     }
 
 
-# Logic-RL's K&K system prompt (App. B.1.1), character for character as its verl rows carry it ("and<answer>"
-# included); with a trailing newline on each turn a ChatML template reproduces the rows' prompt exactly.
+# Logic-RL's K&K system prompt (App. B.1.1), verbatim as its verl rows carry it ("and<answer>" included).
 KK_SYSTEM_PROMPT = (
     "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then "
     "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
@@ -369,8 +333,7 @@ KK_SYSTEM_PROMPT = (
 
 
 def kk_prompt(record: dict[str, Any], prefill_think: bool = False) -> list[dict[str, str]]:
-    """The Logic-RL instruct prompt as chat messages; with ``prefill_think`` an assistant turn opened with
-    ``<think>`` (render with ``continue_final_message=True``, score with ``prefilled_think=True``)."""
+    """The Logic-RL instruct prompt as chat messages; ``prefill_think`` opens an assistant turn with ``<think>``."""
     messages = [
         {"role": "system", "content": f"{KK_SYSTEM_PROMPT}\n"},
         {"role": "user", "content": f"{str(record['quiz']).strip()}\n"},
@@ -381,9 +344,8 @@ def kk_prompt(record: dict[str, Any], prefill_think: bool = False) -> list[dict[
 
 
 def kk_dataset(records: Sequence[dict[str, Any]], prefill_think: bool = False, *, tokenizer: Any = None) -> Any:
-    """A ``datasets.Dataset`` for TRL: ``prompt``, ``names``, ``solution``, ``n_people``. With ``tokenizer`` the
-    prompts are rendered to text (TRL always adds a generation prompt to chat prompts: a pre-filled ``<think>``
-    needs text)."""
+    """A ``datasets.Dataset`` for TRL: ``prompt``, ``names``, ``solution``, ``n_people``; with ``tokenizer`` the prompts
+    are rendered to text (a pre-filled ``<think>`` needs text)."""
     import datasets
 
     prompts: list[Any] = [kk_prompt(r, prefill_think) for r in records]
@@ -405,11 +367,9 @@ ANSWER_CORRECT = 2.0
 ANSWER_WRONG = -1.5
 ANSWER_UNPARSEABLE = -2.0
 KK_REWARD_VALUES = frozenset({3.0, -0.5, -1.0, -3.0})  # the sums of Table 5's format and answer scores
-KK_MIN_REWARD = FORMAT_BAD + ANSWER_UNPARSEABLE
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
-# The answer is parsed on its UTF-8 bytes: "knight"/"knave" are ASCII and an ASCII byte only encodes that character
-# in UTF-8, so bytes give the same matches, at C-scan speed on any text (str.lower() of "İ" and \b-led regexes do not).
+# The answer is parsed on its UTF-8 bytes: the same matches as on str (the keywords are ASCII), at C-scan speed.
 
 
 def _utf8(text: str) -> bytes:
@@ -417,8 +377,7 @@ def _utf8(text: str) -> bytes:
 
 
 def format_ok(completion: str, *, prefilled_think: bool = False) -> bool:
-    """Table 5 format rule: each tag exactly once, in order; with ``prefilled_think`` (the prompt opened ``<think>``)
-    no ``<think>`` and the other three tags exactly once, in order."""
+    """Table 5 format rule: each tag once, in order (``prefilled_think``: no ``<think>``, the other three)."""
     tags = TAGS
     if prefilled_think:
         if TAGS[0] in completion:
@@ -435,13 +394,11 @@ def format_ok(completion: str, *, prefilled_think: bool = False) -> bool:
 
 @functools.lru_cache(maxsize=512)
 def _name_pattern(name_lower: bytes) -> re.Pattern[bytes]:
-    # Logic-RL's \bName\b\s+is\s+a\s+\b(knight|knave)\b; the leading \b is checked in _role_of (a literal first
-    # lets the regex engine scan at C speed)
+    # Logic-RL's \bName\b\s+is\s+a\s+\b(knight|knave)\b; the leading \b is checked in _role_of
     return re.compile(rb"%s\b%s+is%s+a%s+\b(knight|knave)\b" % (re.escape(name_lower), _SPACE, _SPACE, _SPACE))
 
 
-# Logic-RL's \s matches any Unicode white space ("is\u00a0a"); on bytes \s is ASCII only, so the others become ASCII
-# spaces first (_ascii_spaces) and \x1c-\x1f join the class.
+# Logic-RL's \s is Unicode white space: on bytes the others become ASCII spaces first, and \x1c-\x1f join the class.
 _SPACE = rb"[\s\x1c-\x1f]"
 _UNICODE_SPACE = re.compile(rb"\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80")
 _UNICODE_SPACE_LEADS = (b"\xc2", b"\xe1\x9a\x80", b"\xe2\x80", b"\xe2\x81\x9f", b"\xe3\x80\x80")
@@ -499,10 +456,9 @@ def _roles(low: bytes, names: Sequence[str]) -> dict[str, bool] | None:
 
 
 def parse_kk_answer(answer_text: str, names: Sequence[str]) -> dict[str, bool] | None:
-    """Logic-RL's answer parser, case-insensitive: {name: is_knight} when there are exactly len(names) role mentions
-    and each name appears as "Name is a knight|knave", else None. Added guard: None when the answer holds a
-    look-alike or invisible character (:func:`disguised_letters`). Linear time."""
-    # Logic-RL lower()s the text: the Kelvin sign is the one non-ASCII character that lower-cases to an ASCII letter
+    """Logic-RL's parser: {name: is_knight} when there are exactly len(names) role mentions and each name appears as
+    "Name is a knight|knave", else None; also None on a look-alike or invisible character. Linear time."""
+    # the Kelvin sign is the one non-ASCII character that lower-cases to an ASCII letter
     answer = answer_text.replace("\u212a", "k") if "\u212a" in answer_text else answer_text
     data = _utf8(answer)
     parsed = _parse_answer_bytes(data, names)
@@ -515,7 +471,7 @@ def kk_reward_parts(
     completion: Any, names: Sequence[str], solution: Sequence[bool], *, prefilled_think: bool = False
 ) -> tuple[float, float]:
     """(format, answer) scores of Table 5: format in {1, -1}, answer in {2, -1.5, -2}. Never raises on the
-    completion (a non-string or any failure scores the minimum); a malformed gold raises ValueError."""
+    completion; a malformed gold raises ValueError."""
     names_l, sol_l = _gold(names, solution)
     if not isinstance(completion, str):
         return FORMAT_BAD, ANSWER_UNPARSEABLE
@@ -541,8 +497,7 @@ def kk_reward(
 
 
 def make_kk_reward_funcs(prefilled_think: bool = False) -> list[Callable[..., list[float]]]:
-    """TRL reward functions ``kk_format_reward`` and ``kk_answer_reward`` (Table 5's columns; TRL sums and logs
-    them); the dataset columns ``names`` and ``solution`` arrive as keyword lists."""
+    """TRL reward functions ``kk_format_reward`` and ``kk_answer_reward`` (Table 5's columns, summed by TRL)."""
 
     def _parts(completions: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[float, float]]:
         names, solution = kwargs.get("names"), kwargs.get("solution")
@@ -614,19 +569,19 @@ def evaluate_kk(
 
 
 def _build(spec: RunSpec, tokenizer):
-    """Logic-RL files (``train_path`` / ``eval_path``) or reasoning-gym's generator; eval puzzles seen in training
-    are dropped."""
+    """Logic-RL files (``train_path`` / ``eval_path``) or reasoning-gym's generator (streams ``train`` / ``test``);
+    eval puzzles seen in training are dropped."""
     opts = spec.task_options
     n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
     eval_people = opts.get("eval_n_people", n_people)
     if opts.get("train_path"):
         train = load_kk_files(opts["train_path"], n=spec.n_train, n_people=n_people)
     else:
-        train, _ = kk_splits(spec.n_train, 0, n_people=n_people)
+        train = generate_kk(spec.n_train, n_people, stream="train")
     if opts.get("eval_path"):
         test = load_kk_files(opts["eval_path"], n=spec.n_eval, n_people=eval_people)
     else:
-        _, test = kk_splits(spec.n_train, spec.n_eval, n_people=eval_people, seed=0)
+        test = generate_kk(spec.n_eval, eval_people, stream="test")
     train_keys = {r["quiz"] for r in train}
     test = [r for r in test if r["quiz"] not in train_keys]
     prefill = bool(opts.get("prefill_think", False))

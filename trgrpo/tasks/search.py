@@ -1,8 +1,5 @@
-"""Agentic search, Search-R1 style (Section 4.1, App. B.1.3, Eq. 14, Table 3), the run task ``search``.
-
-The model calls a ``search`` tool (:func:`make_search_tool`) through TRL's tool loop (:func:`prepare_tokenizer`);
-the reward is Eq. 14 (:func:`search_reward`); evaluation runs greedy rollouts through the trainer's tool loop
-(:func:`evaluate_search`). For CPU runs: a micro model (:func:`micro_model`) and a warm start (:func:`warm_start`).
+"""Agentic search, Search-R1 style (App. B.1.3, Eq. 14, Table 3), the run task ``search``: a ``search`` tool in
+TRL's tool loop, the Eq. 14 reward, greedy evaluation through the trainer; for CPU runs a micro model and a warm start.
 """
 
 from __future__ import annotations
@@ -13,19 +10,17 @@ import hashlib
 import html
 import inspect
 import json
-import math
 import os
 import random
 import re
 import string
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import greedy_generate
-from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS, Corpus, make_corpus, make_retriever
+from trgrpo.tasks.search_data import Corpus, make_corpus, make_retriever
 
 if TYPE_CHECKING:  # pragma: no cover
     from trgrpo.experiment import RunSpec
@@ -316,47 +311,6 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
-    """Table 3's layout, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ, TriviaQA,
-    PopQA), Multi-hop QA columns, and their average."""
-    import pandas as pd
-
-    scale = 100.0 if percent else 1.0
-    keys_seen = {k for r in rows for k in (r.get("em_by_type") or {})}
-    if keys_seen & set(TABLE3_DATASETS):
-        cols = [(("General QA" if k in TABLE3_DATASETS[:3] else "Multi-hop QA"), k) for k in TABLE3_DATASETS]
-        label = TABLE3_LABELS
-    else:
-        cols = [("General QA", "one-hop"), ("Multi-hop QA", "two-hop"), ("Multi-hop QA", "comparison")]
-        label = {}
-    data, index = [], []
-    for r in rows:
-        by = r.get("em_by_type") or {}
-        vals = [by.get(k, float("nan")) * scale for _, k in cols]
-        present = [v for v in vals if not math.isnan(v)]
-        data.append(vals + [sum(present) / len(present) if present else float("nan")])
-        index.append(r.get("method", "?"))
-    columns = pd.MultiIndex.from_tuples([(g, label.get(k, k)) for g, k in cols] + [("", "Avg.")])
-    return pd.DataFrame(data, index=pd.Index(index, name="method"), columns=columns).round(2)
-
-
-def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Average ``em`` and ``em_by_type`` over several evaluation dicts (e.g. seeds)."""
-    results = [r for r in results if r]
-    if not results:
-        return {}
-    keys = sorted({k for r in results for k in r.get("em_by_type", {})})
-    return {
-        "em": sum(r["em"] for r in results) / len(results),
-        "em_by_type": {
-            k: sum(r["em_by_type"][k] for r in results if k in r["em_by_type"])
-            / max(1, sum(k in r["em_by_type"] for r in results))
-            for k in keys
-        },
-        "n_seeds": len(results),
-    }
-
-
 def trl_rollouts(
     trainer: Any,
     records: Sequence[dict[str, Any]],
@@ -470,85 +424,54 @@ WORD_PATTERN = r" ?[A-Za-z0-9_]+| ?[^A-Za-z0-9_\s]|\n| +"
 WORD_SPECIALS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
 
 
-def build_word_tokenizer(texts: Sequence[str], *, template: str = "compact") -> Any:
-    """A word-level tokenizer (a word with its leading space is one token) that round-trips any text of words seen in
-    ``texts``, with ``<|im_start|>`` / ``<|im_end|>`` special, so chat template and tool loop work unchanged."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    split = re.compile("|".join(re.escape(t) for t in WORD_SPECIALS))
-    pieces: set[str] = {"\n", " "}
-    pieces |= {c for c in string.printable if c not in string.whitespace}
-    pieces |= {" " + c for c in string.printable if c not in string.whitespace}
-    for text in texts:
-        for chunk in split.split(text):
-            pieces.update(re.findall(WORD_PATTERN, chunk))
-    vocab = {t: i for i, t in enumerate(WORD_SPECIALS + sorted(pieces - set(WORD_SPECIALS)))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        unk_token="<unk>",
-        pad_token="<pad>",
-        eos_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>"],
-        clean_up_tokenization_spaces=False,
-    )
-    return prepare_tokenizer(tok, template=template)
-
-
-def corpus_texts(corpus: Corpus, tool: Callable[..., str]) -> list[str]:
-    """Every text a run on ``corpus`` shows the model: rendered prompts, scripted trajectories, tool errors."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    renderer = prepare_tokenizer(
-        PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))),
-        template="compact",
-    )
-    texts = [format_passages([p]) for p in corpus.passages]
-    texts += [tool(q="x"), tool(query=""), tool(**{MALFORMED_KEY: "x"}), "No results found."]
-    for split in corpus.questions.values():
-        for q in split:
-            texts.append(renderer.apply_chat_template(search_messages(q["question"], search=False), tokenize=False))
-            turns = scripted_turns(q, tool, check_gold=False)
-            texts.append(
-                renderer.apply_chat_template(search_messages(q["question"]) + turns, tools=[tool], tokenize=False)
-            )
-    return texts
-
-
-def micro_model(
-    corpus: Corpus,
-    tool: Callable[..., str],
-    *,
-    hidden: int = 128,
-    layers: int = 3,
-    heads: int = 4,
-    seed: int = 0,
-    path: str | os.PathLike | None = None,
-) -> str:
-    """The folder of a small random Llama with a word-level tokenizer of ``corpus`` (CPU runs), cached by its inputs."""
+def micro_model(corpus: Corpus, tool: Callable[..., str], *, hidden: int = 128, layers: int = 3) -> str:
+    """The folder of a small random Llama (CPU runs) with a word-level tokenizer that round-trips every text a run on
+    ``corpus`` shows (prompts, scripted trajectories, tool errors), cached by its inputs."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     from trgrpo.models import cache_dir
 
-    texts = corpus_texts(corpus, tool)
-    key = hashlib.sha256(json.dumps([texts, hidden, layers, heads, seed]).encode()).hexdigest()[:16]
-    target = Path(path) if path is not None else cache_dir() / "search" / f"micro-{key}"
+    def word_tokenizer(vocab: dict[str, int]) -> Any:
+        core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        core.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
+        core.decoder = decoders.Fuse()
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=core,
+            unk_token="<unk>",
+            pad_token="<pad>",
+            eos_token="<|im_end|>",
+            additional_special_tokens=["<|im_start|>"],
+            clean_up_tokenization_spaces=False,
+        )
+        return prepare_tokenizer(tok, template="compact")
+
+    renderer = word_tokenizer({"<unk>": 0, "<pad>": 1, "<|im_end|>": 2, "<|im_start|>": 3})
+    texts = [format_passages([p]) for p in corpus.passages]
+    texts += [tool(q="x"), tool(query=""), tool(**{MALFORMED_KEY: "x"}), "No results found."]
+    for q in (q for split in corpus.questions.values() for q in split):
+        texts.append(renderer.apply_chat_template(search_messages(q["question"], search=False), tokenize=False))
+        msgs = search_messages(q["question"]) + scripted_turns(q, tool, check_gold=False)
+        texts.append(renderer.apply_chat_template(msgs, tools=[tool], tokenize=False))
+    key = hashlib.sha256(json.dumps([texts, hidden, layers, 4, 0]).encode()).hexdigest()[:16]
+    target = cache_dir() / "search" / f"micro-{key}"
     if (target / "config.json").exists():
         return str(target)
-    tok = build_word_tokenizer(texts)
-    torch.manual_seed(seed)
+    split = re.compile("|".join(re.escape(t) for t in WORD_SPECIALS))
+    pieces = {"\n", " "} | {p + c for c in string.printable if c not in string.whitespace for p in ("", " ")}
+    for text in texts:
+        for chunk in split.split(text):
+            pieces.update(re.findall(WORD_PATTERN, chunk))
+    tok = word_tokenizer({t: i for i, t in enumerate(WORD_SPECIALS + sorted(pieces - set(WORD_SPECIALS)))})
+    torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
         intermediate_size=4 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
+        num_attention_heads=4,
+        num_key_value_heads=4,
         max_position_embeddings=1024,
         bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
         eos_token_id=tok.eos_token_id,
@@ -638,13 +561,10 @@ def warm_start(
     steps: int = 60,
     batch_size: int = 4,
     learning_rate: float = 5e-5,
-    seed: int = 0,
     template: str = "auto",
-    out_dir: str | os.PathLike | None = None,
-    verbose: bool = True,
 ) -> dict[str, Any]:
     """A few AdamW steps on scripted trajectories (loss on the model's own tokens only), saved to a folder cached by
-    its inputs: ``{"path", "losses", "n_trajectories", "seconds", "cached"}``."""
+    its inputs: ``{"path", "losses", "n_trajectories", "seconds", "cached", ...}``."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -652,54 +572,34 @@ def warm_start(
 
     path = resolve_model(model)
     tokenizer = load_tokenizer(path, template)
-    examples = []
-    for r in records:
-        turns = scripted_turns(r, tool)
-        if turns is not None:
-            examples.append(encode_trajectory(tokenizer, search_messages(r["question"]), turns, [tool]))
+    prompts_turns = [(search_messages(r["question"]), scripted_turns(r, tool)) for r in records]
+    examples = [encode_trajectory(tokenizer, p, t, [tool]) for p, t in prompts_turns if t is not None]
     if not examples:
         raise ValueError("no scripted trajectory found its gold passages: check the retriever and the corpus")
-    key = hashlib.sha256(
-        json.dumps([str(path), examples, steps, batch_size, learning_rate, seed]).encode()
-    ).hexdigest()[:16]
-    target = Path(out_dir) if out_dir is not None else cache_dir() / "search" / f"warmstart-{key}"
+    key = hashlib.sha256(json.dumps([str(path), examples, steps, batch_size, learning_rate, 0]).encode()).hexdigest()
+    target = cache_dir() / "search" / f"warmstart-{key[:16]}"
     info_path = target / "warm_start.json"
     if info_path.exists() and (target / "config.json").exists():
-        info = json.loads(info_path.read_text())
-        info.update(path=str(target), cached=True)
-        return info
+        return {**json.loads(info_path.read_text()), "path": str(target), "cached": True}
     t0 = time.time()
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
+    torch.manual_seed(0)
+    rng = random.Random(0)
     net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     net.train()
     opt = torch.optim.AdamW(net.parameters(), lr=learning_rate, weight_decay=0.0)
-    pad = tokenizer.pad_token_id
-    losses = []
-    order: list[int] = []
-    for step in range(steps):
+    losses, order = [], []
+    for _ in range(steps):
         if len(order) < batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(batch_size)]
-        losses.append(sft_step(net, opt, pad_batch(batch, pad), clip_norm=1.0))
-        if verbose and (step % 10 == 0 or step == steps - 1):
-            print(f"[warm start] step {step + 1}/{steps} loss {losses[-1]:.3f}")
+        losses.append(sft_step(net, opt, pad_batch(batch, tokenizer.pad_token_id), clip_norm=1.0))
     target.mkdir(parents=True, exist_ok=True)
     net.save_pretrained(target)
     tokenizer.save_pretrained(target)
-    info = {
-        "base_model": str(model),
-        "steps": steps,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "seed": seed,
-        "n_trajectories": len(examples),
-        "losses": losses,
-        "seconds": time.time() - t0,
-    }
+    info = {"base_model": str(model), "steps": steps, "batch_size": batch_size, "learning_rate": learning_rate}
+    info |= {"seed": 0, "n_trajectories": len(examples), "losses": losses, "seconds": time.time() - t0}
     info_path.write_text(json.dumps(info, indent=1))
-    info.update(path=str(target), cached=False)
-    return info
+    return {**info, "path": str(target), "cached": False}
 
 
 def search_task(

