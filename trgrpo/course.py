@@ -387,7 +387,7 @@ def _close(got: Any, want: Any, rtol: float) -> bool:
         except TypeError:
             return False
     try:
-        value = float(got)
+        value = float(got) if not isinstance(got, (str, bytes)) else math.nan
     except (TypeError, ValueError):
         return False
     return abs(value - float(want)) <= rtol * abs(float(want)) + 1e-12
