@@ -245,6 +245,19 @@ HAND_RTOL = 1e-3  # a hand answer counts as right within 0.1 % (relative), as th
 EXACT_RTOL = 1e-9  # an answer the statement asks to compute with the library
 
 
+def _spread_1_1(data: dict) -> dict:
+    import torch
+
+    from trgrpo import theory
+
+    out = {}
+    for name, lo in (("all", 0.0), ("high", 0.35)):
+        p = torch.linspace(lo, 0.99, 1000, dtype=torch.float64)
+        rows = theory.theorem32_spread(1 - p, p, tau_modes=("scale",), schemes=("equal", "tr"))
+        out.update({f"cv_{'plain' if r['scheme'] == 'equal' else 'tr'}_{name}": r["cv"] for r in rows})
+    return out
+
+
 def _weights_2_1(data: dict) -> dict:
     from trgrpo import paper
     from trgrpo.weights import WeightParams, weight_range
@@ -327,13 +340,20 @@ def _scales_4_4(data: dict) -> dict:
     }
 
 
-# Per exercise with answers given by hand: the library computation of the reference values (from the notebook's data,
-# e.g. ``batch_p``), the names compared at EXACT_RTOL (computed with the library; the others are hand answers, at
-# HAND_RTOL), a hint per answer and one for the exercise. The check cell shows only ``course.check_answers(...)``.
+# Per exercise checked by :func:`check_answers`: the library computation of the reference values (from the notebook's
+# data, e.g. ``batch_p``), the answers found by hand (compared at HAND_RTOL; the others, computed with the library, at
+# EXACT_RTOL), a hint per answer and one for the exercise. The check cell shows only ``course.check_answers(...)``.
 ANSWERS: dict[str, dict] = {
+    "1.1": dict(
+        reference=_spread_1_1,
+        hint="the coefficient of variation is std / mean with ddof=1 (the sample standard deviation, as "
+        "trgrpo.stats.mean_std), of w(p)(1-p) on the grid itself",
+        cv_tr_all="TR-GRPO's factor is w(p)(1 - p) with Eq. 11's default weight (tau_mode='scale')",
+        cv_tr_high="TR-GRPO's factor is w(p)(1 - p) with Eq. 11's default weight (tau_mode='scale')",
+    ),
     "2.1": dict(
         reference=_weights_2_1,
-        exact=("identity_taus_scale", "identity_taus_divide"),
+        hand=("tau_star_scale", "tau_star_divide"),
         hint="tau* is a value of tau: the tau at which the largest weight over p in [0, 1] first leaves L = 1",
         tau_star_scale="under tau_mode='scale', at which p is the sigmoid's argument largest?",
         tau_star_divide="under tau_mode='divide' the argument is p / tau: which p makes it largest?",
@@ -342,6 +362,7 @@ ANSWERS: dict[str, dict] = {
     ),
     "2.2": dict(
         reference=_kl_2_2,
+        hand=("kl_offset_14", "kl_offset_06", "kl_slope_14", "kl_push_14"),
         hint="at rho = 1 the statement gives both the value (w - log w - 1, natural log) and the derivative (1 - w)",
         kl_offset_14="evaluate w - log w - 1 at w = 1.4",
         kl_offset_06="evaluate w - log w - 1 at w = 0.6 (log 0.6 is negative)",
@@ -350,7 +371,7 @@ ANSWERS: dict[str, dict] = {
     ),
     "2.3": dict(
         reference=_silenced_2_3,
-        exact=("zero_frac_024", "zero_frac_030", "zero_frac_050"),
+        hand=("p_cut_030", "eps_high_no_cut"),
         hint="a token with A > 0 is silenced where its weight exceeds 1 + eps_h",
         p_cut_030="at which p does Eq. 11's weight reach 1 + eps_h = 1.30? The weight grows with p",
         zero_frac_024="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.24",
@@ -360,13 +381,14 @@ ANSWERS: dict[str, dict] = {
     ),
     "4.2": dict(
         reference=_spearman_4_2,
+        hand=("rho", "rho_min3"),
         hint="Spearman's rho is Pearson's correlation of the ranks: rank pi_bar and the counts, then compare the ranks",
         rho="all five tokens (min_count=1)",
         rho_min3="only the tokens seen at least 3 times",
     ),
     "4.4": dict(
         reference=_scales_4_4,
-        exact=("g_grpo", "g_tr"),
+        hand=("tr_factor",),
         hint="keys are the token texts stripped, as average_probabilities returns them; weights from token_weights",
         g_grpo="the GRPO scale of a token is 1 - pi_bar",
         g_tr="the TR-GRPO scale of a token is w(pi_bar) (1 - pi_bar), w from trgrpo.token_weights",
@@ -398,18 +420,18 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     library from ``data``), hand answers within :data:`HAND_RTOL`; print a tick, or raise one :class:`CheckFailed`
     that names every wrong answer (only those) with its hint, never a reference value."""
     spec = ANSWERS[exercise]
-    exact = set(spec.get("exact", ()))
+    hand = set(spec.get("hand", ()))
     want = spec["reference"](data or {})
     missing = sorted(set(want) - set(answers))
     if missing:
         raise CheckFailed(f"Exercise {exercise}: pass {', '.join(missing)} to the check as well")
-    wrong = [n for n in want if not _close(answers[n], want[n], EXACT_RTOL if n in exact else HAND_RTOL)]
+    wrong = [n for n in want if not _close(answers[n], want[n], HAND_RTOL if n in hand else EXACT_RTOL)]
     if not wrong:
         print(f"Exercise {exercise} ✓")
         return
     names = ", ".join(f"`{n}`" for n in wrong)
     what = f"{names} {'is' if len(wrong) == 1 else 'are'} not right yet"
-    if set(wrong) - exact:
+    if hand & set(wrong):
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
     hints = [f"{n}: {spec[n]}" for n in wrong if n in spec] + [spec["hint"]]
     raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
