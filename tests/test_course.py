@@ -147,7 +147,7 @@ def test_solutions_match_statements_and_are_checked(path):
         assert check.cell_type == "code" and course.expected_names(check.source), (
             f"{sol_path.name} Exercise {ex_id}: the check cell's first line is '# expects: name, ...'"
         )
-        assert "assert" in check.source or "course.expect" in check.source, (
+        assert re.search(r"assert|course\.expect|course\.check_answers\(", check.source), (
             f"{sol_path.name} Exercise {ex_id}: the check asserts"
         )
         solution_code = "\n".join(c.source for c in block[: kinds.index("check")] if c.cell_type == "code")
@@ -295,11 +295,41 @@ def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
         )
 
 
-def test_expect_close_shows_the_answer_given_not_the_target():
-    course.expect_close("tau", 1.0986, 1.0986, 1e-4)
+KL = dict(kl_offset_14=0.0635, kl_offset_06=0.1108, kl_slope_14=-0.4, kl_push_14=+1)  # 2.2 by hand, 4 decimals
+
+
+def test_check_answers_accepts_hand_answers_within_the_stated_tolerance(capsys):
+    course.check_answers("2.2", **KL)
+    assert "Exercise 2.2 ✓" in capsys.readouterr().out
+    course.check_answers("2.1", tau_star_scale=1.099, tau_star_divide=0.9102, identity_taus_scale=[0.5],
+                         identity_taus_divide=[20.0, 10.0, 9.0, 7.0, 2.0])  # fmt: skip
+
+
+@pytest.mark.parametrize("wrong", [{"kl_offset_06": 0.12}, {"kl_offset_14": 0.07, "kl_push_14": -1}])
+def test_check_answers_names_every_wrong_item_and_only_those(wrong):
     with pytest.raises(course.CheckFailed) as info:
-        course.expect_close("tau", 0.122, 1.0986, 1e-4, hint="a tau, not a p")
-    assert "0.122" in str(info.value) and "1.0986" not in str(info.value) and "a tau, not a p" in str(info.value)
+        course.check_answers("2.2", **{**KL, **wrong})
+    msg = str(info.value)
+    head = msg.splitlines()[0]
+    assert head.startswith("Exercise 2.2: ") and "\nHint: " in msg
+    assert [n for n in KL if f"`{n}`" in head] == [n for n in KL if n in wrong], head
+    assert "0.1%" in head, "the message states the tolerance of a hand answer"
+    assert "0.0635" not in msg and "0.11082" not in msg and "trgrpo/" not in msg and "File " not in msg
+    assert info.value._render_traceback_() == [f"CheckFailed: {msg}"], "IPython shows the message, no frames"
+
+
+def test_check_answers_refuses_a_missing_answer_and_a_non_number():
+    with pytest.raises(course.CheckFailed, match="pass kl_push_14"):
+        course.check_answers("2.2", **{k: v for k, v in KL.items() if k != "kl_push_14"})
+    with pytest.raises(course.CheckFailed, match="`kl_slope_14` is not"):
+        course.check_answers("2.2", **{**KL, "kl_slope_14": "-0.4"})
+
+
+def test_every_hand_answer_exercise_states_its_tolerance():
+    for ex_id in [e for e, spec in course.ANSWERS.items() if spec.get("hand")]:
+        path = next(p for p in MAINS if p.name.startswith(f"0{ex_id.split('.')[0]}_"))
+        statement = next(e["source"] for e in course.exercises(course.read(path)) if e["id"] == ex_id)
+        assert "within 0.1 % (relative)" in statement, f"Exercise {ex_id} does not state the tolerance"
 
 
 def test_fingerprint_is_stable_and_discriminates():
@@ -315,10 +345,15 @@ def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
     nb = course.read(path)
     checks = [c for c in nb.cells if "check" in course.tags(c)]
     assert checks and all(_wrong_answer(c) for c in checks), f"{path.name}: a check cell has no wrong_answer"
-    assert all("course.check(" in c.source for c in checks), f"{path.name}: wrap each check in course.check"
+    assert all(re.search(r"course\.check(_answers)?\(", c.source) for c in checks), f"{path.name}: use course.check"
     if path.name.startswith("02_"):  # exercise 2.1 used to print ln 3 and 1/ln 3 in its check
         src = next(c.source for c in checks if "'2.1'" in c.source)
         assert "log(3)" not in src and "[0.5]" not in src
+        for ex_id in ("2.2", "2.3"):  # 2.2 computed the KL offsets in plain sight, 2.3/2.4's hints the inversion
+            src = next(c.source for c in checks if f"'{ex_id}'" in c.source)
+            assert len(src.splitlines()) <= 5 and "course.check_answers(" in src and "log" not in src
+        src = next(c.source for c in checks if "'2.4'" in c.source)
+        assert "logit" not in src and "sigmoid(z) =" not in src
     if path.name.startswith("03_"):  # exercise 3.2 used to echo the library's summary and answer its own question
         src = next(c.source for c in checks if "'3.2'" in c.source)
         assert "loses on every seed" not in src and "(label, summary)" not in src and "v < 0" not in src
