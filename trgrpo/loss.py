@@ -49,7 +49,7 @@ def validate_loss_options(
     *,
     names: dict[str, str] | None = None,
 ) -> None:
-    """The one check of the loss options; errors name each field as ``names`` renames it (``{"eps_low": "epsilon"}``)."""
+    """The one check of the loss options; errors name a field as ``names`` renames it (``{"eps_low": "epsilon"}``)."""
     names = names or {}
     for field_, v, allowed in (("placement", placement, PLACEMENTS), ("kl_weighting", kl_weighting, KL_WEIGHTINGS)):
         if not isinstance(v, str) or v not in allowed:
