@@ -429,7 +429,6 @@ def test_readings_and_theory_take_one_weight_params():
     assert readings.tau_table((0.5, 9.0), params) == readings.tau_table((0.5, 9.0), alpha=1.5, mu=0.1, lower=0.9,
                                                                         upper=1.3)  # fmt: skip
     assert readings.lu_table(((1.0, 1.2),), params) == readings.lu_table(((1.0, 1.2),), alpha=1.5, mu=0.1)
-    assert readings.weight_thresholds(params) == readings.weight_thresholds(**kw)
     assert readings.kl_offset_table(params=params.replace(scheme="reverse")) == readings.kl_offset_table(
         scheme="reverse", **kw)  # fmt: skip
     assert readings.zero_gradient_fraction([0.1, 0.5], params=params) == readings.zero_gradient_fraction(
@@ -445,4 +444,3 @@ def test_readings_sweep_eq11_whatever_the_scheme_given():
     the same rows as scheme "tr" (not 2 - w or w = 1)."""
     for scheme in ("reverse", "equal"):
         assert readings.tau_table((2.0, 9.0), WeightParams(scheme=scheme)) == readings.tau_table((2.0, 9.0))
-        assert readings.weight_thresholds(WeightParams(scheme=scheme)) == readings.weight_thresholds()

@@ -11,7 +11,7 @@ import torch
 
 from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, zero_gradient_mask
 from trgrpo.paper import KK_COLUMNS, TABLE7_LU, TABLE7_TAUS, table7_accuracy
-from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weights, weight_range
+from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weights
 
 DEFAULT_EPS_LOW = 0.2  # Table 6
 DEFAULT_EPS_HIGH = 0.24  # Table 6 (clip-higher)
@@ -32,27 +32,15 @@ def first_p(condition: torch.Tensor, p: torch.Tensor) -> float | None:
     return float(p[idx[0, 0]]) if idx.numel() else None
 
 
-def weight_thresholds(
-    params: WeightParams | str = "tr", *, resolution: float = 1e-5, **fields: Any
-) -> dict[str, float | None]:
-    """Where Eq. 11 (whatever ``params.scheme``) leaves its clip bounds: the smallest grid p with w > L, with w = U."""
-    params = as_weight_params(params, **fields).replace(scheme="tr")
+def _weight_columns(prefix: str, params: WeightParams, resolution: float = 1e-5) -> dict:
+    """Eq. 11's range on [0, 1] and where it leaves its clip bounds: the smallest grid p with w > L, with w = U."""
     p = _grid(resolution)
-    w = token_weights(p, **vars(params))
+    w = token_weights(p, **vars(params.replace(scheme="tr")))
     return {
-        "p_above_lower": first_p(w > params.lower + 1e-12, p),
-        "p_at_upper": first_p(w >= params.upper - 1e-12, p),
-    }
-
-
-def _weight_columns(prefix: str, params: WeightParams) -> dict:
-    lo, hi = weight_range(**vars(params))
-    th = weight_thresholds(params)
-    return {
-        f"{prefix}w_min": lo,
-        f"{prefix}w_max": hi,
-        f"{prefix}p_above_L": th["p_above_lower"],
-        f"{prefix}p_at_U": th["p_at_upper"],
+        f"{prefix}w_min": float(w.min()),
+        f"{prefix}w_max": float(w.max()),
+        f"{prefix}p_above_L": first_p(w > params.lower + 1e-12, p),
+        f"{prefix}p_at_U": first_p(w >= params.upper - 1e-12, p),
     }
 
 
