@@ -222,10 +222,7 @@ def _decoder_parts(model):
     norm = getattr(base, "norm", None)
     head = model.get_output_embeddings()
     if layers is None or norm is None or head is None:
-        raise ValueError(
-            f"{type(model).__name__}: expected model.model.layers, model.model.norm and an output embedding "
-            "(Llama/Qwen/Mistral layout)"
-        )
+        raise ValueError(f"{type(model).__name__}: expected model.model.layers, .norm and an output embedding")
     return base, layers, norm, head
 
 

@@ -54,21 +54,13 @@ class TRGRPOConfig(GRPOConfig):
     weight_tau: float = field(default=9.0, metadata={"help": "tau of Eq. 11 (> 0)."})
     weight_lower: float = field(default=1.0, metadata={"help": "Lower clip L of Eq. 11 (> 0)."})
     weight_upper: float = field(default=1.4, metadata={"help": "Upper clip U of Eq. 11 (>= L)."})
-    weight_tau_mode: str = field(
-        default="scale", metadata={"help": f"{TAU_MODES}: sigmoid(tau*p) (default) or sigmoid(p/tau) as printed."}
-    )
-    weight_placement: str = field(
-        default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip (Eq. 9 as printed) or outside."}
-    )
-    kl_weighting: str = field(
-        default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times k3 (Eq. 12), or plain k3 (Eq. 6)."}
-    )
+    weight_tau_mode: str = field(default="scale", metadata={"help": f"{TAU_MODES}: sigmoid(tau*p) or sigmoid(p/tau)."})
+    weight_placement: str = field(default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip or outside."})
+    kl_weighting: str = field(default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times Eq. 6, Eq. 6."})
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
     epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
-    use_bias_correction_kl: bool = field(
-        default=False, metadata={"help": "False: the KL of Eq. 6/10/12 as printed; True: times the ratio r, as TRL."}
-    )
+    use_bias_correction_kl: bool = field(default=False, metadata={"help": "True: the KL times the ratio r, as TRL."})
     loss_type: str = field(default="dapo", metadata={"help": f"Token-level normalisation: {SUPPORTED_LOSS_TYPES}."})
 
     def __post_init__(self) -> None:
