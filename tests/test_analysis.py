@@ -14,11 +14,9 @@ def test_mean_std_by_hand():
     m, s, n = an.mean_std([])
     assert math.isnan(m) and math.isnan(s) and n == 0
     assert an.mean_std([1.0, float("nan"), 3.0, None]) == pytest.approx((2.0, math.sqrt(2), 2))
-    assert an.fmt_mean_std([1, 2, 3, 4], 2) == "2.50 ± 1.29"
-    assert an.fmt_mean_std([1, 2, 3, 4], 1, n=True) == "2.5 ± 1.3 (n=4)"
 
 
-def test_paired_t_by_hand_and_its_format():
+def test_paired_t_three_differences_by_hand():
     # differences 1, 2, 3: mean 2, std 1, se 1/sqrt(3), t = 2 sqrt(3) = 3.4641, df 2 -> two-sided p = 0.0742
     out = an.paired_t([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
     assert out["n"] == 3 and out["mean_diff"] == pytest.approx(2.0) and out["sd_diff"] == pytest.approx(1.0)
@@ -30,7 +28,6 @@ def test_paired_t_by_hand_and_its_format():
         2 + 4.302653 / math.sqrt(3), abs=1e-4
     )
     assert (out["higher"], out["lower"], out["ties"]) == (3, 0, 0)
-    assert an.fmt_paired(out, 1) == f"+2.0 [{lo:+.1f}, {hi:+.1f}], p=0.074 (3/3 up)"
     with pytest.raises(ValueError, match="same length"):
         an.paired_t([1, 2], [1])
 
@@ -41,9 +38,7 @@ def test_paired_t_degenerate():
     assert out["mean_diff"] == 0 and out["p"] == 1.0 and out["ci"] == (0.0, 0.0)
     out = an.paired_t([2.0, 3.0], [1.0, 2.0])  # a constant shift: no spread, the interval is the point
     assert out["mean_diff"] == 1.0 and out["p"] == 0.0 and out["ci"] == (1.0, 1.0)
-    assert an.fmt_paired(out) == "+1.000 [+1.000, +1.000], p=0 (2/2 up)"
-    one = an.paired_t([1.0], [0.0])
-    assert math.isnan(one["p"]) and "p=n/a" in an.fmt_paired(one)
+    assert math.isnan(an.paired_t([1.0], [0.0])["p"])
 
 
 def _rec(seed, grad, weight, acc=None, scheme="equal"):
@@ -86,30 +81,6 @@ def test_binned_means_by_hand():
 # ---------------------------------------------------------------- one binning, one spread convention
 
 
-def test_bin_edges_and_index_by_hand():
-    assert an.bin_edges(4).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert an.bin_edges(2, 1.0, 1.4).tolist() == pytest.approx([1.0, 1.2, 1.4])
-    assert an.bin_edges([0.0, 0.3, 1.0]).tolist() == [0.0, 0.3, 1.0]
-    edges = an.bin_edges(4)
-    # an edge belongs to the bin on its right; the top edge to the last bin; outside values to the end bins
-    x = [0.0, 0.1, 0.25, 0.49, 0.5, 0.99, 1.0, -0.2, 1.3]
-    assert an.bin_index(x, edges).tolist() == [0, 0, 1, 1, 2, 3, 3, 0, 3]
-    counts, e = an.bin_counts([0.0, 0.1, 0.25, 0.5, 1.0], 4)
-    assert counts.tolist() == [2, 1, 1, 1] and e.tolist() == edges.tolist()
-    for bad in (0, -1, [0.5], [0.0, 0.5, 0.5], [1.0, 0.0]):
-        with pytest.raises(ValueError, match="bins"):
-            an.bin_edges(bad)
-
-
-def test_bin_counts_agree_with_numpy_histogram_inside_the_range():
-    x = np.random.default_rng(0).random(2000)
-    x[:3] = [0.0, 1.0, 0.5]  # edges included
-    for bins, lo, hi in ((10, 0.0, 1.0), (7, 0.0, 1.0), (20, 0.2, 0.9)):
-        inside = x[(x >= lo) & (x <= hi)]
-        counts, edges = an.bin_counts(inside, bins, lo, hi)
-        assert counts.tolist() == np.histogram(inside, bins=edges)[0].tolist()
-
-
 def test_one_spread_convention_is_ddof_one():
     values = [1.0, 2.0, 3.0, 4.0]
     m, sd, n = an.mean_std(values)
@@ -138,8 +109,7 @@ def test_comparison_table_pairs_by_seed():
     assert rows[0] == {"run": "equal", "n": 3, "acc": "0.60 ± 0.10"}
     assert rows[1]["n"] == 2 and rows[1]["acc"] == "0.70 ± 0.14"
     assert rows[1]["Δ acc vs equal [95% t-interval]"].startswith("+0.15 [")  # seeds 0, 1 only: (0.1 + 0.2) / 2
-    t, c, seeds = an.paired_by_seed(groups["tr"], groups["equal"], an.final_metric)
-    assert seeds == [0, 1] and t == [0.6, 0.8] and c == [0.5, 0.6]
+    assert rows[1]["Δ acc vs equal [95% t-interval]"].endswith("(2/2 up)")
     assert an.history_mean(groups["tr"][0], "reward") == 0.5
 
 

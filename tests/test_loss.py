@@ -243,7 +243,7 @@ def test_bad_shapes_and_mask():
         tr_grpo_loss(logps, old.T, adv, mask, w)
     with pytest.raises(ValueError, match="all zeros"):
         tr_grpo_loss(logps, old, adv, torch.zeros_like(mask), w)
-    with pytest.raises(ValueError, match="weights must be > 0"):
+    with pytest.raises(ValueError, match="weights must be finite, and > 0"):
         tr_grpo_loss(logps, old, adv, mask, torch.zeros_like(w))
     with pytest.raises(ValueError, match="logps"):
         tr_grpo_loss(logps[0], old, adv, mask, w)

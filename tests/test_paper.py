@@ -74,7 +74,5 @@ def test_table7_accuracy_lookup():
     assert paper.table7_accuracy(tau=9)["avg"] == 0.63
     assert paper.table7_accuracy(lu=(0.5, 1.5))["7"] == 0.44
     assert paper.TABLE7_TAUS == (0.5, 2.0, 7.0, 9.0, 10.0, 20.0)
-    with pytest.raises(ValueError):
-        paper.table7_accuracy()
     with pytest.raises(KeyError):
         paper.table7_accuracy(tau=3.0)

@@ -245,7 +245,6 @@ def test_binned_means_spearman_fit():
     assert b["mean"].tolist() == pytest.approx([1.0, 3.0, 5.0, 7.0])
     assert b["left"].tolist() == pytest.approx([0.0, 0.1, 0.5, 0.9])
     assert b["sem"][1] == pytest.approx(math.sqrt(2) / math.sqrt(2))
-    assert stats.binned_means(x, y, bins=[0.0, 0.5, 1.0], min_count=3)["count"].tolist() == [3]
     rho, pval = stats.spearman([1, 2, 3, 4], [10, 9, 3, 1])
     assert rho == pytest.approx(-1.0)
     c, r2 = stats.fit_proportional([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
@@ -424,11 +423,10 @@ def test_head_terms_chunking_is_exact():
 def test_readings_and_theory_take_one_weight_params():
     """The tables of notebooks 01/02 give the same rows for a WeightParams as for its fields as keywords."""
     params = WeightParams(alpha=1.5, mu=0.1, lower=0.9, upper=1.3)
-    kw = params.eq11()
+    kw = {k: v for k, v in vars(params).items() if k != "scheme"}
     assert readings.tau_table((0.5, 9.0), params) == readings.tau_table((0.5, 9.0), alpha=1.5, mu=0.1, lower=0.9,
                                                                         upper=1.3)  # fmt: skip
     assert readings.lu_table(((1.0, 1.2),), params) == readings.lu_table(((1.0, 1.2),), alpha=1.5, mu=0.1)
-    assert readings.weight_thresholds(params) == readings.weight_thresholds(**kw)
     assert readings.kl_offset_table(params=params.replace(scheme="reverse")) == readings.kl_offset_table(
         scheme="reverse", **kw)  # fmt: skip
     assert readings.zero_gradient_fraction([0.1, 0.5], params=params) == readings.zero_gradient_fraction(
@@ -444,4 +442,3 @@ def test_readings_sweep_eq11_whatever_the_scheme_given():
     the same rows as scheme "tr" (not 2 - w or w = 1)."""
     for scheme in ("reverse", "equal"):
         assert readings.tau_table((2.0, 9.0), WeightParams(scheme=scheme)) == readings.tau_table((2.0, 9.0))
-        assert readings.weight_thresholds(WeightParams(scheme=scheme)) == readings.weight_thresholds()

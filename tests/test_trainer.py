@@ -243,7 +243,7 @@ def test_config_weight_params_follow_the_flat_fields():
     expected = WeightParams(scheme="reverse", alpha=1.5, mu=0.1, tau=3.0, lower=0.9, upper=1.3, tau_mode="divide")
     assert cfg.weight_params == expected
     p = torch.rand(50, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(token_weights(p, **vars(cfg.weight_params)), token_weights(p, "reverse", **expected.eq11()))
+    assert torch.equal(token_weights(p, **vars(cfg.weight_params)), token_weights(p, **vars(expected)))
 
 
 @pytest.mark.parametrize(

@@ -326,10 +326,9 @@ def test_weight_params_and_keywords_give_the_same_weights():
             assert weight_range(**vars(params)) == weight_range(scheme=scheme, **fields)
 
 
-def test_weight_params_replace_and_eq11():
+def test_weight_params_replace():
     params = WeightParams(scheme="reverse", tau=3.0)
     assert params.replace(tau=4.0) == WeightParams(scheme="reverse", tau=4.0) and params.tau == 3.0
-    assert params.eq11() == {"alpha": 2.0, "mu": 0.25, "tau": 3.0, "lower": 1.0, "upper": 1.4, "tau_mode": "scale"}
     with pytest.raises(ValueError, match="upper"):  # 2 - w must stay > 0
         params.replace(upper=2.0)
     with pytest.raises(TypeError, match="taus"):

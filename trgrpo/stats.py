@@ -1,7 +1,4 @@
-"""Statistics: mean +- std, paired t-tests against GRPO, rank correlation, step trajectories, binned means.
-
-A run record (:func:`trgrpo.experiment.run`) holds ``history`` (one dict per optimizer step) and ``final``.
-"""
+"""Statistics: mean +- std, paired t-tests, step trajectories of run records (``history``, ``final``), binned means."""
 
 from __future__ import annotations
 
@@ -18,9 +15,7 @@ def to_numpy(x) -> np.ndarray:
 
 
 def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
-    """(mean, std with ddof = 1 (0 for one value), n): the project's one spread convention.
-
-    ``None``, NaN and inf are dropped (mean and std are NaN when nothing is left)."""
+    """(mean, std with ddof = 1 (0 for one value), n) of the finite values: the project's one spread convention."""
     x = np.asarray([v for v in values if v is not None], dtype=float).ravel()
     x = x[np.isfinite(x)]
     n = int(x.size)
@@ -30,8 +25,7 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
 
 
 def spread_stats(values) -> dict[str, float]:
-    """n, mean, std (:func:`mean_std`), cv = std / mean (NaN below two values), median, max, max / median of the
-    finite values: the spread of w ||grad log pi|| (Theorem 3.2) or of a metric over steps (Figure 3)."""
+    """n, mean, std, cv (NaN below two values), median, max, max / median of the finite values (Theorem 3.2)."""
     x = to_numpy(values)
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -49,19 +43,9 @@ def spread_stats(values) -> dict[str, float]:
     }
 
 
-def fmt_mean_std(values: Iterable[float], digits: int = 2, n: bool = False) -> str:
-    """``"0.81 ± 0.03"`` (with ``" (n=5)"`` when ``n``)."""
-    m, s, k = mean_std(values)
-    if k == 0:
-        return "–"
-    out = f"{m:.{digits}f} ± {s:.{digits}f}"
-    return out + f" (n={k})" if n else out
-
-
 def paired_t(treatment: Sequence[float], control: Sequence[float], *, level: float = 0.95) -> dict:
-    """Paired t-test of treatment minus control (same seed = same warm start and data order): n, mean
-    difference, its sd (ddof=1), the ``level`` t-interval, two-sided p, and the sign count with ties apart
-    (``higher`` + ``lower`` + ``ties`` = n). p = 1 when every difference is 0; NaN when n < 2."""
+    """Paired t-test of treatment minus control (same seed): n, mean_diff, sd_diff, the ``level`` t-interval ``ci``,
+    t, two-sided p (1 when every difference is 0, NaN when n < 2), and the signs ``higher``, ``lower``, ``ties``."""
     from scipy import stats
 
     a = np.asarray(treatment, dtype=float)
@@ -107,8 +91,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest true mean paired difference a two-sided paired t-test at ``alpha`` detects with ``power``,
-    given the sd of the differences and n pairs: (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)."""
+    """Smallest mean paired difference a two-sided t-test at ``alpha`` detects with ``power``:
+    (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)."""
     from scipy import stats
 
     if n < 2 or not math.isfinite(sd_diff):
@@ -118,16 +102,15 @@ def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power:
 
 
 def family_alpha(m: int, alpha: float = 0.05) -> float:
-    """The two-sided level of one comparison in a family of ``m`` (Bonferroni, alpha / m): the level of Holm's
-    first step, at which the project's verdicts read their intervals and give their detectable effects."""
+    """alpha / m: the level of one comparison in a family of ``m`` (Bonferroni; Holm's first step)."""
     if m < 1:
         raise ValueError(f"a family has at least one comparison, got m={m}")
     return alpha / m
 
 
 def clip_share(records: Iterable[dict], max_grad_norm: float) -> dict:
-    """How often gradient clipping acted: the share of logged steps whose pre-clip ``grad_norm`` (what TRL logs)
-    exceeds ``max_grad_norm``, and the median pre-clip norm, over every step of ``records``."""
+    """How often gradient clipping acted: the share of logged steps whose pre-clip ``grad_norm`` exceeds
+    ``max_grad_norm``, and the median norm, over every step of ``records``."""
     norms = [h["grad_norm"] for r in records for h in r.get("history", []) if h.get("grad_norm") is not None]
     norms = np.asarray(norms, dtype=float)
     norms = norms[np.isfinite(norms)]
@@ -148,13 +131,6 @@ def sign_count(diffs: Sequence[float]) -> str:
     return f"{int((d > 0).sum())} higher, {int((d < 0).sum())} lower, {ties} tie{'s' if ties != 1 else ''} of {d.size}"
 
 
-def fmt_paired(t: dict, digits: int = 3) -> str:
-    """``"+0.012 [-0.020, +0.044], p=0.41 (3/5 up)"`` from :func:`paired_t`: the t-interval."""
-    lo, hi = t["ci"]
-    ptxt = "p=n/a" if not math.isfinite(t["p"]) else f"p={t['p']:.2g}"
-    return f"{t['mean_diff']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}], {ptxt} ({t['higher']}/{t['n']} up)"
-
-
 # Trajectories
 
 
@@ -168,8 +144,7 @@ def series(record: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def grad_norm_per_mean_weight(record: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, grad_norm / tr/weight_mean): the gradient norm with the weight's overall scale divided out, so
-    schemes compare on how the weight redistributes the gradient over tokens, not on its mean (Eq. 13)."""
+    """(steps, grad_norm / tr/weight_mean): the gradient norm with the weight's overall scale divided out (Eq. 13)."""
     s, g = series(record, "grad_norm")
     s2, w = series(record, "tr/weight_mean")
     if s.size == 0 or s2.size == 0:
@@ -179,8 +154,7 @@ def grad_norm_per_mean_weight(record: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stack(records: Sequence[dict], key: str | Callable[[dict], tuple[np.ndarray, np.ndarray]]) -> tuple:
-    """(steps, matrix runs x steps) of a history key (or a function of a record returning (steps, values)),
-    aligned on the union of steps with NaN where a run lacks a step."""
+    """(steps, runs x steps matrix) of a history key (or a function record -> (steps, values)), NaN where missing."""
     get = key if callable(key) else (lambda r: series(r, key))
     pairs = [get(r) for r in records]
     steps = np.asarray(sorted({float(s) for st, _ in pairs for s in st}))
@@ -227,59 +201,23 @@ def fit_proportional(x, y) -> tuple[float, float]:
     return c, (1 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
 
 
-# Binning: one convention for every binned mean and histogram
-
-
-def bin_edges(bins: int | Sequence[float] = 10, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
-    """The edges of ``bins`` equal-width bins of [lo, hi] (``bins + 1`` numbers), or ``bins`` itself when it is a
-    sequence of edges (at least two, increasing)."""
-    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
-        if bins < 1:
-            raise ValueError(f"bins must be >= 1, got {bins}")
-        if not lo < hi:
-            raise ValueError(f"bin range needs lo < hi, got lo={lo}, hi={hi}")
-        return np.linspace(lo, hi, int(bins) + 1)
-    edges = np.asarray(bins, dtype=float)
-    if edges.ndim != 1 or edges.size < 2 or not np.all(np.diff(edges) > 0):
-        raise ValueError(f"bins must be an int >= 1 or at least two increasing edges, got {bins!r}")
-    return edges
-
-
-def bin_index(x, edges: np.ndarray) -> np.ndarray:
-    """The bin of each value of ``x``: bin k holds edges[k] <= x < edges[k + 1], and the last bin also its right
-    edge (as :func:`numpy.histogram`); values outside the edges are counted in the first or last bin."""
-    return np.clip(np.searchsorted(edges, np.asarray(x, dtype=float), side="right") - 1, 0, len(edges) - 2)
-
-
-def bin_counts(x, bins: int | Sequence[float] = 10, lo: float = 0.0, hi: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """(counts, edges): a histogram of ``x`` with the bins of :func:`bin_edges` and :func:`bin_index`."""
-    edges = bin_edges(bins, lo, hi)
-    return np.bincount(bin_index(x, edges), minlength=len(edges) - 1), edges
-
-
-def binned_means(x, y, bins: int | Sequence[float] = 10, *, min_count: int = 1) -> dict[str, np.ndarray]:
-    """Mean, std (ddof = 1, :func:`mean_std`), standard error and count of ``y`` in bins of ``x`` (equal-width on
-    [0, 1] for an int; :func:`bin_index`).
-
-    Bins with fewer than ``min_count`` points are dropped. Returns arrays ``left, right, center, x_mean,
-    mean, std, sem, count``.
-    """
+def binned_means(x, y, bins: int = 10) -> dict[str, np.ndarray]:
+    """Mean, std (:func:`mean_std`), standard error and count of ``y`` in ``bins`` equal-width bins of ``x`` on [0, 1]
+    (an edge belongs to the bin on its right, 1 to the last): arrays ``left, right, center, x_mean, mean, std, sem,
+    count`` over the non-empty bins."""
     x, y = to_numpy(x), to_numpy(y)
-    edges = bin_edges(bins)
-    idx = bin_index(x, edges)
+    edges = np.linspace(0.0, 1.0, int(bins) + 1)
+    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
     rows = []
-    for b in range(len(edges) - 1):
+    for b in range(bins):
         sel = idx == b
         c = int(sel.sum())
-        if c < max(min_count, 1):
-            continue
-        mean, sd, _ = mean_std(y[sel])
-        rows.append((edges[b], edges[b + 1], 0.5 * (edges[b] + edges[b + 1]), x[sel].mean(), mean, sd,
-                     sd / math.sqrt(c), c))  # fmt: skip
+        if c:
+            mean, sd, _ = mean_std(y[sel])
+            rows.append((edges[b], edges[b + 1], 0.5 * (edges[b] + edges[b + 1]), x[sel].mean(), mean, sd,
+                         sd / math.sqrt(c), c))  # fmt: skip
     names = ("left", "right", "center", "x_mean", "mean", "std", "sem", "count")
-    if not rows:
-        return {k: np.zeros(0) for k in names}
-    arr = np.array(rows, dtype=np.float64)
+    arr = np.array(rows, dtype=np.float64).reshape(-1, len(names))
     return {k: (arr[:, i].astype(int) if k == "count" else arr[:, i]) for i, k in enumerate(names)}
 
 
@@ -300,20 +238,10 @@ def final_metric(record: dict, key: str = "accuracy") -> float:
     return math.nan if v is None else float(v)
 
 
-def history_mean(record: dict, key: str, *, last: int | None = None) -> float:
-    """Mean of a history key over all steps (or the ``last`` steps)."""
+def history_mean(record: dict, key: str) -> float:
+    """Mean of a history key over all steps."""
     _, v = series(record, key)
-    if last:
-        v = v[-last:]
     return float(np.nanmean(v)) if v.size else math.nan
-
-
-def paired_by_seed(treatment: Sequence[dict], control: Sequence[dict], value: Callable[[dict], float]) -> tuple:
-    """Values of the runs whose seed appears in both lists, aligned by seed: (treatment, control, seeds)."""
-    c = {r["seed"]: value(r) for r in control}
-    seeds = sorted(s for s in {r["seed"] for r in treatment} if s in c)
-    t = {r["seed"]: value(r) for r in treatment}
-    return [t[s] for s in seeds], [c[s] for s in seeds], seeds
 
 
 def comparison_table(
@@ -326,19 +254,24 @@ def comparison_table(
     order: Sequence[str] | None = None,
 ) -> list[dict]:
     """Rows ``{"run": label, "n": n, metric: "m ± s", ...}`` plus, for ``compare`` (a metric name), the paired
-    difference against ``baseline`` (same seeds) with its 95 % t-interval and t-test p-value."""
+    difference against ``baseline`` on the seeds both have: mean [95 % t-interval], p, (higher/n up)."""
     rows = []
-    labels = list(order) if order else list(groups)
-    for label in labels:
+    for label in order or groups:
         runs = groups.get(label, [])
         if not runs:
             continue
         row = {"run": label, "n": len(runs)}
         for name, fn in metrics.items():
-            row[name] = fmt_mean_std([fn(r) for r in runs], digits)
+            m, s, k = mean_std(fn(r) for r in runs)
+            row[name] = f"{m:.{digits}f} ± {s:.{digits}f}" if k else "–"
         if compare is not None and label != baseline and baseline in groups:
-            t, c, _ = paired_by_seed(runs, groups[baseline], metrics[compare])
-            if len(t) >= 2:
-                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = fmt_paired(paired_t(t, c), digits)
+            base = {r["seed"]: metrics[compare](r) for r in groups[baseline]}
+            pairs = [(metrics[compare](r), base[r["seed"]]) for r in runs if r["seed"] in base]
+            if len(pairs) >= 2:
+                t = paired_t(*zip(*pairs))
+                (lo, hi), d, f = t["ci"], t["mean_diff"], f"+.{digits}f"
+                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = (
+                    f"{d:{f}} [{lo:{f}}, {hi:{f}}], p={t['p']:.2g} ({t['higher']}/{t['n']} up)"
+                )
         rows.append(row)
     return rows

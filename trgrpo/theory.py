@@ -1,8 +1,5 @@
-"""Theorem 3.1 and 3.2 numerically (paper Section 3, App. D), and the library's one sampler (:func:`sample_batch`).
-
-Theorem 3.1 and Figure 1 are about tokens the policy samples itself, so the theory and
-:mod:`trgrpo.token_stats` both draw with :func:`sample_batch`: temperature only, no top-k/top-p, prompts left-padded.
-"""
+"""Theorem 3.1 and 3.2 numerically (Section 3, App. D), and the library's one sampler (:func:`sample_batch`:
+temperature only, no top-k/top-p, as Theorem 3.1 and Figure 1 are about tokens the policy samples itself)."""
 
 from __future__ import annotations
 
@@ -36,9 +33,8 @@ def sample_batch(
     temperature: float,
     num_return_sequences: int = 1,
 ) -> tuple[dict, torch.Tensor]:
-    """(left-padded encoding of the rendered prompts ``texts``, sampled sequences: prompt then completion columns).
-
-    The caller seeds torch first; each prompt gives ``num_return_sequences`` adjacent rows."""
+    """(left-padded encoding of ``texts``, sampled sequences: prompt then completion columns); the caller seeds torch,
+    each prompt gives ``num_return_sequences`` adjacent rows."""
     if max_new_tokens < 1 or num_return_sequences < 1:
         raise ValueError("max_new_tokens and num_return_sequences must be >= 1")
     if not temperature > 0:
@@ -75,9 +71,8 @@ def log_softmax_grad(logits: torch.Tensor, k: torch.Tensor | int) -> torch.Tenso
 
 
 def theorem31_bounds(probs: torch.Tensor, k: torch.Tensor | int) -> dict[str, torch.Tensor]:
-    """App. D's bounds: {"p_k", "lower" = 1 - p_k, "norm" = ||1_k - p||, "upper" = sqrt(2)(1 - p_k)}.
-
-    1 - p_k is summed as sum_{j != k} p_j (exact in floating point when p_k rounds to 1)."""
+    """App. D's bounds: {"p_k", "lower" = 1 - p_k, "norm" = ||1_k - p||, "upper" = sqrt(2)(1 - p_k)}, with 1 - p_k
+    summed as sum_{j != k} p_j (exact when p_k rounds to 1)."""
     k = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1]).long()
     other = 1 - torch.nn.functional.one_hot(k, probs.shape[-1]).to(probs.dtype)
     rest, rest_sq = (probs * other).sum(-1), (probs**2 * other).sum(-1)
@@ -120,7 +115,6 @@ def theorem31_samples(
     vocab_sizes: Sequence[int] = DEFAULT_VOCAB_SIZES,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     *,
-    picks: Sequence[str] = ("sample", "uniform", "argmax"),
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """Both sides of the bounds for ``n`` distributions per (vocab size, temperature, pick): flat arrays
@@ -129,7 +123,7 @@ def theorem31_samples(
     cols: dict[str, list] = {k: [] for k in ("vocab_size", "temperature", "pick", "p_k", "lower", "norm", "upper")}
     for v in vocab_sizes:
         for t in temperatures:
-            for how in picks:
+            for how in ("sample", "uniform", "argmax"):
                 probs = random_distributions(n, int(v), float(t), generator=g)
                 b = theorem31_bounds(probs, pick_tokens(probs, how, generator=g))
                 for key in ("p_k", "lower", "norm", "upper"):
@@ -141,8 +135,8 @@ def theorem31_samples(
 
 
 def bounds_summary(samples: dict[str, np.ndarray], *, rtol: float = 1e-12) -> list[dict]:
-    """Per (vocab size, temperature): n, range of p_k, range of ||1_k - p|| / (1 - p_k) (in [1, sqrt(2)]; tokens
-    with 1 - p_k = 0 skipped) and violations (a norm outside [lower, upper] by more than ``rtol`` relative)."""
+    """Per (vocab size, temperature): n, range of p_k, range of ||1_k - p|| / (1 - p_k) (tokens with 1 - p_k = 0
+    skipped) and violations (a norm outside [lower, upper] by more than ``rtol`` relative)."""
     rows = []
     keys = sorted(set(zip(samples["vocab_size"].tolist(), samples["temperature"].tolist())))
     for v, t in keys:
@@ -188,13 +182,10 @@ def sample_completions(
     max_new_tokens: int = 96,
     temperature: float = 0.7,
     seed: int = 0,
-    prefill: str = "",
 ) -> TokenBatch:
-    """One completion per prompt sampled from the model; ``messages``: chat message lists (rendered with the chat
-    template) or plain strings, ``prefill`` appended. Tokens after the first EOS are masked out."""
+    """One completion per prompt (chat message lists or rendered strings); tokens after the first EOS masked out."""
     texts = [
-        (tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) if not isinstance(m, str) else m)
-        + prefill
+        m if isinstance(m, str) else tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
         for m in messages
     ]
     torch.manual_seed(seed)
@@ -231,10 +222,7 @@ def _decoder_parts(model):
     norm = getattr(base, "norm", None)
     head = model.get_output_embeddings()
     if layers is None or norm is None or head is None:
-        raise ValueError(
-            f"{type(model).__name__}: expected model.model.layers, model.model.norm and an output embedding "
-            "(Llama/Qwen/Mistral layout)"
-        )
+        raise ValueError(f"{type(model).__name__}: expected model.model.layers, .norm and an output embedding")
     return base, layers, norm, head
 
 
@@ -246,12 +234,9 @@ def per_token_grad_norms(
     temperature: float = 1.0,
     chunk_size: int = 256,
 ) -> TokenGradNorms:
-    """||grad_theta log pi(o_t)||_2 per completion token (Eq. 8), pi = softmax(logits / T), by parameter group.
-
-    Groups: the last ``last_k_blocks`` decoder blocks (where 1_k - p enters first, Lemma D.1), the final norm, and
-    the head W of Theorem 3.1 in closed form ||1_k - p|| ||a_L|| / T (App. D; a tied head counted as untied). One
-    backward per token, a sequence at a time; the other parameters are frozen meanwhile and restored after.
-    """
+    """||grad_theta log pi(o_t)||_2 per completion token (Eq. 8), pi = softmax(logits / T), by group: the last
+    ``last_k_blocks`` decoder blocks (Lemma D.1), the final norm, and the head in closed form ||1_k - p|| ||a_L|| / T
+    (Theorem 3.1; a tied head counted as untied). One backward per token; other parameters frozen meanwhile."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     base, layers, norm_mod, head = _decoder_parts(model)
@@ -316,7 +301,7 @@ def per_token_grad_norms(
 
 def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, rows: int) -> tuple[torch.Tensor, ...]:
     """Per token of a_L (n, d), ``rows`` at a time: log pi, ||1_k - p||, ||a_L||, the head's squared gradient norm
-    (App. D; + ||1_k - p||^2 / T^2 for a bias) and the cotangent d log pi / d a_L = W^T (1_k - p) / T."""
+    (App. D, plus a bias's) and the cotangent d log pi / d a_L = W^T (1_k - p) / T."""
     dt = torch.promote_types(a_L.dtype, torch.float32)  # at least float32 for the softmax
     w_head = head.weight.to(dt)
     bias = None if getattr(head, "bias", None) is None else head.bias.to(dt)
@@ -338,8 +323,7 @@ def _head_terms(a_L: torch.Tensor, tok: torch.Tensor, head, temperature: float, 
 def _per_token_sq_norms(
     outputs: torch.Tensor, cotangents: torch.Tensor, groups: dict[str, list[torch.nn.Parameter]]
 ) -> dict[str, torch.Tensor]:
-    """Per row t and group of parameters: the squared norm of grad <outputs[t], cotangents[t]> (the chain rule for
-    log pi(o_t) when cotangents[t] = d log pi(o_t) / d outputs[t])."""
+    """Per row t and group: the squared norm of grad <outputs[t], cotangents[t]> (= grad log pi(o_t), chain rule)."""
     params = [p for g in groups.values() for p in g]
     res = {k: torch.zeros(outputs.shape[0], dtype=torch.float64) for k in groups}
     for t in range(outputs.shape[0] if params else 0):
@@ -361,9 +345,8 @@ def theorem32_spread(
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
-    """Eq. 13 (without the per-completion |gamma|): the spread of w ||grad log pi|| (or w (1 - pi)) per scheme and
-    tau reading, Eq. 11's other hyperparameters from ``params`` / ``fields``. Rows: ``tau_mode, scheme, w_mean,
-    w_min, w_max`` and the keys of :func:`trgrpo.stats.spread_stats`."""
+    """Eq. 13 without |gamma|: the spread of w ||grad log pi|| per scheme and tau reading (other Eq. 11 fields from
+    ``params`` / ``fields``): rows ``tau_mode, scheme, w_mean, w_min, w_max`` and :func:`~trgrpo.stats.spread_stats`."""
     g = torch.as_tensor(to_numpy(grad_norms))
     p = torch.as_tensor(to_numpy(probs)).clamp(0, 1)
     if g.shape != p.shape:

@@ -14,23 +14,33 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
-from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, loss_metrics, tr_grpo_loss, validate_loss_options
+from trgrpo.loss import KL_WEIGHTINGS, METRIC_KEYS, PLACEMENTS, kl_term, tr_grpo_loss, validate_loss_options
 from trgrpo.weights import TAU_MODES, WeightParams, token_weights, tr_weight
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
-# Vision-language inputs TRL's GRPOTrainer forwards from the batch to the log-prob call (its _compute_loss).
-IMAGE_INPUTS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
+# vision-language inputs TRL's GRPOTrainer forwards from the batch to the log-prob call (its _compute_loss)
+IMAGE_INPUTS = tuple(
+    "pixel_values image_grid_thw num_images pixel_attention_mask spatial_shapes num_tiles image_sizes token_type_ids "
+    "mm_token_type_ids image_position_ids".split()
 )
+# numeric TRL fields a TR-GRPO run sets: name -> (type, rule, check)
+TRL_NUMBERS = {
+    "learning_rate": (float, ">= 0", lambda v: v >= 0),
+    "temperature": (float, "> 0", lambda v: v > 0),
+    "top_p": (float, "in (0, 1]", lambda v: 0 < v <= 1),
+    "num_generations": (int, ">= 2 (Eq. 4 needs a group)", lambda v: v >= 2),
+    "max_completion_length": (int, ">= 1", lambda v: v >= 1),
+    "per_device_train_batch_size": (int, ">= 1", lambda v: v >= 1),
+    "gradient_accumulation_steps": (int, ">= 1", lambda v: v >= 1),
+}
+# TRL options whose loss TR-GRPO does not implement: name -> the values allowed
+UNSUPPORTED = {
+    "importance_sampling_level": ("token",),
+    "top_entropy_quantile": (1.0,),
+    "entropy_coef": (0.0,),
+    "use_adaptive_entropy": (False,),
+    "delta": (None,),
+}
 
 
 @dataclass
@@ -44,21 +54,13 @@ class TRGRPOConfig(GRPOConfig):
     weight_tau: float = field(default=9.0, metadata={"help": "tau of Eq. 11 (> 0)."})
     weight_lower: float = field(default=1.0, metadata={"help": "Lower clip L of Eq. 11 (> 0)."})
     weight_upper: float = field(default=1.4, metadata={"help": "Upper clip U of Eq. 11 (>= L)."})
-    weight_tau_mode: str = field(
-        default="scale", metadata={"help": f"{TAU_MODES}: sigmoid(tau*p) (default) or sigmoid(p/tau) as printed."}
-    )
-    weight_placement: str = field(
-        default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip (Eq. 9 as printed) or outside."}
-    )
-    kl_weighting: str = field(
-        default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times k3 (Eq. 12), or plain k3 (Eq. 6)."}
-    )
+    weight_tau_mode: str = field(default="scale", metadata={"help": f"{TAU_MODES}: sigmoid(tau*p) or sigmoid(p/tau)."})
+    weight_placement: str = field(default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip or outside."})
+    kl_weighting: str = field(default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times Eq. 6, Eq. 6."})
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
     epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
-    use_bias_correction_kl: bool = field(
-        default=False, metadata={"help": "False: the KL of Eq. 6/10/12 as printed; True: times the ratio r, as TRL."}
-    )
+    use_bias_correction_kl: bool = field(default=False, metadata={"help": "True: the KL times the ratio r, as TRL."})
     loss_type: str = field(default="dapo", metadata={"help": f"Token-level normalisation: {SUPPORTED_LOSS_TYPES}."})
 
     def __post_init__(self) -> None:
@@ -79,46 +81,25 @@ class TRGRPOConfig(GRPOConfig):
                 "eps_high": "epsilon" if self.epsilon_high is None else "epsilon_high",
             },
         )
-        _check_trl_numbers(self)
+        for name, (kind, rule, ok) in TRL_NUMBERS.items():
+            v = getattr(self, name)
+            if v is None and name in ("num_generations", "max_completion_length"):  # TRL's default applies
+                continue
+            if isinstance(v, bool) or not isinstance(v, (kind, int)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite {kind.__name__}, got {v!r} ({type(v).__name__})")
+            if not ok(v):
+                raise ValueError(f"{name} must be {rule}, got {v!r}")
+        for name, allowed in UNSUPPORTED.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not supported by TR-GRPO (allowed: {allowed})")
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
-            raise ValueError(
-                f"loss_type must be one of {SUPPORTED_LOSS_TYPES} for TR-GRPO (token-level normalisation, Eq. 5), "
-                f"got {self.loss_type!r}"
-            )
+            raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES} (Eq. 5), got {self.loss_type!r}")
         super().__post_init__()
 
     @property
     def weight_params(self) -> WeightParams:
         """The flat ``weight_*`` fields (flat for TRL's command line and YAML) as one ``WeightParams``."""
         return WeightParams(*(getattr(self, f"weight_{f.name}") for f in dataclasses.fields(WeightParams)))
-
-
-def _check_trl_numbers(cfg: GRPOConfig) -> None:
-    """Type, finiteness and range of the numeric TRL fields a TR-GRPO run sets (ValueError naming the field)."""
-    checks = (
-        ("learning_rate", (float, int), lambda v: v >= 0, ">= 0"),
-        ("temperature", (float, int), lambda v: v > 0, "> 0"),
-        ("top_p", (float, int), lambda v: 0 < v <= 1, "in (0, 1]"),
-        ("num_generations", (int,), lambda v: v >= 2, ">= 2 (Eq. 4 needs a group)"),
-        ("max_completion_length", (int,), lambda v: v >= 1, ">= 1"),
-        ("per_device_train_batch_size", (int,), lambda v: v >= 1, ">= 1"),
-        ("gradient_accumulation_steps", (int,), lambda v: v >= 1, ">= 1"),
-    )
-    for name, types, ok, rule in checks:
-        v = getattr(cfg, name, None)
-        if v is None and name in ("num_generations", "max_completion_length"):
-            continue
-        if isinstance(v, bool) or not isinstance(v, types) or (isinstance(v, float) and not math.isfinite(v)):
-            raise ValueError(f"{name} must be a finite {types[0].__name__}, got {v!r} ({type(v).__name__})")
-        if not ok(v):
-            raise ValueError(f"{name} must be {rule}, got {v!r}")
-
-
-def _empty_metrics(args: TRGRPOConfig) -> dict[str, float]:
-    """The keys of :func:`trgrpo.loss.loss_metrics`, all 0 (a micro-batch without a valid token still gathers)."""
-    one = torch.ones(1, 1)
-    keys = loss_metrics(one, one, one, one.bool(), 0.2, 0.2, args.weight_placement, kl=one, upper=args.weight_upper)
-    return dict.fromkeys(keys, 0.0)
 
 
 def weight_rng_file(args: Any) -> str:
@@ -136,15 +117,6 @@ class TRGRPOTrainer(GRPOTrainer):
             args = TRGRPOConfig(output_dir=f"{model_name.split('/')[-1]}-TR-GRPO")
         if not isinstance(args, TRGRPOConfig):
             raise TypeError("TRGRPOTrainer needs args=TRGRPOConfig(...) (the token-weight options live there)")
-        for name, value, allowed in (
-            ("importance_sampling_level", args.importance_sampling_level, ("token",)),
-            ("top_entropy_quantile", args.top_entropy_quantile, (1.0,)),
-            ("entropy_coef", args.entropy_coef, (0.0,)),
-            ("use_adaptive_entropy", args.use_adaptive_entropy, (False,)),
-            ("delta", args.delta, (None,)),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name}={value!r} is not supported by TRGRPOTrainer (allowed: {allowed})")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
         # the random scheme's own generator: the global RNG samples the rollouts
         self._weight_generator = torch.Generator().manual_seed(int(args.seed) + 7919 * self.accelerator.process_index)
@@ -162,19 +134,14 @@ class TRGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         args: TRGRPOConfig = self.args
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logits_to_keep = completion_ids.size(1)
-        # Tool output never gets a gradient (agentic search): keep TRL's tool mask.
+        completion_mask = inputs["completion_mask"]
+        # tool output never gets a gradient (agentic search): keep TRL's tool mask
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-
         per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+            torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+            inputs["completion_ids"].size(1),
             compute_entropy=True,
             compute_aux_loss=self.aux_loss_enabled,  # MoE router load balancing, set up by TRL
             **{key: inputs.get(key) for key in IMAGE_INPUTS},
@@ -182,12 +149,10 @@ class TRGRPOTrainer(GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old
 
-        # Eq. 11: the weight sees the current policy's probability, detached (sg[.]).
-        probs = per_token_logps.detach().exp().clamp(0.0, 1.0)
-        # const / tr_norm take the mean over this batch's valid tokens (mask).
+        probs = per_token_logps.detach().exp().clamp(0.0, 1.0)  # Eq. 11: sg[pi]
         weights = token_weights(probs, **vars(args.weight_params), generator=self._weight_generator, mask=mask)
 
-        # Factors TRL applies to the policy term only (off-policy sequence mask, vLLM IS correction).
+        # factors TRL applies to the policy term only (off-policy sequence mask, vLLM IS correction)
         policy_scale = None
         if self.off_policy_mask_threshold is not None:
             adv = inputs["advantages"]
@@ -214,9 +179,8 @@ class TRGRPOTrainer(GRPOTrainer):
                 normalizer = normalizer * self.current_gradient_accumulation_steps
 
         if not bool(mask.any()):
-            # Every completion of this micro-batch was truncated and masked (mask_truncated_completions): TRL's own
-            # loss is then 0 (its token count is clamped to >= 1); do the same, keeping the graph, and log zeros.
-            loss, metrics = (per_token_logps * mask).sum(), _empty_metrics(args)
+            # every completion truncated and masked: TRL's loss is 0 (graph kept), its metrics zeros
+            loss, metrics = (per_token_logps * mask).sum(), dict.fromkeys(METRIC_KEYS, 0.0)
         else:
             out = tr_grpo_loss(
                 per_token_logps,
@@ -236,7 +200,7 @@ class TRGRPOTrainer(GRPOTrainer):
                 policy_scale=policy_scale,
             )
             loss, metrics = out.loss, out.metrics
-        # As TRL: the router's load-balancing loss, scaled for gradient accumulation like the loss above
+        # as TRL: the MoE router's load-balancing loss, scaled for gradient accumulation
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss / (
                 self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -256,12 +220,12 @@ class TRGRPOTrainer(GRPOTrainer):
 
         logps = logps.detach()
         ratio = torch.exp(logps - old)
-        if self.beta != 0.0:  # TRL's "kl": the k3 estimate of Eq. 6 (times r if bias-corrected), whatever the weighting
-            k3 = kl_term(logps, inputs["ref_per_token_logps"], None, "plain")  # Eq. 6
+        if self.beta != 0.0:  # TRL's "kl": Eq. 6 (times r if bias-corrected), whatever the weighting
+            k3 = kl_term(logps, inputs["ref_per_token_logps"], None, "plain")
             store["kl"].append(global_masked_mean(k3 * ratio if self.args.use_bias_correction_kl else k3))
         store["entropy"].append(global_masked_mean(entropies))
-        advantages = inputs["advantages"]
-        adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        adv = inputs["advantages"]
+        adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
         low = ((ratio < 1 - self.epsilon_low) & (adv < 0)).float()
         high = ((ratio > 1 + self.epsilon_high) & (adv > 0)).float()
         store["clip_ratio/low_mean"].append(global_masked_mean(low))
@@ -271,16 +235,13 @@ class TRGRPOTrainer(GRPOTrainer):
         per_completion = self.accelerator.gather(torch.stack([low * mask, high * mask]).sum(-1) / mask.sum(-1))
         store["clip_ratio/low_min"].append(nanmin(per_completion[0]).item())
         store["clip_ratio/high_max"].append(nanmax(per_completion[1]).item())
-        params = self.args.weight_params  # tr_weight reads Eq. 11's fields only, not the scheme
-        w = tr_weight(probs, params)
-        at_lower = w <= params.lower + 1e-6
-        at_upper = (w >= params.upper - 1e-6) & ~at_lower
-        at_lower, at_upper = at_lower.float(), at_upper.float()
-        store["tr/eq11_at_lower"].append(global_masked_mean(at_lower))
-        store["tr/eq11_between"].append(global_masked_mean(1.0 - at_lower - at_upper))
-        store["tr/eq11_at_upper"].append(global_masked_mean(at_upper))
-        # one gather and one host sync for all weight diagnostics: (processes, metrics) -> mean over processes
-        keys = list(metrics)
-        local = torch.tensor([[metrics[k] for k in keys]], device=self.accelerator.device, dtype=torch.float32)
-        for key, value in zip(keys, self.accelerator.gather(local).mean(dim=0).tolist()):
+        params = self.args.weight_params
+        w = tr_weight(probs, params)  # Eq. 11 whatever the scheme
+        at_lower = (w <= params.lower + 1e-6).float()
+        at_upper = (w >= params.upper - 1e-6).float() * (1.0 - at_lower)
+        for key, share in (("at_lower", at_lower), ("between", 1.0 - at_lower - at_upper), ("at_upper", at_upper)):
+            store[f"tr/eq11_{key}"].append(global_masked_mean(share))
+        # one gather and one host sync for the weight diagnostics, averaged over processes
+        local = torch.tensor([[metrics[k] for k in METRIC_KEYS]], device=self.accelerator.device, dtype=torch.float32)
+        for key, value in zip(METRIC_KEYS, self.accelerator.gather(local).mean(dim=0).tolist()):
             store[f"tr/{key}"].append(value)

@@ -1,11 +1,8 @@
 """Token weights of TR-GRPO (Eq. 11) and the ablation schemes of Table 4.
 
-    w_{i,t} = clip( alpha * [ sigmoid( sg[pi(o_{i,t})] scaled by tau ) - mu ], L, U )       (Eq. 11)
-
 ``tau_mode`` is the first reading (docs/design.md): ``"scale"`` sigmoid(tau p) (default), ``"divide"`` sigmoid(p / tau)
-(as printed). :data:`SCHEMES` maps a name to ``fn(p, *, params, mask, generator) -> w``: ``"tr"``, Table 4's
-``"equal"``, ``"random"``, ``"reverse"`` (2 - w), and notebook 03's ``"const"`` (the batch's mean Eq. 11 weight) and
-``"tr_norm"`` (w / that mean). Add one with ``weights.SCHEMES["mine"] = lambda p, **_: 0.3 * p + 0.7``.
+(as printed). :data:`SCHEMES` maps a name to ``fn(p, *, params, mask, generator) -> w``; add one with
+``weights.SCHEMES["mine"] = lambda p, **_: 0.3 * p + 0.7``.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ def _finite(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class WeightParams:
-    """The scheme and Eq. 11's hyperparameters (paper defaults, App. B.2), checked on construction (a ``ValueError``
-    starting with the field name)."""
+    """The scheme and Eq. 11's hyperparameters (App. B.2 defaults), checked on construction (errors name the field)."""
 
     scheme: str = "tr"
     alpha: float = 2.0
@@ -69,10 +65,6 @@ class WeightParams:
         """A copy with ``fields`` changed, validated."""
         return dataclasses.replace(self, **fields)
 
-    def eq11(self) -> dict[str, float | str]:
-        """The six Eq. 11 hyperparameters (every field but ``scheme``), e.g. for a record."""
-        return {k: v for k, v in vars(self).items() if k != "scheme"}
-
 
 def as_weight_params(params: WeightParams | str = "tr", /, **fields: Any) -> WeightParams:
     """A :class:`WeightParams` from one (with ``fields`` changed) or from a scheme name and ``fields``."""
@@ -89,7 +81,6 @@ def tr_weight(probs: torch.Tensor, params: WeightParams) -> torch.Tensor:
 
 
 def _random(p: torch.Tensor, *, generator: torch.Generator | None, **_: Any) -> torch.Tensor:
-    # drawn from ``generator`` only, so that the global RNG (rollout sampling) is not perturbed
     if generator is None:
         raise ValueError("scheme='random' needs generator=torch.Generator() (the global RNG samples the rollouts)")
     lo, hi = RANDOM_RANGE
@@ -98,7 +89,7 @@ def _random(p: torch.Tensor, *, generator: torch.Generator | None, **_: Any) -> 
 
 
 def _batch_mean(w: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """m = sum(w * mask) / sum(mask) over the tensor given (in the trainer: the micro-batch the loss sees)."""
+    """sum(w * mask) / sum(mask): the mean weight of the valid tokens given (in the trainer: the micro-batch)."""
     if not torch.is_tensor(mask) or mask.shape != w.shape:
         raise ValueError(f"schemes 'const' and 'tr_norm' need mask= of the probs' shape {tuple(w.shape)}")
     valid = mask.detach().to(w.dtype)
@@ -107,8 +98,7 @@ def _batch_mean(w: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return (w * valid).sum() / valid.sum()
 
 
-SchemeFn = Callable[..., torch.Tensor]
-SCHEMES: dict[str, SchemeFn] = {
+SCHEMES: dict[str, Callable[..., torch.Tensor]] = {  # const, tr_norm: notebook 03's controls
     "tr": lambda p, *, params, **_: tr_weight(p, params),
     "equal": lambda p, **_: torch.ones_like(p),
     "random": _random,
@@ -126,10 +116,8 @@ def token_weights(
     generator: torch.Generator | None = None,
     **fields: Any,
 ) -> torch.Tensor:
-    """Per-token weights w of ``scheme`` for probabilities ``probs`` (any shape), detached, finite and > 0.
-
-    ``fields``: Eq. 11's hyperparameters (paper defaults; or ``**vars(params)``). ``mask`` (1 for valid tokens) is
-    read by ``"const"`` and ``"tr_norm"``, ``generator`` by ``"random"`` (required there)."""
+    """Per-token weights w > 0 of ``scheme`` for probabilities ``probs`` (any shape), detached; ``fields``: Eq. 11's
+    hyperparameters. ``mask`` (1 = valid) is read by ``"const"``/``"tr_norm"``, ``generator`` by ``"random"``."""
     params = WeightParams(scheme, **fields)
     if not torch.is_tensor(probs) or not probs.is_floating_point():
         raise TypeError(f"probs must be a floating-point torch.Tensor, got {getattr(probs, 'dtype', type(probs))}")
@@ -146,8 +134,7 @@ def token_weights(
 
 
 def weight_range(scheme: str = "tr", **fields: Any) -> tuple[float, float]:
-    """The (min, max) of w over p in [0, 1] (on a grid of 1001 points, both ends included), as
-    :func:`token_weights` takes its arguments: ``weight_range(tau=0.5, tau_mode="divide")``."""
+    """The (min, max) of w over p in [0, 1] (a grid of 1001 points): ``weight_range(tau=0.5, tau_mode="divide")``."""
     params = WeightParams(scheme, **fields)
     if scheme == "const":  # the batch mean of weights in [L, U]
         return params.lower, params.upper
