@@ -171,19 +171,15 @@ def git_dirty() -> bool | None:
     return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
 
 
-def peak_memory_mb() -> dict:
-    import torch
-
-    out = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if torch.cuda.is_available():
-        out["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return out
-
-
 def provenance() -> dict:
     """Where and how a record was made: peak memory, machine, package versions, git commit, time."""
+    import torch
+
+    peak = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        peak["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return {
-        "peak_memory": peak_memory_mb(),
+        "peak_memory": peak,
         "machine": machine_info(),
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -538,19 +534,19 @@ def env_world_size() -> int:
 
 def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
     """What ``train --print-config`` prints: the batch layout and the memory settings, without loading a model."""
+    memory = (
+        "vllm_gpu_memory_utilization",
+        "vllm_importance_sampling",
+        "ddp_timeout_s",
+        "max_completion_length",
+        "steps",
+    )
     return {
-        "name": spec.name,
-        "model": spec.model,
+        **{k: getattr(spec, k) for k in ("name", "model")},
         **batch_layout(spec, world_size),
-        "gradient_checkpointing": spec.gradient_checkpointing,
-        "bf16": spec.bf16,
-        "use_vllm": spec.use_vllm,
+        **{k: getattr(spec, k) for k in ("gradient_checkpointing", "bf16", "use_vllm")},
         "vllm_max_model_length": vllm_max_model_length(spec),
-        "vllm_gpu_memory_utilization": spec.vllm_gpu_memory_utilization,
-        "vllm_importance_sampling": spec.vllm_importance_sampling,
-        "ddp_timeout_s": spec.ddp_timeout_s,
-        "max_completion_length": spec.max_completion_length,
-        "steps": spec.steps,
+        **{k: getattr(spec, k) for k in memory},
         "batch_reading": BATCH_READING,
     }
 
