@@ -111,7 +111,7 @@ def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monk
     saved = records.read_record(path)  # validated against the schema
     assert saved == json.loads(json.dumps(records.jsonable(rec))) and saved["kind"] == "run"
     assert saved["name"] == rec["name"] == "addition-micro-tr-ratio-seed0"
-    assert (saved["scheme"], saved["seed"], saved["steps"], saved["placement"]) == ("tr", 0, 2, "ratio")
+    assert (saved["scheme"], saved["seed"], saved["steps"], saved["spec"]["placement"]) == ("tr", 0, 2, "ratio")
     assert saved["model"].startswith("micro-qwen2") and saved["machine"]["cpu_count"] >= 1
     assert len(saved["history"]) == 2
     for h in saved["history"]:
@@ -140,7 +140,7 @@ def test_token_grad_norms_fall_with_probability(tmp_path):
     import numpy as np
 
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path, model_overrides=TINY, verbose=False)
-    rec = toy.token_grad_analysis("addition", 0, n_prompts=8, warm_kwargs=warm, write=False)
+    rec = toy.token_grad_analysis("addition", 0, n_prompts=8, warm_kwargs=warm, results_dir=tmp_path / "res")
     p, g = np.asarray(rec["prob"]), np.asarray(rec["grad_norm"])
     assert p.size == g.size == rec["n_tokens"] > 8
     assert ((p > 0) & (p <= 1)).all() and (g > 0).all()

@@ -16,7 +16,7 @@ import resource
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,19 +171,15 @@ def git_dirty() -> bool | None:
     return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
 
 
-def peak_memory_mb() -> dict:
-    import torch
-
-    out = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if torch.cuda.is_available():
-        out["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return out
-
-
 def provenance() -> dict:
     """Where and how a record was made: peak memory, machine, package versions, git commit, time."""
+    import torch
+
+    peak = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        peak["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return {
-        "peak_memory": peak_memory_mb(),
+        "peak_memory": peak,
         "machine": machine_info(),
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -256,7 +252,7 @@ def write_json(path: Path | str, record: Any) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(jsonable(record), indent=1, sort_keys=False)
+    text = json.dumps(jsonable(record), indent=1)
     _remove_stray_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
@@ -292,31 +288,6 @@ def _remove_stray_temporaries(path: Path) -> None:
                 tmp.unlink()
         except (PermissionError, OverflowError):  # alive under another user / not a process id
             continue
-
-
-@contextlib.contextmanager
-def file_lock(path: Path | str) -> Iterator[None]:
-    """An exclusive lock (``fcntl.flock``) on the sidecar file ``<path>.lock``, for read-modify-write updates."""
-    import fcntl
-
-    lock = Path(f"{path}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def update_json(path: Path | str, update: Callable[[Any], Any], default: Any = None) -> Any:
-    """Read ``path`` (or ``default``), apply ``update``, write the result, all under :func:`file_lock`."""
-    path = Path(path)
-    with file_lock(path):
-        current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
-        new = update(current)
-        write_json(path, new)
-    return new
 
 
 def jsonable(x):
@@ -409,19 +380,10 @@ class RunSpec:
                 raise ValueError(f"{f.name} must be a number, got {v!r} ({type(v).__name__})")
             if kind == "int" and not isinstance(v, numbers.Integral):
                 raise ValueError(f"{f.name} must be an integer, got {v!r} ({type(v).__name__})")
-        for name in ("learning_rate", "temperature"):
+        for name, (ok, what) in RULES.items():
             v = getattr(self, name)
-            if v is not None and (not math.isfinite(v) or v <= 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r} ({type(v).__name__})")
-        for name, least in MINIMUM.items():
-            v = getattr(self, name)
-            if v is not None and v < least:
-                raise ValueError(f"{name} must be an integer >= {least}, got {v!r}")
-        if self.vllm_importance_sampling not in VLLM_IMPORTANCE_SAMPLING:
-            raise ValueError(
-                f"vllm_importance_sampling must be one of {list(VLLM_IMPORTANCE_SAMPLING)}, "
-                f"got {self.vllm_importance_sampling!r}"
-            )
+            if v is not None and not ok(v):
+                raise ValueError(f"{name} must be {what}, got {v!r}")
         get_task(self.task)  # a ValueError names the registered tasks
         if not isinstance(self.task_options, dict):
             raise ValueError(f"task_options must be a mapping, got {type(self.task_options).__name__}")
@@ -448,12 +410,18 @@ class RunSpec:
 
 
 _COUNTS = ("steps", "prompts_per_step", "max_completion_length", "n_train", "save_steps", "gradient_accumulation_steps")
-MINIMUM = {
-    **dict.fromkeys(_COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), 1),
-    "n_eval": 0,
-    "seed": 0,
+_POSITIVE = (lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+# The value rules of RunSpec fields beyond their annotated type: field -> (test, what it must be); None passes.
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(
+        _COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), (lambda v: v >= 1, "an integer >= 1")
+    ),
+    **dict.fromkeys(("n_eval", "seed"), (lambda v: v >= 0, "an integer >= 0")),
+    "num_generations": (lambda v: v >= 2, "an integer >= 2"),  # Eq. 4 needs a group
+    "learning_rate": _POSITIVE,
+    "temperature": _POSITIVE,
+    "vllm_importance_sampling": (VLLM_IMPORTANCE_SAMPLING.__contains__, f"one of {list(VLLM_IMPORTANCE_SAMPLING)}"),
 }
-MINIMUM["num_generations"] = 2  # Eq. 4 needs a group
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -566,25 +534,28 @@ def env_world_size() -> int:
 
 def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
     """What ``train --print-config`` prints: the batch layout and the memory settings, without loading a model."""
+    memory = (
+        "vllm_gpu_memory_utilization",
+        "vllm_importance_sampling",
+        "ddp_timeout_s",
+        "max_completion_length",
+        "steps",
+    )
     return {
-        "name": spec.name,
-        "model": spec.model,
+        **{k: getattr(spec, k) for k in ("name", "model")},
         **batch_layout(spec, world_size),
-        "gradient_checkpointing": spec.gradient_checkpointing,
-        "bf16": spec.bf16,
-        "use_vllm": spec.use_vllm,
+        **{k: getattr(spec, k) for k in ("gradient_checkpointing", "bf16", "use_vllm")},
         "vllm_max_model_length": vllm_max_model_length(spec),
-        "vllm_gpu_memory_utilization": spec.vllm_gpu_memory_utilization,
-        "vllm_importance_sampling": spec.vllm_importance_sampling,
-        "ddp_timeout_s": spec.ddp_timeout_s,
-        "max_completion_length": spec.max_completion_length,
-        "steps": spec.steps,
+        **{k: getattr(spec, k) for k in memory},
         "batch_reading": BATCH_READING,
     }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Training
+
+
+WEIGHT_FIELDS = ("scheme", "alpha", "mu", "tau", "lower", "upper", "tau_mode", "placement")  # -> weight_<field>
 
 
 def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, **overrides):
@@ -610,14 +581,7 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         beta=spec.beta,
         epsilon=spec.epsilon,
         epsilon_high=spec.epsilon_high,
-        weight_scheme=spec.scheme,
-        weight_alpha=spec.alpha,
-        weight_mu=spec.mu,
-        weight_tau=spec.tau,
-        weight_lower=spec.lower,
-        weight_upper=spec.upper,
-        weight_tau_mode=spec.tau_mode,
-        weight_placement=spec.placement,
+        **{f"weight_{k}": getattr(spec, k) for k in WEIGHT_FIELDS},
         kl_weighting=spec.kl_weighting,
         logging_steps=1,
         save_strategy="steps",

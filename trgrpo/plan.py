@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -195,40 +196,33 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> li
     completions = spec.prompts_per_step * spec.num_generations
     now = batch_layout(spec, gpus)["per_device_train_batch_size"] if completions % gpus == 0 else None
     need_util = 2 * shape.params / GB + A.vllm_runtime_gb + vllm_max_model_length(spec) * shape.kv_bytes_per_token / GB
-    utils = [spec.vllm_gpu_memory_utilization]
-    if spec.use_vllm and round(need_util / gpu_mem_gb + 0.005, 2) != utils[0]:  # the least that holds one sequence
-        utils.append(round(need_util / gpu_mem_gb + 0.005, 2))
+    utils = [spec.vllm_gpu_memory_utilization] + ([round(need_util / gpu_mem_gb + 0.005, 2)] if spec.use_vllm else [])
     for w in [gpus] + [w for w in (2, 4, 8, 16, 32, 64) if w > gpus]:
         if completions % w:
             continue
         per_gpu = completions // w
-        for z in [zero, 3] if zero == 2 and w > 1 else [zero if w == gpus else 3]:
-            for util in utils:
-                if util >= 0.95:
-                    continue
-                for m in [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]:  # the largest micro-batch first
-                    if w == gpus and now is not None and m > now:
-                        continue
-                    for ckpt in [spec.gradient_checkpointing, True]:
-                        s = dataclasses.replace(
-                            spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
-                        )
-                        mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z)
-                        ok = mem["train_peak"] <= gpu_mem_gb
-                        if ok and (not s.use_vllm or mem["vllm_kv_cache"] >= mem["vllm_kv_needed_one_sequence"]):
-                            out = []
-                            if w != gpus:
-                                out.append(f"--gpus: {gpus} -> {w}")
-                            if z != zero:
-                                out.append(f"accelerate_config: configs/zero{zero}.yaml -> configs/zero{z}.yaml")
-                            if ckpt != spec.gradient_checkpointing:
-                                out.append("gradient_checkpointing: false -> true")
-                            if util != spec.vllm_gpu_memory_utilization:
-                                old = spec.vllm_gpu_memory_utilization
-                                out.append(f"vllm_gpu_memory_utilization: {old:g} -> {util:g}")
-                            if m != now:
-                                out.append(f"micro_batch_size: {now} -> {m}")
-                            return out
+        zeros = [zero, 3] if zero == 2 and w > 1 else [zero if w == gpus else 3]
+        micro = [m for m in range(per_gpu, 0, -1) if per_gpu % m == 0 and not (w == gpus and now and m > now)]
+        checkpointing = dict.fromkeys([spec.gradient_checkpointing, True])
+        for z, util, m, ckpt in itertools.product(
+            zeros, dict.fromkeys(u for u in utils if u < 0.95), micro, checkpointing
+        ):
+            s = dataclasses.replace(
+                spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
+            )
+            mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z)
+            if mem["train_peak"] > gpu_mem_gb or (
+                s.use_vllm and mem["vllm_kv_cache"] < mem["vllm_kv_needed_one_sequence"]
+            ):
+                continue
+            changes = [  # (setting, old, new), in the order they are printed
+                ("--gpus", gpus, w),
+                ("accelerate_config", f"configs/zero{zero}.yaml", f"configs/zero{z}.yaml"),
+                ("gradient_checkpointing", str(spec.gradient_checkpointing).lower(), str(ckpt).lower()),
+                ("vllm_gpu_memory_utilization", f"{spec.vllm_gpu_memory_utilization:g}", f"{util:g}"),
+                ("micro_batch_size", now, m),
+            ]
+            return [f"{k}: {old} -> {new}" for k, old, new in changes if old != new]
     return [
         "model: a smaller one, or --gpu-mem-gb: GPUs with more memory (no setting of this plan fits "
         f"{Path(str(spec.model)).name} on up to 64 GPUs of {gpu_mem_gb:g} GB)"

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import RESULTS_DIR, load_results, run, run_name, update_json
+from trgrpo.experiment import RESULTS_DIR, load_results, run, run_name
 from trgrpo.models import cache_dir, pad_batch, sft_step
 from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy, records, splits
 
@@ -332,9 +332,6 @@ def run_toy(
         return dict(
             model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec['seed']}, {ws['steps']} SFT steps)",
             model_path=str(ws_path),
-            placement=spec.get("placement"),
-            tau=spec.get("tau"),
-            reward_kind=spec.get("task_options", {}).get("reward", "correct"),
             initial=initial,
             eval_history=eval_history,
             warm_start={k: ws[k] for k in ("steps", "wall_time_s", "cpu_time_s", "threshold", "n_parameters", "test")},
@@ -359,18 +356,8 @@ def run_toy(
         )
 
 
-def run_grid(
-    specs: Sequence[dict],
-    *,
-    results_dir: Path | str | None = None,
-    warm_kwargs: dict | None = None,
-    eval_every: int = 25,
-    threads: int | None = 2,
-    force: bool = False,
-    progress: bool = True,
-    eval_sampled: bool = True,
-) -> dict:
-    """Run every spec without a record, seed by seed; append the call's times to ``<group>/grid-summary.json``."""
+def run_grid(specs: Sequence[dict], *, threads: int | None = 2, progress: bool = True, **run_kw: Any) -> dict:
+    """Run every spec without a record, seed by seed (warm starts first); ``run_kw`` as :func:`run_toy`."""
     import torch
     from tqdm.auto import tqdm
 
@@ -378,40 +365,26 @@ def run_grid(
         torch.set_num_threads(threads)
     quiet()
     t0, c0 = time.time(), time.process_time()
-    root = Path(results_dir or RESULTS_DIR)
-    todo = [s for s in specs if force or not (root / s.get("group", GROUP) / f"{s['name']}.json").exists()]
-    ws_wall, done = 0.0, []
+    root = Path(run_kw.get("results_dir") or RESULTS_DIR)
+    todo = [s for s in specs if not (root / s.get("group", GROUP) / f"{s['name']}.json").exists()]
     bar = tqdm(total=len(todo), desc="toy grid", disable=not progress)
     for seed in dict.fromkeys(s["seed"] for s in todo):
         part = [s for s in todo if s["seed"] == seed]
-        ws_t0 = time.time()
         for task in dict.fromkeys(s["task"] for s in part):
-            warm_start(task, seed, **(warm_kwargs or {}))
-        ws_wall += time.time() - ws_t0
+            warm_start(task, seed, **(run_kw.get("warm_kwargs") or {}))
         for spec in part:
             bar.set_postfix_str(spec["name"])
-            rec = run_toy(
-                spec, results_dir=results_dir, warm_kwargs=warm_kwargs, eval_every=eval_every, eval_sampled=eval_sampled
-            )
-            done.append(rec["name"])
+            run_toy(spec, **run_kw)
             bar.update()
     bar.close()
-    summary = {
+    return {
         "n_specs": len(specs),
-        "n_run": len(done),
+        "n_run": len(todo),
         "n_skipped": len(specs) - len(todo),
         "wall_time_s": time.time() - t0,
         "cpu_time_s": time.process_time() - c0,
-        "warm_start_wall_s": ws_wall,
         "threads": torch.get_num_threads(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    for group in sorted({s.get("group", GROUP) for s in specs}) if done else ():
-        update_json(  # locked read-modify-write: two grids writing at once lose no line
-            root / group / "grid-summary.json",
-            lambda prev: {"kind": "grid_summary", "invocations": [*(prev or {}).get("invocations", []), summary]},
-        )
-    return summary
 
 
 def quiet() -> None:
@@ -463,7 +436,6 @@ def token_grad_analysis(
     temperature: float = 1.0,
     results_dir: Path | str | None = None,
     warm_kwargs: dict | None = None,
-    write: bool = True,
     group: str = GROUP,
 ) -> dict:
     """Per-token ||grad log pi|| vs pi on the warm-start policy (Theorem 3.1, Eq. 8) and the spread of
@@ -516,6 +488,5 @@ def token_grad_analysis(
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
     }
-    if write:
-        write_result(group, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
+    write_result(group, f"analysis-token-grad-{task}-seed{seed}", record, results_dir)
     return record
