@@ -12,7 +12,12 @@ from trgrpo import plots
 
 
 def _rec(scheme: str, seed: int) -> dict:
-    return {"scheme": scheme, "seed": seed, "weight": {}, "history": [{"reward": 0.1 * t} for t in range(12)]}
+    return {
+        "scheme": scheme,
+        "seed": seed,
+        "weight": {},
+        "history": [{"step": t, "reward": 0.1 * t} for t in range(12)],
+    }
 
 
 def test_equal_curves_differ_in_style_and_labels_are_readable():

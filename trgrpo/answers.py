@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trgrpo import paper
 from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, min_detectable_effect, paired_t
-from trgrpo.tables import label, primary_metric, scale_label, variant
+from trgrpo.tables import label, num, primary_metric, scale_label, variant
 from trgrpo.toy import load_runs, run_label
 from trgrpo.toy_controls import ARMS
 
@@ -78,66 +78,14 @@ def contrast(treatment: list[float], control: list[float], effect: float | None,
     }
 
 
-def _with_holm(parts: list[dict]) -> list[dict]:
-    for part, p_adj in zip(parts, holm([c["p"] for c in parts])):
-        part["p_holm"] = p_adj
-    return parts
-
-
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the paper, and the command that would test it at the paper's scale."""
+    """A claim of the paper, the command that would test it at the paper's scale, and its evaluator."""
 
     name: str
     says: str
     command: str
-
-
-_NB01 = "papermill notebooks/01_gradient_norm_theorem.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct -p N_PROMPTS 64"
-_BATCH = "python -m trgrpo.batch experiments/"
-CLAIMS: tuple[Claim, ...] = (
-    Claim(
-        "Theorem 3.1",
-        "a token's gradient norm lies between (1 - p) and sqrt(2) (1 - p): unlikely tokens dominate",
-        _NB01,
-    ),
-    Claim("Theorem 3.2", "weighting by an increasing w(p) narrows the spread of per-token gradient norms", _NB01),
-    Claim(
-        "Table 1",
-        "on K&K (3-7 people) Qwen2.5-3B rises from 0.39 (GRPO) to 0.63 (TR-GRPO) average accuracy",
-        _BATCH + "kk_qwen3b.yaml",
-    ),
-    Claim(
-        "Table 2",
-        "TR-GRPO beats GRPO on math benchmarks (avg@k, pass@k) with Qwen2.5 models",
-        _BATCH + "math_qwen7b.yaml",
-    ),
-    Claim(
-        "Table 3",
-        "TR-GRPO beats GRPO in exact match on agentic search (one-hop and multi-hop QA)",
-        "papermill notebooks/07_agentic_search.ipynb out.ipynb (full-scale parameters, GPU server)",
-    ),
-    Claim(
-        "Table 4",
-        "TR weights beat equal, random and reverse weights: the probability-aware direction matters",
-        _BATCH + "kk_qwen3b_table4.yaml",
-    ),
-    Claim(
-        "Table 7",
-        "accuracy rises with tau up to tau = 9, and tau = 0.5 scores as GRPO",
-        _BATCH + "kk_qwen3b_table7.yaml",
-    ),
-    Claim(
-        "Table 8",
-        "TR-GRPO costs little: +5-6 % training time, no extra GPU memory",
-        "make bench (on the GPU server, with the full-scale model)",
-    ),
-    Claim(
-        "Figure 1",
-        "high-probability tokens are structural (operators, brackets, names); low ones carry reasoning",
-        "papermill notebooks/04_token_probabilities.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct",
-    ),
-)
+    evaluate: Callable[[Claim, Path], dict | list[dict]]
 
 
 def _json(path: Path) -> dict | None:
@@ -175,9 +123,8 @@ def _scale_of(records: list[dict]) -> str:
     return scale_label(records) if records else "—"
 
 
-def _acc(d: dict | None) -> str:
-    v = (d or {}).get("accuracy")
-    return "–" if v is None else f"{v:.2f}"
+def _cpu_scale(rec: dict) -> str:
+    return f"{rec.get('model')}, {rec.get('n_tokens')} tokens, CPU"
 
 
 def _lm_runs(root: Path) -> tuple[list[dict], str]:
@@ -186,7 +133,11 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
     runs = sorted(
         (r for r in _records(root / "toy" / "lm") if r.get("task") == "arith"), key=lambda r: (variant(r), r["seed"])
     )
-    return runs, "; ".join(f"{variant(r)} seed {r['seed']} {_acc(r.get('initial'))} → {_acc(r['final'])}" for r in runs)
+    acc = [
+        (num((r.get("initial") or {}).get("accuracy"), ".2f"), num((r["final"] or {}).get("accuracy"), ".2f"))
+        for r in runs
+    ]
+    return runs, "; ".join(f"{variant(r)} seed {r['seed']} {a} → {b}" for r, (a, b) in zip(runs, acc))
 
 
 # ---------------------------------------------------------------- one evaluator per claim
@@ -205,8 +156,7 @@ def theorem31(claim: Claim, root: Path) -> dict:
     )
     ok = rec["bounds_violations"] == 0 and rho < -0.5
     strength = "strong (a proof, checked numerically; one small LM)" if ok else "—"
-    scale = f"{rec.get('model')}, {rec.get('n_tokens')} tokens, CPU"
-    return _row(claim, "reproduced" if ok else "not reproduced", strength, evidence, scale)
+    return _row(claim, "reproduced" if ok else "not reproduced", strength, evidence, _cpu_scale(rec))
 
 
 def theorem32(claim: Claim, root: Path) -> dict:
@@ -221,8 +171,7 @@ def theorem32(claim: Claim, root: Path) -> dict:
         f"(Eq. 11 with tau read as a scale); with tau as printed (divide) w = 1 and nothing changes"
     )
     strength = f"moderate (one model, {rec.get('n_tokens')} tokens, one sample)"
-    scale = f"{rec.get('model')}, {rec.get('n_tokens')} tokens, CPU"
-    return _row(claim, "reproduced" if tr < eq < rev else "not reproduced", strength, evidence, scale)
+    return _row(claim, "reproduced" if tr < eq < rev else "not reproduced", strength, evidence, _cpu_scale(rec))
 
 
 def _paper_scale_runs(folder: Path) -> list[dict]:
@@ -235,9 +184,7 @@ def paper_effect(treatment: str, control: str = "equal") -> float:
 
     def avg(x: str) -> float:
         return (
-            paper.table7_accuracy(tau=float(x[3:]))["avg"]
-            if x.startswith("tau")
-            else paper.table(4).value("avg", scheme=x)
+            paper.table7_accuracy(tau=float(x[3:]))["avg"] if x[:3] == "tau" else paper.table(4).value("avg", scheme=x)
         )
 
     return avg(treatment) - avg(control)
@@ -317,21 +264,28 @@ def _paired(metrics: dict[str, dict[int, float]], treatment: str, control: str =
     return [t[s] for s in seeds], [c[s] for s in seeds]
 
 
-def _toy_row(claim: Claim, root: Path, group: str, part: str, what: str, c: dict) -> dict:
+def _toy_parts(claim: Claim, root: Path, group: str, metrics: dict, parts: list[tuple]) -> list[dict]:
+    """One row per part ``(name, what, treatment, control, paper effect)``: :func:`contrast`, Holm over the parts."""
+    judged = [contrast(*_paired(metrics, t, c), e, len(parts)) for _, _, t, c, e in parts]
+    for c, p_adj in zip(judged, holm([c["p"] for c in judged])):
+        c["p_holm"] = p_adj
     r = load_runs(root, group=group)[0]
     s = r.get("spec", {})
-    scale = (
-        f"toy: {str(r.get('model')).split(' (')[0]}, 2-digit {r.get('task')}, {r.get('steps')} steps x "
-        f"{s.get('prompts_per_step', '?')} prompts x {s.get('num_generations', '?')}, {c['n']} paired seeds, CPU "
-        f"(results/{group}); not the paper's Qwen2.5-3B on K&K"
-    )
-    evidence = (
-        f"{what}: Δ {c['delta']:+.3f}, 95 % [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], at {c['level']:.1%}: "
-        f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] vs the paper's {c['paper_effect']:+.2f}; Holm p "
-        f"{c['p_holm']:.2g}; {c['higher']} higher / {c['lower']} lower / {c['ties']} tied"
-    )
-    strength = f"{c['n']} paired seeds; MDE {c['mde']:.3f} (80 % power at α = {ALPHA:g}/{c['m']})"
-    return _row(claim, c["verdict"], strength, evidence, scale, part=part, judged=c)
+    rows = []
+    for (part, what, *_), c in zip(parts, judged):
+        scale = (
+            f"toy: {str(r.get('model')).split(' (')[0]}, 2-digit {r.get('task')}, {r.get('steps')} steps x "
+            f"{s.get('prompts_per_step', '?')} prompts x {s.get('num_generations', '?')}, {c['n']} paired seeds, "
+            f"CPU (results/{group}); not the paper's Qwen2.5-3B on K&K"
+        )
+        evidence = (
+            f"{what}: Δ {c['delta']:+.3f}, 95 % [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], at {c['level']:.1%}: "
+            f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] vs the paper's {c['paper_effect']:+.2f}; Holm p "
+            f"{c['p_holm']:.2g}; {c['higher']} higher / {c['lower']} lower / {c['ties']} tied"
+        )
+        strength = f"{c['n']} paired seeds; MDE {c['mde']:.3f} (80 % power at α = {ALPHA:g}/{c['m']})"
+        rows.append(_row(claim, c["verdict"], strength, evidence, scale, part=part, judged=c))
+    return rows
 
 
 # Table 4's parts: TR (surrogate, the reading of the prose) against one arm, judged with that scheme's paper effect
@@ -349,11 +303,8 @@ def table4(claim: Claim, root: Path) -> list[dict] | dict:
         return _not_run(claim, "python -m trgrpo.toy_controls run controls writes results/toy/controls/")
     if TR_ARM not in metrics:
         return _not_run(claim, f"no {TR_ARM} runs in results/toy/controls/")
-    parts = [p for p in TABLE4_PARTS if p[1] in metrics]
-    judged = _with_holm(
-        [contrast(*_paired(metrics, TR_ARM, a), paper_effect("tr", s), len(parts)) for _, a, s in parts]
-    )
-    rows = [_toy_row(claim, root, "toy/controls", n, f"{TR_ARM} − {a}", c) for (n, a, _), c in zip(parts, judged)]
+    parts = [(n, f"{TR_ARM} − {a}", TR_ARM, a, paper_effect("tr", s)) for n, a, s in TABLE4_PARTS if a in metrics]
+    rows = _toy_parts(claim, root, "toy/controls", metrics, parts)
     missing = [n for n, a, _ in TABLE4_PARTS if a not in metrics]
     return rows + [_row(claim, NOT_RUN, "none", "no record of that arm", "—", part=n) for n in missing]
 
@@ -363,12 +314,9 @@ def table7(claim: Claim, root: Path) -> list[dict] | dict:
     arms = _tau_arms(root)
     if not arms:
         return _not_run(claim, "python -m trgrpo.toy_controls run tau writes results/toy/tau/")
-    order = sorted((a for a in arms if a != "equal" and _tau_of(a)), key=_tau_of)
-    judged = _with_holm([contrast(*_paired(arms, a), paper_effect(f"tau{_tau_of(a):g}"), len(order)) for a in order])
-    return [
-        _toy_row(claim, root, "toy/tau", f"τ = {_tau_of(a):g} > GRPO", f"τ = {_tau_of(a):g} − GRPO", c)
-        for a, c in zip(order, judged)
-    ]
+    taus = sorted((t, a) for a in arms if a != "equal" and (t := _tau_of(a)))
+    parts = [(f"τ = {t:g} > GRPO", f"τ = {t:g} − GRPO", a, "equal", paper_effect(f"tau{t:g}")) for t, a in taus]
+    return _toy_parts(claim, root, "toy/tau", arms, parts)
 
 
 def forest_rows(results_dir: Path | str) -> list[dict]:
@@ -453,23 +401,10 @@ def figure1(claim: Claim, root: Path) -> dict:
         verdict,
         f"weak (one small model, {rec.get('n_tokens')} tokens, {rec.get('n_prompts')} prompts)",
         evidence,
-        f"{rec.get('model')}, {rec.get('n_tokens')} tokens, CPU",
+        _cpu_scale(rec),
         part="planned: tokens",
         judged={"ci": list(ci), "paper_effect": None, "verdict": verdict},
     )
-
-
-EVALUATORS: dict[str, Callable[[Claim, Path], dict | list[dict]]] = {
-    "Theorem 3.1": theorem31,
-    "Theorem 3.2": theorem32,
-    "Table 1": table1,
-    "Table 2": table2,
-    "Table 3": table3,
-    "Table 4": table4,
-    "Table 7": table7,
-    "Table 8": table8,
-    "Figure 1": figure1,
-}
 
 
 def verdicts(results_dir: Path | str) -> list[dict]:
@@ -477,7 +412,7 @@ def verdicts(results_dir: Path | str) -> list[dict]:
     rows = []
     for claim in CLAIMS:
         try:
-            out = EVALUATORS[claim.name](claim, Path(results_dir))
+            out = claim.evaluate(claim, Path(results_dir))
         except (KeyError, TypeError, ValueError, StopIteration) as exc:
             out = _row(
                 claim, "not tested", "none", f"records present but unreadable ({type(exc).__name__}: {exc})", "—"
@@ -520,3 +455,63 @@ def summary_line(rows: list[dict]) -> str:
     """'3 reproduced, 4 not tested, ...' over the claims."""
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+
+
+_NB01 = "papermill notebooks/01_gradient_norm_theorem.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct -p N_PROMPTS 64"
+_BATCH = "python -m trgrpo.batch experiments/"
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "Theorem 3.1",
+        "a token's gradient norm lies between (1 - p) and sqrt(2) (1 - p): unlikely tokens dominate",
+        _NB01,
+        theorem31,
+    ),
+    Claim(
+        "Theorem 3.2",
+        "weighting by an increasing w(p) narrows the spread of per-token gradient norms",
+        _NB01,
+        theorem32,
+    ),
+    Claim(
+        "Table 1",
+        "on K&K (3-7 people) Qwen2.5-3B rises from 0.39 (GRPO) to 0.63 (TR-GRPO) average accuracy",
+        _BATCH + "kk_qwen3b.yaml",
+        table1,
+    ),
+    Claim(
+        "Table 2",
+        "TR-GRPO beats GRPO on math benchmarks (avg@k, pass@k) with Qwen2.5 models",
+        _BATCH + "math_qwen7b.yaml",
+        table2,
+    ),
+    Claim(
+        "Table 3",
+        "TR-GRPO beats GRPO in exact match on agentic search (one-hop and multi-hop QA)",
+        "papermill notebooks/07_agentic_search.ipynb out.ipynb (full-scale parameters, GPU server)",
+        table3,
+    ),
+    Claim(
+        "Table 4",
+        "TR weights beat equal, random and reverse weights: the probability-aware direction matters",
+        _BATCH + "kk_qwen3b_table4.yaml",
+        table4,
+    ),
+    Claim(
+        "Table 7",
+        "accuracy rises with tau up to tau = 9, and tau = 0.5 scores as GRPO",
+        _BATCH + "kk_qwen3b_table7.yaml",
+        table7,
+    ),
+    Claim(
+        "Table 8",
+        "TR-GRPO costs little: +5-6 % training time, no extra GPU memory",
+        "make bench (on the GPU server, with the full-scale model)",
+        table8,
+    ),
+    Claim(
+        "Figure 1",
+        "high-probability tokens are structural (operators, brackets, names); low ones carry reasoning",
+        "papermill notebooks/04_token_probabilities.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct",
+        figure1,
+    ),
+)

@@ -54,23 +54,23 @@ def figures_dir() -> Path:
     return Path(os.environ.get("TRGRPO_FIGURES") or Path(__file__).resolve().parents[1] / "figures")
 
 
-def save(fig: Figure, name: str, directory: str | os.PathLike | None = None, *, dpi: int = 100) -> Path:
+def save(fig: Figure, name: str, directory: str | os.PathLike | None = None) -> Path:
     """Write ``fig`` to ``<directory or figures_dir()>/<name>.png`` and return the path."""
     d = Path(directory) if directory is not None else figures_dir()
     d.mkdir(parents=True, exist_ok=True)
     path = d / (name if name.endswith(".png") else f"{name}.png")
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     return path
 
 
-def show(fig_or_path: Figure | str | os.PathLike, *, dpi: int = 100):
+def show(fig_or_path: Figure | str | os.PathLike):
     """An IPython image of a figure or a saved PNG (``plots.show(plots.save(fig, name))`` embeds the file)."""
     from IPython.display import Image
 
     if isinstance(fig_or_path, (str, os.PathLike)):
         return Image(filename=str(fig_or_path))
     buf = io.BytesIO()
-    fig_or_path.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig_or_path.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     return Image(data=buf.getvalue(), format="png")
 
 
@@ -78,11 +78,7 @@ def mark_smoke(fig, what: str, path: str | os.PathLike | None = None, *, smoke: 
     """Add ``(smoke run: <what>)`` under the figure's title (``smoke=False``: unchanged); ``path`` re-saves it."""
     if smoke:
         sup = fig.get_suptitle()
-        fig.suptitle(f"{sup}\n(smoke run: {what})" if sup else f"(smoke run: {what})")
-        if fig.get_layout_engine() is None:
-            fig.tight_layout()
-        if path is not None:
-            fig.savefig(path, dpi=120, bbox_inches="tight")
+        _save(fig, path, f"{sup}\n(smoke run: {what})" if sup else f"(smoke run: {what})")
     return fig
 
 
@@ -93,32 +89,33 @@ def _axes(ax, figsize=(5.0, 3.6)):
     return fig, fig.add_subplot()
 
 
-def _np(x) -> np.ndarray:
-    if torch.is_tensor(x):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
+def _dress(ax, ylabel: str, title: str = "", xlabel: str = "p = pi(o_t)", **legend) -> None:
+    """Axis labels, a 10-pt title and a 7-pt legend."""
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(**{"fontsize": 7, **legend})
 
 
 def _p_grid(n: int = 1001) -> torch.Tensor:
     return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
 
 
-def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None, *, seed: int = 0) -> np.ndarray:
-    """Weights of ``params`` (or of ``scheme``) as numpy; ``"random"`` draws from a generator seeded ``seed``."""
+def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None) -> np.ndarray:
+    """Weights of ``params`` (or of ``scheme``) as numpy; ``"random"`` draws from a generator seeded 0."""
     if scheme is not None and scheme != params.scheme:
         params = params.replace(scheme=scheme)
-    return token_weights(p, **vars(params), generator=torch.Generator().manual_seed(int(seed))).numpy()
+    return token_weights(p, **vars(params), generator=torch.Generator().manual_seed(0)).numpy()
 
 
 # notebook 01: Theorem 3.1 / 3.2
 
 
-def plot_theorem31_bounds(samples: dict, *, ax=None, max_points: int = 6000, seed: int = 0) -> Figure:
+def plot_theorem31_bounds(samples: dict, *, ax=None) -> Figure:
     """||1_k - p|| against 1 - p_k for :func:`trgrpo.theory.theorem31_samples`, between y = x and y = sqrt(2) x."""
     fig, ax = _axes(ax, (5.2, 4.0))
-    x, y, v = _np(samples["lower"]), _np(samples["norm"]), np.asarray(samples["vocab_size"])
-    if x.size > max_points:
-        idx = np.random.default_rng(seed).choice(x.size, max_points, replace=False)
+    x, y, v = an.to_numpy(samples["lower"]), an.to_numpy(samples["norm"]), np.asarray(samples["vocab_size"])
+    if x.size > 6000:
+        idx = np.random.default_rng(0).choice(x.size, 6000, replace=False)
         x, y, v = x[idx], y[idx], v[idx]
     for vs in sorted(set(v.tolist())):
         sel = v == vs
@@ -126,10 +123,7 @@ def plot_theorem31_bounds(samples: dict, *, ax=None, max_points: int = 6000, see
     line = np.linspace(0, 1, 50)
     ax.plot(line, line, "k-", lw=1, label="1 - p_k")
     ax.plot(line, math.sqrt(2) * line, "k--", lw=1, label="sqrt(2) (1 - p_k)")
-    ax.set_xlabel("1 - p_k")
-    ax.set_ylabel("||1_k - p||_2")
-    ax.set_title("Theorem 3.1: (1 - p_k) <= ||1_k - p|| <= sqrt(2)(1 - p_k)")
-    ax.legend(fontsize=7, markerscale=2)
+    _dress(ax, "||1_k - p||_2", "Theorem 3.1: (1 - p_k) <= ||1_k - p|| <= sqrt(2)(1 - p_k)", "1 - p_k", markerscale=2)
     return fig
 
 
@@ -142,16 +136,15 @@ def plot_grad_norm_vs_prob(
     ax=None,
     ylabel: str = "||grad log pi(o_t)||",
     title: str | None = None,
-    max_points: int = 5000,
 ) -> Figure:
     """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
     from trgrpo.stats import binned_means, fit_proportional
 
     fig, ax = _axes(ax, (5.4, 3.8))
-    p, g = _np(probs), _np(grad_norms)
+    p, g = an.to_numpy(probs), an.to_numpy(grad_norms)
     sp, sg = p, g
-    if p.size > max_points:
-        idx = np.random.default_rng(0).choice(p.size, max_points, replace=False)
+    if p.size > 5000:
+        idx = np.random.default_rng(0).choice(p.size, 5000, replace=False)
         sp, sg = p[idx], g[idx]
     ax.scatter(sp, sg, s=6, alpha=0.3, color="tab:blue", label=f"tokens (n = {p.size})")
     b = binned_means(p, g, bins)
@@ -160,19 +153,15 @@ def plot_grad_norm_vs_prob(
         c, r2 = fit_proportional(1 - p, g)
         line = np.linspace(0, 1, 101)
         ax.plot(line, c * (1 - line), "k--", lw=1, label=f"{c:.3g} (1 - pi)  (R² = {r2:.2f})")
-    ax.set_xlabel("pi(o_t)")
-    ax.set_ylabel(ylabel)
     ax.set_xlim(-0.02, 1.02)
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=7)
+    _dress(ax, ylabel, title or "", "pi(o_t)")
     return fig
 
 
 def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
     """Eq. 13: box plots of w ||grad log pi|| / its mean for GRPO, TR-GRPO and Reverse under each tau reading."""
     fig, ax = _axes(ax, (6.4, 3.8))
-    g, p = torch.as_tensor(_np(grad_norms)), torch.as_tensor(_np(probs)).clamp(0, 1)
+    g, p = torch.as_tensor(an.to_numpy(grad_norms)), torch.as_tensor(an.to_numpy(probs)).clamp(0, 1)
     cases = [(mode, scheme) for mode in ("scale", "divide") for scheme in ("equal", "tr", "reverse")]
     data = [(token_weights(p, scheme, tau_mode=mode) * g).numpy() for mode, scheme in cases]
     bp = ax.boxplot([v / v.mean() for v in data], patch_artist=True, flierprops={"markersize": 2})
@@ -208,29 +197,21 @@ def plot_weight_function(
     for i, s in enumerate(settings):
         params = s if isinstance(s, WeightParams) else as_weight_params(**s)
         ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else _label(params))
-    ax.set_xlabel("p = pi(o_t)")
-    ax.set_ylabel("w")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    _dress(ax, "w", title)
     return fig
 
 
-def plot_schemes(
-    *, ax=None, seed: int = 0, n_random: int = 400, params: WeightParams | str = "tr", **fields: Any
-) -> Figure:
+def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """TR-GRPO, Reverse (2 - w), Equal and Random (uniform on [0.5, 1.5]) weights against p (Table 4)."""
     fig, ax = _axes(ax)
     p = _p_grid()
     base = as_weight_params(params, **fields)
     for scheme in ("tr", "reverse", "equal"):
         ax.plot(p.numpy(), _weights(p, base, scheme), color=color(scheme), label=label(scheme))
-    pr = torch.rand(n_random, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    ax.scatter(pr.numpy(), _weights(pr, base, "random", seed=seed), s=4, alpha=0.4,
+    pr = torch.rand(400, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ax.scatter(pr.numpy(), _weights(pr, base, "random"), s=4, alpha=0.4,
                color=color("random"), label="Random (U[0.5, 1.5])")  # fmt: skip
-    ax.set_xlabel("p = pi(o_t)")
-    ax.set_ylabel("w")
-    ax.set_title("Weight schemes of Table 4", fontsize=10)
-    ax.legend(fontsize=7)
+    _dress(ax, "w", "Weight schemes of Table 4")
     return fig
 
 
@@ -242,17 +223,13 @@ def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: An
     for scheme in ("equal", "tr", "reverse"):
         w = _weights(p, base, scheme)
         ax.plot(p.numpy(), w * (1 - p.numpy()), color=color(scheme), label=label(scheme))
-    ax.set_xlabel("p = pi(o_t)")
-    ax.set_ylabel("w (1 - p)")
-    ax.set_title(f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'", fontsize=10)
-    ax.legend(fontsize=7)
+    _dress(ax, "w (1 - p)", f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'")
     return fig
 
 
 def plot_zero_gradient(
     *,
     placement: str = "ratio",
-    ratio: float = 1.0,
     eps_low: float = 0.2,
     eps_high: float = 0.24,
     ax=None,
@@ -263,7 +240,7 @@ def plot_zero_gradient(
     fig, ax = _axes(ax)
     p = _p_grid()
     w = torch.as_tensor(_weights(p, as_weight_params(params, **fields), "tr"))
-    r = torch.full_like(p, float(ratio))
+    r = torch.ones_like(p)  # at pi = pi_old
     x = (w * r) if placement == "ratio" else r
     ax.plot(p.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
     ax.axhspan(1 - eps_low, 1 + eps_high, color="tab:green", alpha=0.12, label="trust band")
@@ -273,10 +250,7 @@ def plot_zero_gradient(
             ax.fill_between(p.numpy(), 0, 1, where=zero, color=color, alpha=0.15, transform=ax.get_xaxis_transform(),
                             label=name)  # fmt: skip
     ax.set_ylim(min(0.7, float(x.min()) - 0.05), max(1.5, float(x.max()) + 0.05))
-    ax.set_xlabel("p = pi(o_t)")
-    ax.set_ylabel("clipped quantity")
-    ax.set_title(f"placement='{placement}', r = {ratio:g}", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    _dress(ax, "clipped quantity", f"placement='{placement}', r = 1", loc="lower right")
     return fig
 
 
@@ -291,10 +265,7 @@ def plot_kl_offset(*, ax=None, params: WeightParams | str = "tr", **fields: Any)
     ax.plot(p, [r["eq10_dlogpi"] for r in rows], color="tab:purple", ls="--", label="Eq. 10 d/dlog pi: 1 - w")
     ax.plot(p, [r["outside_value"] for r in rows], color="tab:gray", label="'outside' / Eq. 6: value and slope 0")
     ax.axhline(0, color="k", lw=0.5)
-    ax.set_xlabel("p = pi(o_t) = pi_ref(o_t)")
-    ax.set_ylabel("KL term at pi = pi_ref")
-    ax.set_title("Reading 3: Eq. 10 is not zero at pi = pi_ref", fontsize=10)
-    ax.legend(fontsize=7)
+    _dress(ax, "KL term at pi = pi_ref", "Reading 3: Eq. 10 is not zero at pi = pi_ref", "p = pi(o_t) = pi_ref(o_t)")
     return fig
 
 
@@ -315,13 +286,8 @@ def plot_weight_explorer(
     axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
     axes[0].plot(p.numpy(), w, color=color("tr"), lw=2, label="this setting")
     axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label="Reverse 2 - w")
-    axes[0].set_xlabel("p")
-    axes[0].set_ylabel("w")
-    flat = bool(np.allclose(w, 1.0))
-    axes[0].set_title(
-        f"w(p): tau_mode='{params.tau_mode}'" + (" (w = 1 = 2 - w: lines coincide)" if flat else ""), fontsize=10
-    )
-    axes[0].legend(fontsize=7)
+    flat = " (w = 1 = 2 - w: lines coincide)" if np.allclose(w, 1.0) else ""
+    _dress(axes[0], "w", f"w(p): tau_mode='{params.tau_mode}'{flat}", "p")
     plot_eq13_factor(ax=axes[1], params=params)
     plot_zero_gradient(ax=axes[2], placement=placement, eps_low=eps_low, eps_high=eps_high, params=params)
     return fig
@@ -368,29 +334,35 @@ def weight_explorer(**defaults):
 # notebooks 03-08: runs of the toy, the real LM, the paper-scale tasks and the answer page
 
 
-def _save(fig, path: Path | str | None):
+def _save(fig, path: Path | str | None, title: str = ""):
+    """Suptitle ``title``, lay the figure out and write it to ``path`` (150 dpi) when given."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    if fig.get_layout_engine() is None:  # a constrained figure lays itself out
+        fig.tight_layout()
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=150, bbox_inches="tight")
     return fig
 
 
-def _traces(ax, groups: dict, labels: Sequence[str], key, *, smooth: int = 1, band: bool = True) -> None:
-    """Per-seed traces faint, the median across seeds bold, the inter-quartile range shaded."""
-    for lb in labels:
+def _traces(ax, groups: dict, labels: Sequence[str], key, *, smooth: int = 1, name=label, style=None) -> None:
+    """Per-seed traces faint, the median across seeds bold, the inter-quartile range shaded; ``style(i, runs)``
+    gives a group's line keywords (default: its :func:`color`)."""
+    for i, lb in enumerate(labels):
         runs = groups.get(lb, [])
         steps, m = an.stack(runs, key) if runs else (np.empty(0), None)
         if steps.size == 0:
             continue
         if smooth > 1:
             m = np.vstack([an.rolling_mean(row, smooth) for row in m])
-        c = color(lb)
+        kw = style(i, runs) if style else {"color": color(lb)}
         for row in m:
-            ax.plot(steps, row, color=c, alpha=0.18, lw=0.8)
+            ax.plot(steps, row, alpha=0.18, lw=0.8, **kw)
         med, lo, hi = an.band(m)
-        ax.plot(steps, med, color=c, lw=2.2, label=f"{label(lb)} (n={len(runs)})")
-        if band and len(runs) > 1:
-            ax.fill_between(steps, lo, hi, color=c, alpha=0.15, lw=0)
+        ax.plot(steps, med, lw=2.2, label=f"{name(lb)} (n={len(runs)})", **kw)
+        if len(runs) > 1:
+            ax.fill_between(steps, lo, hi, color=kw["color"], alpha=0.15, lw=0)
 
 
 def plot_reward_accuracy(
@@ -409,10 +381,7 @@ def plot_reward_accuracy(
         _traces(ax, groups, labels, get)
         ax.set(title=f"held-out accuracy ({what})", xlabel="step", ylabel="accuracy")
     axes[0].legend(fontsize=8, loc="lower right")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _save(fig, path, title)
 
 
 def plot_grad_norms(
@@ -425,25 +394,18 @@ def plot_grad_norms(
     _traces(axes[1], groups, labels, an.grad_norm_per_mean_weight, smooth=smooth)
     axes[1].set(title="gradient norm / mean token weight", xlabel="step", ylabel="||grad|| / mean w")
     axes[1].legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _save(fig, path, title)
 
 
 def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins: int = 10):
     """Per-token ||grad log pi(o_t)|| against pi(o_t) (Eq. 8), and times the TR / Reverse weights (Eq. 13)."""
     p, g = np.asarray(record["prob"]), np.asarray(record["grad_norm"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    axes[0].scatter(p, g, s=6, alpha=0.35, color="tab:blue", lw=0)
-    b = an.binned_means(p, g, bins)
-    axes[0].errorbar(b["center"], b["mean"], yerr=b["std"], color="k", marker="o", ms=4, lw=1.5, label="bin mean ± std")
-    axes[0].set(
-        xlabel="token probability π(o_t)",
-        ylabel="||∇θ log π(o_t)||",
-        title=f"per-token gradient norm: corr with π {record['corr_prob_grad_norm']:+.2f}\n"
-        f"({p.size} tokens, {np.mean(p > 0.9):.0%} of them with π > 0.9)",
+    title = (
+        f"per-token gradient norm: corr with π {record['corr_prob_grad_norm']:+.2f}\n"
+        f"({p.size} tokens, {np.mean(p > 0.9):.0%} of them with π > 0.9)"
     )
+    plot_grad_norm_vs_prob(p, g, bins=bins, fit=False, ax=axes[0], ylabel="||∇θ log π(o_t)||", title=title)
     for scheme in ("equal", "tr", "reverse"):
         w = token_weights(torch.tensor(p), scheme).numpy()
         bw = an.binned_means(p, w / w.mean() * g, bins)
@@ -451,14 +413,8 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
         axes[1].plot(
             bw["center"], bw["mean"], marker="o", ms=4, color=color(scheme), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
         )
-    axes[1].set(
-        xlabel="token probability π(o_t)",
-        ylabel="bin mean of (w / mean w) · ||∇θ log π||",
-        title="weighted, mean weight divided out (Eq. 13, |γ| = 1)",
-    )
-    for ax in axes:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    ylabel = "bin mean of (w / mean w) · ||∇θ log π||"
+    _dress(axes[1], ylabel, "weighted, mean weight divided out (Eq. 13, |γ| = 1)", "token probability π(o_t)")
     return _save(fig, path)
 
 
@@ -475,7 +431,6 @@ def plot_zero_grad(
     ax.set_xticks(x, [label(r["run"]) for r in table], rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="share of tokens with zero gradient", ylim=(0, 1.08), title=title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -504,14 +459,7 @@ def plot_kl(arms: dict, *, path: Path | str | None = None):
     """KL(pi || pi_ref) (k3) along training per ``kl_weighting``, one panel per beta (:func:`trgrpo.tables.kl_arms`)."""
     fig, axes = plt.subplots(1, len(arms), figsize=(6.5 * len(arms), 4), squeeze=False)
     for ax, (beta, groups) in zip(axes[0], sorted(arms.items(), key=lambda kv: -float(kv[0]))):
-        for kw, runs in sorted(groups.items()):
-            steps, m = an.stack(runs, "kl")
-            if steps.size == 0:
-                continue
-            keep = steps <= min(len(r["history"]) for r in runs if r.get("history")) + 0.5
-            for row in m[:, keep]:
-                ax.plot(steps[keep], row, color=color(kw), alpha=0.12, lw=0.7)
-            ax.plot(steps[keep], np.nanmean(m[:, keep], 0), color=color(kw), lw=2, label=f"{kw} (n={len(runs)})")
+        _traces(ax, groups, sorted(groups), "kl")
         ax.set_yscale("log")
         ax.set(xlabel="RL step", ylabel="KL(π || π_ref), k3", title=f"β = {beta}")
         ax.legend(fontsize=8)
@@ -522,14 +470,10 @@ def plot_token_hist(hists: dict, *, path: Path | str | None = None, title: str =
     """Sampled-token probabilities (top) and their Eq. 11 weights (bottom), one column per histogram record."""
     fig, axes = plt.subplots(2, len(hists), figsize=(4.8 * len(hists), 5.6), squeeze=False)
     for j, (name, h) in enumerate(hists.items()):
-        for i, (edges, counts, xl) in enumerate(
-            [
-                (h["bins"], h["prob_counts"], "π of the sampled token"),
-                (h["weight_bins"], h["weight_counts"], "w (Eq. 11)"),
-            ]
-        ):
-            e = np.asarray(edges)
-            frac = np.asarray(counts, float) / max(1, h["n_tokens"])
+        panels = [("bins", "prob_counts", "π of the sampled token"), ("weight_bins", "weight_counts", "w (Eq. 11)")]
+        for i, (edges, counts, xl) in enumerate(panels):
+            e = np.asarray(h[edges])
+            frac = np.asarray(h[counts], float) / max(1, h["n_tokens"])
             axes[i][j].bar(e[:-1], frac, width=np.diff(e), align="edge", color=f"C{i}", edgecolor="white")
             axes[i][j].set(xlabel=xl, ylabel="share of tokens")
         axes[0][j].set_title(
@@ -537,10 +481,7 @@ def plot_token_hist(hists: dict, *, path: Path | str | None = None, title: str =
             f"w = U {h['share_at_upper']:.1%}",
             fontsize=9,
         )
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _save(fig, path, title)
 
 
 def _paired_row(r: dict) -> dict:
@@ -590,21 +531,15 @@ def plot_trajectories(
 ):
     """Figure 3 / 4 analog (``key`` grad_norm / reward): seeds faint, median bold, one line style per variant."""
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
-    for i, (name, runs) in enumerate(sorted(an.group_by(records, variant).items())):
-        series = [[np.nan if h.get(key) is None else float(h[key]) for h in r.get("history", [])] for r in runs]
-        if not (n := min(len(s) for s in series)):
-            continue
-        arr, x = np.array([s[:n] for s in series]), np.arange(1, n + 1)
-        c, style, every = color(runs[0]["scheme"]), "-,--,-.,:".split(",")[i % 4], max(1, n // 10)
-        for s in arr:
-            ax.plot(x, s, color=c, ls=style, alpha=0.25, lw=0.8)
-        ax.plot(x, np.nanmedian(arr, axis=0), color=c, ls=style, lw=2.0, marker="os^D"[i % 4], ms=4,
-                markevery=((i * every // 2) % every, every), label=f"{name} (n={len(runs)})")  # fmt: skip
+    groups = an.group_by(records, variant)
+
+    def style(i: int, runs: list[dict]) -> dict:
+        return {"color": color(runs[0]["scheme"]), "ls": ("-", "--", "-.", ":")[i % 4]}
+
+    _traces(ax, groups, sorted(groups), key, name=str, style=style)
     ax.set(xlabel="training step", ylabel=ylabel or key, title=title or key)
     ax.legend(fontsize=7)
-    if fig.get_layout_engine() is None:  # a constrained figure of several panels lays itself out
-        fig.tight_layout()
-    return fig
+    return _save(fig, None)
 
 
 def plot_accuracy_by_size(records: Sequence[dict], *, ax=None, title: str = "K&K accuracy by number of people"):
@@ -618,8 +553,7 @@ def plot_accuracy_by_size(records: Sequence[dict], *, ax=None, title: str = "K&K
     ax.set_xticks(x + width * (len(rows) - 1) / 2, KK_SIZES)
     ax.set(xlabel="number of people", ylabel="accuracy", ylim=(0, 1), title=title)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _save(fig, None)
 
 
 def plot_stage0(decision: dict, plan: dict, path: Any = None):
@@ -671,69 +605,39 @@ def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
 
 
 def plot_search_curves(records: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
-    """Reward (Eq. 14), grad norm and greedy EM per step by scheme: one thin line per seed, the mean bold."""
+    """Reward (Eq. 14), grad norm and greedy EM per step by scheme: seeds faint, the median bold."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    groups = an.group_by(records, lambda r: r["scheme"])
+
+    def em(r: dict) -> tuple[np.ndarray, np.ndarray]:
+        curve = r.get("eval_curve", [])
+        return np.asarray([c["step"] for c in curve], float), np.asarray([c["em"] for c in curve], float)
+
     panels = [("reward", "reward (Eq. 14, mean of the step's rollouts)"), ("grad_norm", "grad norm")]
-    panels.append(("eval", "greedy EM, held-out questions"))
-    for ax, (key, ylabel) in zip(axes, panels):
-        marker = "o" if key == "eval" else None
-        for scheme in ("equal", "tr", "reverse", "random"):
-            if not (runs := [r for r in records if r["scheme"] == scheme]):
-                continue
-            if key == "eval":
-                curves = [[(p["step"], p["em"]) for p in r.get("eval_curve", [])] for r in runs]
-            else:
-                curves = [[(h["step"], h[key]) for h in r["history"] if h.get(key) is not None] for r in runs]
-            for c in filter(None, curves):
-                ax.plot(*zip(*c), color=color(scheme), alpha=0.3, lw=1, marker=marker)
-            steps = sorted({s for c in curves for s, _ in c})
-            if steps:
-                means = [an.mean_std(v for c in curves for t, v in c if t == s)[0] for s in steps]
-                name = f"{label(scheme)} (mean of {len(runs)} seed{'s' * (len(runs) > 1)})"
-                ax.plot(steps, means, color=color(scheme), lw=2.2, label=name, marker=marker)
-        if key == "eval":
-            ax.set_ylim(0.0, max(0.1, min(1.0, ax.get_ylim()[1] * 1.1)))
+    for ax, (key, ylabel) in zip(axes, panels + [(em, "greedy EM, held-out questions")]):
+        _traces(ax, groups, ("equal", "tr", "reverse", "random"), key)
         ax.set(xlabel="RL step", ylabel=ylabel)
         ax.grid(alpha=0.3)
+    axes[2].set_ylim(0.0, max(0.1, min(1.0, axes[2].get_ylim()[1] * 1.1)))
     axes[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
-
-
-QUESTION_TYPES = (
-    "one-hop",
-    "two-hop",
-    "comparison",
-    "nq",
-    "triviaqa",
-    "popqa",
-    "hotpotqa",
-    "2wikimultihopqa",
-    "musique",
-)
+    return _save(fig, path, title)
 
 
 def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
     """Grouped bars of EM per question type for each row ``{"method": ..., "em_by_type": {...}}``."""
-    order = {t: i for i, t in enumerate(QUESTION_TYPES)}
+    from trgrpo.tasks.search_data import QUESTION_TYPES, TABLE3_DATASETS
+
+    order = {t: i for i, t in enumerate(QUESTION_TYPES + TABLE3_DATASETS)}
     types = sorted({t for r in rows for t in r.get("em_by_type", {})}, key=lambda t: (order.get(t, len(order)), t))
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(types) * max(1, len(rows)) / 3, 3.4))
     width = 0.8 / max(1, len(rows))
     for i, r in enumerate(rows):
         xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(types))]
-        ax.bar(
-            xs,
-            [100 * r["em_by_type"].get(t, float("nan")) for t in types],
-            width=width,
-            label=r.get("method", f"row {i}"),
-        )
+        ems = [100 * r["em_by_type"].get(t, float("nan")) for t in types]
+        ax.bar(xs, ems, width=width, label=r.get("method", f"row {i}"))
     ax.set_xticks(range(len(types)), types)
     ax.set(ylabel="exact match (%)", ylim=(0, 100))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    ax.set_title(title, fontsize=10)
     return _save(fig, path)

@@ -13,37 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo import paper
+from trgrpo import stats as an
+from trgrpo import toy_controls as tc
 from trgrpo.experiment import write_result
 from trgrpo.fullscale import short_model_name
-from trgrpo.stats import (
-    comparison_table,
-    family_alpha,
-    grad_norm_per_mean_weight,
-    group_by,
-    history_mean,
-    holm,
-    mean_std,
-    min_detectable_effect,
-    paired_t,
-    spread_stats,
-)
 from trgrpo.toy import load_runs, run_label
-from trgrpo.toy_controls import (
-    ARMS,
-    BASELINE,
-    CONTROLS_GROUP,
-    EVAL_STEPS,
-    KL_BETAS,
-    KL_GROUP,
-    KL_SEEDS,
-    KL_WEIGHTINGS,
-    PRIMARY_METRIC,
-    STEPS,
-    TASK,
-    TAU_GROUP,
-    TAU_SEEDS,
-    TAUS,
-)
 
 NO_RUN = "no run"
 
@@ -119,14 +93,14 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
 def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
-    for (model, name), runs in group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
+    for (model, name), runs in an.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
         finals = [r[key] for r in runs if r.get(key)]
         for k in paper.KK_SIZES:
             vals = [f["by_n_people"].get(k, f["by_n_people"].get(int(k))) for f in finals if "by_n_people" in f]
             vals = [v for v in vals if v is not None]
             row[k] = round(statistics.fmean(vals), 3) if vals else NO_RUN
-        avg, sd, _ = mean_std([f["avg"] for f in finals if "avg" in f])
+        avg, sd, _ = an.mean_std([f["avg"] for f in finals if "avg" in f])
         row["Avg."] = round(avg, 3) if avg == avg else NO_RUN
         row["sd"] = round(sd, 3) if sd == sd else NO_RUN
         rows.append(row)
@@ -230,7 +204,7 @@ def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
 # The toy controls grids (notebook 03, Part A): the plan's metric, paired differences, the summary records
 
 
-def primary_metric(record: dict, steps: Sequence[int] = EVAL_STEPS) -> float:
+def primary_metric(record: dict, steps: Sequence[int] = tc.EVAL_STEPS) -> float:
     """The plan's primary metric: mean greedy accuracy over the evaluations at ``steps`` (NaN if one lacks)."""
     at = {e.get("step"): float(e["greedy_accuracy"]) for e in record.get("eval_history", [])}
     vals = [at.get(s, math.nan) for s in steps]
@@ -240,17 +214,16 @@ def primary_metric(record: dict, steps: Sequence[int] = EVAL_STEPS) -> float:
 def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], value=primary_metric) -> list[dict]:
     """One row per arm: n, mean of ``value`` and, against ``baseline`` on common seeds, the paired difference with
     95 % t-interval, p, Holm p over the arms, sign count and the detectable effect (80 % power) at 5 % and 5 % / m."""
-    base = {r["seed"]: r for r in arms.get(baseline, [])}
     rows = []
     for arm in order:
         runs = sorted(arms.get(arm, []), key=lambda r: r["seed"])
         if not runs:
             continue
-        m, s, n = mean_std([value(r) for r in runs])
+        m, s, n = an.mean_std([value(r) for r in runs])
         row = {"arm": arm, "runs": [r["name"] for r in runs], "n": n, "mean": m, "std": s}
         if arm != baseline:
-            seeds = [r["seed"] for r in runs if r["seed"] in base]
-            res = paired_t([value(r) for r in runs if r["seed"] in base], [value(base[sd]) for sd in seeds])
+            t, c, seeds = an.paired_by_seed(runs, arms.get(baseline, []), value)
+            res = an.paired_t(t, c)
             row.update(
                 n_pairs=res["n"],
                 seeds=seeds,
@@ -262,14 +235,14 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
                 higher=res["higher"],
                 lower=res["lower"],
                 ties=res["ties"],
-                mde=min_detectable_effect(res["sd_diff"], res["n"]),
+                mde=an.min_detectable_effect(res["sd_diff"], res["n"]),
             )
         rows.append(row)
     compared = [r for r in rows if "p" in r]
-    for r, p_adj in zip(compared, holm([r["p"] for r in compared])):
+    for r, p_adj in zip(compared, an.holm([r["p"] for r in compared])):
         r["p_holm"] = p_adj
         r["family_size"] = len(compared)
-        r["mde_family"] = min_detectable_effect(r["sd_diff"], r["n_pairs"], alpha=family_alpha(len(compared)))
+        r["mde_family"] = an.min_detectable_effect(r["sd_diff"], r["n_pairs"], alpha=an.family_alpha(len(compared)))
     return rows
 
 
@@ -289,7 +262,7 @@ def grid_cost(records: Sequence[dict]) -> dict:
     }
 
 
-def _summary(group: str, body: dict, recs: Sequence[dict], results_dir, write: bool) -> dict:
+def _summary(group: str, body: dict, recs: Sequence[dict], results_dir) -> dict:
     """A grid's summary record: ``body``, the grid's cost and provenance; written as results/<group>/summary.json."""
     machines = {
         f"{m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs" for m in (r.get("machine") or {} for r in recs)
@@ -303,22 +276,23 @@ def _summary(group: str, body: dict, recs: Sequence[dict], results_dir, write: b
             "machine": sorted(machines)[:3],
         },
     }
-    if write:
-        write_result(group, "summary", out, results_dir)
+    write_result(group, "summary", out, results_dir)
     return out
 
 
-def controls_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
+def controls_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STEPS) -> dict:
     """``results/toy/controls/summary.json``: the primary metric per arm, paired against GRPO."""
-    recs = load_runs(results_dir, group=CONTROLS_GROUP)
-    rows = arm_rows(group_by(recs, run_label), BASELINE, list(ARMS), value=lambda r: primary_metric(r, eval_steps))
-    metric = PRIMARY_METRIC if tuple(eval_steps) == EVAL_STEPS else f"mean greedy accuracy at {eval_steps}"
+    recs = load_runs(results_dir, group=tc.CONTROLS_GROUP)
+    rows = arm_rows(
+        an.group_by(recs, run_label), tc.BASELINE, list(tc.ARMS), value=lambda r: primary_metric(r, eval_steps)
+    )
+    metric = tc.PRIMARY_METRIC if tuple(eval_steps) == tc.EVAL_STEPS else f"mean greedy accuracy at {eval_steps}"
     body = {"kind": "controls_summary", "primary_metric": metric, "eval_steps": list(eval_steps)}
-    body.update(baseline=BASELINE, task=TASK, rows=rows)
-    return _summary(CONTROLS_GROUP, body, recs, results_dir, write)
+    body.update(baseline=tc.BASELINE, task=tc.TASK, rows=rows)
+    return _summary(tc.CONTROLS_GROUP, body, recs, results_dir)
 
 
-def kl_window(record: dict, first: int = 41, last: int = STEPS) -> float:
+def kl_window(record: dict, first: int = 41, last: int = tc.STEPS) -> float:
     """Mean of TRL's logged ``kl`` (plain k3 of pi against pi_ref, Eq. 6) over steps ``first``..``last``."""
     vals = [h["kl"] for h in record.get("history", []) if first <= h.get("step", 0) <= last and "kl" in h]
     return float(sum(vals) / len(vals)) if vals else math.nan
@@ -326,64 +300,61 @@ def kl_window(record: dict, first: int = 41, last: int = STEPS) -> float:
 
 def kl_arms(results_dir: Path | str | None = None) -> dict[str, dict[str, list[dict]]]:
     """beta -> kl_weighting -> records (eq10 at beta = 0.001: the controls grid's tr-surrogate runs)."""
-    out: dict[str, dict[str, list[dict]]] = {f"{b:g}": {} for b in KL_BETAS}
-    for r in load_runs(results_dir, group=KL_GROUP):
+    out: dict[str, dict[str, list[dict]]] = {f"{b:g}": {} for b in tc.KL_BETAS}
+    for r in load_runs(results_dir, group=tc.KL_GROUP):
         out.setdefault(f"{float(r['spec']['beta']):g}", {}).setdefault(r["spec"]["kl_weighting"], []).append(r)
-    ctrl = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if run_label(r) == "tr-surrogate"]
-    out["0.001"]["eq10"] = [r for r in ctrl if r["seed"] in set(KL_SEEDS)]
+    ctrl = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if run_label(r) == "tr-surrogate"]
+    out["0.001"]["eq10"] = [r for r in ctrl if r["seed"] in set(tc.KL_SEEDS)]
     return out
 
 
-def kl_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
+def kl_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STEPS) -> dict:
     """Reading 3 per beta: accuracy and KL(pi || pi_ref) (k3, last third of the run) per KL weighting, paired
     against ``plain`` (Eq. 6)."""
     last = max(eval_steps)
     first = last - last // 3 + 1  # the last third of the run: steps 41-60 of 60
     by_beta = {
         beta: {
-            "accuracy": arm_rows(groups, "plain", KL_WEIGHTINGS, value=lambda r: primary_metric(r, eval_steps)),
-            "kl_steps_41_60": arm_rows(groups, "plain", KL_WEIGHTINGS, value=lambda r: kl_window(r, first, last)),
+            "accuracy": arm_rows(groups, "plain", tc.KL_WEIGHTINGS, value=lambda r: primary_metric(r, eval_steps)),
+            "kl_steps_41_60": arm_rows(groups, "plain", tc.KL_WEIGHTINGS, value=lambda r: kl_window(r, first, last)),
         }
         for beta, groups in kl_arms(results_dir).items()
     }
-    body = {"kind": "kl_summary", "metric": PRIMARY_METRIC, "eval_steps": list(eval_steps), "kl_steps": [first, last]}
-    body.update(baseline="plain", by_beta=by_beta)
-    return _summary(KL_GROUP, body, load_runs(results_dir, group=KL_GROUP), results_dir, write)
+    body = {"kind": "kl_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps)}
+    body.update(kl_steps=[first, last], baseline="plain", by_beta=by_beta)
+    return _summary(tc.KL_GROUP, body, load_runs(results_dir, group=tc.KL_GROUP), results_dir)
 
 
-def tau_summary(results_dir: Path | str | None = None, *, write: bool = True, eval_steps=EVAL_STEPS) -> dict:
+def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STEPS) -> dict:
     """Table 7 at toy scale: every tau against GRPO on the same seeds (tau = 9 and GRPO from the controls grid)."""
-    recs = load_runs(results_dir, group=TAU_GROUP)
-    ctrl = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if r["seed"] in set(TAU_SEEDS)]
-    arms = group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
-    order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*TAUS, 9.0})]
-    rows = arm_rows(arms, BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
-    body = {"kind": "tau_summary", "metric": PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
-    return _summary(TAU_GROUP, body, recs, results_dir, write)
+    recs = load_runs(results_dir, group=tc.TAU_GROUP)
+    ctrl = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if r["seed"] in set(tc.TAU_SEEDS)]
+    arms = an.group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
+    order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*tc.TAUS, 9.0})]
+    rows = arm_rows(arms, tc.BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
+    body = {"kind": "tau_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
+    return _summary(tc.TAU_GROUP, body, recs, results_dir)
 
 
-SUMMARIES = {"controls": controls_summary, "kl": kl_summary, "tau": tau_summary}
-
-
-def write_summaries(results_dir: Path | str | None = None, grids: Iterable[str] = tuple(SUMMARIES), **kw) -> list:
-    """Write ``results/toy/<grid>/summary.json`` of each grid from its records; returns the summaries."""
-    return [SUMMARIES[g](results_dir, **kw) for g in grids]
+def write_summaries(results_dir: Path | str | None = None, **kw) -> list:
+    """Write ``results/toy/{controls,kl,tau}/summary.json`` from the grids' records; returns the summaries."""
+    return [summary(results_dir, **kw) for summary in (controls_summary, kl_summary, tau_summary)]
 
 
 def _grad_per_weight(record: dict) -> float:
     """Mean over steps of grad_norm / tr/weight_mean (Figure 3 with the weight's overall scale divided out)."""
-    return mean_std(grad_norm_per_mean_weight(record)[1])[0]
+    return an.mean_std(an.grad_norm_per_mean_weight(record)[1])[0]
 
 
 def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> list[dict]:
     """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
     metrics = {
-        "grad norm": lambda r: history_mean(r, "grad_norm"),
-        "mean w": lambda r: history_mean(r, "tr/weight_mean"),
+        "grad norm": lambda r: an.history_mean(r, "grad_norm"),
+        "mean w": lambda r: an.history_mean(r, "tr/weight_mean"),
         "grad norm / mean w": _grad_per_weight,
-        "CV over steps of grad/mean w": lambda r: spread_stats(grad_norm_per_mean_weight(r)[1])["cv"],
+        "CV over steps of grad/mean w": lambda r: an.spread_stats(an.grad_norm_per_mean_weight(r)[1])["cv"],
     }
-    return comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
+    return an.comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
 
 
 def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
@@ -396,7 +367,7 @@ def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
     }
     return [
         {"run": lb, "n": len(groups[lb])}
-        | {k: mean_std([history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
+        | {k: an.mean_std([an.history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
         for lb in labels
         if groups.get(lb)
     ]
@@ -514,21 +485,14 @@ def row_mde(row: dict) -> float | None:
 def controls_table(summary: dict) -> str:
     """A toy summary's rows as a markdown table."""
     m = max((r.get("family_size", 1) for r in summary["rows"] if "delta_vs_equal" in r), default=1)
-    lines = [
-        f"| arm | n | mean | Δ vs GRPO [95 % t-interval] | p | Holm p | higher / lower / tied | "
-        f"MDE (80 % power, α = 0.05/{m}) |",
-        "|---|---:|---:|---|---:|---:|---|---:|",
-    ]
+    head = "| arm | n | mean | Δ vs GRPO [95 % t-interval], p | Holm p | higher / lower / tied | MDE (80 % power, "
+    lines = [head + f"α = 0.05/{m}) |", "|---|---:|---:|---|---:|---|---:|"]
     for r in summary["rows"]:
+        rest = "(baseline) | | |"
         if "delta_vs_equal" in r:
-            lines.append(
-                f"| {label(r['arm'])} | {r['n']} | {num(r['mean'])} | "
-                f"{num(r['delta_vs_equal'], '+.3f')} [{num(r['ci_low'], '+.3f')}, {num(r['ci_high'], '+.3f')}] | "
-                f"{num(r['p'], '.2g')} | "
-                f"{num(r['p_holm'], '.2g')} | {r['higher']} / {r['lower']} / {r['ties']} | {num(row_mde(r))} |"
-            )
-        else:
-            lines.append(f"| {label(r['arm'])} | {r['n']} | {num(r['mean'])} | (baseline) | | | | |")
+            signs = f"{r['higher']} / {r['lower']} / {r['ties']}"
+            rest = f"{delta_text(r)} | {num(r['p_holm'], '.2g')} | {signs} | {num(row_mde(r))}"
+        lines.append(f"| {label(r['arm'])} | {r['n']} | {num(r['mean'])} | {rest} |")
     return "\n".join(lines)
 
 
@@ -542,8 +506,8 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
     """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
-    runs = [r for r in load_runs(results_dir, group=CONTROLS_GROUP) if run_label(r) == arm]
-    vals = [history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
+    runs = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if run_label(r) == arm]
+    vals = [an.history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
     return statistics.fmean(vals) if vals else math.nan
 
 
@@ -551,10 +515,10 @@ def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
     beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
     arms = kl_arms(results_dir)
-    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(KL_BETAS):g}", {}).get("eq10", [])}
-    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(KL_BETAS):g}", {}).get("eq10", [])}
+    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(tc.KL_BETAS):g}", {}).get("eq10", [])}
+    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(tc.KL_BETAS):g}", {}).get("eq10", [])}
     seeds = sorted(set(hi) & set(lo))
-    return paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
+    return an.paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
 
 
 REWARD_KEYS = {
@@ -581,12 +545,8 @@ def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
         row[f"{short} first {n}"] = round(first, 3)
         row[f"{short} last {n}"] = round(last, 3)
     before, after = record.get("initial") or {}, record.get("final") or {}
-    row["greedy acc before → after"] = (
-        f"{before.get('accuracy', float('nan')):.2f} → {after.get('accuracy', float('nan')):.2f}"
-    )
-    row["greedy format before → after"] = (
-        f"{before.get('format_rate', float('nan')):.2f} → {after.get('format_rate', float('nan')):.2f}"
-    )
+    for name, key in (("acc", "accuracy"), ("format", "format_rate")):
+        row[f"greedy {name} before → after"] = f"{before.get(key, math.nan):.2f} → {after.get(key, math.nan):.2f}"
     row["s / step"] = round(record.get("seconds_per_step", float("nan")), 1)
     row["commit"] = (record.get("git_commit") or "?")[:7] + ("+dirty" if record.get("git_dirty") else "")
     return row
