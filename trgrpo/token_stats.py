@@ -253,7 +253,6 @@ def sample_occurrences(
     import torch
 
     from trgrpo.tasks.common import render_prompt
-    from trgrpo.theory import pad_token_id
 
     k = samples_per_prompt
     if k < 1 or max_new_tokens < 1 or not temperature > 0:
