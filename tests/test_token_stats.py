@@ -153,3 +153,36 @@ def test_structural_claim_verdicts():
     assert c["verdict"] == "supported" and c["difference_ci"][0] > 0 and c["p_fisher_greater"] < 1e-6
     assert structural_claim(low, high)["verdict"] == "contradicted"
     assert structural_claim(high[:3], low[28:31])["verdict"] == "undecided"  # 3 vs 3 items: too few to tell
+
+
+def test_batched_sampling_probabilities_equal_an_unbatched_forward(tiny_model_dir):
+    """Figure 1's probabilities come from the batched sampling pass (left padding, the prompt's cache repeated for
+    its samples, finished rows dropped); each must equal a plain forward of that one prompt + completion."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trgrpo.tasks.common import render_prompt
+    from trgrpo.token_stats import sample_occurrences
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    prompts = [[{"role": "user", "content": "Is Zoey a knight? Tell me why."}], "2 + 2 =", "Say: (x + y) * 3"]
+    kw = dict(samples_per_prompt=3, max_new_tokens=7, temperature=0.7, seed=3)
+    for stop in (None, list(range(0, len(tok), 3))):  # then a third of the vocabulary ends a completion early
+        model.generation_config.eos_token_id = stop or tok.eos_token_id
+        occ = sample_occurrences(model, tok, prompts, batch_prompts=2, **kw)
+        assert occ.completion == sorted(occ.completion) and set(occ.completion) <= set(range(9))
+        assert occ == sample_occurrences(model, tok, prompts, batch_prompts=2, **kw)  # same seed, same sample
+        assert occ.texts == [tok.decode([t]) for t in occ.token_ids] and not set(occ.token_ids) & set(stop or [])
+        lengths = [occ.completion.count(c) for c in range(9)]
+        assert max(lengths) <= 7 and (stop is None or min(lengths) < 7)
+        for c in set(occ.completion):
+            rows = [i for i, x in enumerate(occ.completion) if x == c]
+            prompt = tok(render_prompt(tok, prompts[c // 3])[0], add_special_tokens=False, return_tensors="pt")
+            n = prompt["input_ids"].shape[1]
+            ids = torch.cat([prompt["input_ids"], torch.tensor([[occ.token_ids[i] for i in rows]])], dim=1)
+            with torch.no_grad():
+                logp = torch.log_softmax(model(input_ids=ids).logits[0, n - 1 : -1] / 0.7, dim=-1)
+            want = logp.gather(1, ids[0, n:, None]).squeeze(1).exp()
+            assert torch.allclose(torch.tensor([occ.probs[i] for i in rows]), want, atol=1e-5)

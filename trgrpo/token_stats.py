@@ -232,6 +232,79 @@ def claim_rows(claims: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def sample_occurrences(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    *,
+    samples_per_prompt: int = 4,
+    max_new_tokens: int = 96,
+    temperature: float = 0.7,
+    batch_prompts: int = 8,
+    seed: int = 0,
+) -> TokenOccurrences:
+    """Sample ``samples_per_prompt`` completions of each prompt (a string or chat messages) and record every token
+    with its probability under the temperature-scaled logits it was drawn from, taken from the sampling pass itself.
+
+    One batched pass per chunk of ``batch_prompts`` prompts: the left-padded prompts are read once and their cache is
+    repeated for the samples; a completion leaves the batch at its EOS token (not recorded) or after
+    ``max_new_tokens`` tokens. Completions are numbered prompt by prompt, as :class:`TokenOccurrences` says.
+    """
+    import torch
+
+    from trgrpo.tasks.common import render_prompt
+
+    k = samples_per_prompt
+    if k < 1 or max_new_tokens < 1 or not temperature > 0:
+        raise ValueError("samples_per_prompt and max_new_tokens must be >= 1 and temperature > 0")
+    eos = model.generation_config.eos_token_id
+    stop = torch.tensor(sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}))
+    texts = [render_prompt(tokenizer, p)[0] for p in prompts]
+    gen = torch.Generator().manual_seed(seed)
+    rows, ids, logps = [], [], []
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_prompts):
+                chunk = texts[start : start + batch_prompts]
+                enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+                mask = enc["attention_mask"]
+                pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+                out = model(**enc, position_ids=pos, use_cache=True, logits_to_keep=1)
+                cache, logits = out.past_key_values, out.logits[:, -1].repeat_interleave(k, 0)
+                cache.batch_repeat_interleave(k)
+                mask = mask.repeat_interleave(k, 0)
+                row = torch.arange(start * k, (start + len(chunk)) * k)
+                for step in range(max_new_tokens):
+                    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+                    tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
+                    live = ~torch.isin(tok, stop)
+                    rows.append(row[live])
+                    ids.append(tok[live])
+                    logps.append(logp.gather(1, tok[:, None]).squeeze(1)[live])
+                    if step == max_new_tokens - 1 or not live.any():
+                        break
+                    if not live.all():
+                        keep = live.nonzero().squeeze(1)
+                        cache.batch_select_indices(keep)
+                        mask, tok, row = mask[keep], tok[keep], row[keep]
+                    mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
+                    pos = mask.sum(-1, keepdim=True) - 1
+                    out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache)
+                    logits = out.logits[:, -1]
+    finally:
+        tokenizer.padding_side = side
+    if not rows:
+        return TokenOccurrences([], [], [], [])
+    row_all = torch.cat(rows)
+    order = torch.sort(row_all, stable=True).indices  # steps were appended in order: a stable sort keeps them
+    token_ids = torch.cat(ids)[order].tolist()
+    text_of = {t: tokenizer.decode([t]) for t in set(token_ids)}
+    probs = torch.cat(logps)[order].exp().tolist()
+    return TokenOccurrences(token_ids, [text_of[t] for t in token_ids], probs, row_all[order].tolist())
+
+
 def arith_token_histogram(
     model_name: str = "embedded",
     *,
