@@ -225,8 +225,25 @@ def test_figure1_is_judged_from_notebook04s_record():
     row = next(r for r in answers.verdicts(RESULTS) if r["claim"] == "Figure 1")
     tok = rec["claim"]["token"]
     ci = rec["cluster"]["token"]["ci"] if "cluster" in rec else tok["difference_ci"]
-    assert row["verdict"] == answers.judge(*ci, None) != answers.NOT_RUN and row["judged"]["ci"] == list(ci)
+    first = json.loads((RESULTS / "notebooks" / "04_token_probabilities_sample1.json").read_text())
+    verdicts = {answers.judge(*ci, None), answers.judge(*first["cluster"]["token"]["ci"], None)}
+    assert row["verdict"] == (verdicts.pop() if len(verdicts) == 1 else "inconclusive") and row["judged"]["ci"] == ci
     assert f"{tok['k_high']}/{tok['n_high']}" in row["our evidence"] and "exploratory" in row["our evidence"]
+
+
+def test_figure1_two_samples_that_disagree_are_inconclusive(tmp_path):
+    """A second sample of the same design is a replication: if its verdict differs from the first's, the page says
+    inconclusive, and both intervals are in the evidence."""
+    rec = json.loads((RESULTS / "notebooks" / "04_token_probabilities.json").read_text())
+    (tmp_path / "notebooks").mkdir()
+    for name, ci in (("04_token_probabilities", [0.02, 0.16]), ("04_token_probabilities_sample1", [-0.06, 0.12])):
+        rec["cluster"]["token"]["ci"] = ci
+        (tmp_path / "notebooks" / f"{name}.json").write_text(json.dumps(rec))
+    row = answers.figure1(next(c for c in answers.CLAIMS if c.name == "Figure 1"), tmp_path)
+    assert row["verdict"] == "inconclusive" and "[-0.06, +0.12]: inconclusive" in row["our evidence"]
+    (tmp_path / "notebooks" / "04_token_probabilities_sample1.json").write_text(json.dumps(rec))  # now they agree
+    row = answers.figure1(next(c for c in answers.CLAIMS if c.name == "Figure 1"), tmp_path)
+    assert row["verdict"] == answers.judge(-0.06, 0.12, None)
 
 
 def test_forest_rows_cover_every_toy_arm_with_the_papers_effect():

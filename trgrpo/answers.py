@@ -390,6 +390,17 @@ def figure1(claim: Claim, root: Path) -> dict:
             f"resamples, {ct['level']:.1%} intervals): "
             + ", ".join(f"{k}s [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]" for k, c in cluster.items())
         )
+    first = _json(root / "notebooks" / "04_token_probabilities_sample1.json")  # the same design, sampled before
+    if first and "token" in (first.get("cluster") or {}):
+        lo, hi = first["cluster"]["token"]["ci"]
+        earlier = judge(lo, hi, None)
+        evidence += (
+            f"; the first sample of the same design (same {first.get('n_prompts')} prompts, other completions) gave "
+            f"tokens [{lo:+.2f}, {hi:+.2f}]: {earlier}"
+        )
+        if earlier != verdict:
+            evidence += "; the two samples disagree, so at this n the verdict is inconclusive"
+            verdict = "inconclusive"
     if "word" in levels:
         evidence += (
             "; " + part("word") + " — exploratory: the word level and the one-third ends were added after "
