@@ -219,7 +219,7 @@ def test_readme_findings_quote_these_record_values_exactly():
         f"{st['n']} ({st['both']} pairs both, {st['only tr']} TR-GRPO only; Fisher's exact test "
         f"p = {st['fisher_p']:.2f})",
         f"Four pairs can only detect a total contrast (p = {st['p_total']:.3f})",
-        f"one a single collapse short gives p = {st['p_one_short']:.3f}",
+        f"a single collapse short of that gives p = {st['p_one_short']:.3f}",
     ]
     assert st["n"] == 4 and st["only grpo"] == 0 and st["neither"] == 0  # the sentence's wording fits these counts
     missing = [e for e in expected if e not in readme]
