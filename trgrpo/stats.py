@@ -244,6 +244,14 @@ def history_mean(record: dict, key: str) -> float:
     return float(np.nanmean(v)) if v.size else math.nan
 
 
+def paired_by_seed(treatment: Sequence[dict], control: Sequence[dict], value: Callable[[dict], float]) -> tuple:
+    """The values of the runs whose seed both lists have, aligned by seed: (treatment, control, seeds)."""
+    c = {r["seed"]: value(r) for r in control}
+    t = {r["seed"]: value(r) for r in treatment}
+    seeds = sorted(s for s in t if s in c)
+    return [t[s] for s in seeds], [c[s] for s in seeds], seeds
+
+
 def comparison_table(
     groups: dict[str, list[dict]],
     metrics: dict[str, Callable[[dict], float]],
@@ -265,10 +273,9 @@ def comparison_table(
             m, s, k = mean_std(fn(r) for r in runs)
             row[name] = f"{m:.{digits}f} ± {s:.{digits}f}" if k else "–"
         if compare is not None and label != baseline and baseline in groups:
-            base = {r["seed"]: metrics[compare](r) for r in groups[baseline]}
-            pairs = [(metrics[compare](r), base[r["seed"]]) for r in runs if r["seed"] in base]
-            if len(pairs) >= 2:
-                t = paired_t(*zip(*pairs))
+            treated, base, seeds = paired_by_seed(runs, groups[baseline], metrics[compare])
+            if len(seeds) >= 2:
+                t = paired_t(treated, base)
                 (lo, hi), d, f = t["ci"], t["mean_diff"], f"+.{digits}f"
                 row[f"Δ {compare} vs {baseline} [95% t-interval]"] = (
                     f"{d:{f}} [{lo:{f}}, {hi:{f}}], p={t['p']:.2g} ({t['higher']}/{t['n']} up)"
