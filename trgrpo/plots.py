@@ -505,7 +505,7 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
             ax.plot(r["ci"], [y, y], color=c, lw=4, alpha=0.45, solid_capstyle="butt")
         ax.plot(r["delta"], y, "o", color=c)
         holm = f" (Holm {r['p_holm']:.2g})" if "p_holm" in r else ""
-        ax.text(max(r["ci95"][1], r.get("ci", r["ci95"])[1]), y, f"  p={r['p']:.2g}{holm}", va="center", fontsize=8)
+        ax.annotate(f"p={r['p']:.2g}{holm}", (1.02, y), xycoords=("axes fraction", "data"), va="center", fontsize=8)
         if r.get("paper_effect") is not None:
             ax.plot(
                 r["paper_effect"], y, "D", color="k", mfc="none", ms=7, label=None if drawn else "the paper's effect"
@@ -514,14 +514,12 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
     mde = np.nanmedian([r.get("mde_family", r.get("mde", np.nan)) for r in rows]) if rows else np.nan
     if np.isfinite(mde):
         ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
-    lo, hi = ax.get_xlim()
-    ax.set_xlim(lo, hi + 0.5 * (hi - lo))  # room for the p labels
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(range(len(rows)), [f"{r['label']} (n = {r['n']})" for r in rows][::-1])
     thick = "; thick: at the verdict's level" if any("ci" in r for r in rows) else ""
     ax.set_xlabel(f"Δ primary metric vs GRPO, same seed (thin: 95 % t-interval{thick})")
     if drawn or np.isfinite(mde):
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
 
