@@ -40,19 +40,11 @@ def layer_rank(module: str) -> int:
 
 
 def trgrpo_imports(source: str, module: str, is_package: bool) -> set[str]:
-    """The trgrpo modules a source imports at run time (imports under ``if TYPE_CHECKING:`` are types only)."""
+    """The trgrpo modules a source imports, anywhere in it (function-level and ``if TYPE_CHECKING:`` imports too)."""
     tree = ast.parse(source)
-    typing_only = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for n in ast.walk(node)
-    }
     package = module if is_package else module.rpartition(".")[0]
     out = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("trgrpo")}
         elif isinstance(node, ast.ImportFrom):
@@ -139,7 +131,7 @@ def test_the_checks_catch_an_upward_import_and_a_cycle():
     graph = {"trgrpo.weights": trgrpo_imports(source, "trgrpo.weights", False)}
     assert upward_imports(graph) == ["trgrpo.weights (0) imports trgrpo.plots (3)"]
     typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trgrpo.experiment import RunSpec\n"
-    assert trgrpo_imports(typed, "trgrpo.tasks.kk", False) == set()
+    assert trgrpo_imports(typed, "trgrpo.tasks.kk", False) == {"trgrpo.experiment"}
     assert trgrpo_imports("from . import kk\n", "trgrpo.tasks", True) == {"trgrpo.tasks.kk"}
 
 
@@ -175,8 +167,8 @@ def test_the_library_writes_no_documentation():
 
 
 # The design card's goal (issue #25) is <= 10,000 lines in trgrpo/. The library is not there yet: LINE_CEILING is the
-# size at the last cut, and it only goes down (lower it with each cut; a change that grows the library past it fails).
-GOAL_LINES, LINE_CEILING = 10_000, 12_360
+# size at the last cut (12,335); it only goes down (lower it with each cut; growing the library past it fails).
+GOAL_LINES, LINE_CEILING = 10_000, 12_340
 
 
 def test_the_size_the_design_card_asks_for():

@@ -9,10 +9,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.experiment import RunSpec
+from typing import Any
 
 
 @dataclass
@@ -22,12 +19,12 @@ class Task:
     Optional: ``data_source`` (the record's ``data_source``), and for tasks with a tool (search) ``tokenizer``,
     ``trainer_kwargs`` (``tools=[...]``) and ``evaluate_with_trainer`` (``evaluate`` gets the trainer)."""
 
-    build: Callable[[RunSpec, Any], tuple[Any, list]]
-    reward_funcs: Callable[[RunSpec], list]
-    evaluate: Callable[[Any, Any, list, RunSpec], dict]
-    data_source: Callable[[RunSpec, Any, Any], dict] | None = None
-    tokenizer: Callable[[str, RunSpec], Any] | None = None
-    trainer_kwargs: Callable[[RunSpec], dict] | None = None
+    build: Callable[[Any, Any], tuple[Any, list]]
+    reward_funcs: Callable[[Any], list]
+    evaluate: Callable[[Any, Any, list, Any], dict]
+    data_source: Callable[[Any, Any, Any], dict] | None = None
+    tokenizer: Callable[[str, Any], Any] | None = None
+    trainer_kwargs: Callable[[Any], dict] | None = None
     evaluate_with_trainer: bool = False
 
 

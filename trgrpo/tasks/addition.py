@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.tasks import Task, register_task
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.experiment import RunSpec
 
 TASK_NAMES = ("addition", "addition_trace")
 MAX_COMPLETION = {"addition": 6, "addition_trace": 24}
@@ -156,7 +153,7 @@ def evaluate_accuracy(
     return res
 
 
-def _build(spec: RunSpec, tokenizer):
+def _build(spec: Any, tokenizer):
     from datasets import Dataset
 
     data = splits()
@@ -168,7 +165,7 @@ def _build(spec: RunSpec, tokenizer):
     return ds, test
 
 
-def _rewards(spec: RunSpec) -> list:
+def _rewards(spec: Any) -> list:
     kind = spec.task_options.get("reward", "correct")
     if kind == "correct":
         return [correctness_reward]
@@ -177,7 +174,7 @@ def _rewards(spec: RunSpec) -> list:
     raise ValueError(f"task_options['reward'] must be 'correct' or 'random', got {kind!r}")
 
 
-def _evaluate(model, tokenizer, rows: list, spec: RunSpec) -> dict:
+def _evaluate(model, tokenizer, rows: list, spec: Any) -> dict:
     return evaluate_accuracy(model, tokenizer, rows, task=spec.task, temperature=spec.sampling_temperature, seed=0)
 
 

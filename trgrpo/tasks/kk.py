@@ -10,13 +10,10 @@ import random
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import as_list, completion_text, first_present, greedy_generate, read_table, render_prompt
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.experiment import RunSpec
 
 # Look-alikes of the letters of "knight"/"knave" that NFKC leaves alone, and invisible characters.
 _HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
@@ -568,7 +565,7 @@ def evaluate_kk(
     return result
 
 
-def _build(spec: RunSpec, tokenizer):
+def _build(spec: Any, tokenizer):
     """Logic-RL files (``train_path`` / ``eval_path``) or reasoning-gym's generator (streams ``train`` / ``test``);
     eval puzzles seen in training are dropped."""
     opts = spec.task_options
@@ -588,7 +585,7 @@ def _build(spec: RunSpec, tokenizer):
     return kk_dataset(train, prefill_think=prefill, tokenizer=tokenizer if prefill else None), test
 
 
-def _data_source(spec: RunSpec, train_ds, records) -> dict:
+def _data_source(spec: Any, train_ds, records) -> dict:
     opts = spec.task_options
     return {
         "train": kk_source(opts.get("train_path"), "train", len(train_ds)),
@@ -597,11 +594,11 @@ def _data_source(spec: RunSpec, train_ds, records) -> dict:
     }
 
 
-def _rewards(spec: RunSpec):
+def _rewards(spec: Any):
     return make_kk_reward_funcs(prefilled_think=bool(spec.task_options.get("prefill_think", False)))
 
 
-def _evaluate(model, tokenizer, records, spec: RunSpec) -> dict:
+def _evaluate(model, tokenizer, records, spec: Any) -> dict:
     return evaluate_kk(
         model,
         tokenizer,

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import (
@@ -42,9 +42,6 @@ from trgrpo.tasks.math_verify import (
     time_budget,
     warm_up,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.experiment import RunSpec
 
 DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (the calling thread's own clock)
 
@@ -352,7 +349,7 @@ def _load_source(source: str, n: int, seed: int) -> list[dict]:
     return load_math_file(source)[:n]
 
 
-def _build(spec: RunSpec, tokenizer):
+def _build(spec: Any, tokenizer):
     """Train on generated arithmetic offline, or a file / hub set (``train``: deepscaler, orz, a path)."""
     opts = spec.task_options
     train = _load_source(opts.get("train", "generated"), spec.n_train, spec.seed + 1000)
@@ -363,7 +360,7 @@ def _build(spec: RunSpec, tokenizer):
     return math_dataset(train), evals
 
 
-def _data_source(spec: RunSpec, train_ds, evals) -> dict:
+def _data_source(spec: Any, train_ds, evals) -> dict:
     """Each set under the name Table 2 gives it, with its source; generated arithmetic is marked a substitute."""
     opts = spec.task_options
     names = opts.get("eval_sets", ["generated"])
@@ -373,7 +370,7 @@ def _data_source(spec: RunSpec, train_ds, evals) -> dict:
     }
 
 
-def _evaluate(model, tokenizer, evals, spec: RunSpec) -> dict:
+def _evaluate(model, tokenizer, evals, spec: Any) -> dict:
     """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
     opts = spec.task_options
     max_new = spec.max_eval_tokens or spec.max_completion_length

@@ -16,14 +16,11 @@ import re
 import string
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trgrpo.tasks import Task, register_task
 from trgrpo.tasks.common import greedy_generate
 from trgrpo.tasks.search_data import Corpus, make_corpus, make_retriever
-
-if TYPE_CHECKING:  # pragma: no cover
-    from trgrpo.experiment import RunSpec
 
 SEARCH_TOOL_NAME = "search"
 MALFORMED_KEY = "_malformed_call"  # argument under which an unparseable tool call reaches the tool
@@ -629,7 +626,7 @@ def _corpus_and_tool(corpus: str, corpus_seed: int, retriever: str, top_k: int) 
     return c, make_search_tool(make_retriever(retriever, c.passages), top_k=int(top_k))
 
 
-def _task(spec: RunSpec) -> Task:
+def _task(spec: Any) -> Task:
     o = spec.task_options
     corpus, tool = _corpus_and_tool(
         o.get("corpus", "synthetic"), o.get("corpus_seed", 0), o.get("retriever", "bm25"), o.get("top_k", 3)
