@@ -237,3 +237,15 @@ def test_notebook08_types_no_result():
     nb = json.loads((ROOT / "notebooks" / "08_results_vs_paper.ipynb").read_text())
     typed = sorted({n for c in nb["cells"] if c["cell_type"] == "markdown" for n in _numbers("".join(c["source"]))})
     assert not typed, f"numbers typed into notebook 08's markdown: {typed}"
+
+
+def test_the_docs_command_as_make_runs_it_finds_every_block_up_to_date():
+    """`make docs` runs `scripts/render_docs.py` in its own process; with --check it writes nothing and exits 0 only
+    when every generated block of README.md and docs/*.md equals its rendering from the records."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "scripts/render_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
