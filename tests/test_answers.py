@@ -272,6 +272,38 @@ def test_committed_headline_of_08_is_what_the_current_code_writes():
         assert judged["ci"] == pytest.approx(row["judged"]["ci"]) and judged["verdict"] == row["verdict"]
 
 
+def test_the_answer_paragraph_of_08_says_what_the_records_say(monkeypatch):
+    """The first thing notebook 08 shows, executed from its own cells (smoke mode, the committed records): each
+    number and verdict of the answer is the one the records give, and no count is typed."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **_: shown.extend(objs))
+    monkeypatch.setenv("TRGRPO_SMOKE", "1")
+    cells = [c for c in json.loads((ROOT / "notebooks" / "08_results_vs_paper.ipynb").read_text())["cells"]]
+    code = [("".join(c["source"])) for c in cells if c["cell_type"] == "code"]
+    ns: dict = {}
+    for src in code[: next(i for i, s in enumerate(code) if "answer = [" in s) + 1]:
+        exec(compile(src, "08", "exec"), ns)
+    text = next(o.data for o in shown if getattr(o, "data", None) and str(o.data).startswith("**Does TR-GRPO work?**"))
+    rows = answers.verdicts(RESULTS)
+    for r in rows:
+        if r["claim"] in ("Table 1", "Table 2", "Table 3"):
+            assert f"{r['claim']}: {r['verdict']}" in text
+        if r["claim"] == "Table 4":
+            d, (lo, hi) = r["judged"]["delta"], r["judged"]["ci"]
+            assert f"{r['part']}: {d:+.3f} [{lo:+.4f}, {hi:+.4f}] against the paper's " in text
+            assert f"{r['judged']['paper_effect']:+.2f}: **{r['verdict']}**" in text
+        if r["claim"].startswith("Theorem"):
+            assert f"{r['claim']} {r['verdict']}" in text
+    t7 = [r["verdict"] for r in rows if r["claim"] == "Table 7"]
+    for v in set(t7):
+        assert f"{t7.count(v)} {v}" in text and f" of {len(t7)}." in text
+    n_tau = {r["n"] for r in answers.forest_rows(RESULTS) if r["group"] == "toy/tau"}
+    assert f"({'/'.join(map(str, sorted(n_tau)))} paired seeds per τ)" in text
+    assert "Table 8's cost: " + next(r["verdict"] for r in rows if r["claim"] == "Table 8") in text
+
+
 def test_prompt_bootstrap_resamples_prompts():
     """Figure 1's cluster bootstrap: whole prompts are resampled; a structural token that only one prompt's
     samples carry at the high end gives a wide interval, and the observed difference is the plain count's."""

@@ -271,6 +271,68 @@ def test_the_parameters_fingerprint_sees_a_changed_default(tmp_path):
     assert course.fingerprint(course.parameters_source(tmp_path / "nb.ipynb")) != before
 
 
+def _clone(tmp_path: Path) -> Path:
+    """A clone of this checkout's commit, whose own package the command below imports (PYTHONPATH)."""
+    import subprocess
+
+    dst = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True)
+    return dst
+
+
+def _times(clone: Path, timeout: int):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(clone)}
+    return subprocess.run(
+        [sys.executable, "-m", "trgrpo.course", "times"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_times_as_typed_refuses_an_uncommitted_tree_and_writes_nothing(tmp_path):
+    clone = _clone(tmp_path)
+    times = clone / course.TIMES_PATH.relative_to(ROOT)
+    before = times.read_bytes()
+    (clone / "notebooks" / "00_grpo_primer.ipynb").write_text("{}")  # an edit not committed
+    done = _times(clone, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        done.stdout.strip()
+        == "the tree has uncommitted changes: commit first, so the times name the code they measured"
+    )
+    assert "Traceback" not in done.stderr
+    assert times.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_times_as_typed_on_a_clean_clone_measures_every_notebook(tmp_path):
+    """The README's `python -m trgrpo.course times`, in a fresh clone (about 10 minutes on 2 cores)."""
+    clone = _clone(tmp_path)
+    done = _times(clone, timeout=3600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads((clone / course.TIMES_PATH.relative_to(ROOT)).read_text())
+    assert record["dirty"] is False and record["git_commit"] == _head(clone)
+    assert {r["notebook"] for r in record["rows"]} == {
+        r["notebook"] for r in json.loads(course.TIMES_PATH.read_text())["rows"]
+    }
+    assert all(r["ok"] and r["wall_s"] > 0 for r in record["rows"])
+    for r in record["rows"]:
+        assert r["parameters"] == course.fingerprint(course.parameters_source(clone / r["notebook"]))
+
+
+def _head(clone: Path) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+
+
 # ---------------------------------------------------------------- checks that teach (issue 17)
 
 
