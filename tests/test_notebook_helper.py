@@ -159,3 +159,27 @@ def test_the_boilerplate_check_can_fail():
     found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(old)]
     assert found == ["sys.path.insert", "ROOT from the working folder", "a one- or two-letter alias of a trgrpo module"]
     assert not [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search("_ = nb.save_headline(headline)")]
+
+
+def test_show_table_displays_a_rendered_table_checked_as_its_markdown_text(monkeypatch):
+    """Floats rounded to ``digits`` (-0.0 as 0.0), None '-', booleans yes / no; text/plain is the Markdown source."""
+    import IPython.display
+
+    from trgrpo.tables import markdown_table
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    rows = [{"a": 1.0, "b": None, "c": True}, {"a": -0.00001, "b": "x", "c": False}]
+    assert notebook.show_table(rows, title="T") is None  # nothing echoed as the cell's value
+    ((obj, raw),) = shown
+    assert raw and obj["text/markdown"] == obj["text/plain"]
+    assert obj["text/plain"].splitlines() == [
+        "**T**",
+        "",
+        "| a | b | c |",
+        "|---|---|---|",
+        "| 1.000 | - | yes |",
+        "| 0.000 | x | no |",
+    ]
+    assert markdown_table(rows, ["a"], digits=1).splitlines()[2:] == ["| 1.0 |", "| 0.0 |"]
+    assert markdown_table(rows).splitlines()[2:] == ["| 1.0 | None | True |", "| -1e-05 | x | False |"]  # as before

@@ -328,13 +328,6 @@ def test_kl_offset_table():
     assert rows[2]["eq10_value"] == pytest.approx(0.4 - math.log(1.4), abs=1e-12)
 
 
-def test_format_table():
-    text = readings.format_table([{"a": 1.0, "b": None, "c": True}, {"a": -0.00001, "b": "x", "c": False}])
-    lines = text.splitlines()
-    assert lines[0].split() == ["a", "b", "c"] and lines[2].split() == ["1.000", "-", "yes"]
-    assert lines[3].split() == ["0.000", "x", "no"]
-
-
 # ---------------------------------------------------------------- figures
 
 

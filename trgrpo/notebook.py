@@ -109,6 +109,17 @@ def cpu_threads(threads: int = 0) -> int:
     return n
 
 
+def show_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3, title: str = "") -> None:
+    """Display ``rows`` as a rendered Markdown table (floats to ``digits`` decimals, None '-', booleans yes / no),
+    under ``title`` in bold if given, with the Markdown source as the plain text that nbval compares."""
+    from IPython.display import display
+
+    from trgrpo.tables import markdown_table
+
+    md = (f"**{title}**\n\n" if title else "") + markdown_table(rows, columns, digits=digits)
+    display({"text/markdown": md, "text/plain": md}, raw=True)
+
+
 @dataclass(frozen=True)
 class Notebook:
     """Where a notebook's outputs go, and its clock."""

@@ -184,25 +184,3 @@ def kl_offset_table(
             row[f"{mode}_value"] = float(kl[i].detach())
             row[f"{mode}_dlogpi"] = float(grad[i])
     return rows
-
-
-def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, digits: int = 3) -> str:
-    """A plain-text table of dict rows (floats rounded, None as '-'), for printing in notebooks."""
-    if not rows:
-        return "(empty)"
-    cols = list(columns) if columns is not None else list(rows[0])
-
-    def cell(v) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        if isinstance(v, float):
-            return f"{round(v, digits) + 0.0:.{digits}f}"  # + 0.0 turns -0.0 into 0.0
-        return str(v)
-
-    body = [[cell(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.rjust(wd) for c, wd in zip(cols, widths)), "  ".join("-" * wd for wd in widths)]
-    lines += ["  ".join(v.rjust(wd) for v, wd in zip(b, widths)) for b in body]
-    return "\n".join(lines)

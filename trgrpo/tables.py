@@ -77,13 +77,24 @@ def scale_label(records: list[dict]) -> str:
     )
 
 
-def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """Render a list of dicts as a Markdown table (for notebooks, the README and issue notes)."""
+def markdown_table(rows: list[dict], columns: list[str] | None = None, *, digits: int | None = None) -> str:
+    """Render a list of dicts as a Markdown table (for notebooks, the README and issue notes); with ``digits``,
+    floats are rounded to that many decimals, None is '-' and booleans are 'yes' / 'no' (else each cell is ``str``)."""
     if not rows:
         return "(no rows)"
     columns = columns or list(rows[0])
+
+    def cell(v: Any) -> str:
+        if digits is None:
+            return str(v)
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        return f"{round(v, digits) + 0.0:.{digits}f}" if isinstance(v, float) else str(v)  # + 0.0: -0.0 is 0.0
+
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
