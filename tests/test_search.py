@@ -1,6 +1,7 @@
 """Agentic search (Section 4.1, App. B.1.3, Eq. 14): corpus, retriever, reward, tool errors, tool masking."""
 
 import json
+import logging
 import math
 
 import pytest
@@ -303,15 +304,23 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
     writes: list[Path] = []
     real = R.write_json
     monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
-    rec = search_run.run_search(
-        spec,
-        train_records=train,
-        eval_records=corpus.questions["test"][:2],
-        tool=tool,
-        results_dir=tmp_path,
-        checkpoint_dir=tmp_path / "ckpt",
-        verbose=False,
-    )
+    warnings, seen = logging.getLogger("transformers"), logging.Handler(logging.WARNING)
+    seen.emit = lambda r: messages.append(r.getMessage())
+    messages: list[str] = []
+    warnings.addHandler(seen)
+    try:
+        rec = search_run.run_search(
+            spec,
+            train_records=train,
+            eval_records=corpus.questions["test"][:2],
+            tool=tool,
+            results_dir=tmp_path,
+            checkpoint_dir=tmp_path / "ckpt",
+            verbose=False,
+        )
+    finally:
+        warnings.removeHandler(seen)
+    assert not [m for m in messages if "PAD/BOS/EOS" in m]  # the config names the tokenizer's special tokens
     path = tmp_path / "unit-search" / f"{spec.name}.json"
     assert writes == [path]
     saved = R.read_record(path)
@@ -387,3 +396,21 @@ def test_search_is_a_registered_run_task():
     assert task.evaluate_with_trainer and task.reward_funcs(spec) == [S.search_reward]
     with pytest.raises(ValueError, match="task_options.corpus"):
         task.build(RunSpec(task="search", task_options={"corpus": "wiki-2018"}), None)
+
+
+def test_a_rollout_renders_newline_tokens_as_small_marks():
+    """One span per token with its id and mask; a run of newline tokens shows as ↵ marks and breaks the line once."""
+    import re
+
+    class Tok:
+        pieces = {1: "Paris", 2: "\n", 3: "\n\n", 4: " is", 5: "<|im_end|>"}
+
+        def decode(self, ids):
+            return "".join(self.pieces[i] for i in ids)
+
+    ids, mask = [1, *[2] * 96, 3, 4, 2, 5], [1] * 98 + [0, 0, 1]
+    out = S.render_rollout_html(Tok(), {"completion_ids": ids, "tool_mask": mask})
+    titles = re.findall(r'<span [^>]*title="id (\d+), tool_mask (\d)">', out)
+    assert [(int(i), int(m)) for i, m in titles] == list(zip(ids, mask))
+    assert out.count("↵") == 96 + 2 + 1 and out.count("\n") == 2  # one break after each run of newline tokens
+    assert "Paris</span><span" in out and "&lt;|im_end|&gt;" in out

@@ -338,7 +338,7 @@ def _save(fig, path: Path | str | None, title: str = ""):
     """Suptitle ``title``, lay the figure out and write it to ``path`` (150 dpi) when given."""
     if title:
         fig.suptitle(title, fontsize=10)
-    if fig.get_layout_engine() is None:  # a constrained figure lays itself out
+    if not fig.get_constrained_layout():  # a constrained figure lays itself out; once tight, a figure is re-tightened
         fig.tight_layout()
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

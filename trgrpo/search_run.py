@@ -62,6 +62,18 @@ def _eval_callback(records: list[dict[str, Any]], every: int):
     return EvalCallback()
 
 
+def _align_special_tokens(model, tokenizer) -> None:
+    """The tokenizer's PAD / BOS / EOS ids into the model's config and generation config (EOS joins the stop tokens),
+    as ``Trainer.train`` would (warning): the micro model's and Qwen2.5's configs name a BOS their tokenizer lacks."""
+    gen = model.generation_config
+    for key in ("bos_token_id", "pad_token_id"):
+        setattr(model.config, key, getattr(tokenizer, key))
+        setattr(gen, key, getattr(tokenizer, key))
+    model.config.eos_token_id, stops = tokenizer.eos_token_id, gen.eos_token_id
+    stops = [] if stops is None else [stops] if isinstance(stops, int) else list(stops)
+    gen.eos_token_id = stops if tokenizer.eos_token_id in stops else [tokenizer.eos_token_id, *stops]
+
+
 def search_run_spec(spec: SearchSpec, n_train: int, n_eval: int, *, eval_before: bool = True):
     """The :class:`trgrpo.experiment.RunSpec` of a search run (task ``search``, its retriever / corpus / template in
     ``task_options``), trained from ``init_model`` when there is one."""
@@ -89,14 +101,8 @@ def search_run_spec(spec: SearchSpec, n_train: int, n_eval: int, *, eval_before:
 def search_config_overrides(spec: SearchSpec) -> dict[str, Any]:
     """A search run's config beyond :func:`trgrpo.experiment.make_config`: the tool-call budget, no checkpoints,
     TRL's defaults for gradient checkpointing and bf16 (as the committed records were trained), ``spec.config``."""
-    return dict(
-        max_tool_calling_iterations=spec.max_tool_calls,
-        save_strategy="no",
-        disable_tqdm=True,
-        gradient_checkpointing=True,
-        bf16=None,
-        **spec.config,
-    )
+    return dict(max_tool_calling_iterations=spec.max_tool_calls, save_strategy="no", disable_tqdm=True,
+                gradient_checkpointing=True, bf16=None, **spec.config)  # fmt: skip
 
 
 def run_search(
@@ -125,6 +131,7 @@ def run_search(
 
     def ready(trainer, eval_records) -> None:
         held["trainer"] = trainer
+        _align_special_tokens(trainer.model, trainer.processing_class)
         if callback is not None:
             callback.trainer = trainer
 
@@ -138,7 +145,11 @@ def run_search(
         eval_curve = [{"step": 0, "em": start["em"]}, *(callback.points if callback else [])]
         if eval_curve[-1]["step"] != spec.steps:
             eval_curve.append({"step": spec.steps, "em": final["em"]})
-        example = trl_rollouts(trainer, list(eval_records[:1]), greedy=True)[0] if eval_records else None
+        example = None
+        for r in trl_rollouts(trainer, list(eval_records[:1]), greedy=True):  # the first question's greedy rollout
+            text = rollout_text(trainer.processing_class, r)
+            example = {**{k: r["record"][k] for k in ("question", "answers")}, "completion_ids": r["completion_ids"],
+                       "tool_mask": r["tool_mask"], "text": text, "em": r["em"]}  # fmt: skip
         return dict(
             model=spec.model,
             spec=dataclasses.asdict(spec),
@@ -149,16 +160,7 @@ def run_search(
             eval_curve=eval_curve,
             baseline_no_search=baseline,
             warm_start={k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
-            example_rollout=None
-            if example is None
-            else {
-                "question": example["record"]["question"],
-                "answers": example["record"]["answers"],
-                "completion_ids": example["completion_ids"],
-                "tool_mask": example["tool_mask"],
-                "text": rollout_text(trainer.processing_class, example),
-                "em": example["em"],
-            },
+            example_rollout=example,
             n_train=len(train_records),
             n_eval=len(eval_records),
         )

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import html
 import inspect
+import itertools
 import json
 import os
 import random
@@ -275,7 +276,8 @@ def search_reward(completions: Sequence[Any], answers: Sequence[Any] | None = No
 
 
 def render_rollout_html(tokenizer: Any, rollout: dict[str, Any], *, show_prompt: bool = False) -> str:
-    """HTML of a rollout, token by token: the model's tokens (``tool_mask = 1``) on green, the tool's on grey."""
+    """HTML of a rollout, token by token: the model's tokens (``tool_mask = 1``) on green, the tool's on grey, a newline
+    token as a small ↵ (a run of them breaks the line once)."""
     parts = [
         '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.6;font-size:12px">',
         '<div style="margin-bottom:6px"><span style="background:#c8f7c5;padding:1px 4px">model token '
@@ -284,28 +286,23 @@ def render_rollout_html(tokenizer: Any, rollout: dict[str, Any], *, show_prompt:
     ]
     if show_prompt:
         parts.append(f'<span style="color:#999">{html.escape(tokenizer.decode(rollout["prompt_ids"]))}</span>')
-    for tid, m in zip(rollout["completion_ids"], rollout["tool_mask"]):
-        text = html.escape(tokenizer.decode([tid]))
+    texts = [tokenizer.decode([tid]) for tid in rollout["completion_ids"]]
+    newline = [t.isspace() and "\n" in t for t in texts] + [False]  # shown as ↵, one line break per run of them
+    for i, (tid, m, text) in enumerate(zip(rollout["completion_ids"], rollout["tool_mask"], texts)):
         style = "background:#c8f7c5" if m else "background:#e0e0e0;color:#555"
-        parts.append(f'<span style="{style}" title="id {tid}, tool_mask {m}">{text}</span>')
+        if newline[i]:
+            text, style = text.replace("\n", "↵"), f"{style};color:#888;font-size:10px"
+        parts.append(f'<span style="{style}" title="id {tid}, tool_mask {m}">{html.escape(text)}</span>')
+        parts.append("\n" if newline[i] and not newline[i + 1] else "")
     parts.append("</div>")
     return "".join(parts)
 
 
 def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
     """Plain-text view of a rollout: tool (masked) spans inside ``[[masked: ...]]``."""
-    out, span, cur = [], [], None
-    for tid, m in zip(rollout["completion_ids"], rollout["tool_mask"]):
-        if m != cur and span:
-            text = tokenizer.decode(span)
-            out.append(text if cur else f"[[masked: {text}]]")
-            span = []
-        cur = m
-        span.append(tid)
-    if span:
-        text = tokenizer.decode(span)
-        out.append(text if cur else f"[[masked: {text}]]")
-    return "".join(out)
+    runs = itertools.groupby(zip(rollout["completion_ids"], rollout["tool_mask"]), key=lambda pair: pair[1])
+    texts = [(m, tokenizer.decode([tid for tid, _ in run])) for m, run in runs]
+    return "".join(text if m else f"[[masked: {text}]]" for m, text in texts)
 
 
 def trl_rollouts(
