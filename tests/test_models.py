@@ -49,3 +49,9 @@ def test_a_cache_converted_with_the_flag_on_is_turned_off_and_decodes_the_same(t
     assert json.loads(config_path.read_text()).get("clean_up_tokenization_spaces", False) is False
     after, warned = _decode(AutoTokenizer.from_pretrained(folder))
     assert warned == [] and after == before
+
+
+def test_display_name_names_the_embedded_model():
+    assert models.display_name("embedded") == models.display_name(None) == "SmolLM2-135M-Instruct"
+    assert models.display_name("Qwen/Qwen2.5-3B-Instruct") == "Qwen2.5-3B-Instruct"
+    assert models.display_name(models.embedded_model_path()) == "SmolLM2-135M-Instruct"

@@ -97,6 +97,11 @@ def resolve_model(name: str | os.PathLike | None = None) -> str:
     return str(name)
 
 
+def display_name(model: str | os.PathLike | None = None) -> str:
+    """A model's name for a title: ``EMBEDDED_NAME`` for ``None``/``"embedded"``, else the last part of its id/path."""
+    return EMBEDDED_NAME if model is None or str(model) == "embedded" else Path(str(model)).name
+
+
 def load_model_and_tokenizer(name: str | os.PathLike | None = None, *, dtype: str = "float32"):
     """Load a causal LM and its tokenizer (left padding for batched generation)."""
     import torch
@@ -120,15 +125,7 @@ def embedded_tokenizer():
     return tok
 
 
-def tiny_model(
-    path: str | os.PathLike,
-    *,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    seed: int = 0,
-    tokenizer=None,
-) -> str:
+def tiny_model(path: str | os.PathLike, *, hidden=32, layers=2, heads=2, seed=0, tokenizer=None) -> str:
     """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``; returns the folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
