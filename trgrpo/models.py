@@ -7,6 +7,7 @@ its weights are copied once into a checkpoint folder in the cache (``$TRGRPO_CAC
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -43,7 +44,7 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     """The embedded model as an ordinary checkpoint folder, converted from GGUF on first use."""
     target = cache_dir() / "models" / EMBEDDED_NAME
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
-        return target
+        return _without_cleanup(target)
     gguf = embedded_gguf_path()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -59,7 +60,9 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict(), strict=True)
     plain.generation_config = quantised.generation_config
-    tok = _special_tokens_from_config(tok, config)
+    # BOS and EOS named by the config's ids: transformers' GGUF Llama converter makes <|im_start|> the EOS too
+    tok.bos_token, tok.eos_token = tok.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id])
+    tok.clean_up_tokenization_spaces = False  # see _without_cleanup
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:
@@ -77,10 +80,14 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     return target
 
 
-def _special_tokens_from_config(tok: Any, config: Any) -> Any:
-    """BOS and EOS named by the config's ids: transformers' GGUF Llama converter makes ``<|im_start|>`` the EOS too."""
-    tok.bos_token, tok.eos_token = tok.convert_ids_to_tokens([config.bos_token_id, config.eos_token_id])
-    return tok
+def _without_cleanup(folder: Path) -> Path:
+    """``clean_up_tokenization_spaces`` off in a cache converted before it was: transformers ignores the flag for a BPE
+    tokenizer such as SmolLM2's (decoding is the same), but warns at the first decode of every process."""
+    path = folder / "tokenizer_config.json"
+    if (config := json.loads(path.read_text())).pop("clean_up_tokenization_spaces", False):
+        (tmp := path.with_name(f".{path.name}.{os.getpid()}")).write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(tmp, path)
+    return folder
 
 
 def resolve_model(name: str | os.PathLike | None = None) -> str:
@@ -88,6 +95,11 @@ def resolve_model(name: str | os.PathLike | None = None) -> str:
     if name is None or str(name) in ("embedded", EMBEDDED_NAME, f"HuggingFaceTB/{EMBEDDED_NAME}"):
         return str(embedded_model_path())
     return str(name)
+
+
+def display_name(model: str | os.PathLike | None = None) -> str:
+    """A model's name for a title: ``EMBEDDED_NAME`` for ``None``/``"embedded"``, else the last part of its id/path."""
+    return EMBEDDED_NAME if model is None or str(model) == "embedded" else Path(str(model)).name
 
 
 def load_model_and_tokenizer(name: str | os.PathLike | None = None, *, dtype: str = "float32"):
@@ -113,15 +125,7 @@ def embedded_tokenizer():
     return tok
 
 
-def tiny_model(
-    path: str | os.PathLike,
-    *,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    seed: int = 0,
-    tokenizer=None,
-) -> str:
+def tiny_model(path: str | os.PathLike, *, hidden=32, layers=2, heads=2, seed=0, tokenizer=None) -> str:
     """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``; returns the folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -147,11 +151,6 @@ def tiny_model(
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
-
-
-def main() -> None:
-    """``python -m trgrpo.models``: make sure the embedded model is converted and print its folder."""
-    print(embedded_model_path())
 
 
 def pad_batch(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> tuple[Any, Any, Any]:
@@ -188,5 +187,5 @@ def sft_step(model: Any, optimizer: Any, batch: tuple[Any, Any, Any], *, clip_no
     return loss.item()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m trgrpo.models: convert the embedded model (once) and print its folder
+    print(embedded_model_path())

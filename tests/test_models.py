@@ -1,0 +1,57 @@
+"""The embedded model's tokenizer (trgrpo.models) decodes without transformers' warning about
+``clean_up_tokenization_spaces`` (a flag transformers ignores for a BPE tokenizer), also from a cache converted
+before the flag was turned off, and decodes exactly as the tokenizer's own BPE decoder does."""
+
+import json
+import logging
+import shutil
+
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from trgrpo import models
+
+TEXT = "Hello , world ! Isn 't it ? Zoey is a knight , and (3 + 4) = 7 ."
+
+
+def _decode(tok) -> tuple[str, list[str]]:
+    """``tok.decode`` of TEXT's ids, and the cleanup warnings it logged (warned once per process: the cache is
+    cleared, so an earlier decode cannot hide one)."""
+    hf_logging.warning_once.cache_clear()
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        text = tok.decode(tok(TEXT)["input_ids"])
+    finally:
+        logger.removeHandler(handler)
+    return text, [r.getMessage() for r in seen if "clean_up_tokenization_spaces" in r.getMessage()]
+
+
+def test_the_embedded_tokenizer_decodes_without_a_cleanup_warning():
+    tok = models.embedded_tokenizer()
+    text, warnings = _decode(tok)
+    assert warnings == []
+    assert tok.clean_up_tokenization_spaces is False
+    assert text == tok.backend_tokenizer.decode(tok(TEXT)["input_ids"]) == TEXT  # BPE round trip, spaces kept
+
+
+def test_a_cache_converted_with_the_flag_on_is_turned_off_and_decodes_the_same(tmp_path):
+    folder = tmp_path / "old-cache"
+    shutil.copytree(models.embedded_model_path(), folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    config_path = folder / "tokenizer_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "clean_up_tokenization_spaces": True}))
+    before, warned = _decode(AutoTokenizer.from_pretrained(folder))
+    assert warned, "the flag on: transformers warns (else this test could not see the warning)"
+    assert models._without_cleanup(folder) == folder
+    assert json.loads(config_path.read_text()).get("clean_up_tokenization_spaces", False) is False
+    after, warned = _decode(AutoTokenizer.from_pretrained(folder))
+    assert warned == [] and after == before
+
+
+def test_display_name_names_the_embedded_model():
+    assert models.display_name("embedded") == models.display_name(None) == "SmolLM2-135M-Instruct"
+    assert models.display_name("Qwen/Qwen2.5-3B-Instruct") == "Qwen2.5-3B-Instruct"
+    assert models.display_name(models.embedded_model_path()) == "SmolLM2-135M-Instruct"
