@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trgrpo import paper
+from trgrpo.models import display_name
 from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, min_detectable_effect, paired_t
 from trgrpo.tables import label, num, primary_metric, scale_label, variant
 from trgrpo.toy import load_runs, run_label
@@ -124,7 +125,7 @@ def _scale_of(records: list[dict]) -> str:
 
 
 def _cpu_scale(rec: dict) -> str:
-    return f"{rec.get('model')}, {rec.get('n_tokens')} tokens, CPU"
+    return f"{display_name(rec.get('model'))}, {rec.get('n_tokens')} tokens, CPU"
 
 
 def _lm_runs(root: Path) -> tuple[list[dict], str]:
@@ -151,8 +152,9 @@ def theorem31(claim: Claim, root: Path) -> dict:
     fit = rec.get("fit_c_times_one_minus_pi", {})
     evidence = (
         f"{rec['bounds_violations']} violations of the bounds in {rec.get('bounds_pairs', '?')} random "
-        f"distributions; on {rec.get('n_tokens', '?')} tokens of {rec.get('model')}: Spearman(pi, grad norm) "
-        f"= {rho:.2f}, grad norm ~ {fit.get('c', math.nan):.0f} (1 - pi) with R^2 {fit.get('r2', math.nan):.2f}"
+        f"distributions; on {rec.get('n_tokens', '?')} tokens of {display_name(rec.get('model'))}: "
+        f"Spearman(pi, grad norm) = {rho:.2f}, grad norm ~ {fit.get('c', math.nan):.0f} (1 - pi) "
+        f"with R^2 {fit.get('r2', math.nan):.2f}"
     )
     ok = rec["bounds_violations"] == 0 and rho < -0.5
     strength = "strong (a proof, checked numerically; one small LM)" if ok else "—"
@@ -354,7 +356,9 @@ def table8(claim: Claim, root: Path) -> dict:
         f"over {step['n']} repeats"
     )
     steps = rec["config"].get("steps", "?") if isinstance(rec.get("config"), dict) else None
-    scale = f"{rec.get('model')} on {rec.get('device')}" + (f", {steps} steps per run" if steps is not None else "")
+    scale = f"{display_name(rec.get('model'))} on {rec.get('device')}" + (
+        f", {steps} steps per run" if steps is not None else ""
+    )
     strength = f"moderate (small cost measured directly; {step['n']} repeats, CPU noise)"
     return _row(claim, "reproduced" if own < 0.06 else "not reproduced", strength, evidence, scale)
 

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from trgrpo import stats as an
 from trgrpo.loss import zero_gradient_mask
+from trgrpo.models import display_name
 from trgrpo.paper import KK_SIZES, TABLE7_TAUS
 from trgrpo.tables import by_arm_seed, kk_table, label, variant
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
@@ -572,7 +573,7 @@ def plot_stage0(decision: dict, plan: dict, path: Any = None):
     ax.legend(fontsize=8, loc="upper right", ncols=2)
     m = plan["measure"]
     ax.set_title(
-        f"SmolLM2-135M-Instruct, stage 0: {m['n_prompts']} prompts × {m['samples_per_prompt']} samples "
+        f"{display_name(plan.get('model'))}, stage 0: {m['n_prompts']} prompts × {m['samples_per_prompt']} samples "
         f"at T = {m['temperature']}, seed {plan['probe']['seed']}",
         fontsize=9,
     )
@@ -595,7 +596,7 @@ def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
     axes[0, 0].legend(fontsize=8)
     b = plan["base"]
     fig.suptitle(
-        f"SmolLM2-135M-Instruct, stress arm: lr {b['learning_rate']:g}, {b['steps']} steps, "
+        f"{display_name(b.get('model'))}, stress arm: lr {b['learning_rate']:g}, {b['steps']} steps, "
         f"{b['n_eval']} held-out problems, {len(seeds)} paired seeds",
         fontsize=10,
     )

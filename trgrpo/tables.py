@@ -17,6 +17,7 @@ from trgrpo import stats as an
 from trgrpo import toy_controls as tc
 from trgrpo.experiment import write_result
 from trgrpo.fullscale import short_model_name
+from trgrpo.models import display_name
 from trgrpo.toy import load_runs, run_label
 
 NO_RUN = "no run"
@@ -72,7 +73,7 @@ def scale_label(records: list[dict]) -> str:
     where = m.get("gpu") or f"CPU x{m.get('cpu_count', '?')}"
     seeds = sorted({x["seed"] for x in records})
     return (
-        f"{r.get('model')}, {r.get('steps')} steps x {s.get('prompts_per_step', '?')} prompts x "
+        f"{display_name(r.get('model'))}, {r.get('steps')} steps x {s.get('prompts_per_step', '?')} prompts x "
         f"{s.get('num_generations', '?')}, seeds {seeds}, {where}"
     )
 
