@@ -40,6 +40,7 @@ def test_memory_one_h200_by_hand():
     assert m["logits"] == pytest.approx(9.9572, rel=1e-4)
     assert m["vllm"] == pytest.approx(42.3)
     assert m["train_peak"] == pytest.approx(61.8 + 2.22298 + 9.9572 + 42.3 + 4.0, rel=1e-4)  # 120.28
+    assert sum(m[k] for k in plan.PARTS) == pytest.approx(m["train_peak"])  # the components notebooks 05 / 06 show
 
 
 def test_zero_sharding_by_hand():
@@ -62,7 +63,7 @@ def test_hours_one_h200_by_hand():
     # training: 512 x 1424 tokens x 10 x 3.09e9 FLOP / (989e12 x 0.35) = 65.08 s
     assert r["train_s_per_step"] == pytest.approx(65.08, rel=2e-3)
     assert r["hours"] == pytest.approx((300 * (10.60 + 65.08) + 10.60) / 3600, rel=2e-3)  # 6.31 h
-    assert r["fits"]
+    assert r["fits"] and r["gpu"] == "H200 SXM"
 
 
 def test_hours_eight_h100_by_hand():

@@ -60,6 +60,7 @@ class Assumptions:
 
 
 A = Assumptions()
+PARTS = ("weights", "gradients", "optimizer", "reference", "activations", "logits", "vllm", "overhead")  # GB per GPU
 
 
 def memory_gb(
@@ -160,6 +161,7 @@ def estimate(
     return {
         "name": spec.name,
         "model": spec.model,
+        "gpu": gpu.name,
         "memory_gb": mem,
         "batch": lay,
         "rollout_s_per_step": rollout_s,
@@ -315,8 +317,7 @@ def plan_report(
         )
     if rows:
         m = rows[0]["memory_gb"]
-        parts = ("weights", "gradients", "optimizer", "reference", "activations", "logits", "vllm", "overhead")
-        lines.append("first run, GB per GPU: " + ", ".join(f"{k} {m[k]:.1f}" for k in parts))
+        lines.append("first run, GB per GPU: " + ", ".join(f"{k} {m[k]:.1f}" for k in PARTS))
     lines.append(f"total: {total:.1f} h (runs one after another)")
     if rows:
         ckpt = max(r["checkpoint_gb"] for r in rows)
@@ -402,10 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{ap.prog}: error: {e if isinstance(e, ConfigError) else f'{args.plan}: {e}'}", file=sys.stderr)
         return 2
     if args.json:
-        total = sum(r["hours"] for r in rows)
-        assumed = dataclasses.asdict(A)
-        out = {"runs": rows, "total_hours": total, "assumptions": assumed, "problems": problems}
-        print(json.dumps(out, indent=1))
+        out = {"runs": rows, "total_hours": sum(r["hours"] for r in rows), "assumptions": dataclasses.asdict(A)}
+        print(json.dumps({**out, "problems": problems}, indent=1))
     else:
         print(text)
     for line in problems:
