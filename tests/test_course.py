@@ -39,6 +39,23 @@ def _code(src, *tags):
 # ---------------------------------------------------------------- the tools, on small synthetic notebooks
 
 
+def test_taught_policy_splits_the_wrong_half_among_the_offsets():
+    """Notebook 00's policy hesitates between the sum and the sum + 1; notebook 03's (offsets ±1) puts about a quarter
+    on each neighbour, so its wrong answers' last digits fall strictly between Eq. 11's bounds."""
+    import torch
+
+    from trgrpo.tasks import addition
+
+    row = addition.records([(23, 45)])[0]
+    answers = ["6 8", "6 9", "6 7"]
+    for offsets, expected in (((1,), [0.5, 0.5, 0.0]), ((1, -1), [0.5, 0.25, 0.25])):
+        torch.manual_seed(0)
+        model, tok = course.taught_policy(row, seed=0, offsets=offsets)
+        logps, mask, _ = course.completion_logps(model, tok, row["prompt"], answers)
+        last = logps.exp()[:, 1].tolist()  # the answer's second digit
+        assert last == pytest.approx(expected, abs=0.05)
+
+
 def test_expected_names():
     assert course.expected_names("# expects: a, b_2\nassert a") == ["a", "b_2"]
     assert course.expected_names("assert a") == []

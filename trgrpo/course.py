@@ -23,15 +23,15 @@ from trgrpo.models import sft_step
 from trgrpo.tasks import addition
 
 
-def taught_policy(row: dict, *, seed: int = 0) -> Any:
-    """A fresh micro model taught ONE prompt in seconds, half of each batch the right sum and half the sum + 1, so
-    that a sampled group holds right and wrong answers; ``(model, tokenizer)``."""
+def taught_policy(row: dict, *, seed: int = 0, offsets: Sequence[int] = (1,)) -> Any:
+    """A fresh micro model taught ONE prompt in seconds, half of each batch the right sum and half the sums + each
+    of ``offsets`` (split evenly), so that a sampled group holds right and wrong answers; ``(model, tokenizer)``."""
     import torch
 
     tok = toy.build_tokenizer()
     model = toy.build_model(tok, seed=seed)
-    wrong = {**row, "target": addition.spaced(int(row["answer"]) + 1)}
-    batch = toy._sft_batch(tok, [row, wrong] * 8)
+    wrongs = [{**row, "target": addition.spaced(int(row["answer"]) + d)} for d in offsets]
+    batch = toy._sft_batch(tok, [x for w in wrongs for x in (row, w)] * (8 // len(wrongs)))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     model.train()
     for _ in range(40):
