@@ -125,7 +125,15 @@ def embedded_tokenizer():
     return tok
 
 
-def tiny_model(path: str | os.PathLike, *, hidden=32, layers=2, heads=2, seed=0, tokenizer=None) -> str:
+def tiny_model(
+    path: str | os.PathLike,
+    *,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    seed: int = 0,
+    tokenizer=None,
+) -> str:
     """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``; returns the folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

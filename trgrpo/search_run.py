@@ -101,8 +101,14 @@ def search_run_spec(spec: SearchSpec, n_train: int, n_eval: int, *, eval_before:
 def search_config_overrides(spec: SearchSpec) -> dict[str, Any]:
     """A search run's config beyond :func:`trgrpo.experiment.make_config`: the tool-call budget, no checkpoints,
     TRL's defaults for gradient checkpointing and bf16 (as the committed records were trained), ``spec.config``."""
-    return dict(max_tool_calling_iterations=spec.max_tool_calls, save_strategy="no", disable_tqdm=True,
-                gradient_checkpointing=True, bf16=None, **spec.config)  # fmt: skip
+    return dict(
+        max_tool_calling_iterations=spec.max_tool_calls,
+        save_strategy="no",
+        disable_tqdm=True,
+        gradient_checkpointing=True,
+        bf16=None,
+        **spec.config,
+    )
 
 
 def run_search(
@@ -145,11 +151,7 @@ def run_search(
         eval_curve = [{"step": 0, "em": start["em"]}, *(callback.points if callback else [])]
         if eval_curve[-1]["step"] != spec.steps:
             eval_curve.append({"step": spec.steps, "em": final["em"]})
-        example = None
-        for r in trl_rollouts(trainer, list(eval_records[:1]), greedy=True):  # the first question's greedy rollout
-            text = rollout_text(trainer.processing_class, r)
-            example = {**{k: r["record"][k] for k in ("question", "answers")}, "completion_ids": r["completion_ids"],
-                       "tool_mask": r["tool_mask"], "text": text, "em": r["em"]}  # fmt: skip
+        example = trl_rollouts(trainer, list(eval_records[:1]), greedy=True)[0] if eval_records else None
         return dict(
             model=spec.model,
             spec=dataclasses.asdict(spec),
@@ -160,7 +162,16 @@ def run_search(
             eval_curve=eval_curve,
             baseline_no_search=baseline,
             warm_start={k: v for k, v in (warm_start_info or {}).items() if k != "losses"} or None,
-            example_rollout=example,
+            example_rollout=None
+            if example is None
+            else {
+                "question": example["record"]["question"],
+                "answers": example["record"]["answers"],
+                "completion_ids": example["completion_ids"],
+                "tool_mask": example["tool_mask"],
+                "text": rollout_text(trainer.processing_class, example),
+                "em": example["em"],
+            },
             n_train=len(train_records),
             n_eval=len(eval_records),
         )
