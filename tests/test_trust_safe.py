@@ -5,10 +5,13 @@ one line on stderr naming the file and the field, exit code 2, and writes nothin
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from trgrpo import experiment
-from trgrpo.experiment import RunSpec, write_result
+from trgrpo.experiment import ROOT, RunSpec, write_result
 
 
 @pytest.mark.parametrize(
@@ -163,10 +166,10 @@ def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field
 
 
 def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
-    from trgrpo.batch import load_plan, notebook_parameters
+    from trgrpo.batch import load_plan, parameter_defaults
 
     nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA, B = 1, 2\nC: int = 3\nimport os\nD = os.sep")
-    assert notebook_parameters(nb) == {"SMOKE", "A", "B", "C", "D"}
+    assert parameter_defaults(nb) == {"SMOKE": False, "A": 1, "B": 2, "C": 3, "D": None}
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(f"notebooks:\n  - notebook: {nb}\n    parameters: {{A: 5}}\n")
     assert load_plan(cfg, {"C": 4}) == ("plan", [(nb, False, {"A": 5, "C": 4})])
@@ -200,3 +203,78 @@ def test_the_planner_refuses_empty_files_and_plans_without_notebooks(tmp_path, c
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(text)
     refused(capsys, plan.main([str(cfg), "--gpus", "1", "--gpu-mem-gb", "80"]), cfg, field)
+
+
+BAD_VALUES = [  # (notebook, parameters, the parameter the one line names)
+    ("05_kk_logic_full_scale", "{STEPS: -5}", "STEPS"),
+    ("05_kk_logic_full_scale", "{SEEDS: zero}", "SEEDS"),
+    ("05_kk_logic_full_scale", "{SEEDS: []}", "SEEDS"),
+    ("05_kk_logic_full_scale", "{SEEDS: [4294967296]}", "SEEDS"),
+    ("05_kk_logic_full_scale", "{SCHEMES: []}", "SCHEMES"),
+    ("05_kk_logic_full_scale", "{PREFILL_THINK: 'no'}", "PREFILL_THINK"),
+    ("05_kk_logic_full_scale", "{VLLM_GPU_MEMORY: 5}", "VLLM_GPU_MEMORY"),
+    ("05_kk_logic_full_scale", "{VLLM_GPU_MEMORY: .nan}", "VLLM_GPU_MEMORY"),
+    ("05_kk_logic_full_scale", "{GPU_MEM_GB: -5}", "GPU_MEM_GB"),
+    ("05_kk_logic_full_scale", "{RANGES: [[1.0]]}", "RANGES"),
+    ("05_kk_logic_full_scale", "{STEPS: 1.5}", "STEPS"),
+    ("05_kk_logic_full_scale", "{MODEL: ''}", "MODEL"),
+    ("06_math_full_scale", "{TRAIN: 5}", "TRAIN"),
+    ("06_math_full_scale", "{GROUP_SIZE: true}", "GROUP_SIZE"),
+    ("07_agentic_search", "{TEMPERATURE: 0}", "TEMPERATURE"),
+    ("07_agentic_search", "{WARM_START_LR: [1e-3, -1]}", "WARM_START_LR"),
+]
+
+
+@pytest.mark.parametrize("notebook,params,field", BAD_VALUES)
+def test_batch_refuses_bad_parameter_values_at_load(tmp_path, capsys, notebook, params, field):
+    from trgrpo.batch import main
+
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text(f"notebooks:\n  - notebook: notebooks/{notebook}.ipynb\n    parameters: {params}\n")
+    line = refused(capsys, main([str(cfg), "--runs", str(tmp_path / "runs")]), field, "plan.yaml")
+    assert "parameter" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_batch_refuses_a_bad_set_value_as_typed(tmp_path):
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text("notebooks:\n  - notebook: notebooks/05_kk_logic_full_scale.ipynb\n")
+    cmd = [sys.executable, "-m", "trgrpo.batch", str(cfg), "--runs", str(tmp_path / "runs"), "--set", "STEPS=-5"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "STEPS" in p.stderr and "--set" in p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_notebook_default_meets_the_parameter_rules():
+    from trgrpo.batch import check_parameters, parameter_defaults
+
+    for nb in sorted((ROOT / "notebooks").glob("**/*.ipynb")):
+        defaults = parameter_defaults(nb)
+        check_parameters(defaults, defaults, nb.name)  # raises on a default its own rules refuse
+
+
+def test_a_notebook_stops_on_a_bad_papermill_parameter_in_one_line(tmp_path):
+    """papermill -p STEPS -5: the cell after the parameters (notebook.setup) stops the run, naming STEPS in one
+    line (no traceback through the library), also in smoke mode; a good value runs."""
+    import nbformat
+    import papermill as pm
+
+    (tmp_path / "notebooks").mkdir()
+    nb = tmp_path / "notebooks" / "t.ipynb"
+    _notebook(nb, "SMOKE = True\nSTEPS = 3")
+    doc = nbformat.read(nb, as_version=4)
+    doc.cells[1] = nbformat.v4.new_code_cell(
+        f"from trgrpo.notebook import setup\nnb = setup('t', SMOKE, root={str(tmp_path)!r})"
+    )
+    doc.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nbformat.write(doc, nb)
+    out = tmp_path / "out.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as e:
+        pm.execute_notebook(str(nb), str(out), parameters={"STEPS": -5}, progress_bar=False, cwd=str(ROOT))
+    assert e.value.ename == "ParameterError" and "STEPS" in e.value.evalue
+    shown = [
+        o for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []) if o.output_type == "error"
+    ]
+    assert shown and len(shown[0]["traceback"]) == 1 and "STEPS must be an integer >= 1" in shown[0]["traceback"][0]
+    pm.execute_notebook(str(nb), str(out), parameters={"STEPS": 2}, progress_bar=False, cwd=str(ROOT))

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trgrpo.experiment import ROOT, write_json
+from trgrpo.experiment import ROOT, ConfigError, write_json
 
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
 
@@ -162,6 +162,37 @@ class Notebook:
         return self.headline_path
 
 
+class ParameterError(ConfigError):
+    """A bad notebook parameter: IPython shows its one line, not a traceback through the library."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ParameterError: {self}"]
+
+
+def check_parameters(nb: Notebook, namespace: dict) -> None:
+    """The values in ``namespace`` of the parameters the notebook's file declares, by the rules a batch plan's
+    values meet (:func:`trgrpo.batch.check_parameters`), before smoke mode shrinks them. A copy of a notebook without
+    its file beside the project (a student's) is not checked."""
+    from trgrpo.batch import check_parameters as check
+    from trgrpo.batch import parameter_defaults
+
+    path = next(
+        (
+            p
+            for p in (nb.root / "notebooks", nb.root / "notebooks" / "solutions", Path.cwd())
+            if (p / f"{nb.name}.ipynb").is_file()
+        ),
+        None,
+    )
+    if path is None:
+        return
+    defaults = parameter_defaults(path / f"{nb.name}.ipynb")
+    try:
+        check({k: namespace[k] for k in defaults if k in namespace}, defaults, f"{nb.name}")
+    except ConfigError as e:
+        raise ParameterError(str(e)) from None
+
+
 def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | None = None) -> Notebook:
     """The :class:`Notebook` ``name`` (file name without ``.ipynb``), in smoke mode if ``smoke`` (``None``: the
     environment's), rooted at ``root`` (default :func:`find_root`), its output made readable; prints the mode."""
@@ -169,5 +200,6 @@ def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | Non
         raise ValueError(f"name must be the notebook's file name without folder or .ipynb, got {name!r}")
     configure()
     nb = Notebook(name, smoke_from_env() if smoke is None else bool(smoke), Path(root) if root else find_root())
+    check_parameters(nb, sys._getframe(1).f_globals)  # the caller is the cell right after the parameters cell
     print(f"{name}: {'smoke mode (a fast pipeline check: its numbers mean nothing)' if nb.smoke else 'full mode'}")
     return nb
