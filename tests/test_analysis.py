@@ -140,18 +140,42 @@ def test_holm_by_hand():
     assert an.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
 
 
-def test_min_detectable_effect():
+@pytest.mark.parametrize("n, alpha", [(12, 0.05), (12, 0.05 / 6), (5, 0.01), (2, 0.05), (3, 0.01)])
+def test_min_detectable_effect_has_the_asked_power_by_the_noncentral_t(n, alpha):
     from scipy import stats
 
-    n, sd = 12, 0.03
-    expect = (stats.t.ppf(0.975, 11) + stats.t.ppf(0.8, 11)) * sd / math.sqrt(12)
-    assert an.min_detectable_effect(sd, n) == pytest.approx(expect)
-    # a test with that effect has ~80 % power: noncentral t check
-    nc = expect / (sd / math.sqrt(n))
-    crit = stats.t.ppf(0.975, n - 1)
-    power = stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
-    assert 0.78 < power < 0.82
+    sd = 0.03
+    mde = an.min_detectable_effect(sd, n, alpha=alpha)
+    nc = mde / (sd / math.sqrt(n))
+    crit = stats.t.ppf(1 - alpha / 2, n - 1)
+    lower = stats.nct.cdf(-crit, n - 1, nc)
+    assert stats.nct.sf(crit, n - 1, nc) + (0.0 if math.isnan(lower) else lower) == pytest.approx(0.8, abs=1e-9)
+    # the textbook approximation (t_{1-a/2} + t_{power}) sd / sqrt(n) is below it: 1.6 % at n = 12, alpha = 0.05 / 6
+    approx = (crit + stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
+    assert approx < mde
+    if (n, alpha) == (12, 0.05 / 6):
+        assert 1 - approx / mde == pytest.approx(0.016, abs=5e-4)
     assert math.isnan(an.min_detectable_effect(sd, 1))
+
+
+def test_holm_is_the_step_down_by_hand_on_random_families():
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 6, 20):
+        p = rng.uniform(0, 0.2, m)
+        order = np.argsort(p)
+        adj = np.empty(m)
+        running = 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (m - rank) * p[i]))
+            adj[i] = running
+        assert an.holm(p.tolist()) == pytest.approx(adj.tolist())
+
+
+def test_rolling_mean_trails_and_keeps_missing_steps_missing():
+    assert an.rolling_mean([1.0, 2.0, 3.0, 4.0], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    out = an.rolling_mean([1.0, 3.0, float("nan")], 3)
+    assert out[:2].tolist() == [1.0, 2.0] and math.isnan(out[2])
+    assert an.rolling_mean([5.0, 7.0], 1).tolist() == [5.0, 7.0]
 
 
 def test_sign_count_ties_apart():

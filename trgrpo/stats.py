@@ -68,37 +68,38 @@ def paired_t(treatment: Sequence[float], control: Sequence[float], *, level: flo
         same = out["mean_diff"] == 0
         out.update(ci=(out["mean_diff"], out["mean_diff"]), t=math.nan, p=1.0 if same else 0.0)
     else:
-        se = out["sd_diff"] / math.sqrt(n)
-        q = float(stats.t.ppf(0.5 + level / 2, n - 1))
-        t = out["mean_diff"] / se
-        out.update(
-            ci=(out["mean_diff"] - q * se, out["mean_diff"] + q * se), t=t, p=float(2 * stats.t.sf(abs(t), n - 1))
-        )
+        res = stats.ttest_rel(a, b)
+        out.update(ci=tuple(map(float, res.confidence_interval(level))), t=float(res.statistic), p=float(res.pvalue))
     return out
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment of a family of p-values (same order out; NaN stays NaN, not counted)."""
+    """Holm's step-down adjustment of a family of p-values (statsmodels; same order out; NaN stays NaN, not counted)."""
+    from statsmodels.stats.multitest import multipletests
+
     p = np.asarray(pvalues, dtype=float)
-    ok = np.flatnonzero(np.isfinite(p))
+    ok = np.isfinite(p)
     out = np.full(p.shape, math.nan)
-    m = ok.size
-    running = 0.0
-    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="holm")[1]
     return out.tolist()
 
 
 def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest mean paired difference a two-sided t-test at ``alpha`` detects with ``power``:
-    (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)."""
-    from scipy import stats
+    """Smallest mean paired difference a two-sided t-test at ``alpha`` detects with ``power``, by the exact power of
+    the noncentral t (both tails); (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n) brackets it from below."""
+    from scipy import optimize, stats
 
     if n < 2 or not math.isfinite(sd_diff):
         return math.nan
-    q = float(stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1))
-    return q * sd_diff / math.sqrt(n)
+    df, crit = n - 1, float(stats.t.ppf(1 - alpha / 2, n - 1))
+
+    def shortfall(d: float) -> float:  # the lower tail is NaN in scipy where it is below 1e-16
+        nc = d * math.sqrt(n)
+        return stats.nct.sf(crit, df, nc) + np.nan_to_num(stats.nct.cdf(-crit, df, nc)) - power
+
+    approx = (crit + float(stats.t.ppf(power, df))) / math.sqrt(n)
+    return optimize.brentq(shortfall, 0.0, 4 * approx, xtol=1e-12) * sd_diff
 
 
 def family_alpha(m: int, alpha: float = 0.05) -> float:
@@ -176,13 +177,11 @@ def band(matrix: np.ndarray, lo: float = 0.25, hi: float = 0.75) -> tuple[np.nda
 
 
 def rolling_mean(x: Sequence[float], window: int) -> np.ndarray:
-    """Trailing moving average (the first values average what is there)."""
-    x = np.asarray(x, dtype=float)
-    if window <= 1 or x.size == 0:
-        return x
-    c, i = np.cumsum(np.insert(x, 0, 0.0)), np.arange(1, x.size + 1)
-    j = np.maximum(0, i - window)
-    return (c[i] - c[j]) / (i - j)
+    """Trailing moving average (the first values average what is there; a missing value stays missing)."""
+    import pandas as pd
+
+    x = pd.Series(x, dtype=float)
+    return x.rolling(max(int(window), 1), min_periods=1).mean().where(x.notna()).to_numpy()
 
 
 def spearman(x, y) -> tuple[float, float]:
