@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo import paper
-from trgrpo import stats as an
+from trgrpo import paper, stats
 from trgrpo import toy_controls as tc
 from trgrpo.experiment import write_result
 from trgrpo.fullscale import short_model_name
@@ -105,14 +104,14 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, *, digits
 def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
-    for (model, name), runs in an.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
+    for (model, name), runs in stats.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
         finals = [r[key] for r in runs if r.get(key)]
         for k in paper.KK_SIZES:
             vals = [f["by_n_people"].get(k, f["by_n_people"].get(int(k))) for f in finals if "by_n_people" in f]
             vals = [v for v in vals if v is not None]
             row[k] = round(statistics.fmean(vals), 3) if vals else NO_RUN
-        avg, sd, _ = an.mean_std([f["avg"] for f in finals if "avg" in f])
+        avg, sd, _ = stats.mean_std([f["avg"] for f in finals if "avg" in f])
         row["Avg."] = round(avg, 3) if avg == avg else NO_RUN
         row["sd"] = round(sd, 3) if sd == sd else NO_RUN
         rows.append(row)
@@ -231,11 +230,11 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
         runs = sorted(arms.get(arm, []), key=lambda r: r["seed"])
         if not runs:
             continue
-        m, s, n = an.mean_std([value(r) for r in runs])
+        m, s, n = stats.mean_std([value(r) for r in runs])
         row = {"arm": arm, "runs": [r["name"] for r in runs], "n": n, "mean": m, "std": s}
         if arm != baseline:
-            t, c, seeds = an.paired_by_seed(runs, arms.get(baseline, []), value)
-            res = an.paired_t(t, c)
+            t, c, seeds = stats.paired_by_seed(runs, arms.get(baseline, []), value)
+            res = stats.paired_t(t, c)
             row.update(
                 n_pairs=res["n"],
                 seeds=seeds,
@@ -247,14 +246,16 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
                 higher=res["higher"],
                 lower=res["lower"],
                 ties=res["ties"],
-                mde=an.min_detectable_effect(res["sd_diff"], res["n"]),
+                mde=stats.min_detectable_effect(res["sd_diff"], res["n"]),
             )
         rows.append(row)
     compared = [r for r in rows if "p" in r]
-    for r, p_adj in zip(compared, an.holm([r["p"] for r in compared])):
+    for r, p_adj in zip(compared, stats.holm([r["p"] for r in compared])):
         r["p_holm"] = p_adj
         r["family_size"] = len(compared)
-        r["mde_family"] = an.min_detectable_effect(r["sd_diff"], r["n_pairs"], alpha=an.family_alpha(len(compared)))
+        r["mde_family"] = stats.min_detectable_effect(
+            r["sd_diff"], r["n_pairs"], alpha=stats.family_alpha(len(compared))
+        )
     return rows
 
 
@@ -296,7 +297,7 @@ def controls_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVA
     """``results/toy/controls/summary.json``: the primary metric per arm, paired against GRPO."""
     recs = load_runs(results_dir, group=tc.CONTROLS_GROUP)
     rows = arm_rows(
-        an.group_by(recs, run_label), tc.BASELINE, list(tc.ARMS), value=lambda r: primary_metric(r, eval_steps)
+        stats.group_by(recs, run_label), tc.BASELINE, list(tc.ARMS), value=lambda r: primary_metric(r, eval_steps)
     )
     metric = tc.PRIMARY_METRIC if tuple(eval_steps) == tc.EVAL_STEPS else f"mean greedy accuracy at {eval_steps}"
     body = {"kind": "controls_summary", "primary_metric": metric, "eval_steps": list(eval_steps)}
@@ -341,7 +342,7 @@ def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STE
     """Table 7 at toy scale: every tau against GRPO on the same seeds (tau = 9 and GRPO from the controls grid)."""
     recs = load_runs(results_dir, group=tc.TAU_GROUP)
     ctrl = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if r["seed"] in set(tc.TAU_SEEDS)]
-    arms = an.group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
+    arms = stats.group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
     order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != 9.0 else "tr-surrogate" for t in sorted({*tc.TAUS, 9.0})]
     rows = arm_rows(arms, tc.BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
     body = {"kind": "tau_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
@@ -355,18 +356,18 @@ def write_summaries(results_dir: Path | str | None = None, **kw) -> list:
 
 def _grad_per_weight(record: dict) -> float:
     """Mean over steps of grad_norm / tr/weight_mean (Figure 3 with the weight's overall scale divided out)."""
-    return an.mean_std(an.grad_norm_per_mean_weight(record)[1])[0]
+    return stats.mean_std(stats.grad_norm_per_mean_weight(record)[1])[0]
 
 
 def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> list[dict]:
     """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
     metrics = {
-        "grad norm": lambda r: an.history_mean(r, "grad_norm"),
-        "mean w": lambda r: an.history_mean(r, "tr/weight_mean"),
+        "grad norm": lambda r: stats.history_mean(r, "grad_norm"),
+        "mean w": lambda r: stats.history_mean(r, "tr/weight_mean"),
         "grad norm / mean w": _grad_per_weight,
-        "CV over steps of grad/mean w": lambda r: an.spread_stats(an.grad_norm_per_mean_weight(r)[1])["cv"],
+        "CV over steps of grad/mean w": lambda r: stats.spread_stats(stats.grad_norm_per_mean_weight(r)[1])["cv"],
     }
-    return an.comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
+    return stats.comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
 
 
 def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
@@ -379,7 +380,7 @@ def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
     }
     return [
         {"run": lb, "n": len(groups[lb])}
-        | {k: an.mean_std([an.history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
+        | {k: stats.mean_std([stats.history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
         for lb in labels
         if groups.get(lb)
     ]
@@ -510,16 +511,18 @@ def controls_table(summary: dict) -> str:
 
 def clip_of(records: list[dict], arm: str | None = None) -> dict:
     """:func:`trgrpo.stats.clip_share` of ``arm``'s records (all when None) at TRGRPOConfig's default clip norm."""
-    from trgrpo.stats import clip_share
+
     from trgrpo.trainer import TRGRPOConfig
 
-    return clip_share([r for r in records if arm is None or run_label(r) == arm], float(TRGRPOConfig.max_grad_norm))
+    return stats.clip_share(
+        [r for r in records if arm is None or run_label(r) == arm], float(TRGRPOConfig.max_grad_norm)
+    )
 
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
     """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
     runs = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if run_label(r) == arm]
-    vals = [an.history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
+    vals = [stats.history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
     return statistics.fmean(vals) if vals else math.nan
 
 
@@ -530,7 +533,7 @@ def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(tc.KL_BETAS):g}", {}).get("eq10", [])}
     lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(tc.KL_BETAS):g}", {}).get("eq10", [])}
     seeds = sorted(set(hi) & set(lo))
-    return an.paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
+    return stats.paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
 
 
 REWARD_KEYS = {
