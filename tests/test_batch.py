@@ -6,6 +6,7 @@ import nbformat
 import pytest
 
 from trgrpo.batch import load_plan, main
+from trgrpo.experiment import ROOT
 
 
 def _nb(path, code):
@@ -82,3 +83,22 @@ def test_batch_set_reaches_every_notebook(tmp_path):
     cfg.write_text(f"name: demo\nnotebooks:\n  - notebook: {nb}\n    parameters: {{X: 2}}\n")
     assert main([str(cfg), "--runs", str(tmp_path / "runs"), "--smoke", "--set", "X=7"]) == 0
     assert main([str(cfg), "--runs", str(tmp_path / "runs"), "--smoke"]) == 1  # without the override X is 2
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("**/*.ipynb")), ids=lambda p: p.name)
+def test_papermill_reads_every_parameter_a_notebooks_cell_assigns(path):
+    """The parameters papermill sees (batch.parameter_defaults) are the names the cell assigns, with the values the
+    cell gives them (executed at full scale; None for an expression's default), comments as papermill's help."""
+    from trgrpo.batch import environment, notebook_parameters, parameter_defaults
+
+    cell = next(c.source for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+    env: dict = {"os": __import__("os")}
+    with environment(TRGRPO_SMOKE="0"):
+        exec(cell, env)  # noqa: S102 - the project's own parameters cell
+    assigned = {k: v for k, v in env.items() if k.isupper()}
+    defaults = parameter_defaults(path)
+    assert set(defaults) == set(assigned)
+    assert {k: v for k, v in defaults.items() if v is not None} == {
+        k: assigned[k] for k, v in defaults.items() if v is not None
+    }
+    assert all(isinstance(p["help"], str) for p in notebook_parameters(path).values())

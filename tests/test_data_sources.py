@@ -173,9 +173,9 @@ def test_record_carries_data_source(tiny_model_dir, tmp_path):
 
 
 def test_full_scale_kk_prefills_think_and_says_so():
-    from trgrpo.plan import notebook_defaults
+    from trgrpo.batch import parameter_defaults
 
-    defaults = notebook_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
+    defaults = parameter_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
     specs = specs_from_parameters(
         "kk", {**defaults, "SEEDS": [0], "SCHEMES": ["tr"], "KK_EVAL_PATH": "data/kk/x.parquet"}
     )
@@ -294,7 +294,7 @@ def test_table2_sets_are_evaluated_whole():
     """OlympiadBench has 675 rows (the largest Table 2 set): neither the plan's default nor notebook 06's cuts it."""
 
     from trgrpo import fullscale
-    from trgrpo.plan import notebook_defaults
+    from trgrpo.batch import parameter_defaults
 
-    defaults = notebook_defaults(Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb")
+    defaults = parameter_defaults(Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb")
     assert min(s.n_eval for s in fullscale.specs_from_parameters("math", defaults)) >= 675

@@ -68,10 +68,10 @@ def test_make_config_sets_vllm_length_and_checkpointing(tmp_path):
 
 def full_scale(task: str, **params) -> list[RunSpec]:
     """The runs of notebook 05 (kk) or 06 (math) at its full-scale defaults, ``params`` changed."""
-    from trgrpo.plan import notebook_defaults
+    from trgrpo.batch import parameter_defaults
 
     nb = {"kk": "05_kk_logic_full_scale", "math": "06_math_full_scale"}[task]
-    defaults = notebook_defaults(Path(__file__).parents[1] / "notebooks" / f"{nb}.ipynb")
+    defaults = parameter_defaults(Path(__file__).parents[1] / "notebooks" / f"{nb}.ipynb")
     return fullscale.specs_from_parameters(task, {**defaults, **params})
 
 

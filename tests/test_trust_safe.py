@@ -137,6 +137,7 @@ def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):
     cell = nbformat.v4.new_code_cell(params)
     cell.metadata["tags"] = ["parameters"]
     nb.cells = [cell, nbformat.v4.new_code_cell("print(STEPS)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
 
@@ -168,8 +169,8 @@ def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field
 def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
     from trgrpo.batch import load_plan, parameter_defaults
 
-    nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA, B = 1, 2\nC: int = 3\nimport os\nD = os.sep")
-    assert parameter_defaults(nb) == {"SMOKE": False, "A": 1, "B": 2, "C": 3, "D": None}
+    nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA = 1\nB = [2,\n     3]  # a list\nC: int = 3\nD = os.sep")
+    assert parameter_defaults(nb) == {"SMOKE": False, "A": 1, "B": [2, 3], "C": 3, "D": None}
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(f"notebooks:\n  - notebook: {nb}\n    parameters: {{A: 5}}\n")
     assert load_plan(cfg, {"C": 4}) == ("plan", [(nb, False, {"A": 5, "C": 4})])

@@ -216,37 +216,26 @@ PLAN_KEYS = ("name", "smoke", "notebooks")
 ENTRY_KEYS = ("notebook", "smoke", "parameters")
 
 
-def parameters_cell(nb: Path) -> str:
-    """The source of the notebook's cell tagged ``parameters`` ("" without one)."""
-    import nbformat
+def notebook_parameters(nb: Path) -> dict[str, dict]:
+    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run): name ->
+    ``{name, inferred_type_name, default, help}``, ``default`` as its source text (``papermill --help-notebook``)."""
+    import papermill as pm
 
-    cells = nbformat.read(str(nb), as_version=4).cells
-    return next((c.source for c in cells if "parameters" in c.metadata.get("tags", [])), "")
+    return pm.inspect_notebook(str(nb))
 
 
 def parameter_defaults(nb: Path) -> dict:
-    """The names the notebook's parameters cell assigns (read, never run), each with its literal default (None where
-    the default is an expression, such as ``SMOKE``'s)."""
+    """The notebook's parameters (:func:`notebook_parameters`), each with its literal default (None where the default
+    is an expression, such as ``SMOKE``'s)."""
     import ast
 
-    def literal(node):
+    def literal(source: str):
         try:
-            return ast.literal_eval(node)
-        except ValueError:
+            return ast.literal_eval(source)
+        except (ValueError, SyntaxError):
             return None
 
-    defaults: dict = {}
-    for node in ast.parse(parameters_cell(nb)).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        value = getattr(node, "value", None)
-        for target in targets:  # NAME = ..., A, B = ...
-            if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
-                defaults |= {t.id: literal(v) for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name)}
-            else:
-                defaults |= {t.id: None for t in getattr(target, "elts", [target]) if isinstance(t, ast.Name)}
-                if isinstance(target, ast.Name) and value is not None:
-                    defaults[target.id] = literal(value)
-    return defaults
+    return {name: literal(p["default"]) for name, p in notebook_parameters(nb).items()}
 
 
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:

@@ -437,10 +437,11 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
 
 
-def parameters_source(path: Path | str) -> str:
-    """The source of a notebook's papermill ``parameters`` cell: the settings a time of it was measured with."""
-    cells = json.loads(Path(path).read_text())["cells"]
-    return next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+def parameters_source(path: Path | str) -> dict[str, str]:
+    """The defaults (source text) of a notebook's papermill parameters: the settings a time of it was measured with."""
+    from trgrpo.batch import notebook_parameters
+
+    return {name: p["default"] for name, p in notebook_parameters(Path(path)).items()}
 
 
 def fingerprint(value: Any) -> str:

@@ -9,12 +9,11 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo.batch import environment, load_plan, parameters_cell
+from trgrpo.batch import load_plan, parameter_defaults
 from trgrpo.experiment import (
     ROOT,
     ConfigError,
@@ -235,14 +234,6 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> li
 # Plans
 
 
-def notebook_defaults(notebook: Path) -> dict:
-    """The values of a notebook's ``parameters`` cell (full-scale defaults: SMOKE off)."""
-    env: dict = {"os": os}
-    with environment(TRGRPO_SMOKE="0"):
-        exec(parameters_cell(notebook), env)  # noqa: S102 - the repo's own parameters cell: assignments only
-    return {k: v for k, v in env.items() if k.isupper()}
-
-
 def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], str]:
     """The runs a batch plan (only the project's notebooks 05 / 06 are read) or spec file would start, and its
     accelerate config; every local data file they name must exist. Bad input: a :class:`ConfigError`."""
@@ -261,7 +252,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
         where = f"{path}: notebooks[{i}]"
         if nb.resolve().parent != (ROOT / "notebooks").resolve():
             raise ConfigError(f"{where}.notebook: {nb} is not one of the project's notebooks/ (its cell would run)")
-        params = {**notebook_defaults(nb), **params}
+        params = {**parameter_defaults(nb), **params}
         accel = params.get("ACCELERATE_CONFIG") or accel
         use_vllm = params.get("USE_VLLM")
         try:
