@@ -415,11 +415,15 @@ class RunSpec(Checked):
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
-        """A spec from a dict (a YAML file), naming unknown fields."""
+        """A spec from a dict (a YAML file), naming unknown fields; the task's data files are read
+        (``Task.check_data``), so a bad file stops the load, not the run."""
         unknown = sorted(set(d) - set(cls.model_fields))
         if unknown:
             raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(cls.model_fields)}")
-        return cls(**d)
+        spec = cls(**d)
+        if (check := get_task(spec.task).check_data) is not None:
+            check(spec)
+        return spec
 
     def replace(self, **fields: Any) -> RunSpec:
         """A copy with ``fields`` changed, validated (as ``dataclasses.replace``: the name stays)."""
@@ -458,6 +462,41 @@ class ConfigError(ValueError):
     """Bad input to a command line (train, batch, plan): one line naming the file and the field (exit code 2)."""
 
 
+MAX_YAML_VALUES = 100_000  # values of a config with every alias expanded (a "billion laughs" file has 10**9)
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the last) and, before
+    anything is built, aliases that expand to more than :data:`MAX_YAML_VALUES` values."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        if _expanded_size(node, {}) > MAX_YAML_VALUES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"its aliases expand to more than {MAX_YAML_VALUES:,} values", node.start_mark
+            )
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """The number of values ``node`` stands for with every alias expanded (each shared node counted once per use)."""
+    if id(node) not in memo:
+        memo[id(node)] = 1  # a recursive alias counts once
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if isinstance(node, yaml.CollectionNode):
+            memo[id(node)] = 1 + sum(_expanded_size(c, memo) for c in children)
+    return memo[id(node)]
+
+
 def read_config(path: str | Path, what: str = "config") -> dict:
     """A YAML file holding a non-empty mapping; every fault is a :class:`ConfigError` naming the file."""
     path = Path(path)
@@ -468,7 +507,7 @@ def read_config(path: str | Path, what: str = "config") -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the {what} file ({type(e).__name__}: {e})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -489,7 +528,7 @@ def parse_overrides(items: list[str]) -> dict:
         if not sep or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = yaml.load(value, Loader=ConfigLoader)
         except yaml.YAMLError:
             raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
     return out

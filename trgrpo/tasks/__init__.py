@@ -38,7 +38,8 @@ class Task:
 
     ``options``: the :class:`TaskOptions` model of its ``task_options``. Optional: ``data_source`` (the record's
     ``data_source``), and for tasks with a tool (search) ``tokenizer``, ``trainer_kwargs`` (``tools=[...]``) and
-    ``evaluate_with_trainer`` (``evaluate`` gets the trainer)."""
+    ``evaluate_with_trainer`` (``evaluate`` gets the trainer); ``check_data(spec)`` reads the spec's data files
+    when a spec is loaded (a ``ValueError`` naming the option and the file), before anything runs."""
 
     build: Callable[[Any, Any], tuple[Any, list]]
     reward_funcs: Callable[[Any], list]
@@ -48,6 +49,7 @@ class Task:
     trainer_kwargs: Callable[[Any], dict] | None = None
     evaluate_with_trainer: bool = False
     options: type[TaskOptions] = TaskOptions
+    check_data: Callable[[Any], None] | None = None
 
 
 _TASKS: dict[str, Task] = {}

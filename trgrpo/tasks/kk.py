@@ -630,4 +630,16 @@ class KKOptions(TaskOptions):
         return self
 
 
-register_task("kk", Task(_build, _rewards, _evaluate, _data_source, options=KKOptions))
+def _check_data(spec: Any) -> None:
+    """Read the spec's Logic-RL files as :func:`_build` will (every row normalised, the sizes present)."""
+    opts = spec.task_options
+    n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
+    for key, sizes in (("train_path", n_people), ("eval_path", opts.get("eval_n_people", n_people))):
+        if opts.get(key):
+            try:
+                load_kk_files(opts[key], n_people=sizes)
+            except (OSError, ValueError, TypeError) as e:
+                raise ValueError(f"task_options.{key}: {e}") from None
+
+
+register_task("kk", Task(_build, _rewards, _evaluate, _data_source, options=KKOptions, check_data=_check_data))
