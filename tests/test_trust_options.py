@@ -58,15 +58,15 @@ def test_good_config_still_builds(tmp_path):
 @pytest.mark.parametrize(
     "kw, field",
     [
-        (dict(tau="1e1"), "tau"),  # "Unknown format code 'g'" before
-        (dict(learning_rate="1e-6"), "learning_rate"),
+        (dict(tau="ten"), "tau"),  # "Unknown format code 'g'" before
+        (dict(learning_rate="1e-6x"), "learning_rate"),
         (dict(learning_rate=float("nan")), "learning_rate"),
         (dict(learning_rate=0.0), "learning_rate"),
         (dict(temperature=-1.0), "temperature"),
         (dict(alpha=True), "alpha"),
         (dict(upper=1e308), "upper"),
         (dict(epsilon=-0.2), "epsilon"),
-        (dict(epsilon_high="0.28"), "epsilon_high"),
+        (dict(epsilon_high="0.28 "), "epsilon_high"),
         (dict(steps=True), "steps"),
         (dict(seed=-1), "seed"),
         (dict(seed=1.5), "seed"),
@@ -88,6 +88,7 @@ def test_yaml_scientific_notation_is_read_as_numbers():
     spec = RunSpec.from_dict(data)
     assert spec.tau == 10.0 and spec.learning_rate == 1e-6 and spec.beta == 1e-3 and spec.steps == 20
     assert isinstance(spec.steps, int) and spec.name.endswith("tau10-scale-L1-U1.4-seed3")
+    assert RunSpec(tau="1e1") == RunSpec(tau=10.0)  # number text is a number in Python too (it was refused)
     with pytest.raises(ValueError, match="^steps must"):
         RunSpec.from_dict({"steps": "2.5e0"})
     with pytest.raises(ValueError, match="^tau must"):

@@ -5,7 +5,6 @@ fields through ``run(..., record_extras=...)``; other JSON files (summaries) car
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import numbers
@@ -17,13 +16,14 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
+from pydantic import BeforeValidator, model_validator
 
 from trgrpo.tasks import Task, get_task
+from trgrpo.weights import DEFAULTS, Checked, TauMode, WeightParams
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(os.environ.get("TRGRPO_RESULTS", ROOT / "results"))
@@ -31,6 +31,7 @@ CHECKPOINT_DIR = Path(os.environ.get("TRGRPO_CHECKPOINTS", ROOT / "checkpoints")
 # Executed notebooks (trgrpo.batch) and the logs and spec files of launched runs; not committed.
 RUNS_DIR = Path(os.environ.get("TRGRPO_RUNS", ROOT / "runs"))
 RUN_KIND = "run"
+MAX_NAME_CHARS = 100  # a run's name and each part of its group (file names stay far below the 255-byte limit)
 
 _NUM = (int, float)
 # Fields every run record has (the readers, notebooks 03 / 07 / 08 and the tables, rely on them).
@@ -198,9 +199,10 @@ def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{field} must be {what}, got {value!r}")
     parts = value.split("/")
+    if any(len(part) > MAX_NAME_CHARS for part in parts) or not value.isprintable():
+        raise ValueError(f"{field} must be printable, at most {MAX_NAME_CHARS} characters a part, got {value!r:.120}")
     bad = (
         "\\" in value
-        or "\x00" in value
         or value.startswith(("/", "~"))
         or (not nested and len(parts) > 1)
         or any(part in ("", ".", "..") for part in parts)
@@ -306,60 +308,79 @@ def jsonable(x):
 # ---------------------------------------------------------------------------------------------------------------
 # The run spec, checked when it is made
 
-VLLM_IMPORTANCE_SAMPLING = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+VllmImportanceSampling = Literal["off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+VLLM_IMPORTANCE_SAMPLING = get_args(VllmImportanceSampling)
 
 # Table 6: sampling temperature per task.
 TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
+_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-@dataclass
-class RunSpec:
-    """Everything that defines a run. Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
+def _yaml_number(kind: type) -> BeforeValidator:
+    """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field: PyYAML (YAML 1.1) leaves such
+    numbers strings; any other string stays an error."""
+
+    def read(value: Any) -> Any:
+        if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value):
+            return value
+        number = float(value)
+        return number if kind is float else int(number) if number.is_integer() else value
+
+    return BeforeValidator(read)
+
+
+Float = Annotated[float, _yaml_number(float)]
+Int = Annotated[int, _yaml_number(int)]
+
+
+class RunSpec(Checked):
+    """Everything that defines a run, validated by pydantic (strict types, :data:`RULES`, the loss options, the
+    task's options, folder names). Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
 
     task: str = "kk"
     model: str = "embedded"
-    scheme: str = "tr"
-    tau: float = 9.0
-    tau_mode: str = "scale"
-    alpha: float = 2.0
-    mu: float = 0.25
-    lower: float = 1.0
-    upper: float = 1.4
+    scheme: str = DEFAULTS.scheme
+    tau: Float = DEFAULTS.tau
+    tau_mode: TauMode = DEFAULTS.tau_mode
+    alpha: Float = DEFAULTS.alpha
+    mu: Float = DEFAULTS.mu
+    lower: Float = DEFAULTS.lower
+    upper: Float = DEFAULTS.upper
     placement: str = "ratio"
     kl_weighting: str = "eq10"
-    seed: int = 0
-    steps: int = 20
-    prompts_per_step: int = 2
-    num_generations: int = 8
-    max_completion_length: int = 4096
-    max_eval_tokens: int | None = None
-    temperature: float | None = None  # None -> Table 6 value for the task
-    learning_rate: float = 1e-6
-    beta: float = 0.001
-    epsilon: float = 0.2
-    epsilon_high: float = 0.24
-    gradient_accumulation_steps: int = 1
-    micro_batch_size: int | None = None  # completions per device per forward pass (None: from accumulation)
-    n_train: int = 1000
-    n_eval: int = 100
+    seed: Int = 0
+    steps: Int = 20
+    prompts_per_step: Int = 2
+    num_generations: Int = 8
+    max_completion_length: Int = 4096
+    max_eval_tokens: Int | None = None
+    temperature: Float | None = None  # None -> Table 6 value for the task
+    learning_rate: Float = 1e-6
+    beta: Float = 0.001
+    epsilon: Float = 0.2
+    epsilon_high: Float = 0.24
+    gradient_accumulation_steps: Int = 1
+    micro_batch_size: Int | None = None  # completions per device per forward pass (None: from accumulation)
+    n_train: Int = 1000
+    n_eval: Int = 100
     eval_before: bool = False
-    save_steps: int = 20
+    save_steps: Int = 20
     use_vllm: bool = False
-    vllm_gpu_memory_utilization: float = 0.3  # colocate: vLLM's share of each GPU
-    vllm_importance_sampling: str = "off"  # TRL's vLLM correction; "off" as verl (the paper's code) does
-    ddp_timeout_s: int = 6 * 3600  # others wait while the main process evaluates (hours with HF generate)
+    vllm_gpu_memory_utilization: Float = 0.3  # colocate: vLLM's share of each GPU
+    vllm_importance_sampling: VllmImportanceSampling = "off"  # TRL's vLLM correction; "off" as verl does
+    ddp_timeout_s: Int = 6 * 3600  # others wait while the main process evaluates (hours with HF generate)
     bf16: bool = False
     gradient_checkpointing: bool = False
-    report_to: str = "none"  # "tensorboard" / "trackio": live logs in results/<group>/<name>.logs/
-    task_options: dict = field(default_factory=dict)
+    report_to: Literal["none", "tensorboard", "trackio"] = "none"  # live logs in results/<group>/<name>.logs/
+    task_options: dict[str, Any] = {}
     group: str = "runs"
     name: str | None = None
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _rules(self) -> RunSpec:
         from trgrpo.loss import validate_loss_options
-        from trgrpo.weights import WeightParams
 
-        WeightParams(self.scheme, self.alpha, self.mu, self.tau, self.lower, self.upper, self.tau_mode)  # checks them
+        WeightParams(**{k: getattr(self, k) for k in WeightParams.model_fields})  # Eq. 11's rules
         validate_loss_options(
             self.placement,
             self.kl_weighting,
@@ -368,25 +389,17 @@ class RunSpec:
             self.epsilon_high,
             names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
         )
-        for f in dataclasses.fields(self):  # the type of every field, from its annotation
-            v, kind = getattr(self, f.name), f.type.split(" ")[0]
-            if v is None and "None" in f.type or kind not in ("int", "float", "bool", "str"):
-                continue
-            if kind == "bool" and not isinstance(v, bool):
-                raise ValueError(f"{f.name} must be true or false, got {v!r}")
-            if kind == "str" and (not isinstance(v, str) or not v):
-                raise ValueError(f"{f.name} must be a non-empty string, got {v!r}")
-            if kind in ("int", "float") and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
-                raise ValueError(f"{f.name} must be a number, got {v!r} ({type(v).__name__})")
-            if kind == "int" and not isinstance(v, numbers.Integral):
-                raise ValueError(f"{f.name} must be an integer, got {v!r} ({type(v).__name__})")
         for name, (ok, what) in RULES.items():
             v = getattr(self, name)
             if v is not None and not ok(v):
                 raise ValueError(f"{name} must be {what}, got {v!r}")
-        get_task(self.task)  # a ValueError names the registered tasks
-        if not isinstance(self.task_options, dict):
-            raise ValueError(f"task_options must be a mapping, got {type(self.task_options).__name__}")
+        check_model(self.model)
+        task = get_task(self.task)  # a ValueError names the registered tasks
+        if task.options is not None:
+            try:
+                task.options(**self.task_options)
+            except ValueError as e:
+                raise ValueError(f"task_options.{e} (task {self.task!r})") from None
         check_folder_name("group", self.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
         if self.name is None:
             label = self.scheme
@@ -394,6 +407,7 @@ class RunSpec:
                 label += f"-{self.placement}-tau{self.tau:g}-{self.tau_mode}-L{self.lower:g}-U{self.upper:g}"
             self.name = run_name(self.task, self.model, label, self.seed)
         check_folder_name("name", self.name)
+        return self
 
     @property
     def sampling_temperature(self) -> float:
@@ -401,28 +415,42 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
-        """A spec from a dict (a YAML file); numbers PyYAML leaves as strings (``1e-6``) are read as numbers."""
-        types = {f.name: f.type.split(" ")[0] for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - set(types))
+        """A spec from a dict (a YAML file), naming unknown fields; the task's data files are read
+        (``Task.check_data``), so a bad file stops the load, not the run."""
+        unknown = sorted(set(d) - set(cls.model_fields))
         if unknown:
-            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(types)}")
-        return cls(**{k: _yaml_number(types[k], v) for k, v in d.items()})
+            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(cls.model_fields)}")
+        spec = cls(**d)
+        if (check := get_task(spec.task).check_data) is not None:
+            check(spec)
+        return spec
+
+    def replace(self, **fields: Any) -> RunSpec:
+        """A copy with ``fields`` changed, validated (as ``dataclasses.replace``: the name stays)."""
+        return RunSpec(**{**self.model_dump(), **fields})
 
 
 _COUNTS = ("steps", "prompts_per_step", "max_completion_length", "n_train", "save_steps", "gradient_accumulation_steps")
-_POSITIVE = (lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
-# The value rules of RunSpec fields beyond their annotated type: field -> (test, what it must be); None passes.
+_POSITIVE = (lambda v: v > 0, "a finite number > 0")
+# The value rules of RunSpec fields beyond their type: field -> (test, what it must be); None passes.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **dict.fromkeys(
         _COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), (lambda v: v >= 1, "an integer >= 1")
     ),
-    **dict.fromkeys(("n_eval", "seed"), (lambda v: v >= 0, "an integer >= 0")),
+    "n_eval": (lambda v: v >= 0, "an integer >= 0"),
+    "seed": (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32) (numpy's and torch's seeds)"),
     "num_generations": (lambda v: v >= 2, "an integer >= 2"),  # Eq. 4 needs a group
     "learning_rate": _POSITIVE,
     "temperature": _POSITIVE,
-    "vllm_importance_sampling": (VLLM_IMPORTANCE_SAMPLING.__contains__, f"one of {list(VLLM_IMPORTANCE_SAMPLING)}"),
+    "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1] (vLLM's share of each GPU)"),
 }
-_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def check_model(model: str) -> str:
+    """A model given as a path (``/``, ``./``, ``../``, ``~``) must be an existing folder; a hub id is not checked."""
+    if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+        raise ValueError(f"model must be an existing folder or a hub id: the folder {model} does not exist")
+    return model
 
 
 def run_name(task: str, model: str, label: str, seed: int) -> str:
@@ -430,18 +458,43 @@ def run_name(task: str, model: str, label: str, seed: int) -> str:
     return f"{task}-{Path(str(model)).name}-{label}-seed{seed}"
 
 
-def _yaml_number(kind: str, value: Any) -> Any:
-    """``"1e-6"`` -> 1e-06 for a float field, ``"1e3"`` -> 1000 for an int field; anything else unchanged."""
-    if not isinstance(value, str) or not _NUMBER_TEXT.fullmatch(value.strip()):
-        return value
-    number = float(value)
-    if kind == "float":
-        return number
-    return int(number) if kind == "int" and number.is_integer() else value
-
-
 class ConfigError(ValueError):
     """Bad input to a command line (train, batch, plan): one line naming the file and the field (exit code 2)."""
+
+
+MAX_YAML_VALUES = 100_000  # values of a config with every alias expanded (a "billion laughs" file has 10**9)
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the last) and, before
+    anything is built, aliases that expand to more than :data:`MAX_YAML_VALUES` values."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        if _expanded_size(node, {}) > MAX_YAML_VALUES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"its aliases expand to more than {MAX_YAML_VALUES:,} values", node.start_mark
+            )
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """The number of values ``node`` stands for with every alias expanded (each shared node counted once per use)."""
+    if id(node) not in memo:
+        memo[id(node)] = 1  # a recursive alias counts once
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if isinstance(node, yaml.CollectionNode):
+            memo[id(node)] = 1 + sum(_expanded_size(c, memo) for c in children)
+    return memo[id(node)]
 
 
 def read_config(path: str | Path, what: str = "config") -> dict:
@@ -454,7 +507,7 @@ def read_config(path: str | Path, what: str = "config") -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the {what} file ({type(e).__name__}: {e})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -475,7 +528,7 @@ def parse_overrides(items: list[str]) -> dict:
         if not sep or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = yaml.load(value, Loader=ConfigLoader)
         except yaml.YAMLError:
             raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
     return out
@@ -720,7 +773,7 @@ def run(
         spec, task, out_dir, callbacks=callbacks, config_overrides=config_overrides, verbose=verbose
     )
     out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
-    (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
+    (out_dir / "spec.json").write_text(json.dumps(spec.model_dump(), indent=1))
     if trainer_ready is not None:
         trainer_ready(trainer, eval_records)
     initial = None
@@ -745,7 +798,7 @@ def run(
     record = {
         "kind": RUN_KIND,
         **{k: getattr(spec, k) for k in ("name", "group", "task", "scheme", "seed", "model", "steps")},
-        "spec": dataclasses.asdict(spec),
+        "spec": spec.model_dump(),
         "history": history,
         "initial": initial,
         "final": final,
@@ -851,7 +904,7 @@ def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engi
     model = trainer.accelerator.unwrap_model(trainer.model)
     if engine is not None:  # vLLM batches itself: hand it every prompt at once
         opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}
-        spec = dataclasses.replace(spec, task_options=opts)
+        spec = spec.replace(task_options=opts)
         return task.evaluate(VLLMGenerate(engine, model), tokenizer, records, spec)
     was_training = model.training
     model.eval()

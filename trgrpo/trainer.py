@@ -4,7 +4,6 @@ weights of :func:`trgrpo.weights.token_weights` (Eq. 9-12). ``weight_scheme="equ
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
 from trgrpo.loss import KL_WEIGHTINGS, METRIC_KEYS, PLACEMENTS, kl_term, tr_grpo_loss, validate_loss_options
-from trgrpo.weights import TAU_MODES, WeightParams, token_weights, tr_weight
+from trgrpo.weights import DEFAULTS, TAU_MODES, WeightParams, token_weights, tr_weight
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
 # vision-language inputs TRL's GRPOTrainer forwards from the batch to the log-prob call (its _compute_loss)
@@ -23,12 +22,12 @@ IMAGE_INPUTS = tuple(
     "pixel_values image_grid_thw num_images pixel_attention_mask spatial_shapes num_tiles image_sizes token_type_ids "
     "mm_token_type_ids image_position_ids".split()
 )
-# numeric TRL fields a TR-GRPO run sets: name -> (type, rule, check)
+# numeric TRL fields a TR-GRPO run sets that TRL 1.16 / transformers 5.17 do not check (TRL checks num_generations):
+# name -> (type, rule, check)
 TRL_NUMBERS = {
     "learning_rate": (float, ">= 0", lambda v: v >= 0),
     "temperature": (float, "> 0", lambda v: v > 0),
     "top_p": (float, "in (0, 1]", lambda v: 0 < v <= 1),
-    "num_generations": (int, ">= 2 (Eq. 4 needs a group)", lambda v: v >= 2),
     "max_completion_length": (int, ">= 1", lambda v: v >= 1),
     "per_device_train_batch_size": (int, ">= 1", lambda v: v >= 1),
     "gradient_accumulation_steps": (int, ">= 1", lambda v: v >= 1),
@@ -48,13 +47,15 @@ class TRGRPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus the token-weight options, with the paper's defaults where TRL's differ (Table 6,
     App. B.2): beta, epsilon, epsilon_high, ``use_bias_correction_kl=False``, ``loss_type="dapo"``."""
 
-    weight_scheme: str = field(default="tr", metadata={"help": "Token weight scheme, a key of trgrpo.weights.SCHEMES."})
-    weight_alpha: float = field(default=2.0, metadata={"help": "alpha of Eq. 11."})
-    weight_mu: float = field(default=0.25, metadata={"help": "mu of Eq. 11 (< 0.5)."})
-    weight_tau: float = field(default=9.0, metadata={"help": "tau of Eq. 11 (> 0)."})
-    weight_lower: float = field(default=1.0, metadata={"help": "Lower clip L of Eq. 11 (> 0)."})
-    weight_upper: float = field(default=1.4, metadata={"help": "Upper clip U of Eq. 11 (>= L)."})
-    weight_tau_mode: str = field(default="scale", metadata={"help": f"{TAU_MODES}: sigmoid(tau*p) or sigmoid(p/tau)."})
+    weight_scheme: str = field(default=DEFAULTS.scheme, metadata={"help": "Token weight scheme (weights.SCHEMES)."})
+    weight_alpha: float = field(default=DEFAULTS.alpha, metadata={"help": "alpha of Eq. 11."})
+    weight_mu: float = field(default=DEFAULTS.mu, metadata={"help": "mu of Eq. 11 (< 0.5)."})
+    weight_tau: float = field(default=DEFAULTS.tau, metadata={"help": "tau of Eq. 11 (> 0)."})
+    weight_lower: float = field(default=DEFAULTS.lower, metadata={"help": "Lower clip L of Eq. 11 (> 0)."})
+    weight_upper: float = field(default=DEFAULTS.upper, metadata={"help": "Upper clip U of Eq. 11 (>= L)."})
+    weight_tau_mode: str = field(
+        default=DEFAULTS.tau_mode, metadata={"help": f"{TAU_MODES}: sigmoid(tau*p), sigmoid(p/tau)."}
+    )
     weight_placement: str = field(default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip or outside."})
     kl_weighting: str = field(default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times Eq. 6, Eq. 6."})
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
@@ -83,7 +84,7 @@ class TRGRPOConfig(GRPOConfig):
         )
         for name, (kind, rule, ok) in TRL_NUMBERS.items():
             v = getattr(self, name)
-            if v is None and name in ("num_generations", "max_completion_length"):  # TRL's default applies
+            if v is None and name == "max_completion_length":  # TRL's default applies
                 continue
             if isinstance(v, bool) or not isinstance(v, (kind, int)) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite {kind.__name__}, got {v!r} ({type(v).__name__})")
@@ -99,7 +100,7 @@ class TRGRPOConfig(GRPOConfig):
     @property
     def weight_params(self) -> WeightParams:
         """The flat ``weight_*`` fields (flat for TRL's command line and YAML) as one ``WeightParams``."""
-        return WeightParams(*(getattr(self, f"weight_{f.name}") for f in dataclasses.fields(WeightParams)))
+        return WeightParams(**{f: getattr(self, f"weight_{f}") for f in WeightParams.model_fields})
 
 
 def weight_rng_file(args: Any) -> str:

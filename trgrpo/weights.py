@@ -7,32 +7,50 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import numbers
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-TAU_MODES = ("scale", "divide")
+TauMode = Literal["scale", "divide"]
+TAU_MODES = get_args(TauMode)
 RANDOM_RANGE = (0.5, 1.5)  # Table 4: "sampled uniformly from [0.5, 1.5]"
 _FLOAT32_MAX = 3.4028234663852886e38  # the weights are float32 tensors: a larger value becomes inf there
 
 
-def _finite(name: str, value: Any) -> float:
-    """``value`` as a float: a real number (not a bool, not a string such as YAML's ``"1e1"``), finite in float32."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    if not math.isfinite(float(value)) or abs(float(value)) > _FLOAT32_MAX:
-        raise ValueError(f"{name} must be finite (and within float32, the dtype of the weights), got {value!r}")
-    return float(value)
+def error_line(err: ValidationError, known: Any = ()) -> str:
+    """pydantic's first error as one line naming the field: ``steps must be a valid integer, got 'x'``; a rule
+    a model states itself (a ``ValueError`` in a validator) keeps its own words; an unknown field lists ``known``."""
+    e = err.errors(include_url=False)[0]
+    field = str(e["loc"][0]) if e["loc"] else "value"  # later parts name a member of a union or an index
+    if e["type"] == "value_error":
+        return str(e["ctx"]["error"])
+    if e["type"] == "extra_forbidden":
+        return f"{field} is not a known field; known: {sorted(known)}"
+    want = re.sub(r"^(Input|String|Value|Dictionary|List|Tuple) should (be )?", "", e["msg"])
+    return f"{field} must {'' if want.startswith('have') else 'be '}{want}, got {e['input']!r:.80}"
 
 
-@dataclass(frozen=True)
-class WeightParams:
-    """The scheme and Eq. 11's hyperparameters (App. B.2 defaults), checked on construction (errors name the field)."""
+class Checked(BaseModel):
+    """A pydantic model whose bad input is a ``ValueError`` of one line naming the field (:func:`error_line`):
+    strict types (no bool for a number, no ``"no"`` for a bool), no unknown field, finite floats."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, str_min_length=1)
+
+    def __init__(self, **fields: Any) -> None:
+        try:
+            super().__init__(**fields)
+        except ValidationError as e:
+            raise ValueError(error_line(e, type(self).model_fields)) from None
+
+
+class WeightParams(Checked):
+    """The scheme and Eq. 11's hyperparameters (App. B.2 defaults), checked on construction (errors name the field).
+    The one place these defaults are written: every other spec reads them from here."""
+
+    model_config = ConfigDict(frozen=True)
 
     scheme: str = "tr"
     alpha: float = 2.0
@@ -40,14 +58,27 @@ class WeightParams:
     tau: float = 9.0
     lower: float = 1.0
     upper: float = 1.4
-    tau_mode: str = "scale"
+    tau_mode: TauMode = "scale"
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.scheme, str) or self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {tuple(SCHEMES)} (weights.SCHEMES), got {self.scheme!r}")
-        if not isinstance(self.tau_mode, str) or self.tau_mode not in TAU_MODES:
-            raise ValueError(f"tau_mode must be one of {TAU_MODES}, got {self.tau_mode!r}")
-        alpha, mu, tau, lower, upper = (_finite(f, getattr(self, f)) for f in ("alpha", "mu", "tau", "lower", "upper"))
+    @field_validator("scheme")
+    @classmethod
+    def _known_scheme(cls, scheme: str) -> str:
+        if scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {tuple(SCHEMES)} (weights.SCHEMES), got {scheme!r}")
+        return scheme
+
+    @field_validator("alpha", "mu", "tau", "lower", "upper")
+    @classmethod
+    def _float32(cls, v: float, info) -> float:
+        if abs(v) > _FLOAT32_MAX:
+            raise ValueError(
+                f"{info.field_name} must be finite (and within float32, the dtype of the weights), got {v!r}"
+            )
+        return float(v)
+
+    @model_validator(mode="after")
+    def _rules(self) -> WeightParams:
+        alpha, mu, tau, lower, upper = self.alpha, self.mu, self.tau, self.lower, self.upper
         if tau <= 0:
             raise ValueError(f"tau must be > 0 (it scales or divides the probability), got {tau}")
         if alpha <= 0:
@@ -60,17 +91,19 @@ class WeightParams:
             raise ValueError(f"lower must be <= upper, got lower={lower} > upper={upper}")
         if self.scheme == "reverse" and upper >= 2:
             raise ValueError(f"upper must be < 2 for scheme='reverse' (2 - w must stay positive), got {upper}")
+        return self
 
     def replace(self, **fields: Any) -> WeightParams:
         """A copy with ``fields`` changed, validated."""
-        return dataclasses.replace(self, **fields)
+        return WeightParams(**{**self.model_dump(), **fields})
+
+
+DEFAULTS = WeightParams()  # App. B.2's values, read by the specs, tables and figures
 
 
 def as_weight_params(params: WeightParams | str = "tr", /, **fields: Any) -> WeightParams:
     """A :class:`WeightParams` from one (with ``fields`` changed) or from a scheme name and ``fields``."""
-    return (
-        params.replace(**fields) if isinstance(params, WeightParams) else WeightParams(**{"scheme": params, **fields})
-    )
+    return params.replace(**fields) if isinstance(params, WeightParams) else WeightParams(scheme=params, **fields)
 
 
 def tr_weight(probs: torch.Tensor, params: WeightParams) -> torch.Tensor:
@@ -118,7 +151,7 @@ def token_weights(
 ) -> torch.Tensor:
     """Per-token weights w > 0 of ``scheme`` for probabilities ``probs`` (any shape), detached; ``fields``: Eq. 11's
     hyperparameters. ``mask`` (1 = valid) is read by ``"const"``/``"tr_norm"``, ``generator`` by ``"random"``."""
-    params = WeightParams(scheme, **fields)
+    params = WeightParams(scheme=scheme, **fields)
     if not torch.is_tensor(probs) or not probs.is_floating_point():
         raise TypeError(f"probs must be a floating-point torch.Tensor, got {getattr(probs, 'dtype', type(probs))}")
     if probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):  # also catches NaN
@@ -135,7 +168,7 @@ def token_weights(
 
 def weight_range(scheme: str = "tr", **fields: Any) -> tuple[float, float]:
     """The (min, max) of w over p in [0, 1] (a grid of 1001 points): ``weight_range(tau=0.5, tau_mode="divide")``."""
-    params = WeightParams(scheme, **fields)
+    params = WeightParams(scheme=scheme, **fields)
     if scheme == "const":  # the batch mean of weights in [L, U]
         return params.lower, params.upper
     if scheme == "tr_norm":  # w / mean with both in [L, U]

@@ -11,13 +11,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import field_validator
+
+from trgrpo.weights import Checked
+
+
+class TaskOptions(Checked):
+    """The ``task_options`` every task accepts (a run reads them): a task's own options subclass it, so a misspelt
+    option or a value of the wrong type is refused when the spec is made (the task reads the dict; the defaults
+    here document what it uses when an option is absent)."""
+
+    max_prompt_tokens: int = 1024  # vLLM's prompt budget (trgrpo.experiment.vllm_max_model_length)
+    eval_batch_size: int = 8
+
+    @field_validator("max_prompt_tokens", "eval_batch_size")
+    @classmethod
+    def _count(cls, v: int, info) -> int:
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be an integer >= 1, got {v}")
+        return v
+
 
 @dataclass
 class Task:
     """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records), reward functions, evaluation.
 
-    Optional: ``data_source`` (the record's ``data_source``), and for tasks with a tool (search) ``tokenizer``,
-    ``trainer_kwargs`` (``tools=[...]``) and ``evaluate_with_trainer`` (``evaluate`` gets the trainer)."""
+    ``options``: the :class:`TaskOptions` model of its ``task_options``. Optional: ``data_source`` (the record's
+    ``data_source``), and for tasks with a tool (search) ``tokenizer``, ``trainer_kwargs`` (``tools=[...]``) and
+    ``evaluate_with_trainer`` (``evaluate`` gets the trainer); ``check_data(spec)`` reads the spec's data files
+    when a spec is loaded (a ``ValueError`` naming the option and the file), before anything runs."""
 
     build: Callable[[Any, Any], tuple[Any, list]]
     reward_funcs: Callable[[Any], list]
@@ -26,6 +48,8 @@ class Task:
     tokenizer: Callable[[str, Any], Any] | None = None
     trainer_kwargs: Callable[[Any], dict] | None = None
     evaluate_with_trainer: bool = False
+    options: type[TaskOptions] = TaskOptions
+    check_data: Callable[[Any], None] | None = None
 
 
 _TASKS: dict[str, Task] = {}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from trgrpo.tasks import Task, register_task
+from trgrpo.tasks import Task, TaskOptions, register_task
 
 TASK_NAMES = ("addition", "addition_trace")
 MAX_COMPLETION = {"addition": 6, "addition_trace": 24}
@@ -178,5 +178,9 @@ def _evaluate(model, tokenizer, rows: list, spec: Any) -> dict:
     return evaluate_accuracy(model, tokenizer, rows, task=spec.task, temperature=spec.sampling_temperature, seed=0)
 
 
+class AdditionOptions(TaskOptions):
+    reward: Literal["correct", "random"] = "correct"
+
+
 for _name in TASK_NAMES:
-    register_task(_name, Task(_build, _rewards, _evaluate))
+    register_task(_name, Task(_build, _rewards, _evaluate, options=AdditionOptions))

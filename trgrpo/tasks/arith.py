@@ -12,9 +12,9 @@ import math
 import random
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from trgrpo.tasks import Task, register_task
+from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import completion_text, greedy_generate, render_prompt
 
 SYSTEM = "You are a calculator."
@@ -171,7 +171,20 @@ def _evaluate(model, tokenizer, records, spec: Any) -> dict:
     )
 
 
+class ArithOptions(TaskOptions):
+    """The arithmetic task's options (:data:`KINDS`, :data:`REWARDS`, the operand ``range`` [low, high])."""
+
+    range: tuple[int, int] | list[int] = DEFAULT_RANGE
+    kind: Literal[tuple(KINDS)] = "add"
+    reward: Literal[REWARDS] = "answer+format"
+
+
 register_task(
     "arith",
-    Task(_build, lambda spec: make_arith_reward_funcs(spec.task_options.get("reward", "answer+format")), _evaluate),
+    Task(
+        _build,
+        lambda spec: make_arith_reward_funcs(spec.task_options.get("reward", "answer+format")),
+        _evaluate,
+        options=ArithOptions,
+    ),
 )

@@ -12,7 +12,9 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from trgrpo.tasks import Task, register_task
+from pydantic import model_validator
+
+from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import as_list, completion_text, first_present, greedy_generate, read_table, render_prompt
 
 # Look-alikes of the letters of "knight"/"knave" that NFKC leaves alone, and invisible characters.
@@ -609,4 +611,35 @@ def _evaluate(model, tokenizer, records, spec: Any) -> dict:
     )
 
 
-register_task("kk", Task(_build, _rewards, _evaluate, _data_source))
+class KKOptions(TaskOptions):
+    """The K&K task's options: Logic-RL files or reasoning-gym's generator (2..7 people)."""
+
+    n_people: int | list[int] | tuple[int, ...] = DEFAULT_N_PEOPLE
+    eval_n_people: int | list[int] | tuple[int, ...] = DEFAULT_N_PEOPLE
+    train_path: str | list[str] = ""
+    eval_path: str | list[str] = ""
+    prefill_think: bool = False
+
+    @model_validator(mode="after")
+    def _sizes(self) -> KKOptions:
+        for field, path in (("n_people", self.train_path), ("eval_n_people", self.eval_path)):
+            try:  # a file may hold any size, the generator 2..7
+                _n_people_tuple(getattr(self, field), *((1, 10_000) if path else (2, 7)))
+            except ValueError as e:
+                raise ValueError(f"{field}{str(e).removeprefix('n_people')}") from None
+        return self
+
+
+def _check_data(spec: Any) -> None:
+    """Read the spec's Logic-RL files as :func:`_build` will (every row normalised, the sizes present)."""
+    opts = spec.task_options
+    n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
+    for key, sizes in (("train_path", n_people), ("eval_path", opts.get("eval_n_people", n_people))):
+        if opts.get(key):
+            try:
+                load_kk_files(opts[key], n_people=sizes)
+            except (OSError, ValueError, TypeError) as e:
+                raise ValueError(f"task_options.{key}: {e}") from None
+
+
+register_task("kk", Task(_build, _rewards, _evaluate, _data_source, options=KKOptions, check_data=_check_data))

@@ -16,7 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from trgrpo.tasks import Task, register_task
+from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import (
     as_list,
     completion_text,
@@ -399,4 +399,14 @@ def _evaluate(model, tokenizer, evals, spec: Any) -> dict:
     return out
 
 
-register_task("math", Task(_build, lambda spec: [make_math_reward_func()], _evaluate, _data_source))
+class MathOptions(TaskOptions):
+    """The math task's options: ``train`` and ``eval_sets`` name ``generated``, a hub set or a file."""
+
+    train: str = "generated"
+    eval_sets: list[str] | tuple[str, ...] = ("generated",)
+    sampled_k: int = 16
+
+
+register_task(
+    "math", Task(_build, lambda spec: [make_math_reward_func()], _evaluate, _data_source, options=MathOptions)
+)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trgrpo.tasks import Task, register_task
+from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import greedy_generate
 from trgrpo.tasks.search_data import Corpus, make_corpus, make_retriever
 
@@ -632,6 +632,18 @@ def _task(spec: Any) -> Task:
     return search_task(train, corpus.questions["test"][: spec.n_eval], tool, template=o.get("template", "auto"))
 
 
+class SearchOptions(TaskOptions):
+    """The search task's options (``scale`` and ``max_tool_calls``: what :mod:`trgrpo.search_run` records)."""
+
+    corpus: str = "synthetic"
+    corpus_seed: int = 0
+    retriever: str = "bm25"
+    top_k: int = 3
+    template: str = "auto"
+    scale: str = "full"
+    max_tool_calls: int = 4
+
+
 # The run task ``search`` on the generated corpus (task options corpus_seed, retriever, top_k, template).
 register_task(
     "search",
@@ -642,5 +654,6 @@ register_task(
         tokenizer=lambda path, spec: load_tokenizer(path, spec.task_options.get("template", "auto")),
         trainer_kwargs=lambda spec: _task(spec).trainer_kwargs(spec),
         evaluate_with_trainer=True,
+        options=SearchOptions,
     ),
 )
