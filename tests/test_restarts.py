@@ -159,3 +159,45 @@ def test_spec_json_keeps_the_spec_and_engine_a_checkpoint_was_trained_with(tiny_
         experiment.check_run_folders(s, {"world_size": 2, "deepspeed_stage": None}, tmp_path)
     with pytest.raises(experiment.ConfigError, match=r"engine.deepspeed_stage \(None stored, 3 now\)"):
         experiment.check_run_folders(s, {"world_size": 1, "deepspeed_stage": 3}, tmp_path)
+
+
+def test_a_finished_run_restarts_through_train_when_parameters_are_placeholders(tiny_model_dir, tmp_path, monkeypatch):
+    """Scale 2: under ZeRO-3 the model is loaded partitioned (every parameter a 0-element placeholder) and only
+    the engine, inside ``train()``, holds the weights. Emulated: placeholders until ``train()`` starts. The old
+    finished-run path loaded the checkpoint into the model before ``train()`` (transformers' size mismatch on every
+    restart); through ``train(resume_from_checkpoint=...)`` the restart evaluates, with no step and the record of
+    the uninterrupted run, and its seconds_per_step is the training's, not the reload's."""
+    from transformers import Trainer
+
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    full = run(spec(tiny_model_dir, "z3", steps=2), results_dir=res, checkpoint_dir=ck, verbose=False)
+    (res / "unit" / "z3.json").unlink()  # killed during the final evaluation
+    real = {}
+
+    def partition(trainer, records):
+        for name, p in trainer.model.named_parameters():
+            real[name] = p.data
+            p.data = torch.empty(0)
+
+    real_train = Trainer.train
+
+    def engine_train(self, *a, **kw):  # the engine gathers its partitions when training starts
+        for name, p in self.model.named_parameters():
+            p.data = real[name]
+        return real_train(self, *a, **kw)
+
+    monkeypatch.setattr(Trainer, "train", engine_train)
+    log = StepLog()
+    again = run(
+        spec(tiny_model_dir, "z3", steps=2),
+        results_dir=res,
+        checkpoint_dir=ck,
+        callbacks=[log],
+        trainer_ready=partition,
+        verbose=False,
+    )
+    assert log.steps == [] and again["resumed_from"].endswith("checkpoint-2")
+    assert comparable(again) == comparable(full)
+    assert again["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"], rel=1e-6)
+    assert again["seconds_per_step"] == pytest.approx(full["seconds_per_step"], rel=0.25)
+    assert again["train_time_s"] >= 0.75 * full["train_time_s"]
