@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -202,10 +203,17 @@ def task_module(task: str) -> str | None:
 
 
 def write_specs(specs: list[RunSpec], path: Path) -> Path:
-    """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import)."""
+    """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import: a
+    module of a .py file is copied beside it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     grid = [dataclasses.asdict(s) for s in specs]
-    imports = sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"})
+    imports = []
+    for module in sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"}):
+        file = getattr(sys.modules.get(module), "__file__", None)
+        if module.split(".")[0] != "trgrpo" and file:  # a task of a .py file beside a config: copied beside this one
+            shutil.copy(file, path.parent / Path(file).name)
+            module = Path(file).name
+        imports.append(module)
     data = {"imports": imports} if imports else {}
     path.write_text(yaml.safe_dump({**data, "base": {}, "grid": grid}, sort_keys=False))
     return path

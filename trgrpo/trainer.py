@@ -117,6 +117,17 @@ def rollout_seed(seed: int, process_index: int) -> int:
     return int(seed) + int(process_index)
 
 
+def _load_to_indexed_cpu() -> None:
+    """Several CPU processes (torchrun, gloo): accelerate's device is ``cpu:<rank>`` and transformers resumes the
+    optimizer with ``torch.load(map_location=args.device)``, which torch cannot place ("don't know how to restore
+    data location ... cpu:0"); teach torch that ``cpu:N`` is the CPU."""
+    from torch import serialization
+
+    if not getattr(serialization, "_trgrpo_indexed_cpu", False):
+        serialization.register_package(11, lambda obj: None, lambda obj, loc: obj if loc.startswith("cpu:") else None)
+        serialization._trgrpo_indexed_cpu = True
+
+
 class TRGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is :func:`trgrpo.loss.tr_grpo_loss` with Eq. 11 token weights."""
 
@@ -129,6 +140,8 @@ class TRGRPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
         if args.use_vllm:  # TRL seeds vLLM with the process rank, which resets the RNG the rollouts sample from
             rollout_seed(args.seed, self.accelerator.process_index)
+        if self.accelerator.device.type == "cpu" and self.accelerator.device.index is not None:
+            _load_to_indexed_cpu()
         # the random scheme's own generator: the global RNG samples the rollouts
         self._weight_generator = torch.Generator().manual_seed(int(args.seed) + 7919 * self.accelerator.process_index)
 
