@@ -1,6 +1,7 @@
 """trgrpo.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
 checkpoints)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -197,13 +198,22 @@ def test_a_finished_run_started_again_only_evaluates_and_resume_false_starts_fro
     assert comparable(fresh) == comparable(full)
 
 
-def test_a_checkpoint_past_the_last_step_is_refused(tiny_model_dir, tmp_path):
+def test_checkpoints_of_another_spec_or_of_no_known_spec_are_refused(tiny_model_dir, tmp_path):
+    """A checkpoint folder is resumed only by the spec (and engine) that wrote it: steps 9 there, 2 asked: refused,
+    nothing written; checkpoints without their spec.json: refused too."""
     ck = tmp_path / "ckpt"
-    (ck / "unit" / "short" / "checkpoint-9").mkdir(parents=True)
-    (ck / "unit" / "short" / "checkpoint-9" / "trainer_state.json").write_text("{}")
-    with pytest.raises(ValueError, match="checkpoint-9.*steps = 2"):
+    folder = ck / "unit" / "short"
+    (folder / "checkpoint-9").mkdir(parents=True)
+    (folder / "checkpoint-9" / "trainer_state.json").write_text("{}")
+    with pytest.raises(ValueError, match="without spec.json"):
         run(spec(tiny_model_dir, "short", steps=2), results_dir=tmp_path / "res", checkpoint_dir=ck, verbose=False)
-    assert not (tmp_path / "res").exists()
+    longer = dataclasses.asdict(spec(tiny_model_dir, "short", steps=9))
+    (folder / "spec.json").write_text(
+        json.dumps({"spec": longer, "engine": {"world_size": 1, "deepspeed_stage": None}})
+    )
+    with pytest.raises(ValueError, match=r"steps \(9 stored, 2 now\).*--force"):
+        run(spec(tiny_model_dir, "short", steps=2), results_dir=tmp_path / "res", checkpoint_dir=ck, verbose=False)
+    assert not (tmp_path / "res").exists() and sorted(p.name for p in folder.iterdir()) == ["checkpoint-9", "spec.json"]
 
 
 def _missing_data(spec, tokenizer):

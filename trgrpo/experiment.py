@@ -677,10 +677,203 @@ def checkpoint_folder(spec: RunSpec, checkpoint_dir: Path | str | None = None) -
     return root / check_folder_name("group", spec.group, nested=True) / check_folder_name("name", spec.name)
 
 
-def last_checkpoint(output_dir: Path) -> str | None:
-    ckpts = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    ckpts = [c for c in ckpts if (c / "trainer_state.json").exists()]
-    return str(ckpts[-1]) if ckpts else None
+# Spec fields that do not change a run's result: a record or checkpoint whose spec differs only in them is reused.
+BOOKKEEPING_FIELDS = ("group", "name", "report_to", "ddp_timeout_s", "save_steps")
+
+
+def engine() -> dict:
+    """What this process trains on, as far as a checkpoint cares: the world size and DeepSpeed's ZeRO stage (None:
+    no DeepSpeed), from the variables ``accelerate launch`` / ``torchrun`` set."""
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+    stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    return {"world_size": env_world_size(), "deepspeed_stage": int(stage) if deepspeed and stage else None}
+
+
+def identity_differences(stored: dict, spec: RunSpec, run_engine: dict) -> list[str]:
+    """The fields in which a stored ``{"spec", "engine"}`` (a record, a checkpoint folder's spec.json) is another
+    run than ``spec`` on ``run_engine``; a spec.json written before engines were stored is not compared on it."""
+    try:
+        have = RunSpec.from_dict(stored["spec"]).model_dump()
+    except (KeyError, TypeError, ValueError) as e:
+        return [f"spec (unreadable: {e})"]
+    want = spec.model_dump()
+    fields = [k for k in want if k not in BOOKKEEPING_FIELDS and jsonable(have.get(k)) != jsonable(want[k])]
+    engine_then = stored.get("engine", run_engine)
+    fields += [f"engine.{k}" for k in run_engine if engine_then.get(k) != run_engine[k]]
+    return [
+        f"{k} ({_stored_value(have, engine_then, k)!r:.60} stored, {_stored_value(want, run_engine, k)!r:.60} now)"
+        for k in fields
+    ]
+
+
+def _stored_value(spec: dict, run_engine: dict, key: str):
+    return run_engine.get(key.split(".", 1)[1]) if key.startswith("engine.") else spec.get(key)
+
+
+def refuse_another_run(stored: dict, spec: RunSpec, run_engine: dict, where: Path) -> None:
+    """A :class:`ConfigError` (one line: the differing fields, how to go on) when ``stored`` is another run."""
+    if diff := identity_differences(stored, spec, run_engine):
+        raise ConfigError(
+            f"{where} is {spec.group}/{spec.name} run with another spec or engine: {'; '.join(diff)}; give this run "
+            "another group or name, or start it over with --force (resume=False)"
+        )
+
+
+def check_run_folders(spec: RunSpec, run_engine: dict, checkpoint_dir: Path | str | None = None) -> None:
+    """Refuse (a :class:`ConfigError`, nothing written) a run whose checkpoints another spec or engine wrote."""
+    out_dir = checkpoint_folder(spec, checkpoint_dir)
+    stored = out_dir / "spec.json"
+    if stored.exists():
+        try:
+            doc = json.loads(stored.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{stored}: unreadable ({e}); start the run over with --force") from None
+        refuse_another_run(doc if "spec" in doc else {"spec": doc}, spec, run_engine, out_dir)
+    elif any(out_dir.glob("checkpoint-*")):
+        raise ConfigError(
+            f"{out_dir}: checkpoints without spec.json: which spec trained them is unknown; start over with --force "
+            "or give this run another name"
+        )
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why a checkpoint folder cannot be resumed (None: complete): its trainer_state.json must parse, its weights
+    and optimizer state be there, and every ``.pt``/``.bin`` (zip) and ``.safetensors`` file be whole."""
+    import zipfile
+
+    from safetensors import safe_open
+
+    try:
+        json.loads((ckpt / "trainer_state.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"trainer_state.json: {type(e).__name__}: {e}"
+    deepspeed = any(ckpt.glob("global_step*"))
+    weights = [*ckpt.glob("model*.safetensors"), *ckpt.glob("pytorch_model*.bin")]
+    if not weights and not deepspeed:
+        return "no model weights"
+    if not (ckpt / "optimizer.pt").exists() and not deepspeed:
+        return "no optimizer.pt"
+    for f in sorted(ckpt.rglob("*")):
+        if f.suffix in (".pt", ".bin", ".pth") and not zipfile.is_zipfile(f):
+            return f"{f.name} is truncated"
+        if f.suffix == ".safetensors":
+            try:
+                with safe_open(str(f), "pt"):
+                    pass
+            except Exception as e:  # safetensors raises its own error types for a cut file
+                return f"{f.name}: {e}"
+    return None
+
+
+def last_checkpoint(output_dir: Path, verbose: bool = True) -> str | None:
+    """The newest complete checkpoint; an incomplete newer one (a kill while it was written) is passed over, said."""
+    ckpts = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    for ckpt in ckpts:
+        if (problem := checkpoint_problem(ckpt)) is None:
+            return str(ckpt)
+        if verbose:
+            print(f"[trgrpo] {ckpt} is incomplete ({problem}): passed over")
+    return None
+
+
+def check_writable(*folders: Path) -> None:
+    """A :class:`ConfigError` naming the first folder that cannot be written (tried with a file, before training)."""
+    import tempfile
+
+    for folder in folders:
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as e:
+            raise ConfigError(f"{folder} is not writable ({e.strerror}: {existing}); nothing was trained") from None
+
+
+@contextlib.contextmanager
+def run_lock(out_dir: Path):
+    """One process per run: ``<checkpoints>/<group>/<name>.lock`` (filelock), taken by the main process; a second
+    gets a :class:`ConfigError` naming the first's pid."""
+    from filelock import FileLock, Timeout
+
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock, pid = FileLock(f"{out_dir}.lock"), Path(f"{out_dir}.pid")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        running = pid.read_text().strip() if pid.exists() else "unknown"
+        raise ConfigError(
+            f"{out_dir.parent.name}/{out_dir.name} is running in another process (pid {running}); "
+            "wait for it to end or stop it"
+        ) from None
+    try:
+        pid.write_text(str(os.getpid()))
+        yield
+    finally:
+        pid.unlink(missing_ok=True)
+        lock.release()
+
+
+class DiskFull(OSError):
+    """No space left while a checkpoint was written (one line: the folder and the space a checkpoint needs)."""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """ENOSPC, also as torch's zip writer reports it ("unexpected pos")."""
+    import errno
+
+    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "unexpected pos" in str(e)
+
+
+def checkpoint_bytes(trainer, out_dir: Path) -> int:
+    """The space one checkpoint takes: a complete one on disk, else weights + Adam's two moments in fp32."""
+    if ckpt := last_checkpoint(out_dir, verbose=False):
+        return sum(f.stat().st_size for f in Path(ckpt).rglob("*") if f.is_file())
+    return sum(p.numel() for p in trainer.model.parameters()) * 4 * 3
+
+
+class TrainClock:
+    """Training seconds carried over restarts: saved into each checkpoint, read back when one is resumed."""
+
+    FILE = "trgrpo_train_time.json"
+
+    def __init__(self, ckpt: str | None) -> None:
+        path = Path(ckpt) / self.FILE if ckpt else None
+        self.before = json.loads(path.read_text())["train_time_s"] if path and path.exists() else 0.0
+        self.t0 = time.time()
+
+    def total(self) -> float:
+        return self.before + time.time() - self.t0
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        clock = self
+
+        class SaveClock(TrainerCallback):
+            def on_save(self, args, state, control, **kw):
+                if state.is_world_process_zero:
+                    ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                    write_json(ckpt / clock.FILE, {"train_time_s": clock.total()})
+
+        return SaveClock()
+
+
+class _Finished(Exception):
+    """Raised once train() has loaded a checkpoint of the run's last step: evaluate, no further step."""
+
+
+def _stop_when_finished():
+    from transformers import TrainerCallback
+
+    class StopWhenFinished(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            if state.global_step >= state.max_steps:  # train() has loaded the weights and optimizer (any engine)
+                raise _Finished
+
+    return StopWhenFinished()
 
 
 def history_from_log(log_history: list[dict]) -> list[dict]:
@@ -754,79 +947,98 @@ def run(
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
     task = task or get_task(spec.task)
     out_dir = checkpoint_folder(spec, checkpoint_dir)
-    if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation
-        shutil.rmtree(out_dir, ignore_errors=True)
-    ckpt = last_checkpoint(out_dir) if resume else None
-    finished = _checkpoint_step(ckpt) >= spec.steps  # killed during the final evaluation: evaluate only
-    if _checkpoint_step(ckpt) > spec.steps:
-        raise ValueError(
-            f"{ckpt} is past the run's last step (steps = {spec.steps}): another spec ran under the name "
-            f"{spec.name!r}; start from scratch (resume=False, train --force) or give this run another name"
-        )
-    t0 = time.time()
+    run_engine = engine()
+    if resume:  # checkpoints of another spec or engine are never resumed
+        check_run_folders(spec, run_engine, checkpoint_dir)
     logs = live_log_dir(spec, results_dir)
-    if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
-        os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
-        if verbose:
-            print(f"[trgrpo] live logs ({spec.report_to}): {logs}")
-    trainer, tokenizer, eval_records, data_source = build_trainer(
-        spec, task, out_dir, callbacks=callbacks, config_overrides=config_overrides, verbose=verbose
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
-    (out_dir / "spec.json").write_text(json.dumps(spec.model_dump(), indent=1))
-    if trainer_ready is not None:
-        trainer_ready(trainer, eval_records)
-    initial = None
-    if spec.eval_before and spec.n_eval > 0:
-        initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
-    if ckpt and verbose:
-        print(f"[trgrpo] {'evaluating' if finished else 'resuming'} {spec.name} from {ckpt}")
-    train_t0 = time.time()
-    if finished:  # train() would make one more step; load the last step's weights and log instead
-        from transformers import TrainerState
-
-        trainer._load_from_checkpoint(ckpt)
-        trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
-    else:
-        trainer.train(resume_from_checkpoint=ckpt)
-    train_s = time.time() - train_t0
-    main_process = trainer.accelerator.is_main_process
-    final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
-    history = history_from_log(trainer.state.log_history)
-    steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
-    layout = batch_layout(spec, trainer.accelerator.num_processes)
-    record = {
-        "kind": RUN_KIND,
-        **{k: getattr(spec, k) for k in ("name", "group", "task", "scheme", "seed", "model", "steps")},
-        "spec": spec.model_dump(),
-        "history": history,
-        "initial": initial,
-        "final": final,
-        "data_source": data_source,
-        "batch": {**layout, "trl_generation_batch_size": trainer.args.generation_batch_size, "reading": BATCH_READING},
-        "resumed_from": ckpt,
-        "live_logs": str(logs) if logs is not None else None,
-        "train_time_s": train_s,
-        "seconds_per_step": train_s / max(1, steps_run),
-        "steps_run": steps_run,
-        "wall_time_s": time.time() - t0,
-        **provenance(),
-    }
-    if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
-        record.update(record_extras(record))
-    path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
-    if verbose and main_process:
-        acc = final.get("accuracy")
-        print(
-            f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
-            f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}"
+    check_writable(Path(results_dir or RESULTS_DIR), out_dir, *([logs] if logs else []))
+    with run_lock(out_dir):
+        if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation
+            shutil.rmtree(out_dir, ignore_errors=True)
+        ckpt = last_checkpoint(out_dir, verbose) if resume else None
+        finished = _checkpoint_step(ckpt) >= spec.steps  # killed during the final evaluation: evaluate only
+        t0 = time.time()
+        if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
+            os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
+            if verbose:
+                print(f"[trgrpo] live logs ({spec.report_to}): {logs}")
+        clock = TrainClock(ckpt)
+        trainer, tokenizer, eval_records, data_source = build_trainer(
+            spec,
+            task,
+            out_dir,
+            callbacks=[*(callbacks or []), clock.callback(), _stop_when_finished()],
+            config_overrides=config_overrides,
+            verbose=verbose,
         )
-    if not keep_checkpoints:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    del trainer
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return record
+        out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
+        if not (out_dir / "spec.json").exists():  # the spec a checkpoint was trained with is never overwritten
+            write_json(out_dir / "spec.json", {"spec": spec.model_dump(), "engine": run_engine})
+        if trainer_ready is not None:
+            trainer_ready(trainer, eval_records)
+        initial = None
+        if spec.eval_before and spec.n_eval > 0:
+            initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
+        if ckpt and verbose:
+            print(f"[trgrpo] {'evaluating' if finished else 'resuming'} {spec.name} from {ckpt}")
+        train_t0 = time.time()
+        try:
+            trainer.train(resume_from_checkpoint=ckpt)
+        except _Finished:  # the checkpoint of the last step is loaded: evaluate only
+            pass
+        except (OSError, RuntimeError) as e:
+            if not is_disk_full(e):
+                raise
+            need = checkpoint_bytes(trainer, out_dir)
+            raise DiskFull(
+                f"disk full while saving a checkpoint in {out_dir}: a checkpoint needs about {need / 1e9:.2f} GB "
+                f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); free space and start the run again: it "
+                "resumes from its last complete checkpoint"
+            ) from None
+        train_s = time.time() - train_t0
+        main_process = trainer.accelerator.is_main_process
+        final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
+        history = history_from_log(trainer.state.log_history)
+        steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
+        train_time = clock.before + (train_s if steps_run else 0.0)  # a finished run's loading is no training
+        layout = batch_layout(spec, trainer.accelerator.num_processes)
+        record = {
+            "kind": RUN_KIND,
+            **{k: getattr(spec, k) for k in ("name", "group", "task", "scheme", "seed", "model", "steps")},
+            "spec": spec.model_dump(),
+            "engine": run_engine,
+            "history": history,
+            "initial": initial,
+            "final": final,
+            "data_source": data_source,
+            "batch": {
+                **layout,
+                "trl_generation_batch_size": trainer.args.generation_batch_size,
+                "reading": BATCH_READING,
+            },
+            "resumed_from": ckpt,
+            "live_logs": str(logs) if logs is not None else None,
+            "train_time_s": train_time,
+            "seconds_per_step": train_time / max(1, len(history)),
+            "steps_run": steps_run,
+            "wall_time_s": time.time() - t0,
+            **provenance(),
+        }
+        if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
+            record.update(record_extras(record))
+        path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
+        if verbose and main_process:
+            acc = final.get("accuracy")
+            print(
+                f"[trgrpo] {spec.name}: {len(history)} steps, final accuracy "
+                f"{'n/a' if acc is None else f'{acc:.3f}'}, {record['wall_time_s']:.0f} s -> {path}"
+            )
+        if not keep_checkpoints:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        del trainer
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return record
 
 
 def _checkpoint_step(ckpt: str | None) -> int:

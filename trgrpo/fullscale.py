@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from trgrpo import experiment
 from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
@@ -201,10 +203,17 @@ def task_module(task: str) -> str | None:
 
 
 def write_specs(specs: list[RunSpec], path: Path) -> Path:
-    """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import)."""
+    """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import: a
+    module of a .py file is copied beside it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     grid = [dataclasses.asdict(s) for s in specs]
-    imports = sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"})
+    imports = []
+    for module in sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"}):
+        file = getattr(sys.modules.get(module), "__file__", None)
+        if module.split(".")[0] != "trgrpo" and file:  # a task of a .py file beside a config: copied beside this one
+            shutil.copy(file, path.parent / Path(file).name)
+            module = Path(file).name
+        imports.append(module)
     data = {"imports": imports} if imports else {}
     path.write_text(yaml.safe_dump({**data, "base": {}, "grid": grid}, sort_keys=False))
     return path
@@ -221,20 +230,23 @@ def run_command(
     keep_checkpoints: bool = True,
 ) -> list[str]:
     """The command that trains one spec file in its own process: ``accelerate launch`` with the DeepSpeed config
-    (``gpus > 1``) or on CPU (``cpu_processes > 1``, tests), else ``python -m trgrpo.train``."""
+    (``gpus > 1``), ``torchrun`` on CPU (``cpu_processes > 1``, tests), else ``python -m trgrpo.train``."""
     train = ["-m", "trgrpo.train", "--config", str(Path(spec_file).resolve())]
     train += ["--results", str(Path(results_dir).resolve())]
     train += (["--force"] if force else []) + ([] if keep_checkpoints else ["--no-keep-checkpoints"])
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
     if gpus > 1:
-        cfg = Path(accelerate_config)
-        cfg = cfg if cfg.is_absolute() else ROOT / cfg
+        cfg = _accelerate_config_path(accelerate_config)
         return [*accelerate, "--config_file", str(cfg), "--num_processes", str(gpus), *train]
-    if cpu_processes > 1:
-        flags = ["--multi_gpu", "--num_processes", str(cpu_processes), "--num_machines", "1"]
-        flags += ["--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port())]
-        return [*accelerate, *flags, *train]
+    if cpu_processes > 1:  # torchrun on CPU: gloo, the processes of the GPU path without a GPU
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(cpu_processes)]
+        return [*torchrun, "--master_port", str(_free_port()), *train]
     return [sys.executable, *train]
+
+
+def _accelerate_config_path(accelerate_config: str) -> Path:
+    cfg = Path(accelerate_config)
+    return cfg if cfg.is_absolute() else ROOT / cfg
 
 
 def _free_port() -> int:
@@ -248,14 +260,34 @@ def _free_port() -> int:
 def child_env(gpus: int = 0) -> dict:
     """The environment of a run's process: this one's, with the checkpoint folder, the repository on PYTHONPATH and,
     for a one-GPU run on a machine with several, only the first GPU visible."""
-    from trgrpo import experiment
-
     env = dict(os.environ)
     env["TRGRPO_CHECKPOINTS"] = str(Path(experiment.CHECKPOINT_DIR).resolve())
     if gpus == 1 and n_devices() > 1:
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
+
+
+def launch_engine(gpus: int, cpu_processes: int, accelerate_config: str, isolate: bool) -> dict:
+    """The engine (:func:`trgrpo.experiment.engine`) the runs of :func:`launch` train on."""
+    if not isolate:
+        return experiment.engine()
+    if gpus > 1:
+        cfg = yaml.safe_load(_accelerate_config_path(accelerate_config).read_text())
+        stage = (
+            cfg.get("deepspeed_config", {}).get("zero_stage") if cfg.get("distributed_type") == "DEEPSPEED" else None
+        )
+        return {"world_size": gpus, "deepspeed_stage": stage}
+    return {"world_size": max(1, cpu_processes) if not gpus else 1, "deepspeed_stage": None}
+
+
+def done(spec: RunSpec, run_engine: dict, results_dir: Path) -> bool:
+    """Whether ``spec`` has its record; a record of another spec or engine under its name: a ConfigError."""
+    path = results_dir / spec.group / f"{spec.name}.json"
+    if not path.exists():
+        return False
+    experiment.refuse_another_run(experiment.read_record(path), spec, run_engine, path)
+    return True
 
 
 def launch(
@@ -277,11 +309,15 @@ def launch(
     results_dir = Path(results_dir or RESULTS_DIR).resolve()
     log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
     gpus = n_devices() if gpus is None else gpus
-    todo = [s for s in specs if force or not (results_dir / s.group / f"{s.name}.json").exists()]
+    isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
+    run_engine = launch_engine(gpus, cpu_processes, accelerate_config, isolate)
+    todo = [s for s in specs if force or not done(s, run_engine, results_dir)]  # another run's record: refused
+    if not force:
+        for s in todo:  # checkpoints of another spec or engine: refused before any run starts
+            experiment.check_run_folders(s, run_engine)
     where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
-    isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
     for k, spec in enumerate(todo, 1):
         if not isolate or task_module(spec.task) is None:  # a task defined in __main__: a child cannot import it
             from trgrpo.experiment import run

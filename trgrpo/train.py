@@ -18,6 +18,7 @@ from trgrpo import fullscale
 from trgrpo.experiment import (
     RESULTS_DIR,
     ConfigError,
+    DiskFull,
     RunSpec,
     env_world_size,
     parse_overrides,
@@ -124,11 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             summary["per_run"] = [{k: r[k] for k in ["name", *differs]} for r in rows]
         print(json.dumps(summary, indent=1))
         return 0
-    gpus, problem = processes(specs, args.gpus)
+    cpu, problem = cpu_processes()
+    gpus, problem = (0, problem) if cpu > 1 else processes(specs, args.gpus)
     if problem:
         print(f"{ap.prog}: error: {problem}", file=sys.stderr)
         return 2
-    try:  # one process per spec with `gpus`, else every spec in this process
+    try:  # one process per spec with `gpus` (or CPU processes), else every spec in this process
         fullscale.launch(
             specs,
             gpus=gpus,
@@ -136,12 +138,27 @@ def main(argv: list[str] | None = None) -> int:
             results_dir=Path(args.results).resolve(),  # absolute: launchers may run from another directory
             force=args.force,
             keep_checkpoints=not args.no_keep_checkpoints,
+            cpu_processes=cpu,
             isolate=gpus is not None,
         )
-    except RuntimeError as e:  # a run's process failed: its log says why
+    except ConfigError as e:  # another run's record or checkpoints, a folder not writable, a run already running
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, DiskFull) as e:  # a run's process failed (its log says why), or its disk is full
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def cpu_processes() -> tuple[int, str | None]:
+    """``TRGRPO_CPU_PROCESSES=N`` (N >= 2): each run under ``torchrun --nproc_per_node N`` on CPU (gloo), the
+    processes of the GPU path without a GPU (tests, docs/gpu.md); (1, None) when unset or inside a launcher."""
+    value = os.environ.get("TRGRPO_CPU_PROCESSES", "")
+    if not value or "WORLD_SIZE" in os.environ:
+        return 1, None
+    if not value.isdigit() or int(value) < 2:
+        return 1, f"TRGRPO_CPU_PROCESSES={value!r}: a number of processes >= 2, or unset"
+    return int(value), None
 
 
 def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str | None]:

@@ -109,6 +109,26 @@ def weight_rng_file(args: Any) -> str:
     return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
 
 
+def rollout_seed(seed: int, process_index: int) -> int:
+    """Seed the RNG a process samples its rollouts from (HF generate; vLLM colocated in the process) with the run's
+    seed, one stream per process as TRL's ``set_seed(seed, device_specific=True)``; return that seed."""
+    from accelerate.utils import set_seed
+
+    set_seed(int(seed) + int(process_index))
+    return int(seed) + int(process_index)
+
+
+def _load_to_indexed_cpu() -> None:
+    """Several CPU processes (torchrun, gloo): accelerate's device is ``cpu:<rank>`` and transformers resumes the
+    optimizer with ``torch.load(map_location=args.device)``, which torch cannot place ("don't know how to restore
+    data location ... cpu:0"); teach torch that ``cpu:N`` is the CPU."""
+    from torch import serialization
+
+    if not getattr(serialization, "_trgrpo_indexed_cpu", False):
+        serialization.register_package(11, lambda obj: None, lambda obj, loc: obj if loc.startswith("cpu:") else None)
+        serialization._trgrpo_indexed_cpu = True
+
+
 class TRGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is :func:`trgrpo.loss.tr_grpo_loss` with Eq. 11 token weights."""
 
@@ -119,6 +139,10 @@ class TRGRPOTrainer(GRPOTrainer):
         if not isinstance(args, TRGRPOConfig):
             raise TypeError("TRGRPOTrainer needs args=TRGRPOConfig(...) (the token-weight options live there)")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        if args.use_vllm:  # TRL seeds vLLM with the process rank, which resets the RNG the rollouts sample from
+            rollout_seed(args.seed, self.accelerator.process_index)
+        if self.accelerator.device.type == "cpu" and self.accelerator.device.index is not None:
+            _load_to_indexed_cpu()
         # the random scheme's own generator: the global RNG samples the rollouts
         self._weight_generator = torch.Generator().manual_seed(int(args.seed) + 7919 * self.accelerator.process_index)
 
@@ -233,9 +257,10 @@ class TRGRPOTrainer(GRPOTrainer):
         store["clip_ratio/high_mean"].append(global_masked_mean(high))
         store["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
         # per completion, then the min / max over the global batch (NaN for a completion without valid tokens)
-        per_completion = self.accelerator.gather(torch.stack([low * mask, high * mask]).sum(-1) / mask.sum(-1))
-        store["clip_ratio/low_min"].append(nanmin(per_completion[0]).item())
-        store["clip_ratio/high_max"].append(nanmax(per_completion[1]).item())
+        per_completion = torch.stack([low * mask, high * mask], dim=-1).sum(1) / mask.sum(-1, keepdim=True)
+        per_completion = self.accelerator.gather(per_completion)  # (completions of every process, 2)
+        store["clip_ratio/low_min"].append(nanmin(per_completion[:, 0]).item())
+        store["clip_ratio/high_max"].append(nanmax(per_completion[:, 1]).item())
         params = self.args.weight_params
         w = tr_weight(probs, params)  # Eq. 11 whatever the scheme
         at_lower = (w <= params.lower + 1e-6).float()

@@ -1,0 +1,203 @@
+"""Restarts that never get stuck or mix runs (issue "hardening" faults 1-4, issue "scale" defects 1-3): a record or a
+checkpoint is reused only by the spec and engine that wrote it; an incomplete newest checkpoint is passed over; one
+process per run; unwritable folders refused before training; a full disk said in one line, and the restart resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from trgrpo import experiment
+from trgrpo.experiment import run
+
+from .test_experiment import Crash, StepLog, comparable, spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def kk_config(tmp_path: Path, model, **kw) -> Path:
+    """A one-run YAML for ``python -m trgrpo.train``: the K&K task on the tiny model (offline generator data)."""
+    fields = dict(
+        task="kk",
+        model=str(model),
+        scheme="tr",
+        steps=1,
+        prompts_per_step=2,
+        num_generations=2,
+        micro_batch_size=2,
+        max_completion_length=4,
+        n_train=4,
+        n_eval=1,
+        save_steps=1,
+        task_options={"n_people": [2]},
+        group="restart",
+        name="kk",
+    )
+    fields.update(kw)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(fields))
+    return path
+
+
+def train_cli(config: Path, tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m trgrpo.train --config ...`` as typed, its checkpoints under tmp_path/ckpt."""
+    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(config), "--results", str(tmp_path / "res"), *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt"), **(env or {})}
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_changed_spec_is_refused_over_a_record_and_over_a_checkpoint(tiny_model_dir, tmp_path):
+    """Scale 1: over a finished ``steps: 1`` run, ``--set steps=2`` said "1 already done" and exited 0 (old code)."""
+    cfg = kk_config(tmp_path, tiny_model_dir)
+    first = train_cli(cfg, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    record = tmp_path / "res" / "restart" / "kk.json"
+    before = record.read_text()
+    again = train_cli(cfg, tmp_path, "--set", "steps=2", "learning_rate=0.5")
+    assert again.returncode == 2, again.stdout[-2000:] + again.stderr[-2000:]
+    line = again.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "steps (1 stored, 2 now)" in line and "learning_rate" in line and "--force" in line
+    assert record.read_text() == before
+    same = train_cli(cfg, tmp_path, "--set", "report_to=none")  # bookkeeping only: the same run, already done
+    assert same.returncode == 0 and "1 already done" in same.stdout
+    record.unlink()  # killed during its final evaluation: the checkpoint is left, with the spec that trained it
+    spec_json = tmp_path / "ckpt" / "restart" / "kk" / "spec.json"
+    trained_with = spec_json.read_text()
+    again = train_cli(cfg, tmp_path, "--set", "scheme=equal")
+    assert again.returncode == 2 and "scheme ('tr' stored, 'equal' now)" in again.stderr
+    assert str(tmp_path / "ckpt" / "restart" / "kk") in again.stderr and not record.exists()
+    assert spec_json.read_text() == trained_with  # never overwritten
+
+
+def test_a_half_written_trainer_state_is_passed_over(tiny_model_dir, tmp_path, capsys):
+    """Fault 1: the newest checkpoint's trainer_state.json cut short (a kill while it was written): the restart
+    resumes from the previous checkpoint, says so, and ends with the uninterrupted run's record (old code:
+    JSONDecodeError on every restart)."""
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    full = run(spec(tiny_model_dir, "full", steps=3, save_steps=1), results_dir=res, checkpoint_dir=ck, verbose=False)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(
+            spec(tiny_model_dir, "cut", steps=3, save_steps=1), results_dir=res, checkpoint_dir=ck, callbacks=[Crash(2)]
+        )
+    folder = ck / "unit" / "cut"
+    shutil.copytree(folder / "checkpoint-1", folder / "checkpoint-2")  # the newer one, its state half written
+    state = folder / "checkpoint-2" / "trainer_state.json"
+    state.write_text(state.read_text()[:40])
+    log = StepLog()
+    capsys.readouterr()
+    resumed = run(
+        spec(tiny_model_dir, "cut", steps=3, save_steps=1), results_dir=res, checkpoint_dir=ck, callbacks=[log]
+    )
+    assert "checkpoint-2 is incomplete (trainer_state.json" in capsys.readouterr().out
+    assert resumed["resumed_from"].endswith("checkpoint-1") and log.steps == [2, 3]
+    assert comparable(resumed) == pytest.approx(comparable(full), rel=1e-6)
+
+
+def test_a_full_disk_is_said_and_the_restart_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    """Fault 4: torch's zip writer out of space ("unexpected pos") while a checkpoint is saved: one "disk full" error
+    naming the folder and the space a checkpoint needs; once space is back, the restart passes over the cut
+    checkpoint and ends with the uninterrupted run's record."""
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    full = run(spec(tiny_model_dir, "full", steps=2, save_steps=1), results_dir=res, checkpoint_dir=ck, verbose=False)
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **kw):
+        if str(f).endswith("optimizer.pt") and "checkpoint-2" in str(f):
+            Path(f).write_bytes(b"PK\x03\x04 cut")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4096 vs 1234")
+        return real_save(obj, f, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(experiment.DiskFull, match=r"disk full .*unit/cut: a checkpoint needs about [0-9.]+ GB"):
+        run(spec(tiny_model_dir, "cut", steps=2, save_steps=1), results_dir=res, checkpoint_dir=ck, verbose=False)
+    monkeypatch.setattr(torch, "save", real_save)
+    log = StepLog()
+    again = run(spec(tiny_model_dir, "cut", steps=2, save_steps=1), results_dir=res, checkpoint_dir=ck, callbacks=[log])
+    assert again["resumed_from"].endswith("checkpoint-1") and log.steps == [2]
+    assert comparable(again) == pytest.approx(comparable(full), rel=1e-6)
+
+
+def test_a_second_process_on_a_running_run_is_refused(tiny_model_dir, tmp_path):
+    """Fault 3: the run's lock is held (here by this test's process): the second process stops in one line naming
+    the running process's pid, exit 2, before training."""
+    cfg = kk_config(tmp_path, tiny_model_dir)
+    with experiment.run_lock(tmp_path / "ckpt" / "restart" / "kk"):
+        second = train_cli(cfg, tmp_path)
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"restart/kk is running in another process (pid {os.getpid()})" in second.stderr
+    assert not (tmp_path / "res").exists() and not (tmp_path / "ckpt" / "restart" / "kk").exists()
+
+
+def test_an_unwritable_results_folder_is_refused_before_training(tiny_model_dir, tmp_path):
+    """Fault 4: a read-only results folder (/sys is read-only) is found before any training: one line, exit 2."""
+    cfg = kk_config(tmp_path, tiny_model_dir)
+    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(cfg), "--results", "/sys/trgrpo-results"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt")}
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "/sys/trgrpo-results is not writable" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "ckpt").exists()
+
+
+def test_spec_json_keeps_the_spec_and_engine_a_checkpoint_was_trained_with(tiny_model_dir, tmp_path):
+    """Scale 3: the engine is part of a run's identity: a checkpoint folder written on 1 process is refused on 2."""
+    s = spec(tiny_model_dir, "eng", steps=1)
+    folder = experiment.checkpoint_folder(s, tmp_path)
+    folder.mkdir(parents=True)
+    one = {"world_size": 1, "deepspeed_stage": None}
+    (folder / "spec.json").write_text(json.dumps({"spec": __import__("dataclasses").asdict(s), "engine": one}))
+    experiment.check_run_folders(s, one, tmp_path)  # the same run: no refusal
+    with pytest.raises(experiment.ConfigError, match=r"engine.world_size \(1 stored, 2 now\)"):
+        experiment.check_run_folders(s, {"world_size": 2, "deepspeed_stage": None}, tmp_path)
+    with pytest.raises(experiment.ConfigError, match=r"engine.deepspeed_stage \(None stored, 3 now\)"):
+        experiment.check_run_folders(s, {"world_size": 1, "deepspeed_stage": 3}, tmp_path)
+
+
+def test_a_finished_run_restarts_through_train_when_parameters_are_placeholders(tiny_model_dir, tmp_path, monkeypatch):
+    """Scale 2: under ZeRO-3 the model is loaded partitioned (every parameter a 0-element placeholder) and only
+    the engine, inside ``train()``, holds the weights. Emulated: placeholders until ``train()`` starts. The old
+    finished-run path loaded the checkpoint into the model before ``train()`` (transformers' size mismatch on every
+    restart); through ``train(resume_from_checkpoint=...)`` the restart evaluates, with no step and the record of
+    the uninterrupted run, and its seconds_per_step is the training's, not the reload's."""
+    from transformers import Trainer
+
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    full = run(spec(tiny_model_dir, "z3", steps=2), results_dir=res, checkpoint_dir=ck, verbose=False)
+    (res / "unit" / "z3.json").unlink()  # killed during the final evaluation
+    real = {}
+
+    def partition(trainer, records):
+        for name, p in trainer.model.named_parameters():
+            real[name] = p.data
+            p.data = torch.empty(0)
+
+    real_train = Trainer.train
+
+    def engine_train(self, *a, **kw):  # the engine gathers its partitions when training starts
+        for name, p in self.model.named_parameters():
+            p.data = real[name]
+        return real_train(self, *a, **kw)
+
+    monkeypatch.setattr(Trainer, "train", engine_train)
+    log = StepLog()
+    again = run(
+        spec(tiny_model_dir, "z3", steps=2),
+        results_dir=res,
+        checkpoint_dir=ck,
+        callbacks=[log],
+        trainer_ready=partition,
+        verbose=False,
+    )
+    assert log.steps == [] and again["resumed_from"].endswith("checkpoint-2")
+    assert comparable(again) == comparable(full)
+    assert again["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"], rel=1e-6)
+    assert again["seconds_per_step"] == pytest.approx(full["seconds_per_step"], rel=0.25)
+    assert again["train_time_s"] >= 0.75 * full["train_time_s"]
