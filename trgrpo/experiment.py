@@ -661,7 +661,8 @@ def build_trainer(
         tokenizer.pad_token = tokenizer.eos_token
     train_ds, eval_records = task.build(spec, tokenizer)
     data_source = task.data_source(spec, train_ds, eval_records) if task.data_source else None
-    config = make_config(spec, output_dir, world_size, **(config_overrides or {}))
+    overrides = {**(task.config(spec) if task.config else {}), **(config_overrides or {})}
+    config = make_config(spec, output_dir, world_size, **overrides)
     trainer = TRGRPOTrainer(
         model=model_path,
         reward_funcs=task.reward_funcs(spec),
@@ -721,6 +722,8 @@ def run(
     )
     out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
     (out_dir / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=1))
+    if task.trainer_ready is not None:
+        task.trainer_ready(trainer, spec)
     if trainer_ready is not None:
         trainer_ready(trainer, eval_records)
     initial = None
@@ -759,6 +762,8 @@ def run(
         "wall_time_s": time.time() - t0,
         **provenance(),
     }
+    if task.record_extras is not None:
+        record.update(task.record_extras(trainer, record, spec))
     if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
         record.update(record_extras(record))
     path = write_result(spec.group, spec.name, record, results_dir) if main_process else None

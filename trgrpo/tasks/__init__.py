@@ -17,7 +17,9 @@ class Task:
     """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records), reward functions, evaluation.
 
     Optional: ``data_source`` (the record's ``data_source``), and for tasks with a tool (search) ``tokenizer``,
-    ``trainer_kwargs`` (``tools=[...]``) and ``evaluate_with_trainer`` (``evaluate`` gets the trainer)."""
+    ``trainer_kwargs`` (``tools=[...]``), ``config`` (config fields, e.g. the tool-call budget),
+    ``evaluate_with_trainer`` (``evaluate`` gets the trainer), ``trainer_ready(trainer, spec)`` (once it is built)
+    and ``record_extras(trainer, record, spec) -> fields`` (the task's own record fields)."""
 
     build: Callable[[Any, Any], tuple[Any, list]]
     reward_funcs: Callable[[Any], list]
@@ -26,6 +28,9 @@ class Task:
     tokenizer: Callable[[str, Any], Any] | None = None
     trainer_kwargs: Callable[[Any], dict] | None = None
     evaluate_with_trainer: bool = False
+    config: Callable[[Any], dict] | None = None
+    trainer_ready: Callable[[Any, Any], None] | None = None
+    record_extras: Callable[[Any, dict, Any], dict] | None = None
 
 
 _TASKS: dict[str, Task] = {}
