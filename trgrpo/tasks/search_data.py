@@ -522,7 +522,7 @@ class ServerRetriever(_Retriever):
         except OSError as e:  # URLError, refused, reset, timeout
             reason = getattr(e, "reason", e)
             raise ConnectionError(
-                f"retrieval server {self.url}: no answer within {self.timeout:g} s ({reason}); start one: "
+                f"retrieval server {self.url}: no answer ({reason}; timeout {self.timeout:g} s); start one: "
                 "python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
             ) from None
         try:
