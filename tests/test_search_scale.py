@@ -224,6 +224,9 @@ def test_trl_still_has_the_rollout_api_the_adapter_was_read_from():
     assert "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields" in source
     loop = inspect.getsource(GRPOTrainer._tool_call_loop)
     assert all(f"self.{name}[" in loop for name in api["tool_dicts"])
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert "temperature = self.temperature" in inspect.getsource(VLLMGeneration.generate)  # greedy with vLLM: 0.0
 
 
 @pytest.mark.slow
@@ -265,3 +268,34 @@ def test_a_search_run_killed_after_a_checkpoint_resumes_to_the_same_record(corpu
     assert sum(flat, []) == pytest.approx(sum([[float(h[k]) for k in keys] for h in full["history"]], []), rel=1e-5)
     for part in ("initial", "final", "baseline_no_search"):
         assert resumed[part]["em"] == full[part]["em"]
+
+
+def test_greedy_rollouts_set_vllms_temperature_to_zero_and_back():
+    """Evaluation is greedy on either engine: HF's generation config, and vLLM's temperature (TRL reads it from
+    ``trainer.vllm_generation``, not from the generation config); both restored for training."""
+    from transformers import GenerationConfig
+
+    seen = {}
+
+    class Model:
+        training = True
+
+        def eval(self):
+            self.training = False
+
+        def train(self, mode=True):
+            self.training = mode
+
+    class Trainer:
+        model, vllm_generation = Model(), SimpleNamespace(temperature=0.8)
+        generation_config = GenerationConfig(do_sample=True, temperature=0.8)
+
+        def _generate(self, prompts):
+            seen.update(vllm=self.vllm_generation.temperature, hf=self.generation_config.do_sample)
+            completions = [[{"role": "assistant", "content": "<answer>Paris</answer>"}] for _ in prompts]
+            return [[1]] * len(prompts), [[2, 3]] * len(prompts), [[1, 1]] * len(prompts), completions, None
+
+    trainer = Trainer()
+    rows = S.trl_rollouts(trainer, [{"question": "Capital of France?", "answers": ["Paris"]}], [])
+    assert seen == {"vllm": 0.0, "hf": False} and rows[0]["em"]
+    assert trainer.vllm_generation.temperature == 0.8 and trainer.generation_config.do_sample and trainer.model.training

@@ -320,7 +320,9 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
 # tool loop as a training step does (read from trl 1.16.0, trainer/grpo_trainer.py): it fills the per-rollout tool
 # dicts ``_sync_tool_dicts`` / ``_async_tool_dicts`` (built in ``_generate_and_score_completions``) and calls
 # ``_generate(prompts)`` -> (prompt_ids, completion_ids, tool_mask, completions, ...). tests/test_search.py reads these
-# names in TRL's source and fails when a TRL release changes them.
+# names in TRL's source and fails when a TRL release changes them. With vLLM, greedy decoding is vLLM's temperature
+# 0: the sampling settings live on ``trainer.vllm_generation`` (``temperature``, read in ``VLLMGeneration.generate``),
+# not in ``trainer.generation_config``.
 TRL_ROLLOUT_API = {"trl": "1.16.0", "method": "_generate", "tool_dicts": ("_sync_tool_dicts", "_async_tool_dicts")}
 
 
@@ -337,10 +339,14 @@ def trl_rollouts(
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
+    engine = getattr(trainer, "vllm_generation", None)
+    saved_temperature = getattr(engine, "temperature", None)
     if greedy:
         gc = copy.deepcopy(saved_config)
         gc.do_sample, gc.temperature, gc.top_p, gc.top_k, gc.min_p = False, None, None, None, None
         trainer.generation_config = gc
+        if engine is not None:
+            engine.temperature = 0.0
     by_name = {t.__name__: t for t in tools}
     out: list[dict[str, Any]] = []
     model.eval()
@@ -370,6 +376,8 @@ def trl_rollouts(
                 )
     finally:
         trainer.generation_config = saved_config
+        if engine is not None:
+            engine.temperature = saved_temperature
         model.train(was_training)
     return out
 
