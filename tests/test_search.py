@@ -281,11 +281,10 @@ def test_table3_layout():
     assert real.iloc[0, -1] == pytest.approx(24.9)
 
 
-def micro_spec(corpus, tool, **options):
-    """A one-step search run spec on a micro model (CPU seconds), as notebook 07's smoke parameters make it."""
+def micro_spec(model, **options):
+    """A one-step search run spec on the micro ``model`` (CPU seconds), as notebook 07's smoke parameters make it."""
     from trgrpo import search_run
 
-    model = S.micro_model(corpus, tool, hidden=32, layers=1)
     params = dict(MODEL="micro", TEMPLATE="compact", RETRIEVER="bm25", CORPUS="synthetic", SCALE="unit")
     params |= dict(SCHEMES=["tr"], SEEDS=[0], STEPS=1, PROMPTS_PER_STEP=1, NUM_GENERATIONS=2, TEMPERATURE=0.8)
     params |= dict(LEARNING_RATE=1e-4, MAX_COMPLETION_LENGTH=48, MAX_TOOL_CALLS=1, TOP_K=1, N_TRAIN=4, N_EVAL=2)
@@ -294,7 +293,7 @@ def micro_spec(corpus, tool, **options):
     return spec
 
 
-def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
+def test_a_search_run_writes_one_record_of_the_common_schema(search_micro_model, tmp_path, monkeypatch):
     """A search run is a RunSpec of the task ``search`` trained by trgrpo.experiment.run: one record of the common
     schema, written once, with the task's fields (EM curve, example rollout, the no-search baseline through the run's
     engine, the data's sources) and a checkpoint every save_steps."""
@@ -302,8 +301,7 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
 
     from trgrpo import experiment as R
 
-    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
-    spec = micro_spec(corpus, tool, SAVE_STEPS=1)
+    spec = micro_spec(search_micro_model, SAVE_STEPS=1)
     writes: list[Path] = []
     real = R.write_json
     monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])

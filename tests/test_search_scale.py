@@ -37,11 +37,6 @@ def corpus():
 
 
 @pytest.fixture(scope="module")
-def tool(corpus):
-    return S.make_search_tool(search_data.make_retriever("bm25", corpus.passages), top_k=1)
-
-
-@pytest.fixture(scope="module")
 def server_url():
     """scripts/retrieval_server.py on a free port of 127.0.0.1 (BM25 over the generated corpus), stopped afterwards."""
     with search_run.retrieval_server(None, "--corpus-seed", "0", wait_s=60) as url:
@@ -64,12 +59,13 @@ def test_the_server_answers_search_r1s_protocol_with_the_local_bm25_hits(server_
     assert set(row[0]) == {"id", "contents"} and row[0]["contents"].startswith('"')
 
 
-def test_a_search_run_and_its_evaluation_talk_to_the_server(server_url, corpus, tool, tmp_path, monkeypatch):
-    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
+def test_a_search_run_and_its_evaluation_talk_to_the_server(
+    server_url, search_micro_model, corpus, tmp_path, monkeypatch
+):
     calls = []
     real = ServerRetriever.batch_search
     monkeypatch.setattr(ServerRetriever, "batch_search", lambda self, q, k=3: calls.append(q) or real(self, q, k))
-    spec = micro_spec(corpus, tool, RETRIEVER="server", RETRIEVER_URL=server_url)
+    spec = micro_spec(search_micro_model, RETRIEVER="server", RETRIEVER_URL=server_url)
     rec = run(spec, results_dir=tmp_path, checkpoint_dir=tmp_path / "ckpt", resume=False, verbose=False)
     assert rec["data_source"]["retriever"] == f"server {server_url}"
     assert rec["final"]["n"] == 2 and rec["initial"]["n"] == 2
@@ -121,25 +117,23 @@ def test_a_server_down_slow_or_answering_garbage_gives_one_line_fast(body, messa
     t0 = time.monotonic()
     try:
         with pytest.raises(ConnectionError, match=message) as err:
-            ServerRetriever(url, timeout=0.5).check()
+            ServerRetriever(url, timeout=0.3).check()
     finally:
         if httpd is not None:
             httpd.shutdown()
     assert time.monotonic() - t0 < 2.5 and "\n" not in str(err.value) and url in str(err.value)
-    tool = S.make_search_tool(ServerRetriever(url, timeout=0.5))  # inside a rollout: an error turn, never a raise
+    tool = S.make_search_tool(ServerRetriever(url, timeout=0.3))  # inside a rollout: an error turn, never a raise
     assert tool(query="x").startswith("Error: the retriever failed (ConnectionError: retrieval server")
 
 
-def test_a_run_without_its_server_stops_with_one_line_before_loading_a_model(
-    corpus, tool, tmp_path, monkeypatch, capsys
-):
+def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_path, monkeypatch, capsys):
     """``python -m trgrpo.train`` (its main, in this process): exit 2, one line naming the URL, nothing written."""
     from trgrpo import experiment, train
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve"
-    spec = micro_spec(corpus, tool, RETRIEVER="server", RETRIEVER_URL=url, SCALE="down")
+    spec = micro_spec(search_micro_model, RETRIEVER="server", RETRIEVER_URL=url, SCALE="down")
     from trgrpo.fullscale import write_specs
 
     cfg = write_specs([spec], tmp_path / "spec.yaml")
@@ -152,21 +146,21 @@ def test_a_run_without_its_server_stops_with_one_line_before_loading_a_model(
     assert not (tmp_path / "ckpt").exists() and not list(tmp_path.rglob("*.json"))
 
 
-def test_the_planner_plans_the_search_runs():
-    """Table 3's runs as the user checks them: 256 completions per step (32 prompts x 8), both fit on 8 x 80 GB;
-    the one-GPU variant fits on one H200 (141 GB)."""
-    from trgrpo.plan import GPUS, plan_report, plan_specs
+@pytest.mark.parametrize(("plan", "gpus", "mem"), [("search_qwen3b.yaml", 8, 80), ("search_qwen3b_1gpu.yaml", 1, 141)])
+def test_the_planner_plans_the_search_runs(plan, gpus, mem, capsys, monkeypatch):
+    """``python -m trgrpo.plan experiments/search_qwen3b.yaml --gpus 8 --gpu-mem-gb 80`` (its main, here): Table 3's
+    runs, 256 completions per step (32 prompts x 8), both fit; the one-GPU variant fits on one H200 (141 GB)."""
+    from trgrpo import plan as planner
 
-    cmd = [sys.executable, "-m", "trgrpo.plan", "experiments/search_qwen3b.yaml", "--gpus", "8", "--gpu-mem-gb", "80"]
-    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    one_gpu = plan_report(plan_specs(ROOT / "experiments/search_qwen3b_1gpu.yaml")[0], gpus=1, gpu_mem_gb=141)
-    assert one_gpu[2] == [] and one_gpu[1][0]["gpu"] == GPUS["H200"].name
-    for gpus, runs in ((8, json.loads(out.stdout)["runs"]), (1, one_gpu[1])):
-        assert [r["name"] for r in runs] == ["search-Qwen2.5-3B-equal-seed0", "search-Qwen2.5-3B-tr-seed0"]
-        assert all(r["fits"] and r["batch"]["global_completions_per_step"] == 256 for r in runs)
-        assert all(r["batch"]["global_prompts_per_step"] == 32 and r["batch"]["world_size"] == gpus for r in runs)
-        assert all(r["memory_gb"]["vllm"] > 0 for r in runs)  # vLLM colocated, as the full-scale notebook runs it
+    monkeypatch.chdir(ROOT)
+    assert planner.main([f"experiments/{plan}", "--gpus", str(gpus), "--gpu-mem-gb", str(mem), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["problems"] == [] and {r["gpu"] for r in out["runs"]} == {"H100 SXM" if gpus == 8 else "H200 SXM"}
+    runs = out["runs"]
+    assert [r["name"] for r in runs] == ["search-Qwen2.5-3B-equal-seed0", "search-Qwen2.5-3B-tr-seed0"]
+    assert all(r["fits"] and r["batch"]["global_completions_per_step"] == 256 for r in runs)
+    assert all(r["batch"]["global_prompts_per_step"] == 32 and r["batch"]["world_size"] == gpus for r in runs)
+    assert all(r["memory_gb"]["vllm"] > 0 for r in runs)  # vLLM colocated, as the full-scale notebook runs it
 
 
 def test_the_training_spec_file_matches_the_notebook_plan():
@@ -230,13 +224,12 @@ def test_trl_still_has_the_rollout_api_the_adapter_was_read_from():
 
 
 @pytest.mark.slow
-def test_a_search_run_killed_after_a_checkpoint_resumes_to_the_same_record(corpus, tool, tmp_path, monkeypatch):
+def test_a_search_run_killed_after_a_checkpoint_resumes_to_the_same_record(search_micro_model, tmp_path):
     """``python -m trgrpo.train`` as notebook 07 launches it; SIGKILL once a checkpoint is on disk; the same command
     again resumes and ends with the record of an uninterrupted run."""
     from trgrpo.fullscale import write_specs
 
-    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
-    spec = micro_spec(corpus, tool, STEPS=12, SAVE_STEPS=2, SCALE="resume")
+    spec = micro_spec(search_micro_model, STEPS=12, SAVE_STEPS=2, SCALE="resume")
     cfg = write_specs([spec], tmp_path / "spec.yaml")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt")}
     cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(cfg), "--results", str(tmp_path / "res")]
@@ -259,7 +252,7 @@ def test_a_search_run_killed_after_a_checkpoint_resumes_to_the_same_record(corpu
     assert resumed_cmd.returncode == 0, resumed_cmd.stderr[-3000:]
     resumed = read_record(record)
     assert resumed["resumed_from"] and 0 < resumed["steps_run"] < spec.steps
-    full = micro_spec(corpus, tool, STEPS=12, SAVE_STEPS=2, SCALE="full")
+    full = micro_spec(search_micro_model, STEPS=12, SAVE_STEPS=2, SCALE="full")
     full = run(full, results_dir=tmp_path / "res2", checkpoint_dir=tmp_path / "ck2", verbose=False)
     # sampling-dependent figures of every step (a resume that lost the RNG state or re-ran steps differs)
     keys = ("step", "num_tokens", "completions/mean_length", "entropy", "reward", "loss")
