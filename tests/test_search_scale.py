@@ -292,3 +292,20 @@ def test_greedy_rollouts_set_vllms_temperature_to_zero_and_back():
     rows = S.trl_rollouts(trainer, [{"question": "Capital of France?", "answers": ["Paris"]}], [])
     assert seen == {"vllm": 0.0, "hf": False} and rows[0]["em"]
     assert trainer.vllm_generation.temperature == 0.8 and trainer.generation_config.do_sample and trainer.model.training
+
+
+@pytest.mark.slow
+def test_a_search_run_on_two_processes_evaluates_on_every_rank(search_micro_model, tmp_path, monkeypatch):
+    """accelerate launch, 2 CPU processes (as on 2 GPUs): TRL's rollout gathers across ranks, so every rank evaluates
+    (the main process alone would wait forever for the others); one record, the evaluation before and after."""
+    import dataclasses
+
+    from trgrpo import experiment, fullscale
+
+    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    spec = micro_spec(search_micro_model, STEPS=1, PROMPTS_PER_STEP=2, MICRO_BATCH_SIZE=1, SCALE="two")
+    spec = dataclasses.replace(spec, ddp_timeout_s=120)
+    (rec,) = fullscale.launch([spec], gpus=0, cpu_processes=2, results_dir=tmp_path / "res", log_dir=tmp_path / "log")
+    assert rec["batch"]["world_size"] == 2 and rec["batch"]["global_completions_per_step"] == 4
+    assert rec["initial"]["n"] == rec["final"]["n"] == 2 and rec["baseline_no_search"]["n"] == 2

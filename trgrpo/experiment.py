@@ -796,7 +796,8 @@ def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec)
     if acc.num_processes == 1:
         return _evaluate(trainer, tokenizer, task, records, spec, engine=engine)
     zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
-    run_here = acc.is_main_process or (zero3 and engine is None)
+    # every rank when the evaluation collects across ranks (ZeRO-3's HF generate, TRL's rollouts of a tool task)
+    run_here = acc.is_main_process or (zero3 and engine is None) or task.evaluate_with_trainer
     result = _evaluate(trainer, tokenizer, task, records, spec, engine=engine) if run_here else {}
     acc.wait_for_everyone()
     return result

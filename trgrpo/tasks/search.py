@@ -762,7 +762,7 @@ def _align_special_tokens(model: Any, tokenizer: Any) -> None:
 
 def _trainer_ready(trainer: Any, spec: Any) -> None:
     """Special tokens aligned; the EM-curve callback (``eval_every``, logged as ``eval_em`` in the trainer state, so
-    a resumed run keeps it); the no-search baseline of the initial model (main process)."""
+    a resumed run keeps it); the no-search baseline of the initial model."""
     from transformers import TrainerCallback
 
     o, (_, evals, tool, _) = search_options(spec), _data(spec)
@@ -777,8 +777,7 @@ def _trainer_ready(trainer: Any, spec: Any) -> None:
 
     if every and evals:
         trainer.add_callback(EMCurve())
-    main = trainer.accelerator.is_main_process
-    if o["no_search_baseline"] and evals and main:
+    if o["no_search_baseline"] and evals:  # on every rank, as the evaluation (a model sharded by ZeRO-3 needs it)
         trainer.search_baseline = evaluate_no_search(trainer, evals, max_new_tokens=int(o["baseline_tokens"]))
 
 
