@@ -309,3 +309,17 @@ def test_a_search_run_on_two_processes_evaluates_on_every_rank(search_micro_mode
     (rec,) = fullscale.launch([spec], gpus=0, cpu_processes=2, results_dir=tmp_path / "res", log_dir=tmp_path / "log")
     assert rec["batch"]["world_size"] == 2 and rec["batch"]["global_completions_per_step"] == 4
     assert rec["initial"]["n"] == rec["final"]["n"] == 2 and rec["baseline_no_search"]["n"] == 2
+
+
+@pytest.mark.slow
+def test_the_server_reads_a_search_r1_corpus_file(tmp_path):
+    """``--corpus FILE``: Search-R1's JSONL (``{"id", "contents": '"Title"\\ntext'}``), served in the same protocol."""
+    rows = [
+        {"id": "0", "contents": '"Hamlet"\nHamlet is a tragedy written by William Shakespeare.'},
+        {"id": "1", "contents": '"Paris"\nParis is the capital of France.'},
+    ]
+    corpus = tmp_path / "wiki.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with search_run.retrieval_server(None, "--corpus", str(corpus)) as url:
+        (hits,) = ServerRetriever(url, timeout=10).batch_search(["who wrote hamlet"], 1)
+    assert hits[0]["id"] == "0" and hits[0]["title"] == "Hamlet" and hits[0]["text"].startswith("Hamlet is")
