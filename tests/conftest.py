@@ -40,3 +40,16 @@ def tiny_model_dir(tmp_path_factory):
 
     torch.set_num_threads(2)
     return tiny_model(tmp_path_factory.mktemp("tiny-llama"), hidden=32, layers=2, heads=2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def search_micro_model(tmp_path_factory):
+    """The search task's micro model (word-level tokenizer over the generated corpus, 1 layer x 32), built once."""
+    from unittest import mock
+
+    from trgrpo.tasks import search, search_data
+
+    corpus = search_data.make_corpus(0)
+    tool = search.make_search_tool(search_data.make_retriever("bm25", corpus.passages), top_k=1)
+    with mock.patch.dict(os.environ, {"TRGRPO_CACHE": str(tmp_path_factory.mktemp("search-cache"))}):
+        return search.micro_model(corpus, tool, hidden=32, layers=1)

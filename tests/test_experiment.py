@@ -1,7 +1,6 @@
 """trgrpo.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
 checkpoints)."""
 
-import dataclasses
 import json
 
 import pytest
@@ -207,7 +206,7 @@ def test_checkpoints_of_another_spec_or_of_no_known_spec_are_refused(tiny_model_
     (folder / "checkpoint-9" / "trainer_state.json").write_text("{}")
     with pytest.raises(ValueError, match="without spec.json"):
         run(spec(tiny_model_dir, "short", steps=2), results_dir=tmp_path / "res", checkpoint_dir=ck, verbose=False)
-    longer = dataclasses.asdict(spec(tiny_model_dir, "short", steps=9))
+    longer = spec(tiny_model_dir, "short", steps=9).model_dump()
     (folder / "spec.json").write_text(
         json.dumps({"spec": longer, "engine": {"world_size": 1, "deepspeed_stage": None}})
     )

@@ -1,7 +1,6 @@
 """Table 6's batch at any world size (TRL's own arithmetic), --print-config, absolute result paths, one process
 per run, and a real 2-process launch on CPU whose record lands where launch() reads it."""
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -112,7 +111,7 @@ def test_planner_flags_an_evaluation_longer_than_the_timeout_and_states_the_disk
     text, rows, problems = plan.plan_report([spec], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
     assert not problems and "disk: a checkpoint every 20 steps" in text
     assert rows[0]["checkpoint_gb"] == pytest.approx(16 * 3.09e9 / 1e9)  # 4N model, 8N moments, 4N DeepSpeed master
-    short = dataclasses.replace(spec, ddp_timeout_s=int(rows[0]["eval_s"]))  # less than three evaluations
+    short = spec.replace(ddp_timeout_s=int(rows[0]["eval_s"]))  # less than three evaluations
     _, _, problems = plan.plan_report([short], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
     assert len(problems) == 1 and "ddp_timeout_s >=" in problems[0]
 

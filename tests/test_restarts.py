@@ -153,7 +153,7 @@ def test_spec_json_keeps_the_spec_and_engine_a_checkpoint_was_trained_with(tiny_
     folder = experiment.checkpoint_folder(s, tmp_path)
     folder.mkdir(parents=True)
     one = {"world_size": 1, "deepspeed_stage": None}
-    (folder / "spec.json").write_text(json.dumps({"spec": __import__("dataclasses").asdict(s), "engine": one}))
+    (folder / "spec.json").write_text(json.dumps({"spec": s.model_dump(), "engine": one}))
     experiment.check_run_folders(s, one, tmp_path)  # the same run: no refusal
     with pytest.raises(experiment.ConfigError, match=r"engine.world_size \(1 stored, 2 now\)"):
         experiment.check_run_folders(s, {"world_size": 2, "deepspeed_stage": None}, tmp_path)

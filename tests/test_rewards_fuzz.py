@@ -363,11 +363,7 @@ def test_search_reward_on_a_megabyte_is_linear(name):
 
 
 @FAST
-@given(
-    text=st.lists(st.sampled_from(SEARCH_PIECES)).map("".join)
-    | tag_soup
-    | any_text
-)
+@given(text=st.lists(st.sampled_from(SEARCH_PIECES)).map("".join) | tag_soup | any_text)
 def test_search_answer_is_search_r1s_last_match(text):
     """The linear scan returns what Search-R1's ``re.findall(r"<answer>(.*?)</answer>")[-1]`` returns."""
     import re

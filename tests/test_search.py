@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from trgrpo import search_run, tables
+from trgrpo import tables
+from trgrpo.experiment import RunSpec
 from trgrpo.tasks import search as S
 from trgrpo.tasks import search_data
 from trgrpo.tasks.search_data import load_qa, make_corpus
@@ -124,21 +125,22 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
     from trgrpo.experiment import build_trainer
     from trgrpo.tasks.search import search_task
 
-    spec = search_run.SearchSpec(
+    spec = RunSpec(
+        task="search",
         model=str(tiny_model_dir),
         steps=1,
         prompts_per_step=2,
         num_generations=3,
         max_completion_length=300,
-        max_tool_calls=2,
         learning_rate=1e-3,
-        template="compact",
+        n_train=len(records),
+        n_eval=0,
     )
     trainer = build_trainer(
-        search_run.search_run_spec(spec, len(records), 0),
+        spec,
         search_task(records, [], tool, template="compact"),
         tmp_path,
-        config_overrides=search_run.search_config_overrides(spec),
+        config_overrides={"max_tool_calling_iterations": 2},
         world_size=1,
         verbose=False,
     )[0]
@@ -279,28 +281,27 @@ def test_table3_layout():
     assert real.iloc[0, -1] == pytest.approx(24.9)
 
 
-def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_path, monkeypatch):
-    """run_search builds its record through trgrpo.experiment.run and writes it once through
-    write_result."""
+def micro_spec(model, **options):
+    """A one-step search run spec on the micro ``model`` (CPU seconds), as notebook 07's smoke parameters make it."""
+    from trgrpo import search_run
+
+    params = dict(MODEL="micro", TEMPLATE="compact", RETRIEVER="bm25", CORPUS="synthetic", SCALE="unit")
+    params |= dict(SCHEMES=["tr"], SEEDS=[0], STEPS=1, PROMPTS_PER_STEP=1, NUM_GENERATIONS=2, TEMPERATURE=0.8)
+    params |= dict(LEARNING_RATE=1e-4, MAX_COMPLETION_LENGTH=48, MAX_TOOL_CALLS=1, TOP_K=1, N_TRAIN=4, N_EVAL=2)
+    params |= dict(GRADIENT_CHECKPOINTING=False, **options)
+    (spec,) = search_run.search_specs(params, init_model=model)
+    return spec
+
+
+def test_a_search_run_writes_one_record_of_the_common_schema(search_micro_model, tmp_path, monkeypatch):
+    """A search run is a RunSpec of the task ``search`` trained by trgrpo.experiment.run: one record of the common
+    schema, written once, with the task's fields (EM curve, example rollout, the no-search baseline through the run's
+    engine, the data's sources) and a checkpoint every save_steps."""
     from pathlib import Path
 
     from trgrpo import experiment as R
 
-    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
-    model = S.micro_model(corpus, tool, hidden=32, layers=1)
-    train = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
-    spec = search_run.SearchSpec(
-        scheme="tr",
-        model=model,
-        steps=1,
-        prompts_per_step=2,
-        num_generations=2,
-        max_completion_length=24,
-        max_tool_calls=1,
-        template="compact",
-        scale="unit",
-        group="unit-search",
-    )
+    spec = micro_spec(search_micro_model, SAVE_STEPS=1)
     writes: list[Path] = []
     real = R.write_json
     monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
@@ -309,47 +310,46 @@ def test_a_search_run_writes_one_record_of_the_common_schema(corpus, tool, tmp_p
     messages: list[str] = []
     warnings.addHandler(seen)
     try:
-        rec = search_run.run_search(
-            spec,
-            train_records=train,
-            eval_records=corpus.questions["test"][:2],
-            tool=tool,
-            results_dir=tmp_path,
-            checkpoint_dir=tmp_path / "ckpt",
-            verbose=False,
-        )
+        rec = R.run(spec, results_dir=tmp_path, checkpoint_dir=tmp_path / "ckpt", resume=False, verbose=False)
     finally:
         warnings.removeHandler(seen)
     assert not [m for m in messages if "PAD/BOS/EOS" in m]  # the config names the tokenizer's special tokens
-    path = tmp_path / "unit-search" / f"{spec.name}.json"
-    assert writes == [path]
+    path = tmp_path / "search/unit" / f"{spec.name}.json"
+    assert [w for w in writes if not w.is_relative_to(tmp_path / "ckpt")] == [path], (writes, path)  # the record, once
+    assert spec.name == "search-micro-tr-seed0"
     saved = R.read_record(path)
-    R.validate_record(saved, str(path))
-    assert (saved["task"], saved["method"], saved["kind"]) == ("search", "TR-GRPO", "run")
-    assert [e["step"] for e in saved["eval_curve"]] == [0, 1] and saved["example_rollout"]["text"]
-    assert [r["name"] for r in R.load_results("unit-search", tmp_path)] == [rec["name"]]
+    assert (saved["task"], saved["scheme"], saved["kind"]) == ("search", "tr", "run")
+    assert [e["step"] for e in saved["eval_curve"]] == [0, 1] and saved["example_rollout"]["completion_ids"]
+    assert saved["baseline_no_search"]["engine"] == "hf" and saved["baseline_no_search"]["n"] == 2
+    assert saved["data_source"]["corpus"] == "synthetic" and "fallback" in saved["data_source"]
+    assert saved["spec"]["task_options"]["scale"] == "unit" and saved["batch"]["global_completions_per_step"] == 2
+    assert (tmp_path / "ckpt" / "search/unit" / spec.name / "checkpoint-1" / "trainer_state.json").exists()
+    assert [r["name"] for r in R.load_results("search/unit", tmp_path)] == [rec["name"]]
 
 
 def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
-    """run_search goes through experiment.run: its config (experiment.make_config + the search overrides) equals
-    TRL's own config for the same settings (TRL's defaults for gradient checkpointing and bf16 included)."""
+    """A search spec's config is experiment.make_config's plus the task's tool-call budget: equal to TRL's own
+    config for the same settings (checkpoints every save_steps, bf16 and gradient checkpointing from the spec)."""
     from trgrpo.experiment import make_config
-    from trgrpo.search_run import search_config_overrides, search_run_spec
+    from trgrpo.tasks import get_task
     from trgrpo.trainer import TRGRPOConfig
 
-    spec = search_run.SearchSpec(
+    spec = RunSpec(
+        task="search",
         scheme="reverse",
         steps=3,
         prompts_per_step=2,
         num_generations=4,
         max_completion_length=64,
-        max_tool_calls=2,
         temperature=0.8,
         learning_rate=1e-5,
         seed=3,
-        config={"weight_placement": "surrogate"},
+        save_steps=2,
+        gradient_checkpointing=True,
+        placement="surrogate",
+        task_options={"max_tool_calls": 2},
     )
-    run_cfg = make_config(search_run_spec(spec, 4, 2), tmp_path, world_size=1, **search_config_overrides(spec))
+    run_cfg = make_config(spec, tmp_path, world_size=1, **get_task("search").config(spec))
     cuda = torch.cuda.is_available()
     ref = TRGRPOConfig(  # TRL's own config for this spec
         output_dir=str(tmp_path),
@@ -364,27 +364,26 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
         learning_rate=1e-5,
         weight_scheme="reverse",
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=2,
+        save_total_limit=1,
         report_to="none",
         use_cpu=not cuda,
-        disable_tqdm=True,
+        bf16=False,
+        gradient_checkpointing=True,
         dataloader_num_workers=0,
         lr_scheduler_type="constant",
         weight_placement="surrogate",
+        ddp_timeout=6 * 3600,
+        vllm_importance_sampling_correction=False,  # the spec's 'off', as verl
     )
     a, b = run_cfg.to_dict(), ref.to_dict()
-    ignore = {"save_total_limit", "save_only_model", "save_steps"}  # no checkpoints either way (save_strategy "no")
-    # every run sets these two from its spec (trgrpo.experiment.make_config), TRL's defaults differ
-    ignore |= {"ddp_timeout", "vllm_importance_sampling_correction"}
-    assert (a["ddp_timeout"], a["vllm_importance_sampling_correction"]) == (6 * 3600, False)
-    assert {k: a[k] for k in a if k not in ignore} == {k: b[k] for k in b if k not in ignore}
-    assert (a["bf16"], a["gradient_checkpointing"]) == (b["bf16"], b["gradient_checkpointing"])
+    assert {k: a[k] for k in a} == {k: b[k] for k in b}
 
 
 def test_search_is_a_registered_run_task():
     """``task: search`` in a run spec (python -m trgrpo.train) builds the offline corpus, its questions and the tool
     from ``task_options``; an unknown corpus is named."""
-    from trgrpo.experiment import RunSpec
     from trgrpo.tasks import get_task
 
     spec = RunSpec(task="search", n_train=3, n_eval=2, task_options={"top_k": 1, "template": "compact"})
@@ -394,8 +393,12 @@ def test_search_is_a_registered_run_task():
     (tool,) = task.trainer_kwargs(spec)["tools"]
     assert tool.__name__ == "search" and "Doc 1" in tool(evals[0]["question"])
     assert task.evaluate_with_trainer and task.reward_funcs(spec) == [S.search_reward]
-    with pytest.raises(ValueError, match="task_options.corpus"):
+    with pytest.raises(ValueError, match="task_options.corpus must be one of"):
         task.build(RunSpec(task="search", task_options={"corpus": "wiki-2018"}), None)
+    with pytest.raises(ValueError, match=r"task_options.topk is not a known field"):
+        task.build(RunSpec(task="search", task_options={"topk": 3}), None)
+    with pytest.raises(ValueError, match="retriever: server"):
+        task.build(RunSpec(task="search", task_options={"corpus": "searchr1"}), None)
 
 
 def test_a_rollout_renders_newline_tokens_as_small_marks():

@@ -907,7 +907,8 @@ def build_trainer(
         tokenizer.pad_token = tokenizer.eos_token
     train_ds, eval_records = task.build(spec, tokenizer)
     data_source = task.data_source(spec, train_ds, eval_records) if task.data_source else None
-    config = make_config(spec, output_dir, world_size, **(config_overrides or {}))
+    overrides = {**(task.config(spec) if task.config else {}), **(config_overrides or {})}
+    config = make_config(spec, output_dir, world_size, **overrides)
     trainer = TRGRPOTrainer(
         model=model_path,
         reward_funcs=task.reward_funcs(spec),
@@ -974,6 +975,8 @@ def run(
         out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
         if not (out_dir / "spec.json").exists():  # the spec a checkpoint was trained with is never overwritten
             write_json(out_dir / "spec.json", {"spec": spec.model_dump(), "engine": run_engine})
+        if task.trainer_ready is not None:
+            task.trainer_ready(trainer, spec)
         if trainer_ready is not None:
             trainer_ready(trainer, eval_records)
         initial = None
@@ -1024,6 +1027,8 @@ def run(
             "wall_time_s": time.time() - t0,
             **provenance(),
         }
+        if task.record_extras is not None:
+            record.update(task.record_extras(trainer, record, spec))
         if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
             record.update(record_extras(record))
         path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
@@ -1056,7 +1061,8 @@ def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec)
     if acc.num_processes == 1:
         return _evaluate(trainer, tokenizer, task, records, spec, engine=engine)
     zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
-    run_here = acc.is_main_process or (zero3 and engine is None)
+    # every rank when the evaluation collects across ranks (ZeRO-3's HF generate, TRL's rollouts of a tool task)
+    run_here = acc.is_main_process or (zero3 and engine is None) or task.evaluate_with_trainer
     result = _evaluate(trainer, tokenizer, task, records, spec, engine=engine) if run_here else {}
     acc.wait_for_everyone()
     return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -40,6 +39,7 @@ class ModelShape:
 # From the models' config.json files (parameter counts from their model cards).
 MODEL_SHAPES = {
     "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
+    "Qwen2.5-3B": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
     "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
     "Qwen2.5-7B": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
     "Qwen2.5-7B-Instruct": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
@@ -93,7 +93,12 @@ KK_PEOPLE = [3, 4, 5, 6, 7]
 
 def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
     """The runs of notebook 05 (``task="kk"``: Tables 1, 4, 7) or 06 (``"math"``: Table 2, base model, temperature
-    1.0) for the values of its parameters cell (upper-case names); the planner reads plans the same way."""
+    1.0) or 07 (``"search"``: Table 3, :func:`trgrpo.search_run.search_specs`) for the values of its parameters
+    cell (upper-case names); the planner reads plans the same way."""
+    if task == "search":
+        from trgrpo.search_run import search_specs
+
+        return search_specs(params, use_vllm=bool(use_vllm))
     p = {**PARAMETER_DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
     model = p["MODEL"]
     common = dict(
@@ -144,7 +149,7 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
     return [RunSpec(**common, scheme=s, seed=seed, **kw) for s, seed, kw in runs]
 
 
-NOTEBOOK_SPECS = {"05_": "kk", "06_": "math"}  # notebook prefix -> the task of its full-scale runs
+NOTEBOOK_SPECS = {"05_": "kk", "06_": "math", "07_": "search"}  # notebook prefix -> the task of its full-scale runs
 
 
 def n_devices() -> int:
@@ -206,7 +211,7 @@ def write_specs(specs: list[RunSpec], path: Path) -> Path:
     """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import: a
     module of a .py file is copied beside it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    grid = [dataclasses.asdict(s) for s in specs]
+    grid = [s.model_dump() for s in specs]
     imports = []
     for module in sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"}):
         file = getattr(sys.modules.get(module), "__file__", None)

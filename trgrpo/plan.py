@@ -208,9 +208,7 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> li
         for z, util, m, ckpt in itertools.product(
             zeros, dict.fromkeys(u for u in utils if u < 0.95), micro, checkpointing
         ):
-            s = dataclasses.replace(
-                spec, micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util
-            )
+            s = spec.replace(micro_batch_size=m, gradient_checkpointing=ckpt, vllm_gpu_memory_utilization=util)
             mem = memory_gb(s, shape, gpus=w, gpu_mem_gb=gpu_mem_gb, zero=z)
             if mem["train_peak"] > gpu_mem_gb or (
                 s.use_vllm and mem["vllm_kv_cache"] < mem["vllm_kv_needed_one_sequence"]

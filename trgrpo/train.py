@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, DiskFull) as e:  # a run's process failed (its log says why), or its disk is full
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except ConnectionError as e:  # a service a run needs (search: its retrieval server) does not answer
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

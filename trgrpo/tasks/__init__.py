@@ -37,9 +37,11 @@ class Task:
     """A task family: ``build(spec, tokenizer)`` -> (train dataset, eval records), reward functions, evaluation.
 
     ``options``: the :class:`TaskOptions` model of its ``task_options``. Optional: ``data_source`` (the record's
-    ``data_source``), and for tasks with a tool (search) ``tokenizer``, ``trainer_kwargs`` (``tools=[...]``) and
-    ``evaluate_with_trainer`` (``evaluate`` gets the trainer); ``check_data(spec)`` reads the spec's data files
-    when a spec is loaded (a ``ValueError`` naming the option and the file), before anything runs."""
+    ``data_source``), and for tasks with a tool (search) ``tokenizer``, ``trainer_kwargs`` (``tools=[...]``),
+    ``config`` (config fields, e.g. the tool-call budget), ``evaluate_with_trainer`` (``evaluate`` gets the
+    trainer), ``trainer_ready(trainer, spec)`` (once it is built) and ``record_extras(trainer, record, spec) ->
+    fields`` (the task's own record fields); ``check_data(spec)`` reads the spec's data files when a spec is loaded
+    (a ``ValueError`` naming the option and the file), before anything runs."""
 
     build: Callable[[Any, Any], tuple[Any, list]]
     reward_funcs: Callable[[Any], list]
@@ -50,6 +52,9 @@ class Task:
     evaluate_with_trainer: bool = False
     options: type[TaskOptions] = TaskOptions
     check_data: Callable[[Any], None] | None = None
+    config: Callable[[Any], dict] | None = None
+    trainer_ready: Callable[[Any, Any], None] | None = None
+    record_extras: Callable[[Any, dict, Any], dict] | None = None
 
 
 _TASKS: dict[str, Task] = {}

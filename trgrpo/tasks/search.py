@@ -21,7 +21,18 @@ from typing import Any
 
 from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import greedy_generate
-from trgrpo.tasks.search_data import Corpus, make_corpus, make_retriever
+from trgrpo.tasks.search_data import (
+    FLASHRAG_REPO,
+    RETRIEVERS,
+    SEARCHR1_TRAIN_REPO,
+    TABLE3_DATASETS,
+    Corpus,
+    load_qa,
+    load_searchr1_train,
+    make_corpus,
+    make_retriever,
+    sample_questions,
+)
 
 SEARCH_TOOL_NAME = "search"
 MALFORMED_KEY = "_malformed_call"  # argument under which an unparseable tool call reaches the tool
@@ -305,30 +316,45 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
     return "".join(text if m else f"[[masked: {text}]]" for m, text in texts)
 
 
+# TRL 1.16.0's GRPOTrainer has no public call that rolls out a prompt outside a training step. This adapter drives its
+# tool loop as a training step does (read from trl 1.16.0, trainer/grpo_trainer.py): it fills the per-rollout tool
+# dicts ``_sync_tool_dicts`` / ``_async_tool_dicts`` (built in ``_generate_and_score_completions``) and calls
+# ``_generate(prompts)`` -> (prompt_ids, completion_ids, tool_mask, completions, ...). tests/test_search.py reads these
+# names in TRL's source and fails when a TRL release changes them. With vLLM, greedy decoding is vLLM's temperature
+# 0: the sampling settings live on ``trainer.vllm_generation`` (``temperature``, read in ``VLLMGeneration.generate``),
+# not in ``trainer.generation_config``.
+TRL_ROLLOUT_API = {"trl": "1.16.0", "method": "_generate", "tool_dicts": ("_sync_tool_dicts", "_async_tool_dicts")}
+
+
 def trl_rollouts(
     trainer: Any,
     records: Sequence[dict[str, Any]],
+    tools: Sequence[Callable[..., Any]],
     *,
     greedy: bool = True,
     batch_size: int = 32,
 ) -> list[dict[str, Any]]:
-    """Rollouts through the trainer's own generation and tool loop (TRL 1.16's ``_generate``), greedy by default:
+    """Rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`), greedy by default:
     the record, ``prompt_ids``, ``completion_ids``, ``tool_mask``, ``messages``, ``answer``, ``em``, ``tool_calls``."""
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
+    engine = getattr(trainer, "vllm_generation", None)
+    saved_temperature = getattr(engine, "temperature", None)
     if greedy:
         gc = copy.deepcopy(saved_config)
         gc.do_sample, gc.temperature, gc.top_p, gc.top_k, gc.min_p = False, None, None, None, None
         trainer.generation_config = gc
-    tools = {t.__name__: t for t in trainer._standalone_tools}
+        if engine is not None:
+            engine.temperature = 0.0
+    by_name = {t.__name__: t for t in tools}
     out: list[dict[str, Any]] = []
     model.eval()
     try:
         for start in range(0, len(records), batch_size):
             chunk = list(records[start : start + batch_size])
             prompts = [search_messages(r["question"]) for r in chunk]
-            trainer._sync_tool_dicts = [dict(tools) for _ in chunk]
+            trainer._sync_tool_dicts = [dict(by_name) for _ in chunk]
             trainer._async_tool_dicts = [{} for _ in chunk]
             prompt_ids, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
             for i, r in enumerate(chunk):
@@ -350,6 +376,8 @@ def trl_rollouts(
                 )
     finally:
         trainer.generation_config = saved_config
+        if engine is not None:
+            engine.temperature = saved_temperature
         model.train(was_training)
     return out
 
@@ -373,34 +401,68 @@ def summarise_em(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def evaluate_search(
-    trainer: Any, records: Sequence[dict[str, Any]], *, batch_size: int = 32, n_examples: int = 3
+    trainer: Any,
+    records: Sequence[dict[str, Any]],
+    tools: Sequence[Callable[..., Any]],
+    *,
+    batch_size: int = 32,
+    n_examples: int = 3,
 ) -> dict[str, Any]:
-    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, plus a few example texts."""
+    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, a few example texts and the first
+    question's rollout token by token (``example_rollout``)."""
     t0 = time.time()
-    rows = trl_rollouts(trainer, records, greedy=True, batch_size=batch_size)
+    rows = trl_rollouts(trainer, records, tools, greedy=True, batch_size=batch_size)
     res = summarise_em(rows)
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
         for r in rows[:n_examples]
     ]
+    if rows:
+        first = rows[0]
+        res["example_rollout"] = {
+            "question": first["record"]["question"],
+            "answers": first["record"]["answers"],
+            "completion_ids": first["completion_ids"],
+            "tool_mask": first["tool_mask"],
+            "text": rollout_text(trainer.processing_class, first),
+            "em": first["em"],
+        }
     res["seconds"] = time.time() - t0
     return res
 
 
-def evaluate_no_search(
-    model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], *, batch_size: int = 16, max_new_tokens: int = 32
-) -> dict[str, Any]:
-    """The no-search baseline: greedy answers from the model's own knowledge, scored on the last ``<answer>`` or the
-    whole reply."""
-    t0 = time.time()
+def generation_engine(trainer: Any) -> str:
+    """``"vllm"`` when the trainer generates with a colocated vLLM engine, else ``"hf"`` (``model.generate``)."""
+    return "vllm" if getattr(getattr(trainer, "vllm_generation", None), "llm", None) is not None else "hf"
+
+
+def engine_greedy_generate(trainer: Any, tokenizer: Any, prompts: list, *, max_new_tokens: int) -> list[str]:
+    """One greedy reply per chat prompt through the run's generation engine (:func:`generation_engine`)."""
+    if generation_engine(trainer) == "vllm":
+        from vllm import SamplingParams
+
+        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        outputs = trainer.vllm_generation.llm.generate(texts, sampling_params=params, use_tqdm=False)
+        return [o.outputs[0].text for o in outputs]
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    was_training, side = model.training, tokenizer.padding_side
+    model.eval()
     tokenizer.padding_side = "left"
-    texts = greedy_generate(
-        model,
-        tokenizer,
-        [search_messages(r["question"], search=False) for r in records],
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
-    )
+    try:
+        return greedy_generate(model, tokenizer, prompts, batch_size=16, max_new_tokens=max_new_tokens)
+    finally:
+        model.train(was_training)
+        tokenizer.padding_side = side
+
+
+def evaluate_no_search(trainer: Any, records: Sequence[dict[str, Any]], *, max_new_tokens: int = 32) -> dict[str, Any]:
+    """The no-search baseline through the run's generation engine: greedy answers from the model's own knowledge,
+    scored on the last ``<answer>`` or the whole reply."""
+    t0 = time.time()
+    tokenizer = trainer.processing_class
+    prompts = [search_messages(r["question"], search=False) for r in records]
+    texts = engine_greedy_generate(trainer, tokenizer, prompts, max_new_tokens=max_new_tokens)
     rows = []
     for r, text in zip(records, texts):
         tagged = extract_answer(text)
@@ -410,6 +472,7 @@ def evaluate_no_search(
     res["examples"] = [
         {"question": r["question"], "answers": r["answers"], "reply": t} for r, t in zip(records, texts)
     ][:3]
+    res["engine"] = generation_engine(trainer)
     res["seconds"] = time.time() - t0
     return res
 
@@ -608,52 +671,155 @@ def search_task(
     return Task(
         build=lambda spec, tokenizer: (search_dataset(list(train_records)), list(eval_records)),
         reward_funcs=lambda spec: [search_reward],
-        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records),
+        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records, [tool]),
         tokenizer=lambda path, spec: load_tokenizer(path, template),
         trainer_kwargs=lambda spec: {"tools": [tool]},
         evaluate_with_trainer=True,
     )
 
 
-@functools.lru_cache(maxsize=4)
-def _corpus_and_tool(corpus: str, corpus_seed: int, retriever: str, top_k: int) -> tuple[Any, Callable[..., str]]:
-    if corpus != "synthetic":
-        raise ValueError(f"task_options.corpus: only the offline 'synthetic' corpus is built here, got {corpus!r}")
-    c = make_corpus(int(corpus_seed))
-    return c, make_search_tool(make_retriever(retriever, c.passages), top_k=int(top_k))
-
-
-def _task(spec: Any) -> Task:
-    o = spec.task_options
-    corpus, tool = _corpus_and_tool(
-        o.get("corpus", "synthetic"), o.get("corpus_seed", 0), o.get("retriever", "bm25"), o.get("top_k", 3)
-    )
-    train = corpus.questions["train"][: spec.n_train]
-    return search_task(train, corpus.questions["test"][: spec.n_eval], tool, template=o.get("template", "auto"))
-
-
 class SearchOptions(TaskOptions):
-    """The search task's options (``scale`` and ``max_tool_calls``: what :mod:`trgrpo.search_run` records)."""
+    """The task options of the run task ``search`` and their defaults."""
 
-    corpus: str = "synthetic"
+    corpus: str = (
+        "synthetic"  # "searchr1": Search-R1's data (NQ + HotpotQA, Table 3's seven sets); "synthetic": offline
+    )
     corpus_seed: int = 0
-    retriever: str = "bm25"
+    train_file: str | None = None  # searchr1: Search-R1's nq_hotpotqa_train parquet (None: the hub)
+    data_dir: str | None = None  # searchr1: a folder of the seven QA sets, FlashRAG or Search-R1 files (None: the hub)
+    retriever: str = "bm25"  # bm25 or dense over the synthetic corpus; server: a /retrieve server at url
+    url: str = "http://127.0.0.1:8000/retrieve"
+    timeout_s: float = 30.0  # per retrieval request
     top_k: int = 3
     template: str = "auto"
-    scale: str = "full"
     max_tool_calls: int = 4
+    eval_every: int = 0  # greedy EM every k steps (0: before and after only)
+    no_search_baseline: bool = True  # the initial model without the tool, through the run's generation engine
+    baseline_tokens: int = 32
+    warm_start: Any = None  # what the run's model was warm-started from (recorded as given)
+    scale: str = "full"
 
 
-# The run task ``search`` on the generated corpus (task options corpus_seed, retriever, top_k, template).
+CORPORA = ("synthetic", "searchr1")
+
+
+def search_options(spec: Any) -> dict[str, Any]:
+    """``spec.task_options`` over :data:`SEARCH_OPTIONS`; a ValueError names an unknown or bad option."""
+    o = SearchOptions(**spec.task_options).model_dump()  # unknown options and wrong types: one line
+    if o["corpus"] not in CORPORA:
+        raise ValueError(f"task_options.corpus must be one of {list(CORPORA)}, got {o['corpus']!r}")
+    if o["retriever"] not in RETRIEVERS:
+        raise ValueError(f"task_options.retriever must be one of {list(RETRIEVERS)}, got {o['retriever']!r}")
+    if o["corpus"] == "searchr1" and o["retriever"] != "server":
+        raise ValueError(
+            "task_options.retriever: Search-R1's data searches wiki-18 through a server (retriever: server)"
+        )
+    if o["template"] not in TEMPLATES:
+        raise ValueError(f"task_options.template must be one of {list(TEMPLATES)}, got {o['template']!r}")
+    return o
+
+
+@functools.lru_cache(maxsize=4)
+def _search_data(options: str, n_train: int, n_eval: int) -> tuple[list, list, Callable[..., str], dict]:
+    """(train records, eval records, the search tool, the data's sources) of JSON-encoded options."""
+    o = json.loads(options)
+    if o["corpus"] == "synthetic":
+        corpus, seed = make_corpus(int(o["corpus_seed"])), int(o["corpus_seed"])
+        train = sample_questions(corpus.questions["train"], n_train, seed=seed, balanced=False)
+        evals = sample_questions(corpus.questions["test"], n_eval, seed=seed)
+        passages = corpus.passages
+        source = {"corpus": "synthetic", "corpus_seed": seed, "fingerprint": corpus.fingerprint()}
+        source["fallback"] = "offline: a generated encyclopedia stands in for Search-R1's data and wiki-18"
+    else:
+        per_set = max(1, n_eval // len(TABLE3_DATASETS))
+        train = load_searchr1_train(o["train_file"], n=n_train)
+        evals = [r for name in TABLE3_DATASETS for r in load_qa(name, path=o["data_dir"], n=per_set)]
+        passages = None
+        source = {"corpus": "searchr1", "train": o["train_file"] or f"hub:{SEARCHR1_TRAIN_REPO}"}
+        source["eval"] = o["data_dir"] or f"hub:{FLASHRAG_REPO} ({per_set} per set of {list(TABLE3_DATASETS)})"
+    kw = {"url": o["url"], "timeout": float(o["timeout_s"])} if o["retriever"] == "server" else {}
+    retriever = make_retriever(o["retriever"], passages, **kw)
+    if o["retriever"] == "server":
+        retriever.check()  # one line when the server is down, slow or answers garbage
+    source["retriever"] = o["retriever"] + (f" {o['url']}" if o["retriever"] == "server" else "")
+    return train, evals, make_search_tool(retriever, top_k=int(o["top_k"])), source
+
+
+def _data(spec: Any) -> tuple[list, list, Callable[..., str], dict]:
+    return _search_data(json.dumps(search_options(spec), sort_keys=True), spec.n_train, spec.n_eval)
+
+
+def _align_special_tokens(model: Any, tokenizer: Any) -> None:
+    """The tokenizer's PAD / BOS / EOS ids into the model's config and generation config (EOS joins the stop tokens),
+    as ``Trainer.train`` would (warning): the micro model's and Qwen2.5's configs name a BOS their tokenizer lacks."""
+    gen = model.generation_config
+    for key in ("bos_token_id", "pad_token_id"):
+        setattr(model.config, key, getattr(tokenizer, key))
+        setattr(gen, key, getattr(tokenizer, key))
+    model.config.eos_token_id, stops = tokenizer.eos_token_id, gen.eos_token_id
+    stops = [] if stops is None else [stops] if isinstance(stops, int) else list(stops)
+    gen.eos_token_id = stops if tokenizer.eos_token_id in stops else [tokenizer.eos_token_id, *stops]
+
+
+def _trainer_ready(trainer: Any, spec: Any) -> None:
+    """Special tokens aligned; the EM-curve callback (``eval_every``, logged as ``eval_em`` in the trainer state, so
+    a resumed run keeps it); the no-search baseline of the initial model."""
+    from transformers import TrainerCallback
+
+    o, (_, evals, tool, _) = search_options(spec), _data(spec)
+    _align_special_tokens(trainer.model, trainer.processing_class)
+    every = int(o["eval_every"])
+
+    class EMCurve(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if every and state.global_step % every == 0 and state.global_step < spec.steps:
+                em = evaluate_search(trainer, evals, [tool])["em"]
+                state.log_history.append({"step": state.global_step, "eval_em": em})
+
+    if every and evals:
+        trainer.add_callback(EMCurve())
+    if o["no_search_baseline"] and evals:  # on every rank, as the evaluation (a model sharded by ZeRO-3 needs it)
+        trainer.search_baseline = evaluate_no_search(trainer, evals, max_new_tokens=int(o["baseline_tokens"]))
+
+
+def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
+    """Search's record fields: training EM per step (Eq. 14's +-1 rewards), the EM curve, one greedy rollout, the
+    no-search baseline, the warm start, the scale."""
+    o, (train, evals, _, _) = search_options(spec), _data(spec)
+    for h in record["history"]:
+        if "reward" in h:
+            h["em"] = (h["reward"] + 1.0) / 2.0
+    final, initial = record["final"], record["initial"] or {}
+    curve = [{"step": 0, "em": initial["em"]}] if "em" in initial else []
+    curve += [{"step": h["step"], "em": h["eval_em"]} for h in trainer.state.log_history if "eval_em" in h]
+    if "em" in final:
+        curve.append({"step": spec.steps, "em": final["em"]})
+    initial.pop("example_rollout", None)
+    return {
+        "eval_curve": curve,
+        "example_rollout": final.pop("example_rollout", None),
+        "baseline_no_search": getattr(trainer, "search_baseline", None),
+        "warm_start": o["warm_start"],
+        "scale": o["scale"],
+        "n_train": len(train),
+        "n_eval": len(evals),
+    }
+
+
+# The run task ``search`` (task_options: :class:`SearchOptions`).
 register_task(
     "search",
     Task(
-        build=lambda spec, tokenizer: _task(spec).build(spec, tokenizer),
+        build=lambda spec, tokenizer: (search_dataset(_data(spec)[0]), _data(spec)[1]),
         reward_funcs=lambda spec: [search_reward],
-        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records),
-        tokenizer=lambda path, spec: load_tokenizer(path, spec.task_options.get("template", "auto")),
-        trainer_kwargs=lambda spec: _task(spec).trainer_kwargs(spec),
+        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records, [_data(spec)[2]]),
+        data_source=lambda spec, train_ds, eval_records: _data(spec)[3],
+        tokenizer=lambda path, spec: load_tokenizer(path, search_options(spec)["template"]),
+        trainer_kwargs=lambda spec: {"tools": [_data(spec)[2]]},
         evaluate_with_trainer=True,
         options=SearchOptions,
+        config=lambda spec: {"max_tool_calling_iterations": int(search_options(spec)["max_tool_calls"])},
+        trainer_ready=_trainer_ready,
+        record_extras=_record_extras,
     ),
 )

@@ -498,38 +498,50 @@ def _minilm_encoder() -> Callable[[list[str]], Any]:
 
 
 class ServerRetriever(_Retriever):
-    """A retrieval server in the HTTP protocol of Search-R1's ``retrieval_server.py``: the paper's setting (App. B.1.3),
-    E5 + FAISS over wiki-18 on localhost. Not exercised offline."""
+    """A retrieval server in the HTTP protocol of Search-R1's ``retrieval_server.py``: POST ``{"queries", "topk",
+    "return_scores"}`` to ``/retrieve`` -> ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``.
+    The paper's server is E5 + FAISS over wiki-18 (App. B.1.3); ``scripts/retrieval_server.py`` serves the same
+    protocol (BM25, or E5 + FAISS on a GPU server). A server that is down, slow or answers garbage raises one
+    :class:`ConnectionError` line naming the URL, after at most ``timeout`` seconds."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
         self.url, self.timeout = url, timeout
 
+    def check(self) -> None:
+        """The health check: one query answered in the protocol's shape (the protocol has no other endpoint)."""
+        self.batch_search(["health check"], 1)
+
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
-        import urllib.error
         import urllib.request
 
         body = json.dumps({"queries": [str(q) for q in queries], "topk": int(k), "return_scores": True}).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                result = json.loads(resp.read().decode())["result"]
-        except (urllib.error.URLError, OSError) as e:
+                raw = resp.read()
+        except OSError as e:  # URLError, refused, reset, timeout
+            reason = getattr(e, "reason", e)
             raise ConnectionError(
-                f"no retrieval server at {self.url} ({e}). Start Search-R1's retrieval_server.py (E5 + FAISS over "
-                "wiki-18) there, or use make_retriever('bm25', passages) offline."
-            ) from e
-        out = []
-        for row in result:
-            hits = []
-            for hit in row:
-                doc = hit.get("document", hit) if isinstance(hit, dict) else {"contents": str(hit)}
-                contents = str(doc.get("contents", ""))
-                title, _, text = contents.partition("\n")
-                hits.append(
-                    {"id": str(doc.get("id", "")), "title": title.strip('"'), "text": text, "score": hit.get("score")}
-                )
-            out.append(hits)
-        return out
+                f"retrieval server {self.url}: no answer ({reason}; timeout {self.timeout:g} s); start one: "
+                "python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
+            ) from None
+        try:
+            result = json.loads(raw.decode())["result"]
+            if not isinstance(result, list) or len(result) != len(queries):
+                raise ValueError(f"'result' holds {len(result) if isinstance(result, list) else result!r:.40} rows")
+            return [[self._hit(hit) for hit in row] for row in result]
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            raise ConnectionError(
+                f"retrieval server {self.url}: not Search-R1's /retrieve answer ({type(e).__name__}: {e}; got "
+                f"{raw[:80]!r})"
+            ) from None
+
+    @staticmethod
+    def _hit(hit: Any) -> dict[str, Any]:
+        doc = hit.get("document", hit) if isinstance(hit, dict) else {"contents": str(hit)}
+        title, _, text = str(doc["contents"]).partition("\n")
+        score = hit.get("score") if isinstance(hit, dict) else None
+        return {"id": str(doc.get("id", "")), "title": title.strip('"'), "text": text, "score": score}
 
 
 RETRIEVERS = ("bm25", "dense", "server")
