@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
+from trgrpo.tasks.kk import KK_PAPER_DATA
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
 FULL_SCALE_PARAMS = 1e9
@@ -108,6 +109,8 @@ PARAMETER_DEFAULTS = {
     "TAU_MODE": "scale",
     "TEMPERATURE": 0.7,
     "SAMPLED_K": 16,
+    "KK_TRAIN_PATH": KK_PAPER_DATA,  # the paper's K&K data (hub); "reasoning-gym": the stated offline fallback
+    "KK_EVAL_PATH": KK_PAPER_DATA,
 }
 KK_PEOPLE = [3, 4, 5, 6, 7]
 
@@ -144,9 +147,7 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         group = f"math/{short_model_name(model)}/{Path(train).stem}"
         return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed, _ in runs]
     options = {"n_people": KK_PEOPLE, "eval_n_people": KK_PEOPLE, "prefill_think": bool(p["PREFILL_THINK"])}
-    options.update(
-        {k: p[key] for k, key in (("train_path", "KK_TRAIN_PATH"), ("eval_path", "KK_EVAL_PATH")) if key in p}
-    )
+    options.update(train_path=p["KK_TRAIN_PATH"], eval_path=p["KK_EVAL_PATH"])
     common.update(
         n_eval=p["N_EVAL_PER_SIZE"] * len(KK_PEOPLE),
         placement=p["PLACEMENT"],

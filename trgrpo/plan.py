@@ -312,6 +312,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
 
 def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
     """Every local data file the specs name (relative to ``base``) exists; else a :class:`ConfigError`."""
+    from trgrpo.tasks.kk import KK_GENERATED
     from trgrpo.tasks.math import MATH_HUB
 
     for spec in specs:
@@ -321,7 +322,9 @@ def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
             files = {"train": opts.get("train"), "eval_sets": opts.get("eval_sets")}
         for field, value in files.items():
             for item in value if isinstance(value, (list, tuple)) else [value]:
-                if not item or (spec.task == "math" and (item in MATH_HUB or item == "generated")):
+                if not item or str(item).startswith("hub:") or item == KK_GENERATED:
+                    continue
+                if spec.task == "math" and (item in MATH_HUB or item == "generated"):
                     continue
                 if not (base / str(item)).exists():
                     raise ConfigError(f"{path}: {spec.name}: {field} {item!r}: no such file (from {base})")
