@@ -493,16 +493,16 @@ def cost_table() -> str:
 def plan_table() -> str:
     """The README's table of the full-scale plans (memory and time from the planner)."""
     lines = [
-        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | fits |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| plan | GPUs | runs | peak GB per GPU | h per run | h in all | disk GB (every run's checkpoint) | fits |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in plan.readme_rows():
         lo, hi = (round(h, 1) for h in r["hours_per_run"])
         h = f"{lo:.1f}" if lo == hi else f"{lo:.1f}-{hi:.1f}"
         fits = "yes" if r["change"] is None else f"no: {r['change']}"
         lines.append(
-            f"| `{r['plan']}` | {r['gpus']} x {r['gpu']} {r['gpu_mem_gb']:g} GB, ZeRO-{r['zero']} | "
-            f"{r['runs']} | {r['peak_gb']:.0f} | {h} | {r['hours']:.0f} | {fits} |"
+            f"| `{r['plan']}` | {r['gpus']} x {r['gpu']} {r['gpu_mem_gb']:g} GB, {r['engine']} | "
+            f"{r['runs']} | {r['peak_gb']:.0f} | {h} | {r['hours']:.0f} | {r['disk_gb']:.0f} | {fits} |"
         )
     return "\n".join(lines)
 

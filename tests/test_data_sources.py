@@ -181,7 +181,7 @@ def test_full_scale_kk_prefills_think_and_says_so():
     )
     opts = specs[0].task_options
     assert opts["prefill_think"] is True and opts["eval_path"] == "data/kk/x.parquet"
-    assert "train_path" not in opts  # reasoning-gym for training when no file is given
+    assert opts["train_path"] == kk.KK_PAPER_DATA == "hub:K-and-K/knights-and-knaves"  # the paper's data by default
     source = get_task("kk").data_source(specs[0], [0], [0])
     assert source["prefill_think"] is True
     params = {
@@ -298,3 +298,111 @@ def test_table2_sets_are_evaluated_whole():
 
     defaults = parameter_defaults(Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb")
     assert min(s.n_eval for s in fullscale.specs_from_parameters("math", defaults)) >= 675
+
+
+# The hub dataset's layout (K-and-K/knights-and-knaves): README configs "train" / "test", one split per size
+# ("<n>ppl"), a jsonl file each, rows in the K-and-K schema. A local folder laid out so is what load_dataset reads.
+HUB_README = """---
+configs:
+- config_name: train
+  data_files:
+  - split: 3ppl
+    path: train/people3_num1000.jsonl
+  - split: 4ppl
+    path: train/people4_num1000.jsonl
+- config_name: test
+  data_files:
+  - split: 3ppl
+    path: test/people3_num100.jsonl
+  - split: 4ppl
+    path: test/people4_num100.jsonl
+---
+"""
+
+
+def kk_hub_folder(root: Path) -> Path:
+    import json
+
+    root.mkdir()
+    (root / "README.md").write_text(HUB_README)
+    rows = {3: (QUIZ3, ["Zoey", "Oliver", "Ava"], [True, False, True], GOLD3)}
+    rows[4] = (QUIZ4, ["Zoey", "Max", "Eli", "Liam"], [False, False, True, True], GOLD4)
+    for config, count in (("train", 1000), ("test", 100)):
+        (root / config).mkdir()
+        for n, (quiz, names, solution, gold) in rows.items():
+            lines = [
+                {"quiz": f"{quiz} {config} #{i}", "names": names, "solution": solution, "solution_text_format": gold}
+                for i in range(3)
+            ]
+            (root / config / f"people{n}_num{count}.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    return root
+
+
+def test_kk_hub_data_loads_by_config_and_size_and_states_the_source(tmp_path):
+    """The full-scale default (the paper's data from the hub) read through datasets, from a folder laid out as the
+    hub dataset; the record names the hub source, reasoning-gym is a stated substitute."""
+    source = f"hub:{kk_hub_folder(tmp_path / 'kk')}"
+    spec = RunSpec(
+        task="kk",
+        model="embedded",
+        n_train=4,
+        n_eval=3,
+        task_options={"train_path": source, "eval_path": source, "n_people": [3, 4]},
+    )
+    train_ds, test = get_task("kk").build(spec, None)
+    assert [r["n_people"] for r in test] == [3, 4, 3] and all(" test #" in r["quiz"] for r in test)
+    assert len(train_ds) == 4 and " train #0" in str(train_ds[0]["prompt"])
+    got = get_task("kk").data_source(spec, train_ds, test)
+    assert got["train"] == {
+        "source": "hub",
+        "repo": str(tmp_path / "kk"),
+        "config": "train",
+        "split": "train",
+        "size": 4,
+        "substitute": False,
+    }
+    assert got["eval"]["config"] == "test" and got["eval"]["size"] == 3
+    fallback = kk.kk_source(kk.KK_GENERATED, "train", 2)
+    assert fallback["source"] == "reasoning-gym" and fallback["substitute"] and "not the paper's" in fallback["note"]
+
+
+def test_kk_hub_offline_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="reasoning-gym"):
+        kk.load_kk_hub("hub:nobody-here/no-such-dataset", "train", n=2, n_people=[3])
+
+
+def _full_scale_kk_config(tmp_path) -> Path:
+    from trgrpo.fullscale import write_specs
+    from trgrpo.plan import notebook_defaults
+
+    defaults = notebook_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
+    specs = specs_from_parameters("kk", {**defaults, "SEEDS": [0], "SCHEMES": ["tr"]}, use_vllm=False)
+    return write_specs(specs, tmp_path / "kk.yaml")
+
+
+PAPER_DATA = {"train_path": "hub:K-and-K/knights-and-knaves", "eval_path": "hub:K-and-K/knights-and-knaves"}
+
+
+def test_print_config_names_each_runs_data(tmp_path, capsys):
+    """`python -m trgrpo.train --print-config` (its main) on notebook 05's full-scale specs names the data."""
+    import json
+
+    from trgrpo.train import main
+
+    assert main(["--config", str(_full_scale_kk_config(tmp_path)), "--print-config", "--world-size", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"] == PAPER_DATA
+
+
+@pytest.mark.slow
+def test_print_config_names_each_runs_data_as_typed(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cfg = _full_scale_kk_config(tmp_path)
+    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(cfg), "--print-config", "--world-size", "8"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["data"] == PAPER_DATA

