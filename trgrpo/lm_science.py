@@ -1,7 +1,8 @@
 """The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic), one stage per committed plan
 ``results/lm/<stage>/plan.yaml``: ``stage0`` (task calibration: a GRPO probe per candidate, then ``decision.json``) or
-``grid`` (the plan's arms x seeds, seed-major). A restarted stage skips the records it has.
-``python -m trgrpo.lm_science {stage0,grid} PLAN``."""
+``grid`` (the plan's arms x seeds, seed-major) or ``leverage`` (the GRPO-vs-TR gradient measurement before and after a
+GRPO run, per-token samples beside the record). A restarted stage skips the records it has.
+``python -m trgrpo.lm_science {stage0,grid,leverage} PLAN``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
+from trgrpo import theory
 from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, read_record, run, write_json
 from trgrpo.tasks import arith, get_task
-from trgrpo.tasks.common import sample_token_probabilities
+from trgrpo.tasks.common import render_prompt, sample_token_probabilities
 from trgrpo.toy_controls import weight_shares
 
 
@@ -187,6 +190,79 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
     )
 
 
+def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
+    """Per candidate without a record: :func:`theory.update_leverage` before and after the plan's GRPO run; the
+    per-token samples go to ``<group>/tokens-<id>.npz`` (keys ``before_*``, ``after_*``), the summary into the
+    record."""
+    plan = yaml.safe_load(Path(plan_path).read_text())
+    results = Path(results_dir or RESULTS_DIR)
+    for cand in plan["candidates"]:
+        spec = probe_spec(plan, cand)
+        if not (results / spec.group / f"{spec.name}.json").exists():
+            _leverage_run(plan, cand, spec, results)
+
+
+def leverage_summary(sample: dict[str, np.ndarray], upper: float) -> dict[str, Any]:
+    """The shares below U (:func:`theory.leverage_shares`), the sampled accuracy and the gradient cosines (None without
+    a batch with a nonzero advantage) of one :func:`theory.update_leverage` sample."""
+    cos = sample["grad_cosine"]
+    stat = {f"grad_cosine_{f}": float(getattr(np, f)(cos)) if cos.size else None for f in ("mean", "min", "max")}
+    return {
+        **theory.leverage_shares(sample["prob"], sample["prob_sq_sum"], sample["weight"], upper),
+        "sampled_accuracy": float(sample["reward"].mean()),
+        "n_completions": int(sample["reward"].size),
+        "grad_batches": int(cos.size),
+        **stat,
+    }
+
+
+def _leverage_run(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
+    m, low, high = plan["measure"], *cand["range"]
+    problems = arith.make_problems(m["n_prompts"], seed=0, low=low, high=high, kind=cand["kind"])
+    samples: dict[str, np.ndarray] = {}
+    held: dict[str, Any] = {}
+
+    def measure_into(when: str) -> None:
+        trainer = held["trainer"]
+        tok = trainer.processing_class
+        texts = [render_prompt(tok, arith.arith_prompt(p))[0] for p in problems]
+        out = theory.update_leverage(
+            trainer.model,
+            tok,
+            texts,
+            lambda i, text: arith.answer_reward(text, problems[i]["answer"]),
+            group_size=m["samples_per_prompt"],
+            prompts_per_batch=m["prompts_per_batch"],
+            grad_batches=m["grad_batches"],
+            max_new_tokens=m["max_new_tokens"],
+            temperature=m["temperature"],
+            seed=m["seed"],
+            params=theory.as_weight_params("tr", lower=spec.lower, upper=spec.upper),
+        )
+        samples.update({f"{when}_{k}": v for k, v in out.items()})
+        print(f"[leverage] {cand['id']} {when}: {leverage_summary(out, spec.upper)}", flush=True)
+
+    def before(trainer, eval_records):
+        held["trainer"] = trainer
+        measure_into("before")
+
+    def after(record):
+        measure_into("after")
+        path = results / spec.group / f"tokens-{cand['id']}.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **samples)
+        split = {w: {k[len(w) + 1 :]: v for k, v in samples.items() if k.startswith(w)} for w in ("before", "after")}
+        return {
+            "leverage": {
+                "measure": m,
+                "samples": path.name,
+                **{w: leverage_summary(s, spec.upper) for w, s in split.items()},
+            }
+        }
+
+    run(spec, results_dir=results, trainer_ready=before, record_extras=after, keep_checkpoints=False)
+
+
 def _fmt(m: dict) -> str:
     return (
         f"sampled accuracy {m['sampled_accuracy']:.3f}, tokens at L {m['share_at_lower']:.3f}, between "
@@ -196,11 +272,11 @@ def _fmt(m: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The real-LM experiment, one stage from its committed plan")
-    ap.add_argument("stage", choices=["stage0", "grid"])
+    ap.add_argument("stage", choices=["stage0", "grid", "leverage"])
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
-    (stage0 if args.stage == "stage0" else grid)(args.plan, args.results)
+    {"stage0": stage0, "grid": grid, "leverage": leverage}[args.stage](args.plan, args.results)
     return 0
 
 
