@@ -193,13 +193,36 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
 def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
     """Per candidate without a record: :func:`theory.update_leverage` before and after the plan's GRPO run; the
     per-token samples go to ``<group>/tokens-<id>.npz`` (keys ``before_*``, ``after_*``), the summary into the
-    record."""
+    record. A candidate with ``task: addition`` is the toy: its seed's warm start and the toy controls' GRPO arm."""
     plan = yaml.safe_load(Path(plan_path).read_text())
     results = Path(results_dir or RESULTS_DIR)
     for cand in plan["candidates"]:
-        spec = probe_spec(plan, cand)
+        spec = _toy_spec(plan, cand) if cand.get("task") == "addition" else probe_spec(plan, cand)
         if not (results / spec.group / f"{spec.name}.json").exists():
             _leverage_run(plan, cand, spec, results)
+
+
+def _toy_spec(plan: dict, cand: dict) -> RunSpec:
+    from trgrpo import toy, toy_controls
+
+    seed = plan["probe"]["seed"]
+    (base,) = [s for s in toy_controls.grid("controls", [seed]) if s["scheme"] == "equal"]
+    model = str(toy.warm_start(toy_controls.TASK, seed, verbose=False))
+    return RunSpec.from_dict({**base, "model": model, "group": plan["group"], "name": f"probe-{cand['id']}"})
+
+
+def _prompts(plan: dict, cand: dict, tokenizer: Any) -> tuple[list[str], Any]:
+    """The rendered measurement prompts of a candidate and its reward ``(prompt index, text) -> 0/1``."""
+    n = plan["measure"]["n_prompts"]
+    if cand.get("task") == "addition":  # the toy: the first held-out items, plain text
+        from trgrpo.tasks import addition
+
+        rows = addition.records(addition.splits()["test"][:n])
+        return [r["prompt"] for r in rows], lambda i, t: float(addition.parse_answer(t) == rows[i]["answer"])
+    low, high = cand["range"]
+    problems = arith.make_problems(n, seed=0, low=low, high=high, kind=cand["kind"])
+    texts = [render_prompt(tokenizer, arith.arith_prompt(p))[0] for p in problems]
+    return texts, lambda i, t: arith.answer_reward(t, problems[i]["answer"])
 
 
 def leverage_summary(sample: dict[str, np.ndarray], upper: float) -> dict[str, Any]:
@@ -217,20 +240,18 @@ def leverage_summary(sample: dict[str, np.ndarray], upper: float) -> dict[str, A
 
 
 def _leverage_run(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
-    m, low, high = plan["measure"], *cand["range"]
-    problems = arith.make_problems(m["n_prompts"], seed=0, low=low, high=high, kind=cand["kind"])
+    m = plan["measure"]
     samples: dict[str, np.ndarray] = {}
     held: dict[str, Any] = {}
 
     def measure_into(when: str) -> None:
         trainer = held["trainer"]
-        tok = trainer.processing_class
-        texts = [render_prompt(tok, arith.arith_prompt(p))[0] for p in problems]
+        texts, reward = _prompts(plan, cand, trainer.processing_class)
         out = theory.update_leverage(
             trainer.model,
-            tok,
+            trainer.processing_class,
             texts,
-            lambda i, text: arith.answer_reward(text, problems[i]["answer"]),
+            reward,
             group_size=m["samples_per_prompt"],
             prompts_per_batch=m["prompts_per_batch"],
             grad_batches=m["grad_batches"],
