@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo import paper
+from trgrpo import lm_science, paper, theory
 from trgrpo.models import display_name
 from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, min_detectable_effect, paired_t
 from trgrpo.tables import label, num, primary_metric, scale_label, variant
@@ -466,10 +466,145 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
     return out
 
 
+CHECKS = ("Theorem 3.1", "Theorem 3.2", "Table 8")  # checks with their own criterion, not paired differences
+
+
 def summary_line(rows: list[dict]) -> str:
-    """'3 reproduced, 4 not tested, ...' over the claims."""
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
-    return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    """'paired claims: 2 partly reproduced, 3 not run yet, ...; checks (theorems, cost): 3 reproduced' over the rows."""
+
+    def counts(sel: list[dict]) -> str:
+        c = {v: sum(r["verdict"] == v for r in sel) for v in VERDICTS}
+        return ", ".join(f"{n} {v}" for v, n in c.items() if n) or "none"
+
+    paired = [r for r in rows if r["claim"] not in CHECKS]
+    checks = [r for r in rows if r["claim"] in CHECKS]
+    return f"paired claims: {counts(paired)}; checks (theorems, cost): {counts(checks)}"
+
+
+# ---------------------------------------------------------------- the real-LM question: stage 0, leverage, power
+
+LEVERAGE_GROUP = "leverage"
+LEVERAGE_RUNS = {"add2": "SmolLM2-135M-Instruct, two-digit addition", "toy": "the toy, 2-digit addition"}
+
+
+def stage0_checks(results_dir: Path | str) -> list[dict] | None:
+    """Stage 0's decision with the plan's rule clause by clause (:func:`trgrpo.lm_science.rule_checks`) per
+    candidate: ``[{"id", "accepted", "checks": [...]}]``; None without the records."""
+    root = Path(results_dir) / "lm" / "stage0"
+    decision, plan = _json(root / "decision.json"), (root / "plan.yaml")
+    if decision is None or not plan.exists():
+        return None
+    import yaml
+
+    rule_plan = yaml.safe_load(plan.read_text())
+    return [
+        {"id": c["id"], "accepted": c["accepted"], "checks": lm_science.rule_checks(rule_plan, c)}
+        for c in decision["candidates"]
+    ]
+
+
+def leverage_records(results_dir: Path | str) -> dict[str, dict]:
+    """id -> the leverage record (``results/leverage/probe-<id>.json``) of each run of :data:`LEVERAGE_RUNS` there."""
+    root = Path(results_dir) / LEVERAGE_GROUP
+    return {k: rec for k in LEVERAGE_RUNS if (rec := _json(root / f"probe-{k}.json")) is not None}
+
+
+def leverage_recomputed(results_dir: Path | str, run_id: str) -> dict[str, dict]:
+    """The before/after summaries of one leverage run recomputed from its stored per-token sample (the npz)."""
+    import numpy as np
+
+    rec = leverage_records(results_dir)[run_id]
+    with np.load(Path(results_dir) / LEVERAGE_GROUP / rec["leverage"]["samples"]) as z:
+        sample = {k: z[k] for k in z.files}
+    upper = rec["spec"]["upper"]
+    return {
+        w: lm_science.leverage_summary({k[len(w) + 1 :]: v for k, v in sample.items() if k.startswith(w + "_")}, upper)
+        for w in ("before", "after")
+    }
+
+
+def leverage_bounds() -> list[dict]:
+    """The least cosine between GRPO's and TR's update with orthogonal token gradients, at the paper's (L, U) and
+    Table 7's widest range, with its angle in degrees."""
+    out = []
+    for lo, up in ((1.0, 1.4), (0.5, 1.5)):
+        c = theory.kantorovich_cosine(lo, up)
+        out.append({"lower": lo, "upper": up, "cosine": c, "degrees": math.degrees(math.acos(c))})
+    return out
+
+
+def pairs_for_power(
+    sd_diff: float, effect: float, *, alpha: float = 0.05, power: float = 0.8, n_max: int = 100_000
+) -> int:
+    """The least number of seed pairs n whose two-sided paired t-test at ``alpha`` detects a mean difference
+    ``effect`` with ``power``, by the exact noncentral t (df n - 1, noncentrality effect sqrt(n) / sd)."""
+    from scipy import stats as st
+
+    if not (sd_diff > 0 and effect != 0):
+        raise ValueError(f"need sd_diff > 0 and effect != 0, got {sd_diff}, {effect}")
+
+    def achieved(n: int) -> float:
+        t = st.t.ppf(1 - alpha / 2, n - 1)
+        nc = abs(effect) * math.sqrt(n) / sd_diff
+        return float(st.nct.sf(t, n - 1, nc) + st.nct.cdf(-t, n - 1, nc))
+
+    lo, hi = 2, 2
+    while achieved(hi) < power:
+        lo, hi = hi, hi * 2
+        if hi > n_max:
+            raise ValueError(f"more than {n_max} pairs needed")
+    while lo < hi:  # the power rises with n: the least n that reaches it
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if achieved(mid) < power else (lo, mid)
+    return lo
+
+
+POWER_EFFECTS = (0.05, 0.03)  # 5 and 3 accuracy points
+
+
+def power_sizing(results_dir: Path | str) -> dict:
+    """What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need, from the records: sigma_d (sample sd of the
+    paired final-accuracy differences TR - GRPO) of each committed SmolLM2 design, the pairs for each effect of
+    :data:`POWER_EFFECTS` at 80 % power (alpha 0.05, two-sided), the CPU hours of one 100-step run (from the
+    seconds per step of every SmolLM2 two-number-addition record) and of the whole comparison (two runs a pair)."""
+    import numpy as np
+
+    root = Path(results_dir)
+    designs = []
+    for name, folder, control, treatment in (
+        ("addition runs (notebook 03 Part B)", root / "toy" / "lm", "equal", "tr"),
+        ("stress arm (lr 5e-5, collapses)", root / "lm" / "stress", "equal", "tr"),
+    ):
+        runs = [r for r in _records(folder) if r.get("task") == "arith"]
+        by = {(r["scheme"], r["seed"]): r for r in runs}
+        seeds = sorted(s for sch, s in by if sch == treatment and (control, s) in by)
+        if len(seeds) < 2:
+            continue
+        d = [by[(treatment, s)]["final"]["accuracy"] - by[(control, s)]["final"]["accuracy"] for s in seeds]
+        sd = float(np.std(d, ddof=1))
+        r0 = by[(control, seeds[0])]
+        designs.append(
+            {
+                "design": name,
+                "folder": str(folder.relative_to(root)),
+                "n_pairs": len(seeds),
+                "n_eval": r0["final"].get("n"),
+                "steps": r0["steps"],
+                "sd_diff": sd,
+                "pairs": {e: pairs_for_power(sd, e) if sd > 0 else None for e in POWER_EFFECTS},
+            }
+        )
+    sps = [
+        r["seconds_per_step"]
+        for f in ("toy/lm", "lm/stress", "lm/stage0")
+        for r in _records(root / f)
+        if r.get("task") == "arith" and r["spec"].get("task_options", {}).get("kind", "add") == "add"
+    ]
+    sps = [x for x in sps if x and math.isfinite(x)]
+    hours = (100 * min(sps) / 3600, 100 * max(sps) / 3600) if sps else (math.nan, math.nan)
+    for d in designs:
+        d["cpu_hours"] = {e: (2 * n * hours[0], 2 * n * hours[1]) for e, n in d["pairs"].items() if n}
+    return {"designs": designs, "seconds_per_step": (min(sps), max(sps)) if sps else None, "hours_per_100": hours}
 
 
 _NB01 = "papermill notebooks/01_gradient_norm_theorem.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct -p N_PROMPTS 64"

@@ -58,16 +58,35 @@ def probe_spec(plan: dict, cand: dict) -> RunSpec:
     )
 
 
-def accepted(plan: dict, cal: dict) -> bool:
-    """The plan's acceptance rule on one candidate's ``calibration``."""
+def rule_checks(plan: dict, cal: dict) -> list[dict[str, Any]]:
+    """The plan's acceptance rule on one candidate's ``calibration``, clause by clause: what is measured, its value,
+    the bounds (``high`` None: no upper bound) and whether it passes."""
     rule = plan["accept"]
     lo, hi = rule["sampled_accuracy_before"]
-    before, after = cal["before"], cal["after"]
-    return (
-        lo <= before["sampled_accuracy"] <= hi
-        and before["share_between"] >= rule["share_between_before_min"]
-        and after["share_between"] >= rule["share_between_after_min"]
+    clauses = (
+        ("sampled accuracy before RL", cal["before"]["sampled_accuracy"], lo, hi),
+        (
+            "share strictly between L and U before RL",
+            cal["before"]["share_between"],
+            rule["share_between_before_min"],
+            None,
+        ),
+        (
+            "share strictly between L and U after the probe",
+            cal["after"]["share_between"],
+            rule["share_between_after_min"],
+            None,
+        ),
     )
+    return [
+        {"clause": c, "value": v, "low": low, "high": high, "ok": low <= v and (high is None or v <= high)}
+        for c, v, low, high in clauses
+    ]
+
+
+def accepted(plan: dict, cal: dict) -> bool:
+    """The plan's acceptance rule on one candidate's ``calibration``: every clause of :func:`rule_checks`."""
+    return all(c["ok"] for c in rule_checks(plan, cal))
 
 
 def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict:
