@@ -312,15 +312,18 @@ def leverage_sentence(results_dir: Path | str | None = None) -> str:
         lev = rec["leverage"]
         b, a = lev["before"], lev["after"]
         m = rec["machine"]
+
+        def both(key: str, b=b, a=a) -> str:
+            return f"{_share(b[key])} → {_share(a[key])}"
+
         parts.append(
             f"{answers.LEVERAGE_RUNS[key]} (`results/leverage/probe-{key}.json`, {b['n_tokens']} → {a['n_tokens']} "
             f"sampled tokens of {lev['measure']['n_prompts']} prompts × {lev['measure']['samples_per_prompt']}, "
             f"before RL → after {rec['steps']} GRPO steps, seed {rec['seed']}, {m.get('torch_threads')} thread of a "
             f"{m.get('cpu_count')}-core CPU, commit {str(rec['git_commit'])[:7]}, clean tree: "
-            f"{rec['git_dirty'] is False}): tokens with w < U are {_share(b['share_tokens_below_upper'])} → "
-            f"{_share(a['share_tokens_below_upper'])} of the tokens and carry {_share(b['share_one_minus_p_below_upper'])}"
-            f" → {_share(a['share_one_minus_p_below_upper'])} of Σ(1 − p) and "
-            f"{_share(b['share_logit_grad_norm_below_upper'])} → {_share(a['share_logit_grad_norm_below_upper'])} of "
+            f"{rec['git_dirty'] is False}): tokens with w < U are {both('share_tokens_below_upper')} of the tokens "
+            f"and carry {both('share_one_minus_p_below_upper')} of Σ(1 − p) and "
+            f"{both('share_logit_grad_norm_below_upper')} of "
             f"Σ‖e_k − π‖; the actual parameter gradients of GRPO and TR-GRPO on the same rollouts "
             f"({b['grad_batches']} batches of one training step each) have cosine {b['grad_cosine_min']:.4f}–"
             f"{b['grad_cosine_max']:.4f} (mean {b['grad_cosine_mean']:.4f}) → {a['grad_cosine_min']:.4f}–"
