@@ -248,6 +248,149 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The real-LM question (README lm-leverage block, notebooks 03 Part B and 08): stage 0's whole rule, how far TR can
+# turn an update (bound and measurement), and what a powered comparison would need
+
+
+def _share(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def stage0_sentence(results_dir: Path | str | None = None) -> str:
+    """Stage 0's rule, all its clauses, and what each candidate measured against them."""
+    from trgrpo import answers
+
+    root = Path(results_dir or RESULTS_DIR)
+    rows = answers.stage0_checks(root)
+    if rows is None:
+        return "_Stage 0 has no decision yet (`python -m trgrpo.lm_science stage0 results/lm/stage0/plan.yaml`)._"
+    acc, before, after = rows[0]["checks"]
+    steps = _read("lm/stage0", f"probe-{rows[0]['id']}", root)["steps"]
+    rule = (
+        f"accept the first candidate whose sampled accuracy before RL lies in [{acc['low']:.2f}, {acc['high']:.2f}] "
+        f"(room to learn), with at least {100 * before['low']:.0f} % of its sampled tokens strictly between L and U "
+        f"before RL and at least {100 * after['low']:.0f} % after the {steps}-step GRPO probe"
+    )
+    per = "; ".join(
+        f"{r['id']}: sampled accuracy {r['checks'][0]['value']:.2f}, strictly between L and U "
+        f"{_share(r['checks'][1]['value'])} → {_share(r['checks'][2]['value'])}"
+        + (" (accepted)" if r["accepted"] else f", failing {sum(not c['ok'] for c in r['checks'])} of 3 clauses")
+        for r in rows
+    )
+    accepted = [r["id"] for r in rows if r["accepted"]]
+    window = all(not r["checks"][0]["ok"] for r in rows)
+    end = (
+        f"Accepted: {', '.join(accepted)}."
+        if accepted
+        else "No candidate met the plan's rule"
+        + (", and every one already failed its accuracy window before RL, whatever the shares" if window else "")
+        + ", so the controlled GRPO vs TR-GRPO comparison this plan gates was not run."
+    )
+    return (
+        "**Where TR-GRPO can act on SmolLM2-135M-Instruct** (the real-LM experiment's calibration, stage 0: plan "
+        "`results/lm/stage0/plan.yaml` fixed before its runs, records beside it, notebook 03 Part B). The plan's "
+        f"whole rule: {rule}. Measured: {per}. {end}"
+    )
+
+
+def leverage_sentence(results_dir: Path | str | None = None) -> str:
+    """How far TR can turn one update: the orthogonal bound and the measured shares and gradient cosines."""
+    from trgrpo import answers
+
+    root = Path(results_dir or RESULTS_DIR)
+    (b14, b0515) = answers.leverage_bounds()
+    bound = (
+        f"With w in [L, U] and mutually orthogonal token gradients, cos(g_GRPO, g_TR) ≥ 2√(LU)/(L + U): "
+        f"{b14['cosine']:.3f} ({b14['degrees']:.1f}°) at the paper's (L, U) = ({b14['lower']:g}, {b14['upper']:g}), "
+        f"{b0515['cosine']:.3f} ({b0515['degrees']:.1f}°) at Table 7's ({b0515['lower']:g}, {b0515['upper']:g})"
+    )
+    recs = answers.leverage_records(root)
+
+    def greedy(rec: dict) -> str:
+        start, end = (rec.get("initial") or {}).get("accuracy"), rec["final"].get("accuracy")
+        return "greedy held-out accuracy " + (f"{start:.2f} → " if start is not None else "after: ") + f"{end:.2f}"
+
+    if not recs:
+        return f"**How far TR-GRPO can turn one update.** {bound}. _No measurement yet (`results/leverage/`)._"
+    parts = []
+    for key, rec in recs.items():
+        lev = rec["leverage"]
+        b, a = lev["before"], lev["after"]
+        m = rec["machine"]
+
+        def both(key: str, b=b, a=a) -> str:
+            return f"{_share(b[key])} → {_share(a[key])}"
+
+        parts.append(
+            f"{answers.LEVERAGE_RUNS[key]} (`results/leverage/probe-{key}.json`, {b['n_tokens']} → {a['n_tokens']} "
+            f"sampled tokens of {lev['measure']['n_prompts']} prompts × {lev['measure']['samples_per_prompt']}, "
+            f"before RL → after {rec['steps']} GRPO steps ({greedy(rec)}), seed {rec['seed']}, "
+            f"{m.get('torch_threads')} thread of a "
+            f"{m.get('cpu_count')}-core CPU, commit {str(rec['git_commit'])[:7]}, clean tree: "
+            f"{rec['git_dirty'] is False}): tokens with w < U are {both('share_tokens_below_upper')} of the tokens "
+            f"and carry {both('share_one_minus_p_below_upper')} of Σ(1 − p) and "
+            f"{both('share_logit_grad_norm_below_upper')} of "
+            f"Σ‖e_k − π‖; the actual parameter gradients of GRPO and TR-GRPO on the same rollouts "
+            f"({b['grad_batches']} batches of one training step each) have cosine {b['grad_cosine_min']:.4f}–"
+            f"{b['grad_cosine_max']:.4f} (mean {b['grad_cosine_mean']:.4f}) → {a['grad_cosine_min']:.4f}–"
+            f"{a['grad_cosine_max']:.4f} (mean {a['grad_cosine_mean']:.4f})"
+        )
+    below = [
+        f"{answers.LEVERAGE_RUNS[k].split(',')[0]} {low:.4f}"
+        for k, r in recs.items()
+        if (low := min(r["leverage"][w]["grad_cosine_min"] for w in ("before", "after"))) < b14["cosine"]
+    ]
+    return (
+        f"**How far TR-GRPO can turn one update** (notebook 02, section 11; notebook 03, Part B). {bound}. The cap "
+        f"U does not make TR one constant: a token at L gets L/U = {b14['lower'] / b14['upper']:.2f} of a capped "
+        "token's weight, the largest relative down-weighting Eq. 11 applies, and a token's gradient scales with "
+        "1 − p (Theorem 3.1). Measured: "
+        + "; ".join(parts)
+        + (
+            f". Below the orthogonal bound: {', '.join(below)} (lowest batch); token gradients of one batch are not "
+            "orthogonal (shared prefixes, advantages of both signs cancel differently once weighted), so the bound "
+            "is a guide, not a guarantee."
+            if below
+            else ". Every measured cosine lies above the orthogonal bound."
+        )
+    )
+
+
+def power_sentence(results_dir: Path | str | None = None) -> str:
+    """What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need, from the records."""
+    from trgrpo import answers
+
+    p = answers.power_sizing(results_dir or RESULTS_DIR)
+    if not p["designs"]:
+        return "_No paired SmolLM2 runs to size a comparison from._"
+    e5, e3 = answers.POWER_EFFECTS
+    per = "; ".join(
+        f"{d['design']} (`results/{d['folder']}/`: {d['n_pairs']} pairs, {d['n_eval']} held-out items, "
+        f"{d['steps']} steps): σ_d = {d['sd_diff']:.3f}, so {d['pairs'][e5]} pairs for {100 * e5:.0f} points and "
+        f"{d['pairs'][e3]} for {100 * e3:.0f}"
+        for d in p["designs"]
+    )
+    h0, h1 = p["hours_per_100"]
+    best = min(p["designs"], key=lambda d: d["sd_diff"])
+    c5, c3 = best["cpu_hours"][e5], best["cpu_hours"][e3]
+    return (
+        "**What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need** (from the records; σ_d: sample standard "
+        "deviation of the paired final held-out accuracy TR − GRPO; seed pairs for 80 % power in a two-sided paired "
+        f"t-test at α = 0.05, exact noncentral t): {per}. One 100-step run takes {h0:.2f}–{h1:.2f} CPU hours on one "
+        f"thread (the records' seconds per step, {p['seconds_per_step'][0]:.1f}–{p['seconds_per_step'][1]:.1f} s), "
+        f"so even the smaller σ_d needs {c5[0]:.0f}–{c5[1]:.0f} CPU hours for {100 * e5:.0f} points and "
+        f"{c3[0]:.0f}–{c3[1]:.0f} for {100 * e3:.0f} (two runs a pair): out of reach of a shared 2-core machine. "
+        "One GPU changes that arithmetic; `scripts/device_grid.py` is the grid prepared as one device job. It was "
+        "not run: no GPU was lent to the session that wrote it, so no GPU time is quoted here."
+    )
+
+
+def lm_leverage() -> str:
+    """The README's lm-leverage block: stage 0's rule, the leverage, the power sizing."""
+    return "\n".join(f"- {t}" for t in (stage0_sentence(), leverage_sentence(), power_sentence()))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The course's times (README first screen, syllabus) and the cost table (README)
 
 
@@ -532,7 +675,7 @@ def bench_table() -> str:
 
 
 BLOCKS = {
-    README: {"course-times": readme_times, "toy-findings": toy_verdict},
+    README: {"course-times": readme_times, "toy-findings": toy_verdict, "lm-leverage": lm_leverage},
     GPU_PAGE: {"plan": plan_table},
     COST_PAGE: {"bench": cost_table},
     SYLLABUS: {"times": syllabus_times, "exercises": exercises_table},

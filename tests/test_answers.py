@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def test_without_records_every_claim_says_not_run_yet(tmp_path):
     assert {r["verdict"] for r in rows} == {answers.NOT_RUN}
     assert all(r["scale"] == "—" for r in rows)
     assert [r["result"] for r in answers.toy_extras(tmp_path)] == [answers.NOT_RUN] * 3
-    assert answers.summary_line(rows) == "9 not run yet"
+    assert answers.summary_line(rows) == "paired claims: 6 not run yet; checks (theorems, cost): 3 not run yet"
 
 
 def test_committed_records_give_a_verdict_with_scale():
@@ -327,3 +328,66 @@ def test_prompt_bootstrap_resamples_prompts():
         > 0
     )
     assert out["token"]["ci"][0] <= out["token"]["ci95"][0] <= out["token"]["ci95"][1] <= out["token"]["ci"][1]
+
+
+# ---------------------------------------------------------------- the real-LM question: stage 0, leverage, power
+
+
+def test_leverage_numbers_recompute_from_the_stored_samples():
+    """Every summary number of each committed leverage record comes back from its per-token sample (npz)."""
+    recs = answers.leverage_records(RESULTS)
+    assert recs, "no leverage record committed under results/leverage/"
+    for key, rec in recs.items():
+        again = answers.leverage_recomputed(RESULTS, key)
+        for when in ("before", "after"):
+            stored = rec["leverage"][when]
+            assert set(again[when]) == set(stored)
+            for k, v in stored.items():
+                assert again[when][k] == pytest.approx(v, rel=1e-9, abs=1e-12), (key, when, k)
+            assert stored["grad_batches"] >= 1 and -1 <= stored["grad_cosine_min"] <= 1
+
+
+def test_pairs_for_power_is_the_exact_noncentral_t():
+    st = stats
+    assert answers.pairs_for_power(1.0, 1.0) == 10  # d = 1: power 0.80 at n = 10, 0.75 at n = 9
+
+    def power(n, sd, eff):
+        t = st.t.ppf(0.975, n - 1)
+        nc = eff * math.sqrt(n) / sd
+        return st.nct.sf(t, n - 1, nc) + st.nct.cdf(-t, n - 1, nc)
+
+    for sd, eff in ((0.339, 0.05), (0.093, 0.03), (0.2, -0.05)):
+        n = answers.pairs_for_power(sd, eff)
+        assert power(n, sd, abs(eff)) >= 0.8 > power(n - 1, sd, abs(eff))
+    with pytest.raises(ValueError, match="sd_diff"):
+        answers.pairs_for_power(0.0, 0.05)
+
+
+def test_power_sizing_reads_sigma_d_from_the_records():
+    p = answers.power_sizing(RESULTS)
+    stress = next(d for d in p["designs"] if d["folder"] == "lm/stress")
+    runs = {(r["scheme"], r["seed"]): r["final"]["accuracy"] for r in answers._records(RESULTS / "lm" / "stress")}
+    d = [runs[("tr", s)] - runs[("equal", s)] for s in range(4)]
+    assert stress["sd_diff"] == pytest.approx(np.std(d, ddof=1))
+    assert stress["pairs"][0.05] == answers.pairs_for_power(stress["sd_diff"], 0.05)
+    lo, hi = p["hours_per_100"]
+    assert 0 < lo <= hi
+    assert stress["cpu_hours"][0.05][0] == pytest.approx(2 * stress["pairs"][0.05] * lo)
+
+
+def test_stage0_checks_state_the_whole_rule():
+    rows = answers.stage0_checks(RESULTS)
+    assert [r["id"] for r in rows] == ["add2", "add3", "mul"]
+    assert all(not r["accepted"] for r in rows)
+    window = [r["checks"][0] for r in rows]
+    assert all(c["clause"] == "sampled accuracy before RL" and (c["low"], c["high"]) == (0.25, 0.6) for c in window)
+    assert [round(c["value"], 2) for c in window] == [0.16, 0.0, 0.16] and not any(c["ok"] for c in window)
+
+
+def test_leave_one_out_and_summary_line():
+    t, c = [0.1, 0.2, 0.3, 0.25], [0.0, 0.0, 0.0, 0.3]
+    loo = answers.leave_one_out(t, c, 0.05, 1)
+    assert sum(loo.values()) == 4
+    assert next(iter(loo)) == answers.contrast(t, c, 0.05, 1)["verdict"]  # the whole sample's verdict first
+    rows = [{"claim": "Theorem 3.1", "verdict": "reproduced"}, {"claim": "Table 4", "verdict": "inconclusive"}]
+    assert answers.summary_line(rows) == "paired claims: 1 inconclusive; checks (theorems, cost): 1 reproduced"

@@ -194,19 +194,17 @@ def test_readme_findings_quote_these_record_values_exactly():
     ]
     stage0 = json.loads((ROOT / "results" / "lm" / "stage0" / "decision.json").read_text())
     rule = yaml.safe_load((ROOT / "results" / "lm" / "stage0" / "plan.yaml").read_text())["accept"]
-    c = {r["id"]: r for r in stage0["candidates"]}
-    expected += [
-        f"fell from {100 * c['add2']['before']['share_between']:.1f} % before RL to "
-        f"{100 * c['add2']['after']['share_between']:.1f} % after 30 GRPO steps",
-        f"sampled accuracy rose from {c['add2']['before']['sampled_accuracy']:.2f} to "
-        f"{c['add2']['after']['sampled_accuracy']:.2f}",
-        f"went from {100 * c['mul']['before']['share_between']:.1f} % to "
-        f"{100 * c['mul']['after']['share_between']:.1f} %",
-        f"never answered right ({c['add3']['after']['sampled_accuracy']:.2f})",
-        f"at least {100 * rule['share_between_before_min']:.0f} % before RL and "
-        f"{100 * rule['share_between_after_min']:.0f} % after the probe",
+    lo, hi = rule["sampled_accuracy_before"]
+    expected += [  # stage 0's whole rule (lm-leverage block): the accuracy window too, and each candidate's value
+        f"sampled accuracy before RL lies in [{lo:.2f}, {hi:.2f}]",
+        f"at least {100 * rule['share_between_before_min']:.0f} % of its sampled tokens strictly between L and U "
+        f"before RL and at least {100 * rule['share_between_after_min']:.0f} % after the 30-step GRPO probe",
+        *(f"{c['id']}: sampled accuracy {c['before']['sampled_accuracy']:.2f}" for c in stage0["candidates"]),
+        "every one already failed its accuracy window before RL",
     ]
+    assert all(not lo <= c["before"]["sampled_accuracy"] <= hi for c in stage0["candidates"])
     assert stage0["accepted"] is None and "No candidate met the plan's rule" in readme
+    assert "sit at the cap U, where TR's weight is" not in readme and "are regulated at all" not in readme
     from trgrpo import tables
     from trgrpo.experiment import load_results
 

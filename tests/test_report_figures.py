@@ -7,6 +7,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
 
 from trgrpo import plots
 
@@ -29,3 +30,26 @@ def test_equal_curves_differ_in_style_and_labels_are_readable():
     assert axes[0].get_ylabel() == "total reward"
     assert fig.get_layout_engine() is not None and type(fig.get_layout_engine()).__name__.startswith("Constrained")
     plt.close(fig)
+
+
+def test_leverage_figures_draw_the_records_and_the_bound(tmp_path):
+    """plot_leverage: one bar group per run and before/after, one cosine range each, the bound line at its value;
+    plot_kantorovich: the bound's curve passes through the paper's (1, 1.4) at its angle."""
+    import math
+    from pathlib import Path
+
+    from trgrpo import answers, theory
+
+    recs = answers.leverage_records(Path(__file__).resolve().parents[1] / "results")
+    bound = theory.kantorovich_cosine()
+    fig = plots.plot_leverage(recs, bound, path=tmp_path / "lev.png")
+    left, right = fig.axes[:2]
+    assert len(left.get_xticklabels()) == 2 * len(recs)
+    assert any(abs(line.get_ydata()[0] - bound) < 1e-12 for line in right.get_lines() if line.get_linestyle() == "--")
+    assert (tmp_path / "lev.png").stat().st_size > 0
+    fig = plots.plot_kantorovich(1.0)
+    curve = next(line for line in fig.axes[0].get_lines() if "bound" in line.get_label())
+    x, y = curve.get_xdata(), curve.get_ydata()
+    i = int(abs(x - 1.4).argmin())
+    assert y[i] == pytest.approx(math.degrees(math.acos(theory.kantorovich_cosine(1.0, x[i]))))
+    plt.close("all")

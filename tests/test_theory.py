@@ -435,3 +435,87 @@ def test_readings_sweep_eq11_whatever_the_scheme_given():
     the same rows as scheme "tr" (not 2 - w or w = 1)."""
     for scheme in ("reverse", "equal"):
         assert readings.tau_table((2.0, 9.0), WeightParams(scheme=scheme)) == readings.tau_table((2.0, 9.0))
+
+
+# ---------------------------------------------------------------- Leverage: the Kantorovich bound and the measurement
+
+
+def test_kantorovich_bound_values():
+    assert theory.kantorovich_cosine(1.0, 1.4) == pytest.approx(0.98601, abs=1e-5)
+    assert math.degrees(math.acos(theory.kantorovich_cosine(1.0, 1.4))) == pytest.approx(9.59, abs=0.01)
+    assert theory.kantorovich_cosine(0.5, 1.5) == pytest.approx(math.sqrt(3) / 2, abs=1e-12)  # 30 degrees
+    assert theory.kantorovich_cosine(1.2, 1.2) == 1.0
+    with pytest.raises(ValueError, match="lower"):
+        theory.kantorovich_cosine(1.4, 1.0)
+
+
+@pytest.mark.parametrize("bounds", [(1.0, 1.4), (0.5, 1.5), (1.0, 3.0)])
+def test_bound_holds_for_orthogonal_gradients_and_is_attained(bounds):
+    """Mutually orthogonal token gradients (columns of a random orthogonal matrix, random sizes), weights drawn in
+    [L, U]: the actual cosine between sum g_i and sum w_i g_i never falls below 2 sqrt(LU)/(L+U); the two-point
+    weights put a share L/(L+U) of the squared mass at U and reach it."""
+    lo, up = bounds
+    gen = torch.Generator().manual_seed(0)
+    bound = theory.kantorovich_cosine(lo, up)
+    worst = 1.0
+    for _ in range(200):
+        n = int(torch.randint(2, 40, (1,), generator=gen))
+        q, _ = torch.linalg.qr(torch.randn(64, n, generator=gen, dtype=torch.float64))
+        a = torch.rand(n, generator=gen, dtype=torch.float64) * 3
+        w = lo + (up - lo) * torch.rand(n, generator=gen, dtype=torch.float64) ** 0.3
+        g_grpo, g_tr = q @ a, q @ (w * a)
+        cos = float(g_grpo @ g_tr / (g_grpo.norm() * g_tr.norm()))
+        assert cos == pytest.approx(theory.orthogonal_cosine(w, a), abs=1e-12)
+        assert cos >= bound - 1e-12
+        worst = min(worst, cos)
+    assert worst < 1.0
+    ext = theory.extremal_weights(lo, up)
+    a = torch.tensor([math.sqrt(ext["mass_at_upper"]), math.sqrt(1 - ext["mass_at_upper"])], dtype=torch.float64)
+    assert theory.orthogonal_cosine([up, lo], a) == pytest.approx(bound, abs=1e-12)
+
+
+def test_leverage_shares_hand_values():
+    # two tokens below U (p 0.1, 0.2), one at U (p 0.9); ||pi||^2 given
+    p, sq, w = [0.1, 0.2, 0.9], [0.1, 0.2, 0.82], [1.0, 1.2, 1.4]
+    s = theory.leverage_shares(p, sq, w, upper=1.4)
+    assert s["share_tokens_below_upper"] == pytest.approx(2 / 3)
+    assert s["share_one_minus_p_below_upper"] == pytest.approx(1.7 / 1.8)
+    logit = [math.sqrt(1 - 0.2 + 0.1), math.sqrt(1 - 0.4 + 0.2), math.sqrt(1 - 1.8 + 0.82)]
+    assert s["share_logit_grad_norm_below_upper"] == pytest.approx(sum(logit[:2]) / sum(logit))
+
+
+def test_update_leverage_on_a_tiny_model(tiny_model_dir):
+    """Per-token samples line up; ||pi||^2 is the exact one (||e_k - pi||^2 = 1 - 2p + ||pi||^2 >= 0); with L = U the
+    two losses are proportional (cosine 1); with Reverse-like spread the actual cosine is a real number <= 1."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    texts = ["1 + 2 =", "3 + 4 ="]
+    reward = lambda i, t: float(len(t) % 2)  # noqa: E731 - any reward that differs within a group
+    same = theory.update_leverage(
+        model,
+        tok,
+        texts,
+        reward,
+        group_size=4,
+        grad_batches=1,
+        max_new_tokens=3,
+        params=WeightParams(lower=1.2, upper=1.2),
+    )
+    n = same["prob"].size
+    assert all(same[k].size == n for k in ("prob_sq_sum", "weight", "advantage", "batch", "completion"))
+    assert same["reward"].size == 8 and set(same["completion"]) <= set(range(8))
+    assert (1 - 2 * same["prob"] + same["prob_sq_sum"] >= -1e-6).all()
+    assert same["grad_cosine"].size >= 1 and same["grad_cosine"] == pytest.approx(1.0, abs=1e-6)
+    spread = theory.update_leverage(
+        model,
+        tok,
+        texts,
+        reward,
+        group_size=4,
+        grad_batches=2,
+        params=WeightParams(alpha=50.0, mu=0.0, lower=0.5, upper=1.5),
+    )
+    assert ((spread["grad_cosine"] > -1) & (spread["grad_cosine"] <= 1 + 1e-9)).all()
+    assert spread["grad_norm_grpo"].size == spread["grad_batch"].size == spread["grad_cosine"].size

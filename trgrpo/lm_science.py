@@ -1,7 +1,8 @@
 """The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic), one stage per committed plan
 ``results/lm/<stage>/plan.yaml``: ``stage0`` (task calibration: a GRPO probe per candidate, then ``decision.json``) or
-``grid`` (the plan's arms x seeds, seed-major). A restarted stage skips the records it has.
-``python -m trgrpo.lm_science {stage0,grid} PLAN``."""
+``grid`` (the plan's arms x seeds, seed-major) or ``leverage`` (the GRPO-vs-TR gradient measurement before and after a
+GRPO run, per-token samples beside the record). A restarted stage skips the records it has.
+``python -m trgrpo.lm_science {stage0,grid,leverage} PLAN``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
+from trgrpo import theory
 from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, read_record, run, write_json
 from trgrpo.tasks import arith, get_task
-from trgrpo.tasks.common import sample_token_probabilities
+from trgrpo.tasks.common import render_prompt, sample_token_probabilities
 from trgrpo.toy_controls import weight_shares
 
 
@@ -55,16 +58,35 @@ def probe_spec(plan: dict, cand: dict) -> RunSpec:
     )
 
 
-def accepted(plan: dict, cal: dict) -> bool:
-    """The plan's acceptance rule on one candidate's ``calibration``."""
+def rule_checks(plan: dict, cal: dict) -> list[dict[str, Any]]:
+    """The plan's acceptance rule on one candidate's ``calibration``, clause by clause: what is measured, its value,
+    the bounds (``high`` None: no upper bound) and whether it passes."""
     rule = plan["accept"]
     lo, hi = rule["sampled_accuracy_before"]
-    before, after = cal["before"], cal["after"]
-    return (
-        lo <= before["sampled_accuracy"] <= hi
-        and before["share_between"] >= rule["share_between_before_min"]
-        and after["share_between"] >= rule["share_between_after_min"]
+    clauses = (
+        ("sampled accuracy before RL", cal["before"]["sampled_accuracy"], lo, hi),
+        (
+            "share strictly between L and U before RL",
+            cal["before"]["share_between"],
+            rule["share_between_before_min"],
+            None,
+        ),
+        (
+            "share strictly between L and U after the probe",
+            cal["after"]["share_between"],
+            rule["share_between_after_min"],
+            None,
+        ),
     )
+    return [
+        {"clause": c, "value": v, "low": low, "high": high, "ok": low <= v and (high is None or v <= high)}
+        for c, v, low, high in clauses
+    ]
+
+
+def accepted(plan: dict, cal: dict) -> bool:
+    """The plan's acceptance rule on one candidate's ``calibration``: every clause of :func:`rule_checks`."""
+    return all(c["ok"] for c in rule_checks(plan, cal))
 
 
 def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict:
@@ -187,6 +209,100 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
     )
 
 
+def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
+    """Per candidate without a record: :func:`theory.update_leverage` before and after the plan's GRPO run; the
+    per-token samples go to ``<group>/tokens-<id>.npz`` (keys ``before_*``, ``after_*``), the summary into the
+    record. A candidate with ``task: addition`` is the toy: its seed's warm start and the toy controls' GRPO arm."""
+    plan = yaml.safe_load(Path(plan_path).read_text())
+    results = Path(results_dir or RESULTS_DIR)
+    for cand in plan["candidates"]:
+        spec = _toy_spec(plan, cand) if cand.get("task") == "addition" else probe_spec(plan, cand)
+        if not (results / spec.group / f"{spec.name}.json").exists():
+            _leverage_run(plan, cand, spec, results)
+
+
+def _toy_spec(plan: dict, cand: dict) -> RunSpec:
+    from trgrpo import toy, toy_controls
+
+    seed = plan["probe"]["seed"]
+    (base,) = [s for s in toy_controls.grid("controls", [seed]) if s["scheme"] == "equal"]
+    model = str(toy.warm_start(toy_controls.TASK, seed, verbose=False))
+    return RunSpec.from_dict({**base, "model": model, "group": plan["group"], "name": f"probe-{cand['id']}"})
+
+
+def _prompts(plan: dict, cand: dict, tokenizer: Any) -> tuple[list[str], Any]:
+    """The rendered measurement prompts of a candidate and its reward ``(prompt index, text) -> 0/1``."""
+    n = plan["measure"]["n_prompts"]
+    if cand.get("task") == "addition":  # the toy: the first held-out items, plain text
+        from trgrpo.tasks import addition
+
+        rows = addition.records(addition.splits()["test"][:n])
+        return [r["prompt"] for r in rows], lambda i, t: float(addition.parse_answer(t) == rows[i]["answer"])
+    low, high = cand["range"]
+    problems = arith.make_problems(n, seed=0, low=low, high=high, kind=cand["kind"])
+    texts = [render_prompt(tokenizer, arith.arith_prompt(p))[0] for p in problems]
+    return texts, lambda i, t: arith.answer_reward(t, problems[i]["answer"])
+
+
+def leverage_summary(sample: dict[str, np.ndarray], upper: float) -> dict[str, Any]:
+    """The shares below U (:func:`theory.leverage_shares`), the sampled accuracy and the gradient cosines (None without
+    a batch with a nonzero advantage) of one :func:`theory.update_leverage` sample."""
+    cos = sample["grad_cosine"]
+    stat = {f"grad_cosine_{f}": float(getattr(np, f)(cos)) if cos.size else None for f in ("mean", "min", "max")}
+    return {
+        **theory.leverage_shares(sample["prob"], sample["prob_sq_sum"], sample["weight"], upper),
+        "sampled_accuracy": float(sample["reward"].mean()),
+        "n_completions": int(sample["reward"].size),
+        "grad_batches": int(cos.size),
+        **stat,
+    }
+
+
+def _leverage_run(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
+    m = plan["measure"]
+    samples: dict[str, np.ndarray] = {}
+    held: dict[str, Any] = {}
+
+    def measure_into(when: str) -> None:
+        trainer = held["trainer"]
+        texts, reward = _prompts(plan, cand, trainer.processing_class)
+        out = theory.update_leverage(
+            trainer.model,
+            trainer.processing_class,
+            texts,
+            reward,
+            group_size=m["samples_per_prompt"],
+            prompts_per_batch=m["prompts_per_batch"],
+            grad_batches=m["grad_batches"],
+            max_new_tokens=m["max_new_tokens"],
+            temperature=m["temperature"],
+            seed=m["seed"],
+            params=theory.as_weight_params("tr", lower=spec.lower, upper=spec.upper),
+        )
+        samples.update({f"{when}_{k}": v for k, v in out.items()})
+        print(f"[leverage] {cand['id']} {when}: {leverage_summary(out, spec.upper)}", flush=True)
+
+    def before(trainer, eval_records):
+        held["trainer"] = trainer
+        measure_into("before")
+
+    def after(record):
+        measure_into("after")
+        path = results / spec.group / f"tokens-{cand['id']}.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **samples)
+        split = {w: {k[len(w) + 1 :]: v for k, v in samples.items() if k.startswith(w)} for w in ("before", "after")}
+        return {
+            "leverage": {
+                "measure": m,
+                "samples": path.name,
+                **{w: leverage_summary(s, spec.upper) for w, s in split.items()},
+            }
+        }
+
+    run(spec, results_dir=results, trainer_ready=before, record_extras=after, keep_checkpoints=False)
+
+
 def _fmt(m: dict) -> str:
     return (
         f"sampled accuracy {m['sampled_accuracy']:.3f}, tokens at L {m['share_at_lower']:.3f}, between "
@@ -196,11 +312,11 @@ def _fmt(m: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The real-LM experiment, one stage from its committed plan")
-    ap.add_argument("stage", choices=["stage0", "grid"])
+    ap.add_argument("stage", choices=["stage0", "grid", "leverage"])
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
-    (stage0 if args.stage == "stage0" else grid)(args.plan, args.results)
+    {"stage0": stage0, "grid": grid, "leverage": leverage}[args.stage](args.plan, args.results)
     return 0
 
 

@@ -640,3 +640,59 @@ def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: st
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
+
+
+def plot_kantorovich(lower: float = 1.0, *, samples: dict | None = None, path: Any = None):
+    """The least cosine between GRPO's and TR's update over weights in [L, U] (orthogonal token gradients) against
+    U / L, in degrees, with ``samples`` ({"ratio": [...], "degrees": [...]}: random draws) beneath it."""
+    from trgrpo.theory import kantorovich_cosine
+
+    r = np.linspace(1.0, 3.0, 201)
+    deg = [math.degrees(math.acos(min(1.0, kantorovich_cosine(lower, lower * x)))) for x in r]
+    fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
+    if samples:
+        ax.scatter(samples["ratio"], samples["degrees"], s=6, alpha=0.4, color="C7", label="random weights in [L, U]")
+    ax.plot(r, deg, color="C3", lw=2, label="bound: arccos(2√(LU)/(L+U))")
+    for lo, up in ((1.0, 1.4), (0.5, 1.5)):
+        d = math.degrees(math.acos(kantorovich_cosine(lo, up)))
+        ax.plot([up / lo], [d], "ko")
+        ax.annotate(
+            f"({lo:g}, {up:g}): {d:.1f}°", (up / lo, d), textcoords="offset points", xytext=(6, -10), fontsize=8
+        )
+    ax.set(xlabel="U / L", ylabel="largest angle between g_GRPO and g_TR (°)")
+    ax.set_title("How far weights in [L, U] can turn an update (orthogonal token gradients)", fontsize=9)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_leverage(records: dict[str, dict], bound: float, *, names: dict[str, str] | None = None, path: Any = None):
+    """Left: per run and before/after GRPO, the shares carried by the tokens with w < U (of the tokens, of sum(1 - p),
+    of sum ||e_k - pi||). Right: the measured cosines between GRPO's and TR's parameter gradients per batch, with
+    the orthogonal bound."""
+    keys = (
+        ("share_tokens_below_upper", "tokens"),
+        ("share_one_minus_p_below_upper", "Σ(1 − p)"),
+        ("share_logit_grad_norm_below_upper", "Σ‖e_k − π‖"),
+    )
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    cols = [(k, w) for k in records for w in ("before", "after")]
+    x = np.arange(len(cols))
+    for j, (key, text) in enumerate(keys):
+        a0.bar(x + (j - 1) * 0.27, [records[k]["leverage"][w][key] for k, w in cols], width=0.27, label=text)
+    lab = [
+        (names or {}).get(k, k) + "\n" + ("before RL" if w == "before" else f"after {records[k]['steps']} steps")
+        for k, w in cols
+    ]
+    a0.set_xticks(x, lab, fontsize=7)
+    a0.set(ylim=(0, 1), ylabel="share carried by tokens with w < U")
+    a0.legend(fontsize=8, title="share of", title_fontsize=8)
+    for i, (k, w) in enumerate(cols):
+        cos = records[k]["leverage"][w]
+        a1.plot([i, i], [cos["grad_cosine_min"], cos["grad_cosine_max"]], color="C0", lw=3)
+        a1.plot([i], [cos["grad_cosine_mean"]], "ko", ms=4)
+    a1.axhline(bound, color="C3", ls="--", lw=1, label=f"orthogonal bound {bound:.3f}")
+    a1.set_xticks(x, lab, fontsize=7)
+    a1.set(ylabel="cos(g_GRPO, g_TR) per batch (range, mean)")
+    a1.legend(fontsize=8)
+    fig.suptitle("How far TR-GRPO turns one update: the same rollouts, both losses, all parameters", fontsize=10)
+    return _save(fig, path)

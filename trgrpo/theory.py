@@ -367,3 +367,138 @@ def theorem32_spread(
                 }
             )
     return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Leverage: how far the token weights can turn an update (cos between the GRPO and the TR-GRPO gradient)
+
+
+def kantorovich_cosine(lower: float = 1.0, upper: float = 1.4) -> float:
+    """The least cos(g_GRPO, g_TR) over weights w in [L, U] when the token gradients are mutually orthogonal:
+    2 sqrt(L U) / (L + U) (a Kantorovich-type inequality; attained by :func:`extremal_weights`)."""
+    if not 0 < lower <= upper:
+        raise ValueError(f"need 0 < lower <= upper, got lower={lower}, upper={upper}")
+    return 2.0 * math.sqrt(lower * upper) / (lower + upper)
+
+
+def orthogonal_cosine(weights, sizes) -> float:
+    """cos(sum a_i e_i, sum w_i a_i e_i) for orthonormal e_i: sum w a^2 / sqrt(sum a^2 * sum w^2 a^2)
+    (``sizes`` a_i = |A_i| ||grad log pi_i||)."""
+    w, a2 = np.asarray(to_numpy(weights), float), np.asarray(to_numpy(sizes), float) ** 2
+    return float((w * a2).sum() / math.sqrt(a2.sum() * (w * w * a2).sum()))
+
+
+def extremal_weights(lower: float = 1.0, upper: float = 1.4) -> dict[str, float]:
+    """The two-point weights that attain :func:`kantorovich_cosine`: a share L / (L + U) of the squared gradient
+    mass at w = U, the rest at w = L."""
+    return {"lower": lower, "upper": upper, "mass_at_upper": lower / (lower + upper)}
+
+
+def leverage_shares(probs, prob_sq_sum, weights, upper: float = 1.4, *, atol: float = 1e-6) -> dict[str, float]:
+    """Shares carried by the tokens whose weight is below U (w < U - atol): of the tokens, of sum(1 - p), and of the
+    exact logit-gradient norm sum ||e_k - pi|| = sum sqrt(1 - 2 p + ||pi||^2) (``prob_sq_sum`` = ||pi||^2)."""
+    p, sq, w = (np.asarray(to_numpy(x), float) for x in (probs, prob_sq_sum, weights))
+    below = w < upper - atol
+    logit = np.sqrt(np.clip(1.0 - 2.0 * p + sq, 0.0, None))
+    return {
+        "n_tokens": int(p.size),
+        "share_tokens_below_upper": float(below.mean()),
+        "share_one_minus_p_below_upper": float((1 - p)[below].sum() / (1 - p).sum()),
+        "share_logit_grad_norm_below_upper": float(logit[below].sum() / logit.sum()),
+    }
+
+
+def update_leverage(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    reward: Any,
+    *,
+    group_size: int = 8,
+    prompts_per_batch: int = 2,
+    grad_batches: int = 8,
+    max_new_tokens: int = 6,
+    temperature: float = 1.0,
+    seed: int = 0,
+    params: WeightParams | str = "tr",
+) -> dict[str, np.ndarray]:
+    """Sample ``group_size`` completions of each prompt (``texts``, rendered), ``prompts_per_batch`` prompts a batch
+    (one training step's rollouts), score them with ``reward(prompt_index, text)``. Returns per completion token
+    ``prob`` pi(o_t), ``prob_sq_sum`` ||pi||^2, ``weight`` (Eq. 11), ``advantage`` (Eq. 4), ``batch``, ``completion``;
+    per completion its ``reward``; and, for the first ``grad_batches`` batches with a nonzero advantage,
+    ``grad_cosine`` between the actual parameter gradients of the GRPO loss (w = 1) and the TR-GRPO loss (w of
+    Eq. 11) on the same rollouts (on-policy, surrogate placement, beta 0), ``grad_norm_grpo``, ``grad_norm_tr`` and
+    ``grad_batch``."""
+    from trgrpo.loss import group_advantages, tr_grpo_loss
+
+    wp = as_weight_params(params)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    names = ("prob", "prob_sq_sum", "weight", "advantage", "batch", "completion")
+    tokens: dict[str, list] = {k: [] for k in names}
+    grads: dict[str, list] = {k: [] for k in ("grad_cosine", "grad_norm_grpo", "grad_norm_tr", "grad_batch", "reward")}
+    gen = torch.Generator().manual_seed(seed)
+    theta = [p for p in model.parameters() if p.requires_grad]
+    was_training = model.training
+    model.eval()
+    try:
+        for b, start in enumerate(range(0, len(texts), prompts_per_batch)):
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+            chunk = list(texts[start : start + prompts_per_batch])
+            enc, seqs = sample_batch(
+                model,
+                tokenizer,
+                chunk,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                num_return_sequences=group_size,
+            )
+            s = enc["input_ids"].shape[1]
+            comp = seqs[:, s:]
+            pad, is_eos = pad_token_id(tokenizer), comp == tokenizer.eos_token_id
+            mask = ((is_eos.cumsum(1) - is_eos.long()) == 0) & ((comp != pad) | is_eos)  # up to the first EOS
+            attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), mask.long()], dim=1)
+            decoded = tokenizer.batch_decode(torch.where(mask, comp, pad), skip_special_tokens=True)
+            rewards = torch.tensor(
+                [reward(start + i // group_size, t) for i, t in enumerate(decoded)], dtype=torch.float32
+            )
+            adv = group_advantages(rewards, group_size)
+            grads["reward"].extend(rewards.tolist())
+            want_grad = len(grads["grad_batch"]) < grad_batches and bool((adv != 0).any())
+            with torch.set_grad_enabled(want_grad):
+                logits = model(input_ids=seqs, attention_mask=attn).logits[:, s - 1 : -1].float() / temperature
+                logp_all = torch.log_softmax(logits, dim=-1)
+                logp = logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+            with torch.no_grad():
+                p = logp.exp()
+                sq = logp_all.exp().square().sum(-1)
+                w = token_weights(p.clamp(0, 1), **vars(wp.replace(scheme="tr")))
+            sel = mask.bool()
+            rows = torch.arange(comp.shape[0]).unsqueeze(1).expand_as(comp)
+            for k, v in zip(
+                names, (p, sq, w, adv.unsqueeze(1).expand_as(comp), torch.full_like(comp, b), rows + start * group_size)
+            ):
+                tokens[k].append(v[sel].detach().numpy())
+            if want_grad:
+                fm = mask.float()
+                g = [
+                    torch.autograd.grad(
+                        tr_grpo_loss(logp, None, adv, fm, wt, placement="surrogate").loss,
+                        theta,
+                        retain_graph=True,
+                        allow_unused=True,
+                    )
+                    for wt in (torch.ones_like(p), w)
+                ]
+                dot = sum(float((x.double() * y.double()).sum()) for x, y in zip(*g) if x is not None)
+                n0, n1 = (math.sqrt(sum(float(x.double().square().sum()) for x in gi if x is not None)) for gi in g)
+                grads["grad_cosine"].append(dot / (n0 * n1))
+                grads["grad_norm_grpo"].append(n0)
+                grads["grad_norm_tr"].append(n1)
+                grads["grad_batch"].append(b)
+                del g, logits, logp_all
+    finally:
+        model.train(was_training)
+    out = {k: np.concatenate(v) for k, v in tokens.items()}
+    out.update({k: np.asarray(v) for k, v in grads.items()})
+    return out
