@@ -181,7 +181,7 @@ def test_solutions_match_statements_and_are_checked(path):
 @pytest.fixture(scope="module")
 def student_copy(tmp_path_factory):
     out = tmp_path_factory.mktemp("course") / "student"
-    written = course.write_student_copy(out)
+    written, _ = course.write_student_copy(out)
     return out, written
 
 

@@ -207,25 +207,61 @@ def exercise_workbook(nb: Any) -> Any:
     return out
 
 
-def write_student_copy(out: Path | str = ROOT / "student") -> list[Path]:
-    """``make student``: write the student copy into ``out`` (replaced if it exists); the notebooks written."""
+HANDOUT_MANIFEST = ".handout.json"  # what make student wrote last: file -> sha256 (a changed file is the student's)
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], list[Path]]:
+    """``make student``: write the student copy into ``out``: ``(written, kept)``. A file the student changed since
+    the last ``make student`` (its hash differs from the manifest's, or no manifest names it) is kept: the fresh copy
+    goes beside it as ``NAME.new.ipynb``, listed in ``kept``."""
     out = Path(out)
     if out.resolve() in (NOTEBOOKS.resolve(), (NOTEBOOKS / "solutions").resolve(), ROOT.resolve()):
         raise ValueError(f"out must be a folder of its own, not {out}")
-    shutil.rmtree(out, ignore_errors=True)
-    (out / "exercises").mkdir(parents=True)
-    written = [out / p.name for p in main_notebooks()]
-    for path, dest in zip(main_notebooks(), written):
-        _nbformat().write(student_notebook(read(path)), str(dest))
+    (out / "exercises").mkdir(parents=True, exist_ok=True)
+    manifest_path = out / HANDOUT_MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    books = [(out / p.name, student_notebook(read(p))) for p in main_notebooks()]
     for path in solution_notebooks():
-        written.append(out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb"))
-        _nbformat().write(exercise_workbook(read(path)), str(written[-1]))
-    (out / "README.md").write_text(
-        "# Student copy of the trgrpo notebooks\n\nWritten by `make student`, rewritten each time (copy your work "
-        "elsewhere first). `NN_*.ipynb`: the notebooks without the long explanations; `exercises/`: one workbook per "
-        "notebook with exercises. Reading order, times and goals: `docs/syllabus.md`.\n"
-    )
-    return written
+        dest = out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb")
+        books.append((dest, exercise_workbook(read(path))))
+    written, kept = [], []
+    for dest, nb in books:
+        rel = str(dest.relative_to(out))
+        if dest.exists() and manifest.get(rel) != _sha(dest):
+            kept.append(dest)
+            dest = dest.with_suffix(".new.ipynb")
+        _nbformat().write(nb, str(dest))
+        written.append(dest)
+        if dest.name.endswith(".new.ipynb"):
+            continue
+        manifest[rel] = _sha(dest)
+    (out / "README.md").write_text((ROOT / "course" / "student_README.md").read_text())
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return written, kept
+
+
+def promote_records(root: Path = ROOT, allow_dirty: bool = False) -> list[Path]:
+    """``make records``: copy each main notebook's full-mode headline of ``runs/notebooks/`` (where a notebook writes
+    it: :attr:`trgrpo.notebook.Notebook.headline_path`) into the committed ``results/notebooks/``, and the full-mode
+    figures of ``runs/figures/`` into ``figures/``; the files copied. ``ValueError`` (nothing copied) when a headline
+    was made on an uncommitted tree or has no provenance, unless ``allow_dirty``."""
+    runs = root / "runs"
+    stems = [p.stem for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")]
+    heads = sorted(runs / "notebooks" / f"{s}.json" for s in stems if (runs / "notebooks" / f"{s}.json").is_file())
+    dirty = [h.name for h in heads if json.loads(h.read_text()).get("provenance", {}).get("git_dirty") is not False]
+    if dirty and not allow_dirty:
+        raise ValueError(f"made on an uncommitted tree (or without provenance): {', '.join(dirty)}; commit and rerun")
+    figs = sorted(f for f in (runs / "figures").glob("*") if f.is_file() and "smoke" not in f.name)
+    pairs = [(h, root / "results" / "notebooks") for h in heads] + [(f, root / "figures") for f in figs]
+    for _, dest in pairs:
+        dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(src, dest / src.name)) for src, dest in pairs]
 
 
 class CheckFailed(AssertionError):
@@ -512,20 +548,33 @@ def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("student", help="write the student copy").add_argument("--out", default=str(ROOT / "student"))
+    r = sub.add_parser("records", help="promote the notebooks' last full-mode headlines and figures from runs/")
+    r.add_argument("--allow-dirty", action="store_true", help="also headlines made on an uncommitted tree")
     t = sub.add_parser(
         "times", help="time every notebook and its solutions as a laptop runs them (offline, 05-07 smoke)"
     )
     t.add_argument("--allow-dirty", action="store_true", help="time an uncommitted tree (the record says so)")
     args = ap.parse_args(argv)
     if args.cmd == "student":
-        print(f"wrote {len(write_student_copy(args.out))} notebooks into {args.out}")
+        written, kept = write_student_copy(args.out)
+        print(f"wrote {len(written)} notebooks into {args.out}")
+        for k in kept:
+            print(f"kept your changed {k}; the fresh copy is {k.with_suffix('.new.ipynb')}")
+        return 0
+    if args.cmd == "records":
+        try:
+            copied = promote_records(allow_dirty=args.allow_dirty)
+        except ValueError as e:
+            print(f"records: {e}")
+            return 2
+        print("\n".join(f"updated {p.relative_to(ROOT)}" for p in copied) or "records: nothing in runs/ to promote")
         return 0
     import tempfile
 
     from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
     from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
 
-    dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
+    dirty = git_dirty()  # before the notebooks run
     if dirty and not args.allow_dirty:
         print("the tree has uncommitted changes: commit first, so the times name the code they measured")
         return 2
