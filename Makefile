@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench docs lab student browser gpu-check gpu-wheels
+.PHONY: records instructor grade book run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench docs lab student browser gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -53,8 +53,13 @@ test-notebooks: $(STAMP)
 refresh-checked: $(STAMP)
 	$(VPY) -m tests.nbexec refresh $(NB)
 
+# executed copies in runs/make-run/, headlines in runs/notebooks/, figures in runs/figures/: the tree stays clean
 run: $(STAMP) model
 	$(VPY) -m trgrpo.run_all
+
+# the committed records change only here: the notebooks' last full-mode headlines (of a clean tree) and figures
+records: $(STAMP)
+	$(VPY) -m trgrpo.course records
 
 # outputs, counts and papermill metadata go; cells with metadata keep_output (those tagged `nbval-check-output`) keep
 # their outputs, which nbval compares
@@ -70,23 +75,31 @@ docs: $(STAMP)
 	$(VPY) scripts/render_docs.py
 
 # JupyterLab of the .venv, with the .venv's kernel first on the kernel path (a user-wide "python3" kernel
-# cannot shadow it). `make lab LAB_DIR=student` opens the student copy.
+# cannot shadow it). It serves the repository root, so that the notebooks' links to README.md and docs/ open, and
+# opens LAB_DIR: `make lab LAB_DIR=student` opens the student copy.
 # JupyterLab refuses to run as root without --allow-root (these machines run everything as root).
 LAB_DIR ?= notebooks
 lab: $(STAMP)
-	JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_DIR)
+	JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) \
+	  --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/$(LAB_DIR)
 
 # Debian's Chromium for tests/test_lab_browser.py (Playwright's own browser download does not work here).
 browser:
 	command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
-# The student copy: notebooks without long explanations, workbooks without solutions (docs/syllabus.md).
+# The student copy: notebooks without long explanations, workbooks without solutions or answers (answer keys as
+# salted hashes), links retargeted to its own docs/ (docs/syllabus.md). A workbook the student changed is kept.
 student: $(STAMP)
 	$(VPY) -m trgrpo.course student --out student
 
+# The instructor's copy: the solutions notebooks, executed (reference answers from course/answers.py)
+INSTRUCTOR_DIR ?= instructor
+instructor: $(STAMP)
+	$(VPY) -m trgrpo.course instructor --out $(INSTRUCTOR_DIR)
+
 clean:
-	rm -rf $(VENV) runs student
+	rm -rf $(VENV) runs student instructor
 
 # The prepared GPU check (trgrpo/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
 # It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training

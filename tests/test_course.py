@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ def test_solutions_match_statements_and_are_checked(path):
 @pytest.fixture(scope="module")
 def student_copy(tmp_path_factory):
     out = tmp_path_factory.mktemp("course") / "student"
-    written = course.write_student_copy(out)
+    written, _ = course.write_student_copy(out)
     return out, written
 
 
@@ -207,10 +208,18 @@ def test_student_copy_keeps_every_code_cell(student_copy):
     out, _ = student_copy
     for orig in course.main_notebooks():
         nb, st = course.read(orig), course.read(out / orig.name)
-        assert [c.source for c in st.cells if c.cell_type == "code" and course.DERIVATION not in course.tags(c)] == [
-            c.source for c in nb.cells if c.cell_type == "code" and course.DERIVATION not in course.tags(c)
-        ], orig.name
+        assert [
+            _unwrap(c.source) for c in st.cells if c.cell_type == "code" and course.DERIVATION not in course.tags(c)
+        ] == [c.source for c in nb.cells if c.cell_type == "code" and course.DERIVATION not in course.tags(c)], (
+            orig.name
+        )
         assert course.exercises(st) == course.exercises(nb)
+
+
+def _unwrap(source: str) -> str:
+    """A derivation's check as the notebook has it: without the student copy's ``with course.derivation(...):``."""
+    m = re.match(r"(from trgrpo import course\n\n)?with course\.derivation\([^)]*\):\n", source)
+    return "\n".join(ln[4:] for ln in source[m.end() :].split("\n")) if m else source
 
 
 def _execute(path: Path, out: Path, monkeypatch):
@@ -251,6 +260,140 @@ def test_workbook_executes_up_to_its_first_exercise(student_copy, name, tmp_path
     assert all(c.execution_count is not None for c in code[:first_stub]), "a cell above the first exercise did not run"
     errors = [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)]
     assert errors == [first_stub]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "case"),
+    [
+        (
+            'if tau_mode == "scale" else p / tau',
+            'if tau_mode == "scale" else tau * p',
+            "mode='divide'",
+        ),  # ignores divide
+        ("torch.clamp(w * r, 1 - eps_low", "torch.clamp(r, 1 - eps_low", "placement='ratio'"),  # w outside the clip
+    ],
+)
+def test_a_derivation_slip_in_the_student_copy_names_the_case_with_a_hint(old, new, case):
+    """The student copy of 02 wraps each derivation's check: a typical slip gives one CheckFailed naming the case
+    (which tau reading, which placement) and a hint, not torch's "Tensor-likes are not close!" traceback."""
+    nb = course.read(ROOT / "notebooks" / "02_token_weight_function.ipynb")
+    st = course.student_notebook(nb)
+    pairs = [(i, c) for i, c in enumerate(nb.cells) if course.DERIVATION in course.tags(c) and old in c.source]
+    ((i, derivation_cell),) = pairs
+    k = next(j for j, c in enumerate(st.cells) if c.source == course.derivation_stub(derivation_cell.source))
+    check = st.cells[k + 1].source
+    assert "with course.derivation(" in check
+    import torch
+
+    from trgrpo.weights import token_weights
+
+    W = {"alpha": 2.0, "mu": 0.25, "tau": 9.0, "lower": 1.0, "upper": 1.4, "tau_mode": "scale"}
+    ns = {"torch": torch, "token_weights": token_weights, "W": W, "EPS_LOW": 0.2, "EPS_HIGH": 0.24}
+    exec(compile(derivation_cell.source.replace(old, new), "<derivation>", "exec"), ns)
+    import linecache
+
+    linecache.cache["<check>"] = (len(check), None, check.splitlines(True), "<check>")
+    with pytest.raises(course.CheckFailed) as info:
+        exec(compile(check, "<check>", "exec"), ns)
+    msg = str(info.value)
+    assert f"for {case}" in msg and "\nHint: " in msg, msg
+    assert info.value.__suppress_context__ and info.value._render_traceback_() == [f"CheckFailed: {msg}"]
+
+
+# ---------------------------------------------------------------- the handout holds no solution, no answer
+
+
+def _texts(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.suffix in (".ipynb", ".md")}
+
+
+def test_the_library_holds_no_reference_answer():
+    """The recipes of the reference answers are course data (course/answers.py), not in trgrpo/."""
+    recipes = re.findall(r"^def (\w+)\(", (ROOT / "course" / "answers.py").read_text(), re.M)
+    assert recipes and not hasattr(course, "ANSWERS")
+    library = "\n".join(p.read_text() for p in (ROOT / "trgrpo").rglob("*.py"))
+    assert [r for r in recipes if re.search(rf"\b{r}\b", library)] == []
+
+
+def test_the_handout_holds_no_solution_and_no_answer_value(student_copy):
+    out, _ = student_copy
+    texts = _texts(out / "exercises") | {k: v for k, v in _texts(out).items() if k.endswith(".ipynb")}
+    blob = "\n".join(texts.values())
+    assert "Solutions (executed" not in blob and "_solutions.ipynb" not in blob and "solutions/" not in blob
+    solved = {
+        ln.strip()
+        for p in course.solution_notebooks()
+        for c in course.read(p).cells
+        if "solution" in course.tags(c)
+        for ln in c.source.splitlines()
+        if len(ln.strip()) > 30 and not ln.strip().startswith("#")
+    }
+    shown = "\n".join(
+        c.source for p in course.main_notebooks() for c in course.read(p).cells
+    )  # lines the notebooks show
+    assert solved and [ln for ln in solved if ln in blob and ln not in shown] == []
+    for exercise, spec in course.load_answers().items():
+        try:
+            want = spec["reference"]({})
+        except KeyError:  # needs the notebook's data
+            continue
+        for name, v in want.items():
+            if isinstance(v, float) and v != round(v, 2):
+                for text in (repr(v), f"{v:.4f}", f"{v:.5f}"):
+                    assert json.dumps(text)[1:-1] not in blob, f"Exercise {exercise}: {name}'s value is in the handout"
+    imported = set()
+    for text in texts.values():
+        for c in json.loads(text).get("cells", []) if text.lstrip().startswith("{") else []:
+            if c["cell_type"] == "code":
+                src = "".join(c["source"])
+                imported |= set(re.findall(r"^\s*(?:from|import)\s+([\w.]+)", src, re.M))
+    assert not [m for m in imported if m.split(".")[0] == "course" or "answers" in m or "solution" in m], imported
+
+
+def test_a_keyed_check_of_the_handout_accepts_the_answer_and_names_a_slip(student_copy, capsys):
+    """The student copy's check of 2.2 registers salted hashes and judges as the instructor's recipes do."""
+    out, _ = student_copy
+    nb = course.read(out / "exercises" / "02_token_weight_function_exercises.ipynb")
+    src = next(c.source for c in nb.cells if "course.use_keys('2.2'" in c.source)
+    register = next(ln for ln in src.splitlines() if ln.startswith("course.use_keys("))
+    assert "0.0635" not in register and "0.110" not in register
+    try:
+        exec(register, {"course": course})
+        course.check_answers("2.2", **KL)
+        assert "Exercise 2.2 ✓" in capsys.readouterr().out
+        course.check_answers("2.2", **{**KL, "kl_offset_14": 0.06352})  # within 0.1 %
+        with pytest.raises(course.CheckFailed) as info:
+            course.check_answers("2.2", **{**KL, "kl_offset_06": 0.12})
+        assert str(info.value).startswith("Exercise 2.2: `kl_offset_06` is not right yet") and "Hint:" in str(
+            info.value
+        )
+        with pytest.raises(course.CheckFailed, match="`kl_offset_14`"):
+            course.check_answers("2.2", **{**KL, "kl_offset_14": 0.0645})  # 1.6 % off
+    finally:
+        course._KEYS.clear()
+
+
+def _md_links(nb) -> list[str]:
+    return [
+        m.group(2)
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for m in course.LINK_RE.finditer(c.source)
+        if "://" not in m.group(2) and not m.group(2).startswith("mailto:")
+    ]
+
+
+def test_every_link_resolves_from_the_folder_jupyterlab_serves(student_copy):
+    """`make lab` serves the repository root: each relative link of a notebook's markdown names a file under it; the
+    student copy's links name files of the copy itself."""
+    out, _ = student_copy
+    for served, folder in ((ROOT, ROOT / "notebooks"), (out, out)):
+        for path in sorted(folder.rglob("*.ipynb")):
+            for link in _md_links(course.read(path)):
+                target = (path.parent / link).resolve()
+                assert target.is_file() and target.is_relative_to(served.resolve()), f"{path}: {link}"
+    lab = subprocess.run(["make", "-n", "-W", "pyproject.toml", "lab"], cwd=ROOT, capture_output=True, text=True)
+    assert f"--ServerApp.root_dir={ROOT}" in lab.stdout and "--LabApp.default_url=/lab/tree/notebooks" in lab.stdout
 
 
 # ---------------------------------------------------------------- the syllabus
@@ -405,7 +548,7 @@ def test_check_answers_refuses_a_missing_answer_and_a_non_number():
 
 
 def test_every_hand_answer_exercise_states_its_tolerance():
-    for ex_id in [e for e, spec in course.ANSWERS.items() if spec.get("hand")]:
+    for ex_id in [e for e, spec in course.load_answers().items() if spec.get("hand")]:
         path = next(p for p in MAINS if p.name.startswith(f"0{ex_id.split('.')[0]}_"))
         statement = next(e["source"] for e in course.exercises(course.read(path)) if e["id"] == ex_id)
         assert "within 0.1 % (relative)" in statement, f"Exercise {ex_id} does not state the tolerance"

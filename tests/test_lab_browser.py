@@ -273,7 +273,7 @@ def test_lab_runs_notebook_02_and_the_explorer_redraws(tmp_path):
 
     # The run wrote its figures and results into the tmp dir (nothing in the checkout).
     assert (tmp_path / "figures" / "02_weight_explorer_smoke.png").is_file(), sorted((tmp_path / "figures").iterdir())
-    assert (work / "results" / "notebooks" / "02_token_weight_function_smoke.json").is_file()
+    assert (work / "runs" / "notebooks" / "02_token_weight_function_smoke.json").is_file()
     print(f"\nlab browser test: {time.monotonic() - t0:.1f} s")
 
 

@@ -55,9 +55,9 @@ def test_tag_and_paths(tmp_path, monkeypatch):
     (tmp_path / "results").mkdir()
     assert full.results == smoke.results == tmp_path / "results"
     assert full.runs == tmp_path / "results" and smoke.runs == tmp_path / "runs" / "smoke-results"
-    assert full.figures == tmp_path / "figures"
-    assert full.headline_path == tmp_path / "results" / "notebooks" / "02_w.json"
-    assert smoke.headline_path == tmp_path / "results" / "notebooks" / "02_w_smoke.json"  # git-ignored
+    assert full.figures == tmp_path / "runs" / "figures", "git-ignored: a run rewrites no tracked figure"
+    assert full.headline_path == tmp_path / "runs" / "notebooks" / "02_w.json", "git-ignored: `make records` promotes"
+    assert smoke.headline_path == tmp_path / "runs" / "notebooks" / "02_w_smoke.json"
     monkeypatch.setenv("TRGRPO_FIGURES", str(tmp_path / "elsewhere"))
     assert full.figures == tmp_path / "elsewhere"
 
@@ -80,13 +80,15 @@ def test_save_headline_writes_the_tagged_file_and_prints_a_short_summary(tmp_pat
     nb = Notebook("05_k", True, tmp_path)
     headline = {"smoke": True, "model": "m", **{f"k{i}": i for i in range(30)}, "nested": {"a": [1, 2]}}
     path = nb.save_headline(headline, keys=["smoke", "model"])
-    assert path == tmp_path / "results" / "notebooks" / "05_k_smoke.json"
-    assert json.loads(path.read_text()) == headline
+    assert path == tmp_path / "runs" / "notebooks" / "05_k_smoke.json"
+    saved = json.loads(path.read_text())
+    assert saved.pop("provenance").keys() >= {"git_commit", "git_dirty", "machine"}, "the commit and a clean flag"
+    assert saved == headline
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0] == f"saved to {path}" and len(out) <= 10, out
     assert "k29" not in "\n".join(out)
     path.unlink()
-    assert nb.save_headline(headline, quiet=True) == path and json.loads(path.read_text()) == headline
+    assert nb.save_headline(headline, quiet=True) == path and json.loads(path.read_text())["k29"] == 29
     assert capsys.readouterr().out == "", "quiet: a hidden bookkeeping cell prints nothing"
 
 

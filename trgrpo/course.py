@@ -134,16 +134,24 @@ def expected_names(check_source: str) -> list[str]:
 
 def student_notebook(nb: Any) -> Any:
     """A main notebook for students: without ``solution`` cells, each run of ``explanation`` cells replaced by one
-    "write your conclusion" cell, each ``derivation`` cell that defines a function by :func:`derivation_stub`."""
+    "write your conclusion" cell, each ``derivation`` cell that defines a function by :func:`derivation_stub`, and
+    the check under it wrapped in :class:`derivation` (a failure names the case, no library traceback)."""
     out = copy.deepcopy(nb)
     cells: list[Any] = []
+    derived: list[str] = []
     for c in out.cells:
         t = set(tags(c))
         if EXPLANATION in t:
             if not (cells and CONCLUSION in tags(cells[-1])):
                 cells.append(_nbformat().v4.new_markdown_cell(CONCLUSION_TEXT, metadata={"tags": [CONCLUSION]}))
         elif SOLUTION not in t:
+            if derived and c.cell_type == "code" and '"""' not in c.source and "'''" not in c.source:
+                head = "from trgrpo import course\n\n" if "from trgrpo import course" not in c.source else ""
+                body = "\n".join(("    " + ln) if ln.strip() else ln for ln in c.source.splitlines())
+                c.source = f"{head}with course.derivation({', '.join(map(repr, derived))}):\n{body}"
+            derived = []
             if DERIVATION in t and c.cell_type == "code" and _functions(c.source):
+                derived = [f.name for f in _functions(c.source)]
                 c.source = derivation_stub(c.source)
             cells.append(c)
     out.cells = cells
@@ -207,25 +215,180 @@ def exercise_workbook(nb: Any) -> Any:
     return out
 
 
-def write_student_copy(out: Path | str = ROOT / "student") -> list[Path]:
-    """``make student``: write the student copy into ``out`` (replaced if it exists); the notebooks written."""
+def _answer_checks(source: str) -> list[tuple[str, str | None]]:
+    """The ``course.check_answers('N.k', data=EXPR, ...)`` calls of a cell: each exercise id and EXPR's source."""
+    calls = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "check_answers" and node.args:
+            data = next((k.value for k in node.keywords if k.arg == "data"), None)
+            calls.append((node.args[0].value, ast.get_source_segment(source, data) if data is not None else None))
+    return calls
+
+
+def _setup_namespaces(nb: Any) -> list[dict]:
+    """The namespaces of a notebook's code cells before its first exercise statement, run in full and in smoke
+    mode (the data a check of it is given)."""
+    import contextlib
+    import io
+    import os
+
+    setup_cells = []
+    for c in nb.cells:
+        if exercise_heading(c):
+            break
+        if c.cell_type == "code":
+            setup_cells.append(c.source)
+    spaces = []
+    for smoke in ("0", "1"):
+        old = {k: os.environ.get(k) for k in ("TRGRPO_SMOKE", "TRGRPO_HEADLESS")}
+        os.environ.update(TRGRPO_SMOKE=smoke, TRGRPO_HEADLESS="1")
+        try:
+            ns: dict = {}
+            with contextlib.redirect_stdout(io.StringIO()):
+                for src in setup_cells:
+                    exec(compile(src, "<setup>", "exec"), ns)
+            spaces.append(ns)
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return spaces
+
+
+def with_answer_keys(workbook: Any, answers: dict[str, dict] | None = None) -> Any:
+    """A workbook whose ``check_answers`` cells first register their exercise's answer keys (salted hashes of the
+    reference values, for the data of the notebook's full and smoke modes: :func:`keys_for`), so that the student's
+    copy checks without the instructor's course/answers.py."""
+    out, answers, spaces = copy.deepcopy(workbook), answers or load_answers(), None
+    for c in out.cells:
+        if CHECK not in tags(c) or c.cell_type != "code" or "check_answers" not in c.source:
+            continue
+        lines = []
+        for exercise, data_src in _answer_checks(c.source):
+            if data_src is not None and spaces is None:
+                spaces = _setup_namespaces(workbook)
+            datasets = [eval(data_src, ns) for ns in spaces] if data_src is not None else [{}]  # noqa: S307
+            keys = json.dumps(keys_for(exercise, datasets, answers), sort_keys=True)
+            lines.append(f"course.use_keys({exercise!r}, {keys})  # the answers as salted hashes (make student)")
+        first, rest = c.source.split("\n", 1) if EXPECTS_RE.match(c.source.split("\n", 1)[0]) else ("", c.source)
+        c.source = "\n".join([x for x in (first, *lines) if x] + [rest])
+    return out
+
+
+LINK_RE = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?\)")
+SOLUTIONS_LINE_RE = re.compile(r"^Solutions \(executed in `make test`\):.*\n?", re.M)
+HANDOUT_DOCS = ("README.md", "docs/glossary.md", "docs/syllabus.md", "docs/design.md")  # copied into student/docs/
+
+
+def handout_path(repo_path: str, solutions: bool = False) -> str | None:
+    """Where a file of the repository sits in the student copy (None: not in it): notebooks/NN_x.ipynb -> NN_x.ipynb,
+    notebooks/solutions/NN_x_solutions.ipynb -> exercises/NN_x_exercises.ipynb (the instructor's copy, ``solutions``:
+    solutions/NN_x_solutions.ipynb), README.md and docs/*.md -> docs/."""
+    parts = Path(repo_path).parts
+    if repo_path in HANDOUT_DOCS:
+        return f"docs/{parts[-1]}"
+    if parts[:2] == ("notebooks", "solutions") and len(parts) == 3 and solutions:
+        return f"solutions/{parts[2]}"
+    if parts[:2] == ("notebooks", "solutions") and len(parts) == 3:
+        return f"exercises/{parts[2].replace('_solutions.ipynb', '_exercises.ipynb')}"
+    return parts[1] if parts[0] == "notebooks" and len(parts) == 2 else None
+
+
+def relink(nb: Any, source_dir: str, dest_dir: str, solutions: bool = False) -> Any:
+    """``nb`` (from ``source_dir`` of the repository, e.g. ``notebooks``) with its markdown links retargeted for its
+    place ``dest_dir`` of the student copy (e.g. ``exercises``), and without the lines that link the solutions."""
+    import os.path
+
+    def target(m: re.Match) -> str:
+        link = m.group(2)
+        if "://" in link or link.startswith("mailto:"):
+            return m.group(0)
+        new = handout_path(os.path.normpath(os.path.join(source_dir, link)), solutions)
+        if new is None:
+            return m.group(0)
+        return f"{m.group(1)}{os.path.relpath(new, dest_dir or '.')}{m.group(3) or ''})"
+
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            c.source = LINK_RE.sub(target, SOLUTIONS_LINE_RE.sub("", c.source))
+        elif (
+            c.cell_type == "code"
+        ):  # no stored output (the checked cells' outputs show values an exercise asks for): the student runs it
+            c.outputs, c.execution_count = [], None
+    return nb
+
+
+HANDOUT_MANIFEST = ".handout.json"  # what make student wrote last: file -> sha256 (a changed file is the student's)
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], list[Path]]:
+    """``make student``: write the student copy into ``out``: ``(written, kept)``. A file the student changed since
+    the last ``make student`` (its hash differs from the manifest's, or no manifest names it) is kept: the fresh copy
+    goes beside it as ``NAME.new.ipynb``, listed in ``kept``."""
     out = Path(out)
     if out.resolve() in (NOTEBOOKS.resolve(), (NOTEBOOKS / "solutions").resolve(), ROOT.resolve()):
         raise ValueError(f"out must be a folder of its own, not {out}")
-    shutil.rmtree(out, ignore_errors=True)
-    (out / "exercises").mkdir(parents=True)
-    written = [out / p.name for p in main_notebooks()]
-    for path, dest in zip(main_notebooks(), written):
-        _nbformat().write(student_notebook(read(path)), str(dest))
+    (out / "exercises").mkdir(parents=True, exist_ok=True)
+    manifest_path = out / HANDOUT_MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    answers = load_answers()
+    books = [(out / p.name, relink(student_notebook(read(p)), "notebooks", "")) for p in main_notebooks()]
     for path in solution_notebooks():
-        written.append(out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb"))
-        _nbformat().write(exercise_workbook(read(path)), str(written[-1]))
-    (out / "README.md").write_text(
-        "# Student copy of the trgrpo notebooks\n\nWritten by `make student`, rewritten each time (copy your work "
-        "elsewhere first). `NN_*.ipynb`: the notebooks without the long explanations; `exercises/`: one workbook per "
-        "notebook with exercises. Reading order, times and goals: `docs/syllabus.md`.\n"
-    )
+        dest = out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb")
+        workbook = with_answer_keys(exercise_workbook(read(path)), answers)
+        books.append((dest, relink(workbook, "notebooks/solutions", "exercises")))
+    written, kept = [], []
+    for dest, nb in books:
+        rel = str(dest.relative_to(out))
+        if dest.exists() and manifest.get(rel) != _sha(dest):
+            kept.append(dest)
+            dest = dest.with_suffix(".new.ipynb")
+        _nbformat().write(nb, str(dest))
+        written.append(dest)
+        if dest.name.endswith(".new.ipynb"):
+            continue
+        manifest[rel] = _sha(dest)
+    (out / "README.md").write_text((ROOT / "course" / "student_README.md").read_text())
+    (out / "docs").mkdir(exist_ok=True)
+    for doc in HANDOUT_DOCS:
+        shutil.copy2(ROOT / doc, out / "docs" / Path(doc).name)
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return written, kept
+
+
+def write_instructor_copy(out: Path | str = ROOT / "instructor") -> list[Path]:
+    """``make instructor``: the student copy and, in ``solutions/``, the solutions notebooks (their checks compare
+    with course/answers.py, so run them in this checkout); the notebooks written."""
+    out = Path(out)
+    written = write_student_copy(out)[0]
+    (out / "solutions").mkdir(exist_ok=True)
+    for path in solution_notebooks():
+        written.append(out / "solutions" / path.name)
+        _nbformat().write(relink(read(path), "notebooks/solutions", "solutions", solutions=True), str(written[-1]))
     return written
+
+
+def promote_records(root: Path = ROOT, allow_dirty: bool = False) -> list[Path]:
+    """``make records``: copy each main notebook's full-mode headline of ``runs/notebooks/`` (where a notebook writes
+    it: :attr:`trgrpo.notebook.Notebook.headline_path`) into the committed ``results/notebooks/``, and the full-mode
+    figures of ``runs/figures/`` into ``figures/``; the files copied. ``ValueError`` (nothing copied) when a headline
+    was made on an uncommitted tree or has no provenance, unless ``allow_dirty``."""
+    runs = root / "runs"
+    stems = [p.stem for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")]
+    heads = sorted(runs / "notebooks" / f"{s}.json" for s in stems if (runs / "notebooks" / f"{s}.json").is_file())
+    dirty = [h.name for h in heads if json.loads(h.read_text()).get("provenance", {}).get("git_dirty") is not False]
+    if dirty and not allow_dirty:
+        raise ValueError(f"made on an uncommitted tree (or without provenance): {', '.join(dirty)}; commit and rerun")
+    figs = sorted(f for f in (runs / "figures").glob("*") if f.is_file() and "smoke" not in f.name)
+    pairs = [(h, root / "results" / "notebooks") for h in heads] + [(f, root / "figures") for f in figs]
+    for _, dest in pairs:
+        dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(src, dest / src.name)) for src, dest in pairs]
 
 
 class CheckFailed(AssertionError):
@@ -243,158 +406,6 @@ def expect(ok: Any, what: str, hint: str = "") -> None:
 
 HAND_RTOL = 1e-3  # a hand answer counts as right within 0.1 % (relative), as the exercises' statements say
 EXACT_RTOL = 1e-9  # an answer the statement asks to compute with the library
-
-
-def _spread_1_1(data: dict) -> dict:
-    import torch
-
-    from trgrpo import theory
-
-    out = {}
-    for name, lo in (("all", 0.0), ("high", 0.35)):
-        p = torch.linspace(lo, 0.99, 1000, dtype=torch.float64)
-        rows = theory.theorem32_spread(1 - p, p, tau_modes=("scale",), schemes=("equal", "tr"))
-        out.update({f"cv_{'plain' if r['scheme'] == 'equal' else 'tr'}_{name}": r["cv"] for r in rows})
-    return out
-
-
-def _weights_2_1(data: dict) -> dict:
-    from trgrpo import paper
-    from trgrpo.weights import WeightParams, weight_range
-
-    def leaves_floor(mode: str) -> float:  # the tau where weight_range's maximum leaves L, by bisection
-        lo, hi, up = (1e-3, 1e3, mode == "scale")
-        for _ in range(200):
-            mid = math.sqrt(lo * hi)
-            above = weight_range(tau=mid, tau_mode=mode)[1] > WeightParams().lower
-            lo, hi = (lo, mid) if above == up else (mid, hi)
-        return math.sqrt(lo * hi)
-
-    ident = {
-        m: [t for t in paper.TABLE7_TAUS if weight_range(tau=t, tau_mode=m)[1] == 1.0] for m in ("scale", "divide")
-    }
-    return {
-        "tau_star_scale": leaves_floor("scale"),
-        "tau_star_divide": leaves_floor("divide"),
-        "identity_taus_scale": ident["scale"],
-        "identity_taus_divide": ident["divide"],
-    }
-
-
-def _kl_2_2(data: dict) -> dict:
-    from trgrpo import readings
-
-    tr, rev = readings.kl_offset_table(probs=(0.9,))[0], readings.kl_offset_table(probs=(0.9,), scheme="reverse")[0]
-    return {
-        "kl_offset_14": tr["eq10_value"],
-        "kl_offset_06": rev["eq10_value"],
-        "kl_slope_14": tr["eq10_dlogpi"],
-        "kl_push_14": 1 if tr["eq10_dlogpi"] < 0 else -1,  # descent moves log pi against the derivative
-    }
-
-
-def _silenced_2_3(data: dict) -> dict:
-    import torch
-
-    from trgrpo import loss, readings
-    from trgrpo.weights import token_weights, weight_range
-
-    p = torch.as_tensor(data["batch_p"], dtype=torch.float64)
-    logps = p.log().requires_grad_(True)  # on-policy: r = 1; every advantage positive
-    adv, mask = torch.ones(p.shape[0], dtype=torch.float64), torch.ones_like(p)
-    out = {"p_cut_030": readings.zero_gradient_thresholds(eps_high=0.30, resolution=1e-6)["ratio"]["pos_from_p"]}
-    for eps, name in ((0.24, "zero_frac_024"), (0.30, "zero_frac_030"), (0.5, "zero_frac_050")):
-        res = loss.tr_grpo_loss(logps, None, adv, mask, token_weights(p), eps_high=eps, placement="ratio")
-        (grad,) = torch.autograd.grad(res.loss, logps)
-        out[name] = float((grad == 0).double().mean())  # autograd: no policy gradient at all
-    out["eps_high_no_cut"] = weight_range()[1] - 1.0  # w never exceeds its largest value
-    return out
-
-
-def _synth_pbar(synth: dict, min_count: int) -> dict:
-    from trgrpo import token_stats
-
-    texts = [t for t, ps in synth.items() for _ in ps]
-    return token_stats.average_probabilities(texts, [p for ps in synth.values() for p in ps], min_count=min_count)
-
-
-def _spearman_4_2(data: dict) -> dict:
-    from trgrpo import stats
-
-    rho = {k: stats.spearman(*zip(*_synth_pbar(data["SYNTH"], k).values()))[0] for k in (1, 3)}
-    return {"rho": rho[1], "rho_min3": rho[3]}
-
-
-def _scales_4_4(data: dict) -> dict:
-    import torch
-
-    from trgrpo.weights import token_weights
-
-    avg = _synth_pbar(data["SYNTH"], 1)
-    w = dict(zip(avg, token_weights(torch.tensor([p for p, _ in avg.values()], dtype=torch.float64)).tolist()))
-    hi, lo = max(avg, key=lambda t: avg[t][0]), min(avg, key=lambda t: avg[t][0])
-    return {
-        "g_grpo": {t: 1 - p for t, (p, _) in avg.items()},
-        "g_tr": {t: w[t] * (1 - p) for t, (p, _) in avg.items()},
-        "tr_factor": w[hi] / w[lo],
-    }
-
-
-# Per exercise checked by :func:`check_answers`: the library computation of the reference values (from the notebook's
-# data, e.g. ``batch_p``), the answers found by hand (compared at HAND_RTOL; the others, computed with the library, at
-# EXACT_RTOL), a hint per answer and one for the exercise. The check cell shows only ``course.check_answers(...)``.
-ANSWERS: dict[str, dict] = {
-    "1.1": dict(
-        reference=_spread_1_1,
-        hint="the coefficient of variation is std / mean with ddof=1 (the sample standard deviation, as "
-        "trgrpo.stats.mean_std), of w(p)(1-p) on the grid itself",
-        cv_tr_all="TR-GRPO's factor is w(p)(1 - p) with Eq. 11's default weight (tau_mode='scale')",
-        cv_tr_high="TR-GRPO's factor is w(p)(1 - p) with Eq. 11's default weight (tau_mode='scale')",
-    ),
-    "2.1": dict(
-        reference=_weights_2_1,
-        hand=("tau_star_scale", "tau_star_divide"),
-        hint="tau* is a value of tau: the tau at which the largest weight over p in [0, 1] first leaves L = 1",
-        tau_star_scale="under tau_mode='scale', at which p is the sigmoid's argument largest?",
-        tau_star_divide="under tau_mode='divide' the argument is p / tau: which p makes it largest?",
-        identity_taus_scale="the taus of paper.TABLE7_TAUS where weight_range(tau=t, tau_mode='scale') is (1, 1)",
-        identity_taus_divide="the taus of paper.TABLE7_TAUS where weight_range(tau=t, tau_mode='divide') is (1, 1)",
-    ),
-    "2.2": dict(
-        reference=_kl_2_2,
-        hand=("kl_offset_14", "kl_offset_06", "kl_slope_14", "kl_push_14"),
-        hint="at rho = 1 the statement gives both the value (w - log w - 1, natural log) and the derivative (1 - w)",
-        kl_offset_14="evaluate w - log w - 1 at w = 1.4",
-        kl_offset_06="evaluate w - log w - 1 at w = 0.6 (log 0.6 is negative)",
-        kl_slope_14="the derivative in log pi at rho = 1 is 1 - w; mind its sign",
-        kl_push_14="a descent step moves log pi against the derivative: which sign does the step on log pi have?",
-    ),
-    "2.3": dict(
-        reference=_silenced_2_3,
-        hand=("p_cut_030", "eps_high_no_cut"),
-        hint="a token with A > 0 is silenced where its weight exceeds 1 + eps_h",
-        p_cut_030="at which p does Eq. 11's weight reach 1 + eps_h = 1.30? The weight grows with p",
-        zero_frac_024="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.24",
-        zero_frac_030="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.30",
-        zero_frac_050="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.5",
-        eps_high_no_cut="no token is silenced once 1 + eps_h is at least the largest weight Eq. 11 can give",
-    ),
-    "4.2": dict(
-        reference=_spearman_4_2,
-        hand=("rho", "rho_min3"),
-        hint="Spearman's rho is Pearson's correlation of the ranks: rank pi_bar and the counts, then compare the ranks",
-        rho="all five tokens (min_count=1)",
-        rho_min3="only the tokens seen at least 3 times",
-    ),
-    "4.4": dict(
-        reference=_scales_4_4,
-        hand=("tr_factor",),
-        hint="keys are the token texts stripped, as average_probabilities returns them; weights from token_weights",
-        g_grpo="the GRPO scale of a token is 1 - pi_bar",
-        g_tr="the TR-GRPO scale of a token is w(pi_bar) (1 - pi_bar), w from trgrpo.token_weights",
-        tr_factor="write both ratios of scales as fractions: which factors cancel?",
-    ),
-}
 
 
 def _close(got: Any, want: Any, rtol: float) -> bool:
@@ -415,17 +426,116 @@ def _close(got: Any, want: Any, rtol: float) -> bool:
     return abs(value - float(want)) <= rtol * abs(float(want)) + 1e-12
 
 
-def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) -> None:
-    """Compare the named ``answers`` of ``exercise`` with the reference values of :data:`ANSWERS` (computed by the
-    library from ``data``), hand answers within :data:`HAND_RTOL`; print a tick, or raise one :class:`CheckFailed`
-    that names every wrong answer (only those) with its hint, never a reference value."""
-    spec = ANSWERS[exercise]
+ANSWERS_PATH = ROOT / "course" / "answers.py"  # the instructor's reference recipes: course data, not library code
+_KEYS: dict[str, dict] = {}  # the answer keys a student copy's check cell registers (use_keys)
+
+
+def load_answers(path: Path | str = ANSWERS_PATH) -> dict[str, dict]:
+    """The instructor's ``ANSWERS`` (course/answers.py): per exercise the library computation of the reference values
+    from the notebook's data, the hand answers' names, a hint per answer and one for the exercise."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trgrpo_course_answers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ANSWERS
+
+
+def _salted(exercise: str, name: str, text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"trgrpo/{exercise}/{name}/{text}".encode()).hexdigest()[:16]
+
+
+def _sig(value: float, digits: int) -> str:
+    return f"{0.0 if abs(value) < 1e-12 else value:.{digits - 1}e}"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (bool, str, bytes, dict, list, tuple)) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def answer_key(exercise: str, name: str, value: Any, hand: bool) -> str:
+    """An answer as a salted hash the student copy can hold without showing it: a number rounded to 4 significant
+    digits (a hand answer) or 7, anything else by :func:`fingerprint`."""
+    number = _number(value)
+    text = _sig(number, 4 if hand else 7) if number is not None else fingerprint(value)
+    return _salted(exercise, name, text)
+
+
+def _matches(exercise: str, name: str, got: Any, key: str, want_number: bool, hand: bool) -> bool:
+    """``got`` hashes to ``key``: a number within HAND_RTOL (hand) or about 1e-7 of the reference (the probes, spaced
+    one rounding step apart, meet every rounding cell the tolerance interval touches)."""
+    if not want_number:
+        try:
+            return answer_key(exercise, name, got, hand) == key
+        except TypeError:
+            return False
+    number = _number(got)
+    if number is None or math.isnan(number):
+        return False
+    digits, probes = (4, 10) if hand else (7, 1)
+    step = 10.0**-digits
+    return any(
+        _salted(exercise, name, _sig(number * (1 + k * step), digits)) == key for k in range(-probes, probes + 1)
+    )
+
+
+def keys_for(exercise: str, datasets: Sequence[dict], answers: dict[str, dict] | None = None) -> dict:
+    """The answer keys of ``exercise`` for each of ``datasets`` (the notebook's data in its modes): what a student
+    copy's check cell registers with :func:`use_keys`."""
+    spec = (answers or load_answers())[exercise]
     hand = set(spec.get("hand", ()))
-    want = spec["reference"](data or {})
+    out: dict = {"hand": sorted(hand), "hints": {k: v for k, v in spec.items() if isinstance(v, str)}, "data": {}}
+    for data in datasets:
+        want = spec["reference"](data)
+        out["numbers"] = sorted(n for n, v in want.items() if _number(v) is not None)
+        out["data"][fingerprint(data) if data else ""] = {
+            n: answer_key(exercise, n, v, n in hand) for n, v in want.items()
+        }
+    return out
+
+
+def use_keys(exercise: str, keys: dict) -> None:
+    """Register the answer keys of ``exercise`` (a student copy's check cell, written by ``make student``)."""
+    _KEYS[exercise] = keys
+
+
+def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) -> None:
+    """Compare the named ``answers`` of ``exercise`` with its reference values: the keys a student copy registered
+    (:func:`use_keys`), else the instructor's recipes (course/answers.py, computed by the library from ``data``); hand
+    answers within :data:`HAND_RTOL`. Print a tick, or raise one :class:`CheckFailed` that names every wrong answer
+    (only those) with its hint, never a reference value."""
+    if exercise in _KEYS:
+        keys = _KEYS[exercise]
+        hand, spec = set(keys["hand"]), {**keys["hints"]}
+        fp = fingerprint(data) if data else ""
+        if fp not in keys["data"]:
+            raise CheckFailed(
+                f"Exercise {exercise}: your data is not the workbook's; restore the parameters cell's values (and "
+                "SMOKE) to check this exercise"
+            )
+        want = keys["data"][fp]
+        ok = {n: _matches(exercise, n, answers.get(n), k, n in keys["numbers"], n in hand) for n, k in want.items()}
+    else:
+        try:
+            spec = load_answers()[exercise]
+        except (FileNotFoundError, KeyError):
+            raise CheckFailed(
+                f"Exercise {exercise}: no answer key here (make student writes the workbook with one)"
+            ) from None
+        hand = set(spec.get("hand", ()))
+        want = spec["reference"](data or {})
+        ok = {n: n in answers and _close(answers[n], want[n], HAND_RTOL if n in hand else EXACT_RTOL) for n in want}
     missing = sorted(set(want) - set(answers))
     if missing:
         raise CheckFailed(f"Exercise {exercise}: pass {', '.join(missing)} to the check as well")
-    wrong = [n for n in want if not _close(answers[n], want[n], HAND_RTOL if n in hand else EXACT_RTOL)]
+    wrong = [n for n in want if not ok[n]]
     if not wrong:
         print(f"Exercise {exercise} ✓")
         return
@@ -452,7 +562,9 @@ def fingerprint(value: Any) -> str:
     def canon(v: Any) -> Any:
         if isinstance(v, bool) or v is None or isinstance(v, str):
             return v
-        if isinstance(v, (int, float)) or hasattr(v, "item"):
+        if hasattr(v, "tolist"):  # a tensor or an array
+            return canon(v.tolist())
+        if isinstance(v, (int, float)):
             return round(float(v), 6)
         if isinstance(v, dict):
             return sorted((str(k), canon(x)) for k, x in v.items())
@@ -509,24 +621,92 @@ class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, li
         raise CheckFailed(f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)) from None
 
 
+class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
+    """Wrap the check of a derivation the student writes: a failure becomes one :class:`CheckFailed` that names the
+    function, the case that failed (the values of the cell's loop variables then, e.g. ``mode='divide'``), the
+    library's one-line verdict and a hint, without a traceback through the library."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def __enter__(self) -> derivation:
+        import inspect
+
+        self.frame_globals = inspect.currentframe().f_back.f_globals
+        self.filename = inspect.currentframe().f_back.f_code.co_filename
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        import linecache
+
+        if exc_type is None or not issubclass(exc_type, Exception) or isinstance(exc, CheckFailed):
+            return False
+        names = " / ".join(f"`{n}`" for n in self.names)
+        if isinstance(exc, NotImplementedError):
+            raise CheckFailed(f"{names}: not written yet; write it in the cell above, run it, then this check")
+        loops = []
+        try:
+            tree = ast.parse("".join(linecache.getlines(self.filename)))
+            loops = [
+                t.id
+                for n in ast.walk(tree)
+                if isinstance(n, ast.For)
+                for t in ast.walk(n.target)
+                if isinstance(t, ast.Name)
+            ]
+        except SyntaxError:
+            pass
+        case = ", ".join(f"{v}={self.frame_globals[v]!r}" for v in dict.fromkeys(loops) if v in self.frame_globals)
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        detail = "; ".join(lines[:2]) or exc_type.__name__
+        hint = (
+            f"run the case {case} by hand and compare with the library's function the check names; the equation "
+            "above says which reading or placement this case is"
+            if case
+            else "compare yours with the equation above, term by term"
+        )
+        raise CheckFailed(
+            f"{names} is not right yet{' for ' + case if case else ''} ({detail})\nHint: {hint}"
+        ) from None
+
+
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("student", help="write the student copy").add_argument("--out", default=str(ROOT / "student"))
+    sub.add_parser("instructor", help="the student copy and the solutions").add_argument(
+        "--out", default=str(ROOT / "instructor")
+    )
+    r = sub.add_parser("records", help="promote the notebooks' last full-mode headlines and figures from runs/")
+    r.add_argument("--allow-dirty", action="store_true", help="also headlines made on an uncommitted tree")
     t = sub.add_parser(
         "times", help="time every notebook and its solutions as a laptop runs them (offline, 05-07 smoke)"
     )
     t.add_argument("--allow-dirty", action="store_true", help="time an uncommitted tree (the record says so)")
     args = ap.parse_args(argv)
     if args.cmd == "student":
-        print(f"wrote {len(write_student_copy(args.out))} notebooks into {args.out}")
+        written, kept = write_student_copy(args.out)
+        print(f"wrote {len(written)} notebooks into {args.out}")
+        for k in kept:
+            print(f"kept your changed {k}; the fresh copy is {k.with_suffix('.new.ipynb')}")
+        return 0
+    if args.cmd == "instructor":
+        print(f"wrote {len(write_instructor_copy(args.out))} notebooks into {args.out}")
+        return 0
+    if args.cmd == "records":
+        try:
+            copied = promote_records(allow_dirty=args.allow_dirty)
+        except ValueError as e:
+            print(f"records: {e}")
+            return 2
+        print("\n".join(f"updated {p.relative_to(ROOT)}" for p in copied) or "records: nothing in runs/ to promote")
         return 0
     import tempfile
 
     from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
     from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
 
-    dirty = git_dirty()  # before the notebooks run: they rewrite results/notebooks/*.json and figures/
+    dirty = git_dirty()  # before the notebooks run
     if dirty and not args.allow_dirty:
         print("the tree has uncommitted changes: commit first, so the times name the code they measured")
         return 2

@@ -145,20 +145,28 @@ class Notebook:
 
     @property
     def figures(self) -> Path:
-        return Path(os.environ.get("TRGRPO_FIGURES") or self.root / "figures")
+        """``$TRGRPO_FIGURES``, else ``runs/figures/`` (git-ignored; ``python -m trgrpo.course records`` promotes a
+        run's figures into the committed ``figures/``)."""
+        return Path(os.environ.get("TRGRPO_FIGURES") or self.root / "runs" / "figures")
 
     @property
     def headline_path(self) -> Path:
-        return self.root / "results" / "notebooks" / f"{self.name}{self.tag}.json"
+        """``runs/notebooks/NAME[_smoke].json``: git-ignored, so a run rewrites no tracked file; the committed
+        ``results/notebooks/`` changes only through ``python -m trgrpo.course records``."""
+        return self.root / "runs" / "notebooks" / f"{self.name}{self.tag}.json"
 
     def elapsed(self) -> float:
         """Seconds since :func:`setup`."""
         return time.time() - self.started
 
     def save_headline(self, headline: dict, keys: list[str] | None = None, *, quiet: bool = False) -> Path:
-        """Write ``headline`` to :attr:`headline_path` (JSON) and, unless ``quiet`` (a hidden bookkeeping cell), print
-        ``saved to ...`` and at most eight of its entries (those named in ``keys``): :func:`save_headline`."""
-        save_headline(headline, self.headline_path, keys=keys, quiet=quiet)
+        """Write ``headline`` with its ``provenance`` (git commit, clean-tree flag, machine, versions:
+        :func:`trgrpo.experiment.provenance`) to :attr:`headline_path` (JSON) and, unless ``quiet`` (a hidden
+        bookkeeping cell), print ``saved to ...`` and at most eight of its entries (those named in ``keys``):
+        :func:`save_headline`."""
+        from trgrpo.experiment import provenance
+
+        save_headline({**headline, "provenance": provenance()}, self.headline_path, keys=keys, quiet=quiet)
         return self.headline_path
 
 

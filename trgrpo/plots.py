@@ -51,8 +51,9 @@ def color(key: str) -> str:
 
 
 def figures_dir() -> Path:
-    """``$TRGRPO_FIGURES``, else ``figures/`` of this checkout."""
-    return Path(os.environ.get("TRGRPO_FIGURES") or Path(__file__).resolve().parents[1] / "figures")
+    """``$TRGRPO_FIGURES``, else ``runs/figures/`` of this checkout (git-ignored: a run rewrites no tracked file;
+    ``python -m trgrpo.course records`` promotes a run's figures into the committed ``figures/``)."""
+    return Path(os.environ.get("TRGRPO_FIGURES") or Path(__file__).resolve().parents[1] / "runs" / "figures")
 
 
 def save(fig: Figure, name: str, directory: str | os.PathLike | None = None) -> Path:

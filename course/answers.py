@@ -1,0 +1,160 @@
+"""The reference answers of the exercises checked by ``trgrpo.course.check_answers``: course data, read by the
+instructor's build (``make student`` turns them into salted hashes in the student's workbooks) and by the tests; not
+part of the library a student imports.
+
+Per exercise: the library computation of the reference values (from the notebook's data, e.g. ``batch_p``), the
+answers found by hand (compared within 0.1 %; the others, computed with the library, exactly), a hint per answer
+and one for the exercise."""
+
+from __future__ import annotations
+
+import math
+
+
+def _spread_1_1(data: dict) -> dict:
+    import torch
+
+    from trgrpo import theory
+
+    out = {}
+    for name, lo in (("all", 0.0), ("high", 0.35)):
+        p = torch.linspace(lo, 0.99, 1000, dtype=torch.float64)
+        rows = theory.theorem32_spread(1 - p, p, tau_modes=("scale",), schemes=("equal", "tr"))
+        out.update({f"cv_{'plain' if r['scheme'] == 'equal' else 'tr'}_{name}": r["cv"] for r in rows})
+    return out
+
+
+def _weights_2_1(data: dict) -> dict:
+    from trgrpo import paper
+    from trgrpo.weights import WeightParams, weight_range
+
+    def leaves_floor(mode: str) -> float:  # the tau where weight_range's maximum leaves L, by bisection
+        lo, hi, up = (1e-3, 1e3, mode == "scale")
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            above = weight_range(tau=mid, tau_mode=mode)[1] > WeightParams().lower
+            lo, hi = (lo, mid) if above == up else (mid, hi)
+        return math.sqrt(lo * hi)
+
+    ident = {
+        m: [t for t in paper.TABLE7_TAUS if weight_range(tau=t, tau_mode=m)[1] == 1.0] for m in ("scale", "divide")
+    }
+    return {
+        "tau_star_scale": leaves_floor("scale"),
+        "tau_star_divide": leaves_floor("divide"),
+        "identity_taus_scale": ident["scale"],
+        "identity_taus_divide": ident["divide"],
+    }
+
+
+def _kl_2_2(data: dict) -> dict:
+    from trgrpo import readings
+
+    tr, rev = readings.kl_offset_table(probs=(0.9,))[0], readings.kl_offset_table(probs=(0.9,), scheme="reverse")[0]
+    return {
+        "kl_offset_14": tr["eq10_value"],
+        "kl_offset_06": rev["eq10_value"],
+        "kl_slope_14": tr["eq10_dlogpi"],
+        "kl_push_14": 1 if tr["eq10_dlogpi"] < 0 else -1,  # descent moves log pi against the derivative
+    }
+
+
+def _silenced_2_3(data: dict) -> dict:
+    import torch
+
+    from trgrpo import loss, readings
+    from trgrpo.weights import token_weights, weight_range
+
+    p = torch.as_tensor(data["batch_p"], dtype=torch.float64)
+    logps = p.log().requires_grad_(True)  # on-policy: r = 1; every advantage positive
+    adv, mask = torch.ones(p.shape[0], dtype=torch.float64), torch.ones_like(p)
+    out = {"p_cut_030": readings.zero_gradient_thresholds(eps_high=0.30, resolution=1e-6)["ratio"]["pos_from_p"]}
+    for eps, name in ((0.24, "zero_frac_024"), (0.30, "zero_frac_030"), (0.5, "zero_frac_050")):
+        res = loss.tr_grpo_loss(logps, None, adv, mask, token_weights(p), eps_high=eps, placement="ratio")
+        (grad,) = torch.autograd.grad(res.loss, logps)
+        out[name] = float((grad == 0).double().mean())  # autograd: no policy gradient at all
+    out["eps_high_no_cut"] = weight_range()[1] - 1.0  # w never exceeds its largest value
+    return out
+
+
+def _synth_pbar(synth: dict, min_count: int) -> dict:
+    from trgrpo import token_stats
+
+    texts = [t for t, ps in synth.items() for _ in ps]
+    return token_stats.average_probabilities(texts, [p for ps in synth.values() for p in ps], min_count=min_count)
+
+
+def _spearman_4_2(data: dict) -> dict:
+    from trgrpo import stats
+
+    rho = {k: stats.spearman(*zip(*_synth_pbar(data["SYNTH"], k).values()))[0] for k in (1, 3)}
+    return {"rho": rho[1], "rho_min3": rho[3]}
+
+
+def _scales_4_4(data: dict) -> dict:
+    import torch
+
+    from trgrpo.weights import token_weights
+
+    avg = _synth_pbar(data["SYNTH"], 1)
+    w = dict(zip(avg, token_weights(torch.tensor([p for p, _ in avg.values()], dtype=torch.float64)).tolist()))
+    hi, lo = max(avg, key=lambda t: avg[t][0]), min(avg, key=lambda t: avg[t][0])
+    return {
+        "g_grpo": {t: 1 - p for t, (p, _) in avg.items()},
+        "g_tr": {t: w[t] * (1 - p) for t, (p, _) in avg.items()},
+        "tr_factor": w[hi] / w[lo],
+    }
+
+
+ANSWERS: dict[str, dict] = {
+    "1.1": dict(
+        reference=_spread_1_1,
+        hint="the coefficient of variation is std / mean with ddof=1 (the sample standard deviation, as "
+        "trgrpo.stats.mean_std), of w(p)(1-p) on the grid itself",
+        cv_tr_all="TR-GRPO's factor is w(p)(1 - p) with Eq. 11's default weight (tau_mode='scale')",
+        cv_tr_high="TR-GRPO's factor is w(p)(1 - p) with Eq. 11's default weight (tau_mode='scale')",
+    ),
+    "2.1": dict(
+        reference=_weights_2_1,
+        hand=("tau_star_scale", "tau_star_divide"),
+        hint="tau* is a value of tau: the tau at which the largest weight over p in [0, 1] first leaves L = 1",
+        tau_star_scale="under tau_mode='scale', at which p is the sigmoid's argument largest?",
+        tau_star_divide="under tau_mode='divide' the argument is p / tau: which p makes it largest?",
+        identity_taus_scale="the taus of paper.TABLE7_TAUS where weight_range(tau=t, tau_mode='scale') is (1, 1)",
+        identity_taus_divide="the taus of paper.TABLE7_TAUS where weight_range(tau=t, tau_mode='divide') is (1, 1)",
+    ),
+    "2.2": dict(
+        reference=_kl_2_2,
+        hand=("kl_offset_14", "kl_offset_06", "kl_slope_14", "kl_push_14"),
+        hint="at rho = 1 the statement gives both the value (w - log w - 1, natural log) and the derivative (1 - w)",
+        kl_offset_14="evaluate w - log w - 1 at w = 1.4",
+        kl_offset_06="evaluate w - log w - 1 at w = 0.6 (log 0.6 is negative)",
+        kl_slope_14="the derivative in log pi at rho = 1 is 1 - w; mind its sign",
+        kl_push_14="a descent step moves log pi against the derivative: which sign does the step on log pi have?",
+    ),
+    "2.3": dict(
+        reference=_silenced_2_3,
+        hand=("p_cut_030", "eps_high_no_cut"),
+        hint="a token with A > 0 is silenced where its weight exceeds 1 + eps_h",
+        p_cut_030="at which p does Eq. 11's weight reach 1 + eps_h = 1.30? The weight grows with p",
+        zero_frac_024="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.24",
+        zero_frac_030="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.30",
+        zero_frac_050="the share of batch_p's tokens that readings.zero_gradient_fraction reports at eps_high=0.5",
+        eps_high_no_cut="no token is silenced once 1 + eps_h is at least the largest weight Eq. 11 can give",
+    ),
+    "4.2": dict(
+        reference=_spearman_4_2,
+        hand=("rho", "rho_min3"),
+        hint="Spearman's rho is Pearson's correlation of the ranks: rank pi_bar and the counts, then compare the ranks",
+        rho="all five tokens (min_count=1)",
+        rho_min3="only the tokens seen at least 3 times",
+    ),
+    "4.4": dict(
+        reference=_scales_4_4,
+        hand=("tr_factor",),
+        hint="keys are the token texts stripped, as average_probabilities returns them; weights from token_weights",
+        g_grpo="the GRPO scale of a token is 1 - pi_bar",
+        g_tr="the TR-GRPO scale of a token is w(pi_bar) (1 - pi_bar), w from trgrpo.token_weights",
+        tr_factor="write both ratios of scales as fractions: which factors cancel?",
+    ),
+}
