@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trgrpo import bench, course, plan, tables, toy  # noqa: E402
-from trgrpo.experiment import RESULTS_DIR  # noqa: E402
+from trgrpo.experiment import RECORD_SCHEMA, RESULTS_DIR  # noqa: E402
 from trgrpo.tables import delta_text, label, num, row_mde  # noqa: E402
 from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 
@@ -27,6 +27,7 @@ README = ROOT / "README.md"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
 GPU_PAGE = ROOT / "docs" / "gpu.md"
 COST_PAGE = ROOT / "docs" / "cost.md"
+DESIGN = ROOT / "docs" / "design.md"
 BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P=name):end -->)", re.S)
 
 
@@ -674,7 +675,21 @@ def bench_table() -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def record_table() -> str:
+    """design.md's record table, from trgrpo/record.schema.json: each field, its JSON type, what it holds."""
+    required = set(RECORD_SCHEMA["then"]["required"])
+    rows = ["| field | type | required | meaning |", "|---|---|---|---|"]
+    for name, field in RECORD_SCHEMA["properties"].items():
+        kind = field.get("type") or ("const " + json.dumps(field["const"]) if "const" in field else "")
+        kind = kind or {"#/$defs/steps": "array of step rows", "#/$defs/evaluation": "object"}.get(field.get("$ref"))
+        kind = kind or " or ".join(o.get("type") or "object" for o in field["oneOf"])
+        kind = " or ".join(kind) if isinstance(kind, list) else kind
+        rows.append(f"| `{name}` | {kind} | {'yes' if name in required else ''} | {field['description']} |")
+    return "\n".join(rows)
+
+
 BLOCKS = {
+    DESIGN: {"record-table": record_table},
     README: {"course-times": readme_times, "toy-findings": toy_verdict, "lm-leverage": lm_leverage},
     GPU_PAGE: {"plan": plan_table},
     COST_PAGE: {"bench": cost_table},

@@ -173,3 +173,20 @@ def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):
     R.write_json(tmp_path / "r.json", {"kind": "note"})
     assert not stray.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "r.json"]
+
+
+@pytest.mark.parametrize(
+    "final, message",
+    [
+        ({"greedy_accuracy": "high"}, r"field 'final.greedy_accuracy' must be a number or null, got str"),
+        ({"greedy_accuracy": 7.5}, r"field 'final.greedy_accuracy': 7.5 is greater than the maximum of 1"),
+        ({"accuracy": -0.1}, r"field 'final.accuracy': -0.1 is less than the minimum of 0"),
+    ],
+)
+def test_an_accuracy_outside_zero_one_is_named_with_the_file(tmp_path, final, message):
+    """Accuracies are shares (record.schema.json): a string or 7.5 no longer passes."""
+    R.write_json(tmp_path / "g" / "r.json", _record(final=final))
+    with pytest.raises(R.RecordError, match=rf"g/r.json: {message}"):
+        R.read_record(tmp_path / "g" / "r.json")
+    with pytest.raises(R.RecordError, match=r"\(not written\): field 'final"):
+        R.write_result("g", "w", _record(final=final), tmp_path)

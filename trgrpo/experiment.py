@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import numbers
 import os
 import platform
 import re
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
+import jsonschema
 import yaml
 from pydantic import BeforeValidator, model_validator
 
@@ -33,33 +33,38 @@ RUNS_DIR = Path(os.environ.get("TRGRPO_RUNS", ROOT / "runs"))
 RUN_KIND = "run"
 MAX_NAME_CHARS = 100  # a run's name and each part of its group (file names stay far below the 255-byte limit)
 
-_NUM = (int, float)
-# Fields every run record has (the readers, notebooks 03 / 07 / 08 and the tables, rely on them).
-CORE_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "group": (str,),
-    "scheme": (str,),
-    "seed": (int,),
-    "steps": (int,),
-    "spec": (dict,),
-    "history": (list,),  # one dict per optimizer step, each with an int "step"
+# The record schema (JSON Schema, draft 2020-12): the fields every run record has (the readers, notebooks 03 / 07 / 08
+# and the tables rely on them), their types and ranges; docs/design.md's record table is rendered from it.
+RECORD_SCHEMA = json.loads((Path(__file__).with_name("record.schema.json")).read_text(encoding="utf-8"))
+CORE_FIELDS: list[str] = RECORD_SCHEMA["required"]  # a record written before "kind" existed
+RUN_FIELDS: list[str] = RECORD_SCHEMA["then"]["required"]
+
+
+def _numbers(validator, enabled, row, schema):
+    """The schema's keyword ``numbers``: a step row's values besides ``step`` are numbers or null (one pass over the
+    row: the records hold ~10k rows of ~30 values, too many for a subschema per value)."""
+    for key, value in row.items() if enabled and isinstance(row, dict) else ():
+        if key != "step" and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            yield jsonschema.ValidationError(f"must be a number or null, got {type(value).__name__}", path=[key])
+
+
+# JSON Schema's "integer" takes 2.0; a record's integers are ints
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"numbers": _numbers},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool)
+    ),
+)
+_RECORD = _Validator(RECORD_SCHEMA)
+_JSON_TYPES = {
+    "array": "list",
+    "object": "dict",
+    "integer": "int",
+    "string": "str",
+    "boolean": "bool",
+    "number": "a number",
 }
-RUN_FIELDS: dict[str, tuple[type, ...]] = {
-    **CORE_FIELDS,
-    "task": (str,),
-    "model": (str,),
-    "initial": (dict, type(None)),  # held-out evaluation before training (None when not measured)
-    "final": (dict,),  # held-out evaluation after training ({} with n_eval = 0)
-    "train_time_s": _NUM,
-    "seconds_per_step": _NUM,
-    "wall_time_s": _NUM,
-    "peak_memory": (dict,),
-    "machine": (dict,),
-    "versions": (dict,),
-    "git_commit": (str, type(None)),
-    "finished_at": (str,),
-}
-TYPES = {**RUN_FIELDS, "git_dirty": (bool, type(None))}  # git_dirty: records made before it lack it
 
 
 class RecordError(ValueError):
@@ -74,47 +79,29 @@ def is_run_record(record: Any) -> bool:
     return kind == RUN_KIND or (kind is None and ("history" in record or "scheme" in record))
 
 
-def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
-    if isinstance(value, bool) and bool not in types:  # True is an int to Python, not to the schema
-        return False
-    if float in types and isinstance(value, numbers.Real):
-        return True
-    return isinstance(value, types)
-
-
-def _is_step_list(key: str) -> bool:
-    return key == "history" or key.endswith(("_history", "_curve"))
-
-
 def validate_record(record: Any, where: str = "run record") -> dict:
-    """Check ``record`` against the schema; return it. Raises :class:`RecordError` naming ``where`` and the field."""
+    """Check ``record`` against :data:`RECORD_SCHEMA`; return it. Raises :class:`RecordError` naming ``where`` and
+    the field (the first fault jsonschema finds)."""
     if not isinstance(record, dict):
         raise RecordError(f"{where}: a run record is a JSON object, got {type(record).__name__}")
     if record.get("kind", RUN_KIND) != RUN_KIND:
         raise RecordError(f"{where}: field 'kind' is {record['kind']!r}, not a run record ({RUN_KIND!r})")
-    required = RUN_FIELDS if record.get("kind") == RUN_KIND else CORE_FIELDS
-    for key, types in TYPES.items():
-        names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-        if key not in record:
-            if key in required:
-                raise RecordError(f"{where}: missing required field {key!r} ({names})")
-        elif not _type_ok(record[key], types):
-            raise RecordError(f"{where}: field {key!r} must be {names}, got {type(record[key]).__name__}")
-    for key in filter(_is_step_list, record):
-        if not isinstance(record[key], list):
-            raise RecordError(f"{where}: field {key!r} must be list, got {type(record[key]).__name__}")
-        for i, row in enumerate(record[key]):
-            if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
-                raise RecordError(f"{where}: field '{key}[{i}]' must be a dict with an integer 'step', got {row!r:.80}")
-            for name, value in row.items():  # the tables and figures read every value as a number
-                if value is not None and not _type_ok(value, (float,)):
-                    raise RecordError(
-                        f"{where}: field '{key}[{i}].{name}' must be a number or null, got {type(value).__name__} "
-                        f"({value!r:.40})"
-                    )
-    if record.get("kind") == RUN_KIND and not record["name"]:
-        raise RecordError(f"{where}: field 'name' is empty")
-    return record
+    error = jsonschema.exceptions.best_match(_RECORD.iter_errors(record))
+    if error is None:
+        return record
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    if error.validator == "required":
+        missing = next(k for k in error.validator_value if k not in error.instance)
+        lacks = f"field '{field}' lacks" if field else "missing"
+        raise RecordError(f"{where}: {lacks} required field {missing!r}")
+    if error.validator == "type":
+        types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        got = type(error.instance).__name__
+        want = " or ".join(_JSON_TYPES.get(t, t) for t in types)
+        raise RecordError(f"{where}: field '{field}' must be {want}, got {got} ({error.instance!r:.40})")
+    if error.validator == "numbers":
+        raise RecordError(f"{where}: field '{field}' {error.message} ({error.instance[error.path[-1]]!r:.40})")
+    raise RecordError(f"{where}: field '{field}': {error.message:.200}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 from trgrpo.experiment import RESULTS_DIR, load_results, run, run_name
 from trgrpo.models import cache_dir, pad_batch, sft_step
 from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy, records, splits
+from trgrpo.weights import DEFAULTS
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 SYMBOLS = ["+", "=", ";"]
@@ -263,7 +264,7 @@ def toy_spec(
     *,
     task: str = "addition",
     placement: str = "surrogate",
-    tau: float = 9.0,
+    tau: float = DEFAULTS.tau,
     reward: str = "correct",
     **overrides: Any,
 ) -> dict:
@@ -419,8 +420,8 @@ def run_label(record: dict) -> str:
     label = scheme
     if scheme not in UNWEIGHTED:
         label += f"-{spec.get('placement', record.get('placement'))}"
-        tau = float(spec.get("tau", 9.0))
-        if tau != 9.0 and scheme in ("tr", "reverse", "const", "tr_norm"):  # tau is a parameter of Eq. 11 only
+        tau = float(spec.get("tau", DEFAULTS.tau))
+        if tau != DEFAULTS.tau and scheme in ("tr", "reverse", "const", "tr_norm"):  # tau is a parameter of Eq. 11 only
             label += f"-tau{tau:g}"
     reward = spec.get("task_options", {}).get("reward", "correct")
     if reward != "correct":

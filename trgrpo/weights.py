@@ -103,7 +103,9 @@ DEFAULTS = WeightParams()  # App. B.2's values, read by the specs, tables and fi
 
 def as_weight_params(params: WeightParams | str = "tr", /, **fields: Any) -> WeightParams:
     """A :class:`WeightParams` from one (with ``fields`` changed) or from a scheme name and ``fields``."""
-    return params.replace(**fields) if isinstance(params, WeightParams) else WeightParams(scheme=params, **fields)
+    return (
+        params.replace(**fields) if isinstance(params, WeightParams) else WeightParams(**{"scheme": params, **fields})
+    )
 
 
 def tr_weight(probs: torch.Tensor, params: WeightParams) -> torch.Tensor:
