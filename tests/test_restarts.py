@@ -78,36 +78,42 @@ def test_a_changed_spec_is_refused_over_a_record_and_over_a_checkpoint(tiny_mode
     assert spec_json.read_text() == trained_with  # never overwritten
 
 
-def test_a_half_written_trainer_state_is_passed_over(tiny_model_dir, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_model_dir, tmp_path_factory):
+    """The record of an uninterrupted 2-step run that saves every step."""
+    base = tmp_path_factory.mktemp("uninterrupted")
+    return run(two_steps(tiny_model_dir, "full"), results_dir=base / "res", checkpoint_dir=base / "ckpt", verbose=False)
+
+
+def two_steps(model, name):
+    return spec(model, name, steps=2, save_steps=1)
+
+
+def test_a_half_written_trainer_state_is_passed_over(tiny_model_dir, tmp_path, capsys, uninterrupted):
     """Fault 1: the newest checkpoint's trainer_state.json cut short (a kill while it was written): the restart
     resumes from the previous checkpoint, says so, and ends with the uninterrupted run's record (old code:
     JSONDecodeError on every restart)."""
     res, ck = tmp_path / "results", tmp_path / "ckpt"
-    full = run(spec(tiny_model_dir, "full", steps=3, save_steps=1), results_dir=res, checkpoint_dir=ck, verbose=False)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run(
-            spec(tiny_model_dir, "cut", steps=3, save_steps=1), results_dir=res, checkpoint_dir=ck, callbacks=[Crash(2)]
-        )
+        run(two_steps(tiny_model_dir, "cut"), results_dir=res, checkpoint_dir=ck, callbacks=[Crash(2)], verbose=False)
     folder = ck / "unit" / "cut"
     shutil.copytree(folder / "checkpoint-1", folder / "checkpoint-2")  # the newer one, its state half written
     state = folder / "checkpoint-2" / "trainer_state.json"
     state.write_text(state.read_text()[:40])
     log = StepLog()
     capsys.readouterr()
-    resumed = run(
-        spec(tiny_model_dir, "cut", steps=3, save_steps=1), results_dir=res, checkpoint_dir=ck, callbacks=[log]
-    )
+    resumed = run(two_steps(tiny_model_dir, "cut"), results_dir=res, checkpoint_dir=ck, callbacks=[log])
     assert "checkpoint-2 is incomplete (trainer_state.json" in capsys.readouterr().out
-    assert resumed["resumed_from"].endswith("checkpoint-1") and log.steps == [2, 3]
-    assert comparable(resumed) == pytest.approx(comparable(full), rel=1e-6)
+    assert resumed["resumed_from"].endswith("checkpoint-1") and log.steps == [2]
+    assert comparable(resumed) == pytest.approx(comparable(uninterrupted), rel=1e-6)
 
 
-def test_a_full_disk_is_said_and_the_restart_resumes(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.mark.slow  # about 13 s on 2 cores; the read-only half of fault 4 is in the default tier
+def test_a_full_disk_is_said_and_the_restart_resumes(tiny_model_dir, tmp_path, monkeypatch, uninterrupted):
     """Fault 4: torch's zip writer out of space ("unexpected pos") while a checkpoint is saved: one "disk full" error
     naming the folder and the space a checkpoint needs; once space is back, the restart passes over the cut
     checkpoint and ends with the uninterrupted run's record."""
     res, ck = tmp_path / "results", tmp_path / "ckpt"
-    full = run(spec(tiny_model_dir, "full", steps=2, save_steps=1), results_dir=res, checkpoint_dir=ck, verbose=False)
     real_save = torch.save
 
     def full_disk(obj, f, *a, **kw):
@@ -118,12 +124,12 @@ def test_a_full_disk_is_said_and_the_restart_resumes(tiny_model_dir, tmp_path, m
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(experiment.DiskFull, match=r"disk full .*unit/cut: a checkpoint needs about [0-9.]+ GB"):
-        run(spec(tiny_model_dir, "cut", steps=2, save_steps=1), results_dir=res, checkpoint_dir=ck, verbose=False)
+        run(two_steps(tiny_model_dir, "cut"), results_dir=res, checkpoint_dir=ck, verbose=False)
     monkeypatch.setattr(torch, "save", real_save)
     log = StepLog()
-    again = run(spec(tiny_model_dir, "cut", steps=2, save_steps=1), results_dir=res, checkpoint_dir=ck, callbacks=[log])
+    again = run(two_steps(tiny_model_dir, "cut"), results_dir=res, checkpoint_dir=ck, callbacks=[log], verbose=False)
     assert again["resumed_from"].endswith("checkpoint-1") and log.steps == [2]
-    assert comparable(again) == pytest.approx(comparable(full), rel=1e-6)
+    assert comparable(again) == pytest.approx(comparable(uninterrupted), rel=1e-6)
 
 
 def test_a_second_process_on_a_running_run_is_refused(tiny_model_dir, tmp_path):
@@ -199,5 +205,5 @@ def test_a_finished_run_restarts_through_train_when_parameters_are_placeholders(
     assert log.steps == [] and again["resumed_from"].endswith("checkpoint-2")
     assert comparable(again) == comparable(full)
     assert again["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"], rel=1e-6)
-    assert again["seconds_per_step"] == pytest.approx(full["seconds_per_step"], rel=0.25)
-    assert again["train_time_s"] >= 0.75 * full["train_time_s"]
+    assert again["seconds_per_step"] >= 0.5 * full["seconds_per_step"]  # not the reload's ~0
+    assert again["train_time_s"] >= 0.5 * full["train_time_s"]
