@@ -527,3 +527,45 @@ def test_generate_rejects_bad_settings(tiny_lm):
 
 def test_the_verifier_logs_as_the_task():
     assert math_verify.logger is mt.logger and mt.logger.name == "trgrpo.tasks.math"
+
+
+# about 60 s on the 2-core VM: slow tier
+@pytest.mark.slow
+def test_math_reward_in_two_accelerate_ranks(tiny_model_dir, tmp_path, monkeypatch):
+    """TRL's reward function in each of two ranks (accelerate launch, CPU, gloo): each rank starts its own pool
+    (make_math_reward_func verifies a first batch in it), the run finishes, and no worker outlives the ranks (a
+    forked worker has its rank's command line)."""
+    import psutil
+
+    from trgrpo import experiment, fullscale
+    from trgrpo.experiment import RunSpec
+
+    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    spec = RunSpec(
+        task="math",
+        model=tiny_model_dir,
+        scheme="tr",
+        steps=2,
+        prompts_per_step=2,
+        num_generations=4,
+        micro_batch_size=2,
+        max_completion_length=8,
+        n_train=8,
+        n_eval=0,
+        save_steps=100,
+        task_options={"train": "generated", "eval_sets": []},
+        group="math2",
+        name="two-ranks",
+    )
+    before = {p.pid for p in psutil.process_iter()}
+    (rec,) = fullscale.launch([spec], gpus=0, cpu_processes=2, results_dir="res", log_dir=tmp_path / "logs")
+    assert rec["steps_run"] == 2 and all("reward" in h for h in rec["history"])
+    time.sleep(2)
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline", "status"])
+        if p.pid not in before and "trgrpo.train" in " ".join(p.info["cmdline"] or []) and p.info["status"] != "zombie"
+    ]
+    assert not left, left
