@@ -15,7 +15,7 @@ completion length.
 
 The math reward's cost has two parts: the scan, which grows with the input and is what the 1 MB bound is about,
 and sympy's parse + verify of the final boxed answer (at most 1000 characters), which does not grow with the input
-and is cut by ``timeout_s`` in the main thread (tested in test_tasks_math.py and below).
+and runs in a worker process, cut by ``timeout_s`` of its CPU time (tested in test_tasks_math.py and below).
 """
 
 from __future__ import annotations

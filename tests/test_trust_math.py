@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from trgrpo.tasks import math as mt
+from trgrpo.tasks import math_verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def warm():
-    mt.warm_up()
+    math_verify.start()
 
 
 def box(x: str) -> str:
@@ -175,14 +176,15 @@ def test_float_answers_read_as_the_number_meant(tmp_path):
 
 def test_suspicious_or_unparseable_gold_is_reported(caplog):
     with caplog.at_level(logging.WARNING, logger="trgrpo.tasks.math"):
-        g = mt.analyze_gold("\\frac{1}{\\sqrt{3}}c")
-        u = mt.analyze_gold("2 E_0 \\heartsuit")
+        g = math_verify.analyze_gold("\\frac{1}{\\sqrt{3}}c")
+        u = math_verify.analyze_gold("2 E_0 \\heartsuit")
     assert g.mode == "strict" and "math-verify reads it as" in g.note
     assert u.mode == "string" and u.note
     assert "sqrt{3}}c" in caplog.text and "2 E_0" in caplog.text
     assert mt.math_reward(box("2 E_0 \\heartsuit"), "2 E_0 \\heartsuit") == 1.0  # identical text still scores
     assert mt.math_reward(box("2"), "2 E_0 \\heartsuit") == 0.0
-    assert mt.analyze_gold("\\frac{3}{4}").mode == "mv" and mt.analyze_gold("\\frac{3}{4}").note is None
+    three_quarters = math_verify.analyze_gold("\\frac{3}{4}")
+    assert three_quarters.mode == "mv" and three_quarters.note is None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Data: generated arithmetic (:func:`generate_math`), a local file (:func:`load_math_file`) or a hub set of
 :data:`MATH_HUB`. Reward (:func:`math_reward`): 1.0 if the last boxed answer equals the reference, else 0.0; it never
-raises, and math-verify runs under a CPU-time budget of the calling thread (:mod:`trgrpo.tasks.math_verify`).
+raises, and math-verify runs in worker processes, in parallel, each answer under a CPU-time budget
+(:func:`trgrpo.tasks.math_verify.verify`).
 Evaluation: greedy accuracy, or avg@k and pass@k from k samples (AMC, AIME).
 """
 
@@ -30,54 +31,60 @@ from trgrpo.tasks.common import (
 )
 from trgrpo.tasks.math_verify import (
     MAX_NESTING,
-    BudgetExceeded,
     _answer_text,
-    _equivalent,
     _normalize,
-    analyze_gold,
     extract_boxed_answer,
     gold_forms,
     logger,
     nesting_depth,
-    time_budget,
-    warm_up,
+    start,
+    verify,
 )
 
-DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (the calling thread's own clock)
+DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (its worker's own clock)
+
+
+def _screen(completion: Any, answer: Any) -> float | tuple[str, tuple[str, ...]]:
+    """1.0 or 0.0 where the text decides (no box, the same normalised text, too deep a nesting), else the boxed
+    prediction and the reference forms for the verifier."""
+    if not isinstance(completion, str):
+        return 0.0
+    golds = gold_forms(answer)
+    pred = extract_boxed_answer(completion)
+    if pred is None or not pred.strip() or not golds:
+        return 0.0
+    norm_pred = _normalize(pred)
+    if norm_pred and any(norm_pred == _normalize(g) for g in golds):
+        return 1.0
+    return 0.0 if nesting_depth(pred) > MAX_NESTING else (pred, golds)
+
+
+def math_rewards(
+    completions: Sequence[Any], answers: Sequence[Any], *, timeout_s: float | None = DEFAULT_TIMEOUT_S
+) -> list[float]:
+    """App. B.1.2: per completion, 1.0 if its last boxed answer equals its ``answer`` (a string, number or list of
+    accepted forms) under math-verify, else 0.0; the answers are verified in parallel. Never raises: bad input, parse
+    errors, blow-ups and a spent ``timeout_s`` CPU budget all give 0.0."""
+    screened: list[float | tuple[str, tuple[str, ...]]] = []
+    for completion, answer in zip(completions, answers, strict=True):
+        try:
+            screened.append(_screen(completion, answer))
+        except Exception:  # an answer cell of an odd type, ...
+            logger.debug("math_reward failed", exc_info=True)
+            screened.append(0.0)
+    verdicts = iter(verify([s for s in screened if isinstance(s, tuple)], timeout_s))
+    return [s if isinstance(s, float) else float(next(verdicts)) for s in screened]
 
 
 def math_reward(completion: Any, answer: Any, *, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> float:
-    """App. B.1.2: 1.0 if the last boxed answer equals ``answer`` (a string, number or list of accepted forms) under
-    math-verify, else 0.0. Never raises: bad input, parse errors, blow-ups and a spent ``timeout_s`` CPU budget
-    all give 0.0."""
-    try:
-        if not isinstance(completion, str):
-            return 0.0
-        golds = gold_forms(answer)
-        pred = extract_boxed_answer(completion)
-        if pred is None or not pred.strip() or not golds:
-            return 0.0
-        norm_pred = _normalize(pred)
-        if norm_pred and any(norm_pred == _normalize(g) for g in golds):
-            return 1.0
-        if nesting_depth(pred) > MAX_NESTING:
-            return 0.0
-        warm_up()
-        for gold in golds:  # trusted and cached: outside the budget
-            analyze_gold(gold)
-        with time_budget(timeout_s):
-            return 1.0 if any(_equivalent(pred, gold) for gold in golds) else 0.0
-    except BudgetExceeded:
-        return 0.0
-    except Exception:  # parse/verify failures of any kind (RecursionError and MemoryError included)
-        logger.debug("math_reward failed", exc_info=True)
-        return 0.0
+    """:func:`math_rewards` of one completion."""
+    return math_rewards([completion], [answer], timeout_s=timeout_s)[0]
 
 
 def make_math_reward_func(*, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Callable[..., list[float]]:
     """TRL reward function ``math_accuracy_reward``; reads the dataset column ``answers`` (every accepted form) or
-    ``answer``. math-verify is loaded and warmed here, before any budget."""
-    warm_up()
+    ``answer``. The verifier's worker pool is started and warmed here."""
+    start()
 
     def math_accuracy_reward(
         prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
@@ -90,7 +97,7 @@ def make_math_reward_func(*, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Cal
             raise KeyError("the math reward needs the dataset column 'answer' (see math_dataset)")
         if len(answers) != len(completions):
             raise ValueError("completions and answer must have the same length")
-        return [math_reward(completion_text(c), a, timeout_s=timeout_s) for c, a in zip(completions, answers)]
+        return math_rewards([completion_text(c) for c in completions], answers, timeout_s=timeout_s)
 
     return math_accuracy_reward
 
@@ -298,7 +305,7 @@ def evaluate_math(
         raise ValueError("evaluate at least one record")
     prompts = [math_prompt(r) for r in records]
     completions = greedy_generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens)
-    scores = [math_reward(c, r.get("answers") or r["answer"]) for c, r in zip(completions, records)]
+    scores = math_rewards(completions, [r.get("answers") or r["answer"] for r in records])
     return {"accuracy": sum(scores) / len(scores), "n": len(scores)}
 
 
@@ -331,9 +338,9 @@ def evaluate_math_sampled(
         top_p=top_p,
         seed=seed,
     )
-    correct = [
-        [math_reward(c, r.get("answers") or r["answer"]) == 1.0 for c in row] for row, r in zip(samples, records)
-    ]
+    answers = [r.get("answers") or r["answer"] for row, r in zip(samples, records) for _ in row]
+    scores = iter(math_rewards([c for row in samples for c in row], answers))
+    correct = [[next(scores) == 1.0 for _ in row] for row in samples]
     return {f"avg@{k}": mean_avg_at_k(correct), f"pass@{k}": mean_pass_at_k(correct, k), "n": len(records), "k": k}
 
 

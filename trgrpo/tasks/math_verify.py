@@ -5,7 +5,10 @@
 * :func:`analyze_gold`: the reference parsed once and checked against a case- and variable-keeping reading.
 * :func:`_equivalent`: math-verify's verdict with guards where its yes is wrong (negated tuples, equations compared
   by one side, tiny numbers rounded equal), after a blow-up guard judged on the unevaluated parse (huge powers,
-  factorials, sums) and under :func:`time_budget`, a CPU-time budget of the calling thread.
+  factorials, sums).
+* :func:`verify`: :func:`_equivalent` in a pool of worker processes (pebble, fork), in parallel, each answer
+  under a CPU-time budget of its worker: past it the parse is interrupted (SIGPROF), and a long C call that cannot be
+  interrupted ends the worker (RLIMIT_CPU), which the pool replaces; either way the answer scores 0.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import logging
 import math
 import os
 import re
-import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,124 +75,6 @@ def _normalize(s: str) -> str:
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = "".join(s.split())
     return s.rstrip(".")
-
-
-class BudgetExceeded(BaseException):
-    """The CPU budget is spent (a BaseException: math-verify's and sympy's ``except Exception`` do not swallow it)."""
-
-
-_REFIRE_S = 0.01  # raise again every 10 ms: C code that swallows an exception (antlr4's __eq__) must not absorb it
-_PATIENCE = 20  # deliveries to wait for a frame of _INTERRUPTIBLE before raising wherever the code is
-_INTERRUPTIBLE = ("sympy", "mpmath", "antlr4", "latex2sympy2_extended", "math_verify", f"{__package__}.math")
-
-
-def _in_import(frame: Any) -> bool:
-    """True when an import is running somewhere in the stack of ``frame``."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _thread_clock(thread_id: int) -> int | None:
-    """The CPU-time clock of a thread (None where the platform has none: the budget is then wall-clock time)."""
-    try:
-        return time.pthread_getcpuclockid(thread_id)
-    except (AttributeError, OSError):
-        return None
-
-
-def _now(clock: int | None) -> float:
-    return time.clock_gettime(clock) if clock is not None else time.monotonic()
-
-
-class _Watchdog:
-    """A daemon thread that raises :class:`BudgetExceeded` (``PyThreadState_SetAsyncExc``) in threads that have spent
-    their CPU budget: it sleeps for the budget left, then re-reads the thread's clock; it re-raises every 10 ms, never
-    inside an import, preferably in a parser frame; disarming cancels a pending delivery."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._jobs: dict[int, dict[str, Any]] = {}  # token -> thread id, clock, start, budget, next check, fires
-        self._next = 0
-        self._thread: threading.Thread | None = None
-
-    def arm(self, seconds: float) -> int:
-        ident = threading.get_ident()
-        clock = _thread_clock(ident)
-        with self._cond:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="trgrpo-math-budget", daemon=True)
-                self._thread.start()
-            self._next += 1
-            self._jobs[self._next] = dict(
-                ident=ident, clock=clock, start=_now(clock), budget=seconds, due=time.monotonic() + seconds, fires=0
-            )
-            self._cond.notify()
-            return self._next
-
-    def disarm(self, token: int) -> None:
-        with self._cond:
-            job = self._jobs.pop(token, None)
-            if job is not None and job["fires"]:
-                _set_async_exc(job["ident"], None)  # cancel a delivery still pending
-
-    def _run(self) -> None:
-        import sys
-
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                for job in [j for j in self._jobs.values() if j["due"] <= now]:
-                    if not job["fires"]:
-                        try:
-                            left = job["budget"] - (_now(job["clock"]) - job["start"])
-                        except OSError:  # the thread is gone
-                            left = 0.0
-                        if left > 0:  # descheduled or waiting for the GIL: not spent yet
-                            job["due"] = now + max(left, 1e-3)
-                            continue
-                    job["due"] = now + _REFIRE_S
-                    job["fires"] += 1
-                    frame = sys._current_frames().get(job["ident"])
-                    if frame is None or _in_import(frame):
-                        continue
-                    module = frame.f_globals.get("__name__", "")
-                    if module.startswith(_INTERRUPTIBLE) or job["fires"] > _PATIENCE:
-                        _set_async_exc(job["ident"], BudgetExceeded)
-                wait = min((job["due"] for job in self._jobs.values()), default=now + 60) - time.monotonic()
-                self._cond.wait(timeout=max(wait, 1e-3))
-
-
-def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
-
-
-_WATCHDOG = _Watchdog()
-if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread, and maybe a lock held at the fork
-    os.register_at_fork(after_in_child=_WATCHDOG.__init__)
-
-
-@contextlib.contextmanager
-def time_budget(seconds: float | None) -> Iterator[None]:
-    """Raise :class:`BudgetExceeded` in the block once this thread has used ``seconds`` of CPU time (any thread; a no-op
-    for ``None``/``<= 0``). A single long C call cannot be interrupted: :func:`_is_blowup` refuses those first."""
-    if not seconds or seconds <= 0:
-        yield
-        return
-    token = _WATCHDOG.arm(seconds)
-    try:
-        yield
-    finally:
-        while True:  # a late delivery may land in here: retry until the disarm has run whole
-            try:
-                _WATCHDOG.disarm(token)
-                break
-            except BudgetExceeded:
-                continue
 
 
 _MAX_DIGITS = 100_000  # no (sub)expression may have a value of more decimal digits (10^{100000}, 2^{2^{16}})
@@ -471,8 +354,8 @@ def _float_text(value: float) -> str:
     return format(value, ".15g")
 
 
-# Scored once without a budget: they load what sympy and math-verify import lazily, so that no budget is spent on
-# an import (the watchdog never interrupts one) and the first answer of a process is not cut short.
+# Scored once before the workers are forked: they load what sympy and math-verify import lazily, so that no budget
+# is spent on an import (nor one interrupted) and the first answer a worker scores is not cut short.
 _WARM_UP = (
     ("\\frac{1}{2}", "0.5"),
     ("x^2+7x+10", "(x+2)(x+5)"),
@@ -481,23 +364,14 @@ _WARM_UP = (
     ("N=n+1", "N=n"),
     ("9.224 \\times 10^{-19}", "8.224 \\times 10^{-19}"),
 )
-_WARM_LOCK = threading.Lock()
-_warmed = False
 
 
 def warm_up() -> None:
-    """Run the whole scoring path on a few answers without a budget (idempotent, thread safe)."""
-    global _warmed
-    if _warmed:
-        return
-    with _WARM_LOCK:
-        if _warmed:
-            return
-        _math_verify()
-        for pred, gold in _WARM_UP:
-            with contextlib.suppress(Exception):
-                _equivalent(pred, gold)
-        _warmed = True
+    """Run the whole scoring path on a few answers without a budget."""
+    _math_verify()
+    for pred, gold in _WARM_UP:
+        with contextlib.suppress(Exception):
+            _equivalent(pred, gold)
 
 
 REL_TOL = 1e-5  # numbers below 0.1 in magnitude must agree to this relative tolerance (see _close_enough)
@@ -563,7 +437,7 @@ def _parse_guarded_mv(pred: str) -> list[Any]:
 
 @functools.lru_cache(maxsize=4096)
 def _equivalent(pred: str, gold: str) -> bool:
-    """Equivalence of a boxed prediction and one reference form (cached; BudgetExceeded is not)."""
+    """Equivalence of a boxed prediction and one reference form (cached in the worker)."""
     mv = _math_verify()
     ref = analyze_gold(gold)
     if ref.mode == "string":
@@ -585,8 +459,6 @@ def _equivalent(pred: str, gold: str) -> bool:
         if _is_blowup(_strict_parse(pred, units=units, evaluate=False)):
             return False
         parsed_pred = _strict_parse(pred, units=units)
-    except BudgetExceeded:
-        raise
     except Exception:
         return False
     names, gold_names = _symbol_names(parsed_pred), _symbol_names(ref.strict)
@@ -597,3 +469,120 @@ def _equivalent(pred: str, gold: str) -> bool:
     if not mv.verify([ref.strict], [parsed_pred], timeout_seconds=None):
         return False
     return _guards_hold(pred, ref.strict, parsed_pred) and _close_enough(ref.strict, parsed_pred)
+
+
+# The worker pool
+
+WORKERS = min(4, len(os.sched_getaffinity(0)))  # worker processes per process that scores (each torchrun rank its own)
+HANG_S = 60.0  # wall-clock seconds after which a worker is ended whatever it does (the CPU budgets end it far sooner)
+_pool: Any = None
+
+
+class _Spent(BaseException):
+    """The worker's CPU budget is spent (a BaseException: math-verify's and sympy's ``except Exception`` do not
+    swallow it)."""
+
+
+_armed = False  # a SIGPROF that arrives after the answer's verdict (the timer re-fires) raises nothing
+
+
+def _spent(signum: int, frame: Any) -> None:
+    if _armed:
+        raise _Spent
+
+
+def _worker_start() -> None:
+    """A worker: the collector leaves alone what it inherited (a full collection would walk, and copy, the parent's
+    heap inside some answer's budget), SIGPROF interrupts its parse, and no core file is written when RLIMIT_CPU
+    ends it."""
+    import gc
+    import resource
+    import signal
+
+    gc.freeze()
+    signal.signal(signal.SIGPROF, _spent)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _verify_in_worker(pred: str, golds: tuple[str, ...], cpu_seconds: float | None) -> bool:
+    """In a worker: any reference form equivalent to ``pred`` within ``cpu_seconds`` of this process's CPU time
+    (the references, trusted and cached, are read first, outside the budget). SIGPROF fires at the budget and again
+    every 10 ms (C code that swallows an exception, antlr4's ``__eq__``, must not absorb it); a C call that never
+    returns to Python meets RLIMIT_CPU one to two seconds later and SIGXCPU ends the worker."""
+    global _armed
+    import resource
+    import signal
+    import time
+
+    for gold in golds:
+        analyze_gold(gold)
+    if not cpu_seconds or cpu_seconds <= 0:
+        return any(_equivalent(pred, gold) for gold in golds)
+    limits = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(time.process_time() + cpu_seconds) + 1, limits[1]))
+    _armed = True
+    signal.setitimer(signal.ITIMER_PROF, cpu_seconds, 0.01)
+    try:
+        return any(_equivalent(pred, gold) for gold in golds)
+    except _Spent:
+        return False
+    finally:
+        while _armed:  # a _Spent raised while disarming: disarm again
+            with contextlib.suppress(_Spent):
+                _armed = False
+                signal.setitimer(signal.ITIMER_PROF, 0)
+        resource.setrlimit(resource.RLIMIT_CPU, limits)
+
+
+def _workers() -> Any:
+    """The process's pool, started on first use and stopped at exit. Its workers are forked from this process after
+    :func:`warm_up` ran here, so that a worker, also one that replaces an ended one, starts warm in milliseconds
+    (forkserver or spawn would import the main module, a training script, in each); they touch no CUDA."""
+    global _pool
+    if _pool is None:
+        import atexit
+        import multiprocessing
+
+        import pebble
+
+        warm_up()
+        context = multiprocessing.get_context("fork")
+        _pool = pebble.ProcessPool(max_workers=WORKERS, initializer=_worker_start, context=context)
+        atexit.register(_stop, _pool)
+    return _pool
+
+
+def _stop(pool: Any) -> None:
+    pool.stop()
+    pool.join()
+
+
+def _forget_pool() -> None:  # a forked child has the parent's pool object, not its threads: it starts its own
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def start() -> None:
+    """Warm up and start the worker pool (so that the first batch of a run does not wait for it)."""
+    verify([("1", ("1",))] * WORKERS, None)
+
+
+def verify(items: Sequence[tuple[str, tuple[str, ...]]], cpu_seconds: float | None) -> list[bool]:
+    """For each (boxed prediction, reference forms): is the prediction equivalent to one of them? Verified in the
+    worker pool, in parallel, each under ``cpu_seconds`` of its worker's CPU time (None: no budget; the blow-up
+    guard still applies); an answer past its budget, whose worker was ended or that raised is not equivalent."""
+    if not items:
+        return []
+    pool = _workers()
+    futures = [pool.schedule(_verify_in_worker, args=(p, tuple(g), cpu_seconds), timeout=HANG_S) for p, g in items]
+    out = []
+    for future in futures:
+        try:
+            out.append(bool(future.result()))
+        except Exception:  # _Spent, TimeoutError (HANG_S), pebble's ProcessExpired (RLIMIT_CPU, memory), ...
+            logger.debug("math verification failed", exc_info=True)
+            out.append(False)
+    return out
