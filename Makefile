@@ -93,6 +93,14 @@ browser:
 student: $(STAMP)
 	$(VPY) -m trgrpo.course student --out student
 
+# Grade a folder of submitted workbooks (one per student, or a folder per student): each executed headless, at most
+# GRADE_TIMEOUT seconds, into a table student x exercise (✓/✗ and points) and SUBMISSIONS/grades.csv with the written
+# answers
+SUBMISSIONS ?= submissions
+GRADE_TIMEOUT ?= 600
+grade: $(STAMP)
+	$(VPY) -m trgrpo.course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT)
+
 # The instructor's copy: the solutions notebooks, executed (reference answers from course/answers.py)
 INSTRUCTOR_DIR ?= instructor
 instructor: $(STAMP)

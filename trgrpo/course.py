@@ -76,6 +76,9 @@ TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
 DERIVATION = "derivation"
 CONCLUSION = "conclusion"
+ANSWER = "answer"  # a written answer's cell in a workbook, collected by `make grade`
+ANSWER_TEXT = "**Your answer** (the written part of this exercise; collected with the grades):"
+WRITTEN_RE = re.compile(r"\b(explain|why|in (one|two|a) sentences?|describe|what does .* show)\b", re.I)
 KINDS = ("predict", "explore", "derive", "implement")  # graded from "change a parameter" to "write a variant"
 HEADING_RE = re.compile(rf"^###\s+Exercise\s+(\d+)\.(\d+)\s*·\s*({'|'.join(KINDS)})\s*·\s*(.+?)\s*$", re.M)
 EXPECTS_RE = re.compile(r"^#\s*expects:\s*(.+?)\s*$")
@@ -186,6 +189,19 @@ def exercise_workbook(nb: Any) -> Any:
         current = heading["id"] if heading else current
         if SOLUTION not in tags(src[i]):
             cells.append(src[i])
+            if heading and WRITTEN_RE.search(src[i].source):
+                nbgrader = {
+                    "grade": True,
+                    "solution": True,
+                    "locked": False,
+                    "points": 0,
+                    "grade_id": f"written-{current}",
+                }
+                meta = {"tags": [ANSWER], "nbgrader": {**nbgrader, "schema_version": 3}}
+                cells.append(_nbformat().v4.new_markdown_cell(ANSWER_TEXT + "\n\n", metadata=meta))
+            elif CHECK in tags(src[i]) and current is not None:
+                src[i].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                               "grade_id": f"check-{current}-{i}", "schema_version": 3}  # fmt: skip
             i += 1
             continue
         j = i
@@ -202,7 +218,8 @@ def exercise_workbook(nb: Any) -> Any:
             f'raise NotImplementedError("Exercise {current}: replace this cell with your solution, '
             f'then run the check below")'
         )
-        cells.append(_nbformat().v4.new_code_cell(stub, metadata={"tags": ["stub"]}))
+        nbgrader = {"grade": False, "solution": True, "locked": False, "grade_id": f"answer-{current}-{i}"}
+        cells.append(_nbformat().v4.new_code_cell(stub, metadata={"tags": ["stub"], "nbgrader": nbgrader}))
         i = j
     out.cells = cells
     if cells and cells[0].cell_type == "markdown":
@@ -670,6 +687,75 @@ class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with
         ) from None
 
 
+def _graded_cells(nb: Any) -> list[tuple[str, Any]]:
+    """Each check cell of a workbook with its exercise id."""
+    out, current = [], None
+    for c in nb.cells:
+        heading = exercise_heading(c)
+        current = heading["id"] if heading else current
+        if CHECK in tags(c) and current is not None:
+            out.append((current, c))
+    return out
+
+
+def grade_workbook(path: Path, timeout: int = 600) -> dict:
+    """Execute a submitted workbook headless (every cell, an error does not stop the run; at most ``timeout``
+    seconds) and judge each exercise: ``{"exercises": {id: (points, max)}, "written": {id: text}, "error": str}``;
+    a check cell is worth its ``nbgrader.points`` (1 if not given) when it runs without error."""
+    import subprocess
+    import tempfile
+
+    nb = read(path)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.metadata.setdefault("tags", []).append("raises-exception")  # nbclient runs on past a failing check
+    work = Path(tempfile.mkdtemp(prefix="trgrpo-grade-"))
+    _nbformat().write(nb, str(work / "in.ipynb"))
+    cmd = [sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "python3", "--cwd", str(Path(path).parent)]
+    error = ""
+    try:
+        done = subprocess.run([*cmd, str(work / "in.ipynb"), str(work / "out.ipynb")], capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+        if not (work / "out.ipynb").is_file():
+            error = "did not run: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+    except subprocess.TimeoutExpired:
+        error = f"stopped after {timeout} s"
+    ran = read(work / "out.ipynb") if (work / "out.ipynb").is_file() else nb
+    shutil.rmtree(work, ignore_errors=True)
+    scores: dict[str, list[float]] = {}
+    for exercise, c in _graded_cells(ran):
+        points = float(c.metadata.get("nbgrader", {}).get("points", 1))
+        ok = c.get("execution_count") is not None and not any(o.output_type == "error" for o in c.get("outputs", []))
+        got, total = scores.get(exercise, [0.0, 0.0])
+        scores[exercise] = [got + points * ok, total + points]
+    written, current = {}, None
+    for c in ran.cells:
+        heading = exercise_heading(c)
+        current = heading["id"] if heading else current
+        if ANSWER in tags(c) and current is not None:
+            written[current] = c.source.replace(ANSWER_TEXT, "").strip()
+    return {"exercises": {k: tuple(v) for k, v in scores.items()}, "written": written, "error": error}
+
+
+def grade_folder(folder: Path | str, timeout: int = 600) -> list[dict]:
+    """``make grade SUBMISSIONS=folder``: each ``*.ipynb`` under ``folder`` (the student: its file stem, or its
+    first folder under ``folder``), graded by :func:`grade_workbook`: one row per student and workbook."""
+    folder, rows = Path(folder), []
+    for path in sorted(folder.rglob("*.ipynb")):
+        rel = path.relative_to(folder)
+        student = rel.parts[0] if len(rel.parts) > 1 else path.stem
+        graded = grade_workbook(path, timeout)
+        row = {"student": student, "workbook": path.stem}
+        for exercise, (got, total) in graded["exercises"].items():
+            row[exercise] = f"{'✓' if got == total else '✗'} {got:g}/{total:g}"
+        row["points"] = sum(g for g, _ in graded["exercises"].values())
+        row["max"] = sum(t for _, t in graded["exercises"].values())
+        row.update({f"written {k}": v for k, v in graded["written"].items()})
+        row["error"] = graded["error"]
+        rows.append(row)
+    return rows
+
+
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -677,6 +763,10 @@ def _cli(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("instructor", help="the student copy and the solutions").add_argument(
         "--out", default=str(ROOT / "instructor")
     )
+    g = sub.add_parser("grade", help="grade a folder of submitted workbooks into a table and a CSV")
+    g.add_argument("folder")
+    g.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
+    g.add_argument("--csv", default=None, help="default: FOLDER/grades.csv")
     r = sub.add_parser("records", help="promote the notebooks' last full-mode headlines and figures from runs/")
     r.add_argument("--allow-dirty", action="store_true", help="also headlines made on an uncommitted tree")
     t = sub.add_parser(
@@ -692,6 +782,23 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.cmd == "instructor":
         print(f"wrote {len(write_instructor_copy(args.out))} notebooks into {args.out}")
+        return 0
+    if args.cmd == "grade":
+        import csv
+
+        from trgrpo.tables import markdown_table
+
+        if not Path(args.folder).is_dir():
+            print(f"grade: {args.folder} is not a folder")
+            return 2
+        rows = grade_folder(args.folder, args.timeout)
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        out = Path(args.csv or Path(args.folder) / "grades.csv")
+        with out.open("w", newline="") as f:
+            csv.DictWriter(f, columns).writeheader()
+            csv.DictWriter(f, columns).writerows(rows)
+        shown = [c for c in columns if not c.startswith("written ")]
+        print(markdown_table(rows, shown) + f"\n\nwrote {out}")
         return 0
     if args.cmd == "records":
         try:
