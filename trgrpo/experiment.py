@@ -785,6 +785,7 @@ def run_lock(out_dir: Path):
     if os.environ.get("RANK", "0") != "0":
         yield
         return
+    created = [d for d in out_dir.parents if not d.exists()]  # removed again when the run never started
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     lock, pid = FileLock(f"{out_dir}.lock"), Path(f"{out_dir}.pid")
     try:
@@ -801,6 +802,11 @@ def run_lock(out_dir: Path):
     finally:
         pid.unlink(missing_ok=True)
         lock.release()
+        if not out_dir.exists():  # a run that could not start leaves nothing
+            Path(f"{out_dir}.lock").unlink(missing_ok=True)
+            for d in created:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
 
 class DiskFull(OSError):
