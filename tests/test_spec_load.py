@@ -31,6 +31,7 @@ def _data(tmp: Path) -> dict[str, str]:
         "empty_quiz": '{"quiz": "", "names": ["A"], "solution": [true]}\n',
         "nulls": '{"quiz": null, "names": null, "solution": null}\n',
         "zero_people": '{"quiz": "q", "names": [], "solution": []}\n',
+        "duplicate_names": '{"quiz": "q", "names": ["A", "A"], "solution": [true, false]}\n',
         "bad_json": '{"quiz": \n',
         "empty_file": "",
     }
@@ -71,7 +72,7 @@ def _check_refused(path: Path, rc: int, err: str, expected: str, tmp: Path) -> N
     assert not (tmp / "results").exists() and not (tmp / "checkpoints").exists()
 
 
-DATA = ("empty_quiz", "nulls", "zero_people", "empty_file", "not_utf8", "missing")
+DATA = ("empty_quiz", "nulls", "zero_people", "duplicate_names", "empty_file", "not_utf8", "missing")
 
 
 @pytest.mark.parametrize("case", [*BAD, *(f"data_{n}" for n in DATA)])

@@ -595,7 +595,7 @@ def train_config_summary(spec: RunSpec, world_size: int = 1) -> dict:
 # Training
 
 
-WEIGHT_FIELDS = ("scheme", "alpha", "mu", "tau", "lower", "upper", "tau_mode", "placement")  # -> weight_<field>
+WEIGHT_FIELDS = (*WeightParams.model_fields, "placement")  # -> TRGRPOConfig.weight_<field>
 
 
 def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, **overrides):
