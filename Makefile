@@ -57,6 +57,12 @@ refresh-checked: $(STAMP)
 run: $(STAMP) model
 	$(VPY) -m trgrpo.run_all
 
+# The rendered book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus and the glossary,
+# as HTML pages in build/book/ (scripts/build_book.py, nbconvert; 08 without its code). Published by
+# .github/workflows/book.yml.
+book: $(STAMP)
+	$(VPY) scripts/build_book.py --executed runs/make-run --out build/book
+
 # the committed records change only here: the notebooks' last full-mode headlines (of a clean tree) and figures
 records: $(STAMP)
 	$(VPY) -m trgrpo.course records

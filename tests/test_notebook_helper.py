@@ -56,6 +56,7 @@ def test_tag_and_paths(tmp_path, monkeypatch):
     assert full.results == smoke.results == tmp_path / "results"
     assert full.runs == tmp_path / "results" and smoke.runs == tmp_path / "runs" / "smoke-results"
     assert full.figures == tmp_path / "runs" / "figures", "git-ignored: a run rewrites no tracked figure"
+    assert full.figures.is_dir(), "created: a notebook writes into it before any plot (07's rollout page)"
     assert full.headline_path == tmp_path / "runs" / "notebooks" / "02_w.json", "git-ignored: `make records` promotes"
     assert smoke.headline_path == tmp_path / "runs" / "notebooks" / "02_w_smoke.json"
     monkeypatch.setenv("TRGRPO_FIGURES", str(tmp_path / "elsewhere"))

@@ -4,8 +4,8 @@ cells tagged ``nbval-check-output``.
 
 The notebooks themselves are executed by nbval, as test items of their own (``pytest notebooks/``, in `make
 test`; tests/nbval_harness.py): smoke mode, per-notebook time limits, checked outputs, no FutureWarning or
-traceback. Notebooks write figures/ and results/notebooks/ in the repository while they run: that is expected
-(``make run`` regenerates them).
+traceback. Notebooks write their headlines and figures into the git-ignored runs/ while they run (``make records``
+promotes a full-mode run into results/notebooks/ and figures/).
 """
 
 from __future__ import annotations

@@ -75,6 +75,7 @@ def test_records_refuses_a_headline_of_an_uncommitted_tree(tmp_path):
     assert len(course.promote_records(tmp_path, allow_dirty=True)) == 2
 
 
+@pytest.mark.slow  # 16 s on 2 busy cores: the command as typed, in a subprocess
 def test_make_student_keeps_a_changed_workbook_and_says_so(tmp_path):
     out = tmp_path / "student"
     assert course.write_student_copy(out)[1] == [], "a fresh folder: nothing kept"

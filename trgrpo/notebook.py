@@ -146,8 +146,10 @@ class Notebook:
     @property
     def figures(self) -> Path:
         """``$TRGRPO_FIGURES``, else ``runs/figures/`` (git-ignored; ``python -m trgrpo.course records`` promotes a
-        run's figures into the committed ``figures/``)."""
-        return Path(os.environ.get("TRGRPO_FIGURES") or self.root / "runs" / "figures")
+        run's figures into the committed ``figures/``); created if missing."""
+        folder = Path(os.environ.get("TRGRPO_FIGURES") or self.root / "runs" / "figures")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     @property
     def headline_path(self) -> Path:

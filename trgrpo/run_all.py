@@ -18,7 +18,7 @@ def main() -> int:
     rows = run_notebooks([(nb, nb.name.startswith(("05_", "06_", "07_")), {}) for nb in nbs], out)
     print(
         f"\nmake run: {sum(r['ok'] for r in rows)}/{len(rows)} notebooks ok in {time.time() - t0:.0f} s; "
-        f"executed copies in {out}, figures in figures/"
+        f"executed copies in {out}, headlines and figures in runs/ (`make records` promotes them)"
     )
     return 0 if all(r["ok"] for r in rows) else 1
 
