@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import fullscale, plan
+from trgrpo import batch, fullscale, plan
 from trgrpo.experiment import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def test_table9_models_are_planned(tmp_path, capsys):
     }
     for model, billions in want.items():
         assert fullscale.model_shape(model).params / 1e9 == pytest.approx(billions, abs=1e-3)
-        specs = fullscale.specs_from_parameters("kk", {**plan.notebook_defaults(NB05), "MODEL": model})
+        specs = fullscale.specs_from_parameters("kk", {**batch.parameter_defaults(NB05), "MODEL": model})
         _, rows, _ = plan.plan_report(specs, gpus=8, gpu_mem_gb=80, zero=3)
         assert rows[0]["memory_gb"]["train_peak"] < 80, model
 
@@ -229,5 +229,5 @@ def test_bad_planner_input_as_typed():
 def test_notebooks_vllm_share_is_the_planners_default():
     """Notebooks 05 / 06's literal parameters cells (papermill) carry the planner's one value."""
     for nb in ("05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb"):
-        got = plan.notebook_defaults(ROOT / "notebooks" / nb)["VLLM_GPU_MEMORY"]
+        got = batch.parameter_defaults(ROOT / "notebooks" / nb)["VLLM_GPU_MEMORY"]
         assert got == fullscale.PARAMETER_DEFAULTS["VLLM_GPU_MEMORY"] == 0.5, nb
