@@ -406,3 +406,15 @@ def test_print_config_names_each_runs_data_as_typed(tmp_path):
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["data"] == PAPER_DATA
+
+
+def test_kk_data_parameters_take_a_source_or_files():
+    from trgrpo.batch import check_parameters
+    from trgrpo.experiment import ConfigError
+
+    defaults = {"KK_TRAIN_PATH": kk.KK_PAPER_DATA}
+    for ok in (kk.KK_GENERATED, "data/kk/3ppl/train.parquet", ["a.parquet", "b.parquet"]):
+        check_parameters({"KK_TRAIN_PATH": ok}, defaults, "plan.yaml")
+    for bad in (5, "", [], [""]):
+        with pytest.raises(ConfigError, match="plan.yaml: parameter KK_TRAIN_PATH"):
+            check_parameters({"KK_TRAIN_PATH": bad}, defaults, "plan.yaml")

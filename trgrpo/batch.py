@@ -173,6 +173,16 @@ PARAMETER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         _POSITIVE,
     ),
     **dict.fromkeys(("BETA", "EPS_LOW", "EPS_HIGH"), _NONNEGATIVE),
+    **dict.fromkeys(
+        ("KK_TRAIN_PATH", "KK_EVAL_PATH"),
+        (
+            lambda v: (
+                (isinstance(v, str) and v != "")
+                or (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))
+            ),
+            '"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them',
+        ),
+    ),
     "TAUS": (lambda v: isinstance(v, (list, tuple)) and all(_real(x) and x > 0 for x in v), "a list of numbers > 0"),
     **dict.fromkeys(
         ("RANGES", "LU_RANGES"),
