@@ -37,10 +37,11 @@ lint: $(STAMP)
 
 # pytest's options are in pyproject.toml: tests/ and, with nbval (--nbval-lax), every notebook under notebooks/ in
 # smoke mode, each code cell a test, cells tagged `nbval-check-output` compared with their stored output; tiers
-# unit / notebooks / browser run, slow and gpu are left out (README, "Tests").
+# unit / notebooks / browser run, slow and gpu are left out (README, "Tests"); pytest-xdist runs them on two
+# workers, each test file (each notebook) whole on one worker (--dist loadfile).
 test: $(STAMP) browser
 	$(VPY) -m ruff check trgrpo tests
-	$(VPY) -m pytest -q -x --durations=15 --nbval-lax
+	$(VPY) -m pytest -q -x --durations=15 --nbval-lax -n 2 --dist loadfile
 
 test-slow: $(STAMP)
 	$(VPY) -m pytest -q -m slow

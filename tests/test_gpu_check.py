@@ -78,6 +78,7 @@ def _no_cuda():
         pytest.skip("a CUDA device is present: `make gpu-check` runs its GPU mode")
 
 
+@pytest.mark.slow  # 41 s on 2 idle cores: make test-slow
 def test_make_gpu_check_cpu_mode(tmp_path):
     """The check's CPU mode through the Makefile: every run in its own `python -m trgrpo.train` process, a real
     SIGKILL of the resume run's process group after its first checkpoint, the resumed process ending the run."""

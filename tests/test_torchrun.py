@@ -129,6 +129,7 @@ def test_a_two_process_run_evaluates_on_the_main_process_and_is_refused_with_ano
     assert code == 2 and "steps (2 stored, 4 now)" in out and "--force" in out, out[-3000:]
 
 
+@pytest.mark.slow  # a second 2-process start (about a minute): make test-slow
 def test_a_finished_two_process_run_started_again_only_evaluates(finished):
     base, cfg, record = finished
     path = base / "res" / "ranks" / "full.json"
