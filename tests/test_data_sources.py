@@ -374,8 +374,8 @@ def test_kk_hub_offline_says_what_to_do(tmp_path, monkeypatch):
 
 
 def _full_scale_kk_config(tmp_path) -> Path:
-    from trgrpo.fullscale import write_specs
     from trgrpo.batch import parameter_defaults as notebook_defaults
+    from trgrpo.fullscale import write_specs
 
     defaults = notebook_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
     specs = specs_from_parameters("kk", {**defaults, "SEEDS": [0], "SCHEMES": ["tr"]}, use_vllm=False)

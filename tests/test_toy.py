@@ -107,7 +107,8 @@ def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monk
     monkeypatch.setattr(records, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
     rec = toy.run_toy(spec, results_dir=tmp_path / "res", warm_kwargs=warm, eval_every=1)
     path = tmp_path / "res" / "toy" / "micro" / f"{spec['name']}.json"
-    assert [w for w in writes if w.name != "spec.json"] == [path]  # one pipeline: the record is written once, complete (no second edit-and-rewrite)
+    # one pipeline: the record is written once, complete (no second edit-and-rewrite); spec.json is the checkpoint's
+    assert [w for w in writes if w.name != "spec.json"] == [path]
     saved = records.read_record(path)  # validated against the schema
     assert saved == json.loads(json.dumps(records.jsonable(rec))) and saved["kind"] == "run"
     assert saved["name"] == rec["name"] == "addition-micro-tr-ratio-seed0"
