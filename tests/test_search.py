@@ -378,7 +378,8 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
         vllm_importance_sampling_correction=False,  # the spec's 'off', as verl
     )
     a, b = run_cfg.to_dict(), ref.to_dict()
-    assert {k: a[k] for k in a} == {k: b[k] for k in b}
+    # disable_tqdm follows transformers' log level when the config is made (other tests in the worker change it)
+    assert {k: a[k] for k in a if k != "disable_tqdm"} == {k: b[k] for k in b if k != "disable_tqdm"}
 
 
 def test_search_is_a_registered_run_task():
