@@ -75,6 +75,31 @@ def _check_refused(path: Path, rc: int, err: str, expected: str, tmp: Path) -> N
 DATA = ("empty_quiz", "nulls", "zero_people", "duplicate_names", "empty_file", "not_utf8", "missing")
 
 
+def _other_data(tmp: Path) -> dict[str, tuple[str, str]]:
+    """Math and search (Search-R1) data files that fail: config -> (text, the field the line names)."""
+    (tmp / "no_answer.jsonl").write_text('{"problem": "1+1"}\n')
+    (tmp / "empty.parquet").write_bytes(b"PAR1")
+    search = "task: search\nsteps: 1\ntask_options: {corpus: searchr1, retriever: server, "
+    return {
+        "math_train": ("task: math\nsteps: 1\ntask_options: {train: %s}\n" % (tmp / "no_answer.jsonl"), "train"),
+        "math_eval": ("task: math\nsteps: 1\ntask_options: {eval_sets: [%s]}\n" % (tmp / "missing.jsonl"), "eval_sets"),
+        "search_train": (search + f"train_file: {tmp / 'empty.parquet'}}}\n", "train_file"),
+        "search_dir_only": (search + f"data_dir: {tmp / 'nowhere'}}}\n", "data_dir"),
+    }
+
+
+@pytest.mark.parametrize("case", ["math_train", "math_eval", "search_train", "search_dir_only"])
+def test_bad_math_or_search_data_is_refused_at_load(case, tmp_path, monkeypatch, capsys):
+    text, key = _other_data(tmp_path)[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(text)
+    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "checkpoints")
+    rc = main(["--config", str(path), "--results", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    _check_refused(path, rc, err, f"task_options.{key}: ", tmp_path)
+    assert err.count(str(tmp_path)) >= 2  # the config and the data file
+
+
 @pytest.mark.parametrize("case", [*BAD, *(f"data_{n}" for n in DATA)])
 def test_bad_config_is_refused_at_load_in_one_line(case, tmp_path, monkeypatch, capsys):
     text, expected = BAD.get(case) or (_data(tmp_path)[case], "task_options.train_path: ")

@@ -256,8 +256,8 @@ def test_every_notebook_default_meets_the_parameter_rules():
 
 
 def test_a_notebook_stops_on_a_bad_papermill_parameter_in_one_line(tmp_path):
-    """papermill -p STEPS -5: the cell after the parameters (notebook.setup) stops the run, naming STEPS in one
-    line (no traceback through the library), also in smoke mode; a good value runs."""
+    """papermill -p STEPS -5 or a misspelt -p STEPZ 2: the cell after the parameters (notebook.setup) stops the run,
+    naming the parameter in one line (no traceback through the library), also in smoke mode; a good value runs."""
     import nbformat
     import papermill as pm
 
@@ -278,4 +278,7 @@ def test_a_notebook_stops_on_a_bad_papermill_parameter_in_one_line(tmp_path):
         o for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []) if o.output_type == "error"
     ]
     assert shown and len(shown[0]["traceback"]) == 1 and "STEPS must be an integer >= 1" in shown[0]["traceback"][0]
+    with pytest.raises(pm.PapermillExecutionError) as e:  # papermill itself only warns about a misspelt name
+        pm.execute_notebook(str(nb), str(out), parameters={"STEPZ": 2}, progress_bar=False, cwd=str(ROOT))
+    assert e.value.ename == "ParameterError" and "unknown parameter STEPZ" in e.value.evalue
     pm.execute_notebook(str(nb), str(out), parameters={"STEPS": 2}, progress_bar=False, cwd=str(ROOT))

@@ -197,10 +197,27 @@ def check_parameters(nb: Notebook, namespace: dict) -> None:
     if path is None:
         return
     defaults = parameter_defaults(path / f"{nb.name}.ipynb")
+    unknown = [k for k in _injected(namespace) if k not in defaults]
+    if unknown:  # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ)
+        raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")
     try:
         check({k: namespace[k] for k in defaults if k in namespace}, defaults, f"{nb.name}")
     except ConfigError as e:
         raise ParameterError(str(e)) from None
+
+
+def _injected(namespace: dict) -> list[str]:
+    """The names papermill assigned: its injected cell is the kernel's input that starts ``# Parameters``."""
+    import ast
+
+    cell = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
+    return [
+        t.id
+        for node in ast.parse(cell).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    ]
 
 
 def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | None = None) -> Notebook:

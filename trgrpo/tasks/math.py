@@ -414,6 +414,26 @@ class MathOptions(TaskOptions):
     sampled_k: int = 16
 
 
+def _check_data(spec: Any) -> None:
+    """Read the spec's local math files as :func:`_build` will (generated and hub sets are not read here)."""
+    opts = MathOptions(**spec.task_options)
+    for key, names in (("train", [opts.train]), ("eval_sets", opts.eval_sets)):
+        for name in names:
+            if name != "generated" and name not in MATH_HUB:
+                try:
+                    load_math_file(name)
+                except (OSError, ValueError, TypeError) as e:
+                    raise ValueError(f"task_options.{key}: {e}") from None
+
+
 register_task(
-    "math", Task(_build, lambda spec: [make_math_reward_func()], _evaluate, _data_source, options=MathOptions)
+    "math",
+    Task(
+        _build,
+        lambda spec: [make_math_reward_func()],
+        _evaluate,
+        _data_source,
+        options=MathOptions,
+        check_data=_check_data,
+    ),
 )

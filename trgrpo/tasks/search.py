@@ -806,6 +806,18 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
     }
 
 
+def _check_data(spec: Any) -> None:
+    """Read Search-R1's local files as :func:`_search_data` will (the hub's and the synthetic corpus are not read)."""
+    o = search_options(spec)
+    reads = {"train_file": load_searchr1_train, "data_dir": lambda p: [load_qa(n, path=p) for n in TABLE3_DATASETS]}
+    for key, read in reads.items() if o["corpus"] == "searchr1" else ():
+        try:
+            if o[key]:
+                read(o[key])
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"task_options.{key}: {e}") from None
+
+
 # The run task ``search`` (task_options: :class:`SearchOptions`).
 register_task(
     "search",
@@ -821,5 +833,6 @@ register_task(
         config=lambda spec: {"max_tool_calling_iterations": int(search_options(spec)["max_tool_calls"])},
         trainer_ready=_trainer_ready,
         record_extras=_record_extras,
+        check_data=_check_data,
     ),
 )
