@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trgrpo import bench, course, plan, tables, toy  # noqa: E402
-from trgrpo.experiment import RECORD_SCHEMA, RESULTS_DIR, RecordError, read_json  # noqa: E402
+from trgrpo.experiment import RECORD_SCHEMA, RESULTS_DIR, RecordError, read_json, read_record  # noqa: E402
 from trgrpo.tables import delta_text, label, num, row_mde  # noqa: E402
 from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 
@@ -265,7 +265,7 @@ def stage0_sentence(results_dir: Path | str | None = None) -> str:
     if rows is None:
         return "_Stage 0 has no decision yet (`python -m trgrpo.lm_science stage0 results/lm/stage0/plan.yaml`)._"
     acc, before, after = rows[0]["checks"]
-    steps = _read("lm/stage0", f"probe-{rows[0]['id']}", root)["steps"]
+    steps = read_record(root / "lm" / "stage0" / f"probe-{rows[0]['id']}.json")["steps"]
     rule = (
         f"accept the first candidate whose sampled accuracy before RL lies in [{acc['low']:.2f}, {acc['high']:.2f}] "
         f"(room to learn), with at least {100 * before['low']:.0f} % of its sampled tokens strictly between L and U "
