@@ -133,7 +133,8 @@ def test_a_field_the_answer_page_needs_is_checked(tmp_path, file, change, field)
 
 
 def test_the_same_run_twice_is_refused_naming_both_files(tmp_path):
-    """A copied record added a seed to a mean (lists) or overwrote one (toy_metrics)."""
+    """A copied record added a seed to a mean (lists); a second record of one arm and seed overwrote the first
+    (toy_metrics)."""
     _controls(tmp_path)
     shutil.copy(tmp_path / RUN, tmp_path / CONTROLS / "copy.json")
     with pytest.raises(RecordError, match=rf"{CONTROLS}/copy.json: the same run as .*{RUN} "):
@@ -141,7 +142,7 @@ def test_the_same_run_twice_is_refused_naming_both_files(tmp_path):
     (tmp_path / CONTROLS / "copy.json").unlink()
     other = f"{CONTROLS}/addition-micro-equal-seed1.json"  # a second seed 0
     _edit(tmp_path / other, lambda r: _set(r, seed=0, spec={**r["spec"], "seed": 0}))
-    with pytest.raises(RecordError, match=rf"{other}: the same run as .*{RUN} "):
+    with pytest.raises(RecordError, match=rf"{other}: field 'seed' 0 of arm equal again, also in .*{RUN}"):
         answers.verdicts(tmp_path)
 
 

@@ -251,7 +251,11 @@ def table3(claim: Claim, root: Path) -> dict:
 def toy_metrics(root: Path, group: str) -> dict[str, dict[int, float]]:
     """arm label -> seed -> the toy plan's primary metric, from the run records of ``results/<group>``."""
     out: dict[str, dict[int, float]] = {}
+    where: dict[tuple, Path] = {}
     for path, r in run_records(Path(root) / group).items():
+        if (arm := (run_label(r), r["seed"])) in where:
+            raise RecordError(f"{path}: field 'seed' {arm[1]} of arm {arm[0]} again, also in {where[arm]}")
+        where[arm] = path
         try:
             value = primary_metric(r)
         except (KeyError, TypeError, ValueError):  # a null or missing value

@@ -253,18 +253,15 @@ def run_records(folder: Path | str) -> dict[Path, dict]:
     """Path -> run record, every one under ``folder`` (recursively, sorted by path; no folder: none). A file is a run
     record by its place: the :data:`SIDE_FILES` and ``<name>.logs/`` aside, each ``*.json`` must be one, validated
     (:class:`RecordError` naming the file and the field: a list, another kind or a broken file never drops out
-    unseen); two of one arm and seed (group, scheme, seed, the rest of the spec) are refused naming both files."""
+    unseen); one run (group and name) in two files is refused naming both."""
     out: dict[Path, dict] = {}
-    seen: dict[str, Path] = {}
+    seen: dict[tuple, Path] = {}
     for p in sorted(Path(folder).rglob("*.json")) if Path(folder).is_dir() else ():
         if any(p.match(side) for side in SIDE_FILES) or any(d.endswith(".logs") for d in p.parent.parts):
             continue
         rec = out[p] = read_record(p)
-        # what a reader pairs on: the arm (the spec but name, seed and the model a seed may warm-start) and the seed
-        spec = {k: v for k, v in rec["spec"].items() if k not in ("name", "group", "scheme", "seed", "model")}
-        key = json.dumps([rec["group"], rec["scheme"], rec["seed"], spec], sort_keys=True)
-        if key in seen:
-            raise RecordError(f"{p}: the same run as {seen[key]} (group, scheme, seed, spec but name and model)")
+        if (key := (rec["group"], rec["name"])) in seen:
+            raise RecordError(f"{p}: the same run as {seen[key]} (group {rec['group']!r}, name {rec['name']!r})")
         seen[key] = p
     return out
 
