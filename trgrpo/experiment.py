@@ -256,8 +256,9 @@ def run_records(folder: Path | str) -> dict[Path, dict]:
     unseen); one run (group and name) in two files is refused naming both."""
     out: dict[Path, dict] = {}
     seen: dict[tuple, Path] = {}
-    for p in sorted(Path(folder).rglob("*.json")) if Path(folder).is_dir() else ():
-        if any(p.match(side) for side in SIDE_FILES) or any(d.endswith(".logs") for d in p.parent.parts):
+    folder = Path(folder)
+    for p in sorted(folder.rglob("*.json")) if folder.is_dir() else ():
+        if any(p.match(side) for side in SIDE_FILES) or any(d.endswith(".logs") for d in p.relative_to(folder).parts):
             continue
         rec = out[p] = read_record(p)
         if (key := (rec["group"], rec["name"])) in seen:
