@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trgrpo import bench, course, plan, tables, toy  # noqa: E402
-from trgrpo.experiment import RECORD_SCHEMA, RESULTS_DIR  # noqa: E402
+from trgrpo.experiment import RECORD_SCHEMA, RESULTS_DIR, RecordError, read_json, read_record  # noqa: E402
 from trgrpo.tables import delta_text, label, num, row_mde  # noqa: E402
 from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 
@@ -35,9 +35,8 @@ BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P
 # The toy's verdict (README toy-findings block, notebook 03 Part A): paper Section 4.3, Tables 4 and 7
 
 
-def _read(group: str, name: str, results_dir: Path | str | None) -> dict | None:
-    path = Path(results_dir or RESULTS_DIR) / group / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def _read(group: str, name: str, results_dir: Path | str | None, role: str | None = None) -> dict | None:
+    return read_json(Path(results_dir or RESULTS_DIR) / group / f"{name}.json", role)
 
 
 def _p(row: dict) -> float | None:
@@ -177,7 +176,7 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
     """The toy's verdict, every number from the summaries and records: README block and notebook 03 text."""
     from trgrpo.weights import weight_range
 
-    s = _read(CONTROLS_GROUP, "summary", results_dir)
+    s = _read(CONTROLS_GROUP, "summary", results_dir, "controls_summary")
     if s is None:
         return "_No controls summary yet: run `python -m trgrpo.toy_controls run controls`, then `summary`._"
     rows = {r["arm"]: r for r in s["rows"]}
@@ -235,10 +234,10 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
                 'undone by construction: `const` cannot show a scale effect here, and "neither scale nor '
                 "regulation\" is a statement about this optimiser setting, not about TR-GRPO's weights in general."
             )
-    kl = _read(KL_GROUP, "summary", results_dir)
+    kl = _read(KL_GROUP, "summary", results_dir, "kl_summary")
     if kl:
         out.append("- **Reading 3 (Eq. 10 vs Eq. 12 vs Eq. 6, TR surrogate).** " + kl_sentence(kl, results_dir))
-    tau = _read(TAU_GROUP, "summary", results_dir)
+    tau = _read(TAU_GROUP, "summary", results_dir, "tau_summary")
     lo, hi = weight_range(tau_mode="divide")
     out.append(
         f"- **Reading 1 (how τ enters Eq. 11).** As printed, σ(p/τ) at τ = 9 gives weights in [{lo:g}, {hi:g}]: "
@@ -266,7 +265,7 @@ def stage0_sentence(results_dir: Path | str | None = None) -> str:
     if rows is None:
         return "_Stage 0 has no decision yet (`python -m trgrpo.lm_science stage0 results/lm/stage0/plan.yaml`)._"
     acc, before, after = rows[0]["checks"]
-    steps = _read("lm/stage0", f"probe-{rows[0]['id']}", root)["steps"]
+    steps = read_record(root / "lm" / "stage0" / f"probe-{rows[0]['id']}.json")["steps"]
     rule = (
         f"accept the first candidate whose sampled accuracy before RL lies in [{acc['low']:.2f}, {acc['high']:.2f}] "
         f"(room to learn), with at least {100 * before['low']:.0f} % of its sampled tokens strictly between L and U "
@@ -456,7 +455,7 @@ def exercises_table() -> str:
 
 
 def _times_record() -> dict | None:
-    return json.loads(course.TIMES_PATH.read_text()) if course.TIMES_PATH.exists() else None
+    return read_json(course.TIMES_PATH, "course_times")
 
 
 def readme_times() -> str:
@@ -497,9 +496,8 @@ def bench_records(results_dir: Path | str = bench.RESULTS_DIR) -> dict[str, dict
     """The benchmark records present in ``results_dir`` (keys: step, loss, pair)."""
     out = {}
     for name in ("step", "loss", "pair/step"):
-        p = Path(results_dir) / f"{name}.json"
-        if p.exists():
-            out[name.replace("/step", "")] = json.loads(p.read_text())
+        if rec := read_json(Path(results_dir) / f"{name}.json", "bench_loss" if name == "loss" else "bench_step"):
+            out[name.replace("/step", "")] = rec
     return out
 
 
@@ -709,19 +707,17 @@ def render(path: Path, text: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     check = "--check" in (argv if argv is not None else sys.argv[1:])
-    stale = []
-    for path in BLOCKS:
-        old, new = path.read_text(), render(path)
-        if new != old:
-            stale.append(path.relative_to(ROOT))
-            if not check:
-                path.write_text(new)
     table = bench.RESULTS_DIR / "table.md"
-    if table.exists() and table.read_text() != bench_table():
-        stale.append(table.relative_to(ROOT))
-        if not check:
-            table.write_text(bench_table())
-    print(("stale: " if check else "rewrote: ") + (", ".join(map(str, stale)) or "nothing") if stale else "up to date")
+    try:  # every file rendered before any is written
+        new = {path: render(path) for path in BLOCKS} | ({table: bench_table()} if table.exists() else {})
+    except RecordError as e:  # an unreadable record: one line naming the file and the field, nothing written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stale = [path for path, text in new.items() if path.read_text() != text]
+    for path in stale if not check else ():
+        path.write_text(new[path])
+    names = ", ".join(str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p) for p in stale)
+    print(("stale: " if check else "rewrote: ") + names if stale else "up to date")
     return 1 if check and stale else 0
 
 

@@ -7,18 +7,18 @@ judged by :func:`judge` (:data:`RULE`): the paper's effect is the margin, the in
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from trgrpo import lm_science, paper, theory
+from trgrpo.experiment import RecordError, read_json, run_records
 from trgrpo.models import display_name
 from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, min_detectable_effect, paired_t
 from trgrpo.tables import label, num, primary_metric, scale_label, variant
 from trgrpo.toy import load_runs, run_label
-from trgrpo.toy_controls import ARMS
+from trgrpo.toy_controls import ARMS, EVAL_STEPS
 
 NOT_RUN = "not run yet"
 VERDICTS = ("reproduced", "partly reproduced", "inconclusive", "not reproduced", "not tested", NOT_RUN)
@@ -100,17 +100,9 @@ class Claim:
     evaluate: Callable[[Claim, Path], dict | list[dict]]
 
 
-def _json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text()) if path.exists() else None
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _records(folder: Path) -> list[dict]:
-    """Run records (``*.json`` with a ``final`` entry) anywhere under ``folder``."""
-    recs = [_json(p) for p in sorted(folder.rglob("*.json"))] if folder.is_dir() else []
-    return [r for r in recs if isinstance(r, dict) and "final" in r]
+    """The run records anywhere under ``folder`` (:func:`trgrpo.experiment.run_records`)."""
+    return list(run_records(folder).values())
 
 
 def _row(claim: Claim, verdict: str, strength: str, evidence: str, scale: str, part: str = "", judged=None) -> dict:
@@ -166,7 +158,7 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
 
 
 def theorem31(claim: Claim, root: Path) -> dict:
-    rec = _json(root / "notebooks" / "01_gradient_norm_theorem.json")
+    rec = read_json(root / "notebooks" / "01_gradient_norm_theorem.json", "notebook01")
     if rec is None or "bounds_violations" not in rec:
         return _not_run(claim, "notebook 01 writes results/notebooks/01_gradient_norm_theorem.json")
     rho = rec.get("spearman_pi_vs_grad_norm", math.nan)
@@ -183,7 +175,7 @@ def theorem31(claim: Claim, root: Path) -> dict:
 
 
 def theorem32(claim: Claim, root: Path) -> dict:
-    rec = _json(root / "notebooks" / "01_gradient_norm_theorem.json")
+    rec = read_json(root / "notebooks" / "01_gradient_norm_theorem.json", "notebook01")
     spread = (rec or {}).get("spread", {})
     need = ("scale/equal", "scale/tr", "scale/reverse")
     if not all(k in spread for k in need):
@@ -239,7 +231,7 @@ def table2(claim: Claim, root: Path) -> dict:
 
 
 def table3(claim: Claim, root: Path) -> dict:
-    rec = _json(root / "notebooks" / "07_agentic_search.json")
+    rec = read_json(root / "notebooks" / "07_agentic_search.json", "notebook07")
     if rec is None or "em_final" not in rec:
         return _not_run(claim, "notebook 07 writes results/notebooks/07_agentic_search.json")
     em, start = rec["em_final"], rec.get("em_start", math.nan)
@@ -259,8 +251,18 @@ def table3(claim: Claim, root: Path) -> dict:
 def toy_metrics(root: Path, group: str) -> dict[str, dict[int, float]]:
     """arm label -> seed -> the toy plan's primary metric, from the run records of ``results/<group>``."""
     out: dict[str, dict[int, float]] = {}
-    for r in load_runs(root, group=group):
-        out.setdefault(run_label(r), {})[r["seed"]] = primary_metric(r)
+    where: dict[tuple, Path] = {}
+    for path, r in run_records(Path(root) / group).items():
+        if (arm := (run_label(r), r["seed"])) in where:
+            raise RecordError(f"{path}: field 'seed' {arm[1]} of arm {arm[0]} again, also in {where[arm]}")
+        where[arm] = path
+        try:
+            value = primary_metric(r)
+        except (KeyError, TypeError, ValueError):  # a null or missing value
+            value = math.nan
+        if not math.isfinite(value):
+            raise RecordError(f"{path}: field 'eval_history' lacks a greedy_accuracy at one of the steps {EVAL_STEPS}")
+        out.setdefault(run_label(r), {})[r["seed"]] = value
     return out
 
 
@@ -369,7 +371,7 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
 def table8(claim: Claim, root: Path) -> dict:
     """``make bench``'s step record, as :func:`trgrpo.bench.aggregate_step_runs` stored it: TR-GRPO's own work
     (its loss head minus GRPO's, process CPU) as a share of GRPO's step, and the paired step and memory ratios."""
-    rec = _json(root / "bench" / "step.json")
+    rec = read_json(root / "bench" / "step.json", "bench_step")
     if rec is None or "runs" not in rec:
         return _not_run(claim, "make bench writes results/bench/step.json")
     variants = rec["variants"]
@@ -396,7 +398,7 @@ def figure1(claim: Claim, root: Path) -> dict:
     """Notebook 04's count of structural items, high end minus low end. The token level (planned first) gives the
     verdict (:func:`judge` without margin, on the prompt-level cluster interval when recorded); the whole-word level
     was added after a null token result and is reported as exploratory, Holm-adjusted over the two levels."""
-    rec = _json(root / "notebooks" / "04_token_probabilities.json")
+    rec = read_json(root / "notebooks" / "04_token_probabilities.json", "notebook04")
     levels = (rec or {}).get("claim", {})
     if "token" not in levels:
         return _not_run(claim, "notebook 04 writes results/notebooks/04_token_probabilities.json")
@@ -423,7 +425,8 @@ def figure1(claim: Claim, root: Path) -> dict:
             f"resamples, {ct['level']:.1%} intervals): "
             + ", ".join(f"{k}s [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]" for k, c in cluster.items())
         )
-    first = _json(root / "notebooks" / "04_token_probabilities_sample1.json")  # the same design, sampled before
+    # the same design, sampled before
+    first = read_json(root / "notebooks" / "04_token_probabilities_sample1.json", "notebook04")
     if first and "token" in (first.get("cluster") or {}):
         lo, hi = first["cluster"]["token"]["ci"]
         earlier = judge(lo, hi, None)
@@ -452,11 +455,14 @@ def figure1(claim: Claim, root: Path) -> dict:
 
 
 def verdicts(results_dir: Path | str) -> list[dict]:
-    """One row per part of each claim of :data:`CLAIMS`, in order; a malformed record gives "not tested"."""
+    """One row per part of each claim of :data:`CLAIMS`, in order; a record that cannot be read raises
+    :class:`RecordError` (one line naming the file and the field), another fault gives "not tested"."""
     rows = []
     for claim in CLAIMS:
         try:
             out = claim.evaluate(claim, Path(results_dir))
+        except RecordError:
+            raise
         except (KeyError, TypeError, ValueError, StopIteration) as exc:
             out = _row(
                 claim, "not tested", "none", f"records present but unreadable ({type(exc).__name__}: {exc})", "—"
@@ -520,7 +526,7 @@ def stage0_checks(results_dir: Path | str) -> list[dict] | None:
     """Stage 0's decision with the plan's rule clause by clause (:func:`trgrpo.lm_science.rule_checks`) per
     candidate: ``[{"id", "accepted", "checks": [...]}]``; None without the records."""
     root = Path(results_dir) / "lm" / "stage0"
-    decision, plan = _json(root / "decision.json"), (root / "plan.yaml")
+    decision, plan = read_json(root / "decision.json"), (root / "plan.yaml")
     if decision is None or not plan.exists():
         return None
     import yaml
@@ -535,7 +541,7 @@ def stage0_checks(results_dir: Path | str) -> list[dict] | None:
 def leverage_records(results_dir: Path | str) -> dict[str, dict]:
     """id -> the leverage record (``results/leverage/probe-<id>.json``) of each run of :data:`LEVERAGE_RUNS` there."""
     root = Path(results_dir) / LEVERAGE_GROUP
-    return {k: rec for k in LEVERAGE_RUNS if (rec := _json(root / f"probe-{k}.json")) is not None}
+    return {k: rec for k in LEVERAGE_RUNS if (rec := read_json(root / f"probe-{k}.json")) is not None}
 
 
 def leverage_recomputed(results_dir: Path | str, run_id: str) -> dict[str, dict]:

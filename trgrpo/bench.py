@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trgrpo import experiment
 from trgrpo.batch import OFFLINE_ENV
 from trgrpo.experiment import ROOT, write_json
 
-RESULTS_DIR = ROOT / "results" / "bench"
+RESULTS_DIR = experiment.RESULTS_DIR / "bench"  # TRGRPO_RESULTS moves it with the rest
 SCHEMA_VERSION = 1
 
 # variant -> TR-GRPO's (weight_scheme, weight_placement); None: TRL's GRPO (its trainer, or its loss's tensor ops)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo import toy
+from trgrpo import experiment, toy
 from trgrpo.experiment import ROOT
 from trgrpo.models import sft_step
 from trgrpo.tasks import addition
@@ -72,7 +72,7 @@ def completion_logps(model: Any, tok: Any, prompt: str, completions: Sequence[st
 # Notebook cells are tagged: the exercise statements (``### Exercise N.k · kind · title``), their solutions and
 # checks (in notebooks/solutions/), the long explanations a student copy leaves out, and derivations to write.
 NOTEBOOKS = ROOT / "notebooks"
-TIMES_PATH = ROOT / "results" / "course" / "notebook_times.json"
+TIMES_PATH = experiment.RESULTS_DIR / "course" / "notebook_times.json"
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
 DERIVATION = "derivation"
 CONCLUSION = "conclusion"

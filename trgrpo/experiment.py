@@ -40,12 +40,14 @@ CORE_FIELDS: list[str] = RECORD_SCHEMA["required"]  # a record written before "k
 RUN_FIELDS: list[str] = RECORD_SCHEMA["then"]["required"]
 
 
-def _numbers(validator, enabled, row, schema):
-    """The schema's keyword ``numbers``: a step row's values besides ``step`` are numbers or null (one pass over the
-    row: the records hold ~10k rows of ~30 values, too many for a subschema per value)."""
-    for key, value in row.items() if enabled and isinstance(row, dict) else ():
-        if key != "step" and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            yield jsonschema.ValidationError(f"must be a number or null, got {type(value).__name__}", path=[key])
+def _numbers(validator, keys, row, schema):
+    """The schema's keyword ``numbers``: ``true``, a step row's values besides ``step`` are numbers or null; a list,
+    those keys' values (one pass over the row: the records hold ~10k rows of ~30 values, too many for a subschema
+    per value)."""
+    for key, value in row.items() if keys and isinstance(row, dict) else ():
+        if (key in keys if isinstance(keys, list) else key != "step") and value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                yield jsonschema.ValidationError(f"must be a number or null, got {type(value).__name__}", path=[key])
 
 
 # JSON Schema's "integer" takes 2.0; a record's integers are ints
@@ -57,6 +59,10 @@ _Validator = jsonschema.validators.extend(
     ),
 )
 _RECORD = _Validator(RECORD_SCHEMA)
+# The other JSON files the pages read (summaries, benchmarks, course times, notebook headlines), one $def per role
+RESULTS_SCHEMA = json.loads((Path(__file__).with_name("results.schema.json")).read_text(encoding="utf-8"))
+# Files beside the run records of a group, by name; every other *.json there (outside <name>.logs/) is a run record
+SIDE_FILES = ("summary.json", "grid-summary.json", "plan.json", "token_hist.json", "decision.json", "analysis-*.json")
 _JSON_TYPES = {
     "array": "list",
     "object": "dict",
@@ -68,7 +74,10 @@ _JSON_TYPES = {
 
 
 class RecordError(ValueError):
-    """A run record that does not follow the schema; the message names the file (when known) and the field."""
+    """A record that cannot be read or does not follow its schema; the message names the file and the field."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython (notebook 08) shows this line, not a traceback
+        return [f"RecordError: {self}"]
 
 
 def is_run_record(record: Any) -> bool:
@@ -86,7 +95,13 @@ def validate_record(record: Any, where: str = "run record") -> dict:
         raise RecordError(f"{where}: a run record is a JSON object, got {type(record).__name__}")
     if record.get("kind", RUN_KIND) != RUN_KIND:
         raise RecordError(f"{where}: field 'kind' is {record['kind']!r}, not a run record ({RUN_KIND!r})")
-    error = jsonschema.exceptions.best_match(_RECORD.iter_errors(record))
+    return _check(_RECORD, record, where)
+
+
+def _check(validator: jsonschema.protocols.Validator, record: dict, where: str) -> dict:
+    """``record`` if it follows ``validator``'s schema, else :class:`RecordError` naming ``where`` and the field of
+    the first fault jsonschema finds."""
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
     if error is None:
         return record
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
@@ -221,18 +236,40 @@ def _read_json(path: Path) -> Any:
         raise RecordError(f"{path}: not valid JSON ({e})") from e
 
 
-def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
-    """Every run record under ``results/<group>/`` (recursively, sorted by path), each validated; other kinds are
-    skipped, a broken file raises :class:`RecordError` (no record drops out of a mean unseen)."""
-    base = Path(results_dir or RESULTS_DIR) / group
-    if not base.exists():
-        return []
-    out = []
-    for p in sorted(base.rglob("*.json")):
-        rec = _read_json(p)
-        if is_run_record(rec):
-            out.append(validate_record(rec, str(p)))
+def read_json(path: Path | str, role: str | None = None) -> dict | None:
+    """A JSON object under ``results/`` that is not a run record; None when the file does not exist (not run yet).
+    With ``role`` (a ``$defs`` key of ``results.schema.json``) its fields are checked; an unreadable file or a
+    fault raises :class:`RecordError` naming the file and the field."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    rec = _read_json(path)
+    if not isinstance(rec, dict):
+        raise RecordError(f"{path}: must be a JSON object, got {type(rec).__name__}")
+    return _check(_Validator({**RESULTS_SCHEMA, "$ref": f"#/$defs/{role}"}), rec, str(path)) if role else rec
+
+
+def run_records(folder: Path | str) -> dict[Path, dict]:
+    """Path -> run record, every one under ``folder`` (recursively, sorted by path; no folder: none). A file is a run
+    record by its place: the :data:`SIDE_FILES` and ``<name>.logs/`` aside, each ``*.json`` must be one, validated
+    (:class:`RecordError` naming the file and the field: a list, another kind or a broken file never drops out
+    unseen); one run (group and name) in two files is refused naming both."""
+    out: dict[Path, dict] = {}
+    seen: dict[tuple, Path] = {}
+    folder = Path(folder)
+    for p in sorted(folder.rglob("*.json")) if folder.is_dir() else ():
+        if any(p.match(side) for side in SIDE_FILES) or any(d.endswith(".logs") for d in p.relative_to(folder).parts):
+            continue
+        rec = out[p] = read_record(p)
+        if (key := (rec["group"], rec["name"])) in seen:
+            raise RecordError(f"{p}: the same run as {seen[key]} (group {rec['group']!r}, name {rec['name']!r})")
+        seen[key] = p
     return out
+
+
+def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
+    """The run records of ``results/<group>/`` (:func:`run_records`)."""
+    return list(run_records(Path(results_dir or RESULTS_DIR) / group).values())
 
 
 def write_json(path: Path | str, record: Any) -> Path:

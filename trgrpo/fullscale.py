@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from trgrpo import experiment
-from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec
+from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec, read_record
 from trgrpo.tasks.kk import KK_PAPER_DATA
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
@@ -378,7 +378,7 @@ def launch(
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
     return [
-        json.loads((results_dir / s.group / f"{s.name}.json").read_text())
+        read_record(results_dir / s.group / f"{s.name}.json")
         for s in specs
         if (results_dir / s.group / f"{s.name}.json").exists()
     ]
