@@ -21,11 +21,10 @@ from matplotlib.figure import Figure
 from trgrpo import stats
 from trgrpo.loss import zero_gradient_mask
 from trgrpo.models import display_name
-from trgrpo.paper import KK_SIZES, TABLE7_TAUS
+from trgrpo.paper import KK_SIZES, TABLE7_LU, TABLE7_TAUS
 from trgrpo.tables import by_arm_seed, kk_table, label, variant
-from trgrpo.weights import WeightParams, as_weight_params, token_weights
+from trgrpo.weights import DEFAULTS, RANDOM_RANGE, WeightParams, as_weight_params, token_weights
 
-DEFAULTS = WeightParams()  # the paper's Eq. 11 hyperparameters (App. B.2)
 # One colour per scheme, toy arm (trgrpo.toy.run_label), LM arm and KL weighting; a tau variant takes its arm's
 COLORS = {
     "equal": "tab:green",
@@ -210,7 +209,7 @@ def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -
         ax.plot(p.numpy(), _weights(p, base, scheme), color=color(scheme), label=label(scheme))
     pr = torch.rand(400, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     ax.scatter(pr.numpy(), _weights(pr, base, "random"), s=4, alpha=0.4,
-               color=color("random"), label="Random (U[0.5, 1.5])")  # fmt: skip
+               color=color("random"), label="Random (U[{:g}, {:g}])".format(*RANDOM_RANGE))  # fmt: skip
     _dress(ax, "w", "Weight schemes of Table 4")
     return fig
 
@@ -285,7 +284,7 @@ def plot_weight_explorer(
     w = _weights(p, params, "tr")
     axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
     axes[0].plot(p.numpy(), w, color=color("tr"), lw=2, label="this setting")
-    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label="Reverse 2 - w")
+    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label=label("reverse"))
     flat = " (w = 1 = 2 - w: lines coincide)" if np.allclose(w, 1.0) else ""
     _dress(axes[0], "w", f"w(p): tau_mode='{params.tau_mode}'{flat}", "p")
     plot_eq13_factor(ax=axes[1], params=params)
@@ -643,7 +642,7 @@ def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: st
     return _save(fig, path)
 
 
-def plot_kantorovich(lower: float = 1.0, *, samples: dict | None = None, path: Any = None):
+def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = None, path: Any = None):
     """The least cosine between GRPO's and TR's update over weights in [L, U] (orthogonal token gradients) against
     U / L, in degrees, with ``samples`` ({"ratio": [...], "degrees": [...]}: random draws) beneath it."""
     from trgrpo.theory import kantorovich_cosine
@@ -654,7 +653,7 @@ def plot_kantorovich(lower: float = 1.0, *, samples: dict | None = None, path: A
     if samples:
         ax.scatter(samples["ratio"], samples["degrees"], s=6, alpha=0.4, color="C7", label="random weights in [L, U]")
     ax.plot(r, deg, color="C3", lw=2, label="bound: arccos(2√(LU)/(L+U))")
-    for lo, up in ((1.0, 1.4), (0.5, 1.5)):
+    for lo, up in ((DEFAULTS.lower, DEFAULTS.upper), TABLE7_LU[-1]):  # the paper's default, Table 7's widest
         d = math.degrees(math.acos(kantorovich_cosine(lo, up)))
         ax.plot([up / lo], [d], "ko")
         ax.annotate(
