@@ -56,7 +56,7 @@ refresh-checked: $(STAMP)
 
 # executed copies in runs/make-run/, headlines in runs/notebooks/, figures in runs/figures/: the tree stays clean
 run: $(STAMP) model
-	$(VPY) -m trgrpo.run_all
+	$(VPY) scripts/run_all.py
 
 # The rendered book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus and the glossary,
 # as HTML pages in build/book/ (scripts/build_book.py, nbconvert; 08 without its code). Published by
@@ -116,7 +116,7 @@ instructor: $(STAMP)
 clean:
 	rm -rf $(VENV) runs student instructor
 
-# The prepared GPU check (trgrpo/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
+# The prepared GPU check (scripts/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
 # It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training
 # run in its own process and writes results/gpu/check.json. Without CUDA it stops with one line;
 # `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/test_gpu_check.py runs it).
@@ -125,7 +125,7 @@ clean:
 GPU_PY ?= python3
 GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -m trgrpo.gpu_check $(GPU_CHECK_ARGS)
+	PYTHONPATH=$(CURDIR) $(GPU_PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 # GPU_FREEZE: the GPU machine's `pip freeze` (its versions are kept, none of its packages downloaded);
 # GPU_PLATFORM / GPU_PYTHON: its platform tag and Python version (binary wheels only). WHEELS_PY: a Python with pip

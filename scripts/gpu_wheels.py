@@ -1,8 +1,8 @@
 """``make gpu-wheels``: the wheels ``make gpu-check`` installs on a GPU machine without network.
 
 ``python scripts/gpu_wheels.py FREEZE --wheels DIR --platform TAG --python-version X.Y``: into DIR, the wheels of
-:data:`trgrpo.gpu_check.PURE_PYTHON` and their dependencies for the GPU machine's platform and Python, keeping the
-versions of its ``pip freeze`` (FREEZE; none of those downloaded).
+:data:`gpu_check.PURE_PYTHON` (scripts/gpu_check.py) and their dependencies for the GPU machine's platform and
+Python, keeping the versions of its ``pip freeze`` (FREEZE; none of those downloaded).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trgrpo.gpu_check import PURE_PYTHON  # noqa: E402
+from gpu_check import PURE_PYTHON  # noqa: E402  (scripts/ is on sys.path)
 
 
 def _canonical(name: str) -> str:

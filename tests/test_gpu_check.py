@@ -59,7 +59,7 @@ def test_environment_has_one_torch_and_the_embedded_model():
 
 def test_makefile_has_gpu_check_targets():
     mk = (ROOT / "Makefile").read_text()
-    assert re.search(r"^gpu-check:", mk, re.M) and "trgrpo.gpu_check" in mk
+    assert re.search(r"^gpu-check:", mk, re.M) and "scripts/gpu_check.py" in mk
     assert re.search(r"^gpu-wheels:", mk, re.M)
 
 
@@ -157,7 +157,8 @@ def test_gpu_check_without_a_tokenizer_says_what_to_run(tmp_path, monkeypatch):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]  # make adds its own line
     assert ours == [f"error: --tokenizer {tmp_path / 'none'}: no tokenizer_config.json there"]
-    from trgrpo import gpu_check, models
+    from scripts import gpu_check
+    from trgrpo import models
 
     monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "wheels")
@@ -171,7 +172,7 @@ def test_gpu_check_without_a_tokenizer_says_what_to_run(tmp_path, monkeypatch):
 def test_gpu_check_converts_the_tokenizer_it_needs(tmp_path, monkeypatch):
     """With an empty cache and no wheels/ (as right after `conda env create`), the check's tokenizer lookup runs
     trgrpo.models' conversion of the embedded model (`make gpu-check --cpu` then goes on as in the test above)."""
-    from trgrpo import gpu_check
+    from scripts import gpu_check
 
     monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "wheels")

@@ -22,7 +22,7 @@ LAYERS = {
     "runs": ("experiment", "toy", "toy_controls", "search_run", "lm_science", "fullscale", "train", "plan", "batch"),
     "reports": ("tables", "answers", "plots", "token_stats"),
     "teaching": ("notebook", "course"),
-    "tooling": ("bench", "gpu_check", "run_all"),
+    "tooling": ("bench",),
 }
 RANK = {name: i for i, names in enumerate(LAYERS.values()) for name in names}
 
@@ -166,9 +166,9 @@ def test_the_library_writes_no_documentation():
     assert not holders, f"documentation markers in the library: {holders}"
 
 
-# The design card's goal (issue #25) is <= 10,000 lines in trgrpo/. The library is not there yet: LINE_CEILING is the
-# size at the last change (12,357); it only goes down (lower it with each cut; growing the library past it fails).
-GOAL_LINES, LINE_CEILING = 10_000, 14_094
+# Issue "clean" asks for <= 10,500 lines in trgrpo/. The library is not there yet: LINE_CEILING is the size at the
+# last change; it only goes down (lower it with each cut; growing the library past it fails).
+GOAL_LINES, LINE_CEILING = 10_500, 13_704
 
 
 def test_the_size_the_design_card_asks_for():

@@ -575,3 +575,12 @@ def test_evaluate_with_a_tiny_model(tiny_lm, generated, prefill):
     assert set(res["by_n_people"]) == {3, 4, 5, 6, 7}
     assert all(0.0 <= v <= 1.0 for v in res["by_n_people"].values())
     assert 0.0 <= res["avg"] <= 1.0 and res["n"] == 5 and res["accuracy"] == res["avg"]
+
+
+def test_kk_options_are_what_the_task_reads():
+    """The task reads its validated options: absent options are the model's defaults (eval sizes follow n_people,
+    no files: the generator), so each default is written once."""
+    o = kk.KKOptions(n_people=3)
+    assert (o.n_people, o.eval_n_people, o.train_path, o.prefill_think) == (3, 3, "", False)
+    assert kk.KKOptions().eval_n_people == kk.DEFAULT_N_PEOPLE and o.eval_batch() == {}
+    assert kk.KKOptions(eval_batch_size=4).eval_batch() == {"batch_size": 4}

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from trgrpo import stats, tables, toy
+from trgrpo.experiment import RunSpec
 from trgrpo.tasks import addition
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
@@ -135,6 +136,15 @@ def test_toy_spec_names_carry_the_run_label():
         "addition-micro-equal-randomreward-seed1",
     ]
     assert all(s["group"] == "toy/micro" and s["steps"] == toy.TOY_DEFAULTS["steps"] for s in specs)
+
+
+def test_toy_spec_is_a_validated_run_spec():
+    """A toy spec is a RunSpec's fields: a bad value or an unknown field stops at the spec, naming the field."""
+    assert toy.toy_spec("tr", 0) == RunSpec.from_dict(toy.toy_spec("tr", 0)).model_dump()
+    with pytest.raises(ValueError, match=r"^tau must be > 0"):
+        toy.toy_spec("tr", 0, tau=-1.0)
+    with pytest.raises(ValueError, match=r"unknown run-spec field\(s\) \['stpes'\]"):
+        toy.toy_spec("tr", 0, stpes=3)
 
 
 def test_token_grad_norms_fall_with_probability(tmp_path):

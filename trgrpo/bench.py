@@ -434,7 +434,7 @@ def trl_dapo_loss(x: dict, *, beta: float, eps_low: float, eps_high: float) -> A
 def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
     """The forward of one loss variant (the scalar loss); TR-GRPO's computes the weights, then the loss."""
     from trgrpo.loss import tr_grpo_loss
-    from trgrpo.weights import token_weights
+    from trgrpo.weights import DEFAULTS, token_weights
 
     kw = dict(beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high)
     if VARIANTS[variant] is None:
@@ -452,7 +452,7 @@ def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
             ref_logps=x["ref"],
             placement=placement,
             kl_weighting="eq10",
-            upper=1.4,
+            upper=DEFAULTS.upper,
             normalizer=x["normalizer"],
             **kw,
         ).loss

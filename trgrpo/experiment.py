@@ -566,8 +566,6 @@ BATCH_READING = (
     "'Micro-batch size (updates)' >= it (verl ppo_mini_batch_size), so one on-policy update per step. "
     "The global figures do not depend on the number of GPUs."
 )
-# Prompt tokens budgeted for vLLM's context (search adds tool output).
-PROMPT_TOKENS = {"kk": 1024, "math": 1024, "search": 4096}
 
 
 def batch_layout(spec: RunSpec, world_size: int = 1) -> dict:
@@ -599,9 +597,8 @@ def batch_layout(spec: RunSpec, world_size: int = 1) -> dict:
 
 
 def vllm_max_model_length(spec: RunSpec) -> int:
-    """vLLM's context: prompt budget (``task_options.max_prompt_tokens`` or :data:`PROMPT_TOKENS`) + completion."""
-    prompt = int(spec.task_options.get("max_prompt_tokens", PROMPT_TOKENS.get(spec.task, 1024)))
-    return prompt + spec.max_completion_length
+    """vLLM's context: the prompt budget (the task's option ``max_prompt_tokens``) + the completion."""
+    return get_task(spec.task).options(**spec.task_options).max_prompt_tokens + spec.max_completion_length
 
 
 def env_world_size() -> int:

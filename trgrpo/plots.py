@@ -18,14 +18,13 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from trgrpo import stats as an
+from trgrpo import stats
 from trgrpo.loss import zero_gradient_mask
 from trgrpo.models import display_name
-from trgrpo.paper import KK_SIZES, TABLE7_TAUS
+from trgrpo.paper import KK_SIZES, TABLE7_LU, TABLE7_TAUS
 from trgrpo.tables import by_arm_seed, kk_table, label, variant
-from trgrpo.weights import WeightParams, as_weight_params, token_weights
+from trgrpo.weights import DEFAULTS, RANDOM_RANGE, WeightParams, as_weight_params, token_weights
 
-DEFAULTS = WeightParams()  # the paper's Eq. 11 hyperparameters (App. B.2)
 # One colour per scheme, toy arm (trgrpo.toy.run_label), LM arm and KL weighting; a tau variant takes its arm's
 COLORS = {
     "equal": "tab:green",
@@ -115,7 +114,7 @@ def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None) -
 def plot_theorem31_bounds(samples: dict, *, ax=None) -> Figure:
     """||1_k - p|| against 1 - p_k for :func:`trgrpo.theory.theorem31_samples`, between y = x and y = sqrt(2) x."""
     fig, ax = _axes(ax, (5.2, 4.0))
-    x, y, v = an.to_numpy(samples["lower"]), an.to_numpy(samples["norm"]), np.asarray(samples["vocab_size"])
+    x, y, v = stats.to_numpy(samples["lower"]), stats.to_numpy(samples["norm"]), np.asarray(samples["vocab_size"])
     if x.size > 6000:
         idx = np.random.default_rng(0).choice(x.size, 6000, replace=False)
         x, y, v = x[idx], y[idx], v[idx]
@@ -140,19 +139,17 @@ def plot_grad_norm_vs_prob(
     title: str | None = None,
 ) -> Figure:
     """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
-    from trgrpo.stats import binned_means, fit_proportional
-
     fig, ax = _axes(ax, (5.4, 3.8))
-    p, g = an.to_numpy(probs), an.to_numpy(grad_norms)
+    p, g = stats.to_numpy(probs), stats.to_numpy(grad_norms)
     sp, sg = p, g
     if p.size > 5000:
         idx = np.random.default_rng(0).choice(p.size, 5000, replace=False)
         sp, sg = p[idx], g[idx]
     ax.scatter(sp, sg, s=6, alpha=0.3, color="tab:blue", label=f"tokens (n = {p.size})")
-    b = binned_means(p, g, bins)
+    b = stats.binned_means(p, g, bins)
     ax.errorbar(b["x_mean"], b["mean"], yerr=b["sem"], fmt="o-", color="tab:red", ms=4, label="binned mean")
     if fit:
-        c, r2 = fit_proportional(1 - p, g)
+        c, r2 = stats.fit_proportional(1 - p, g)
         line = np.linspace(0, 1, 101)
         ax.plot(line, c * (1 - line), "k--", lw=1, label=f"{c:.3g} (1 - pi)  (R² = {r2:.2f})")
     ax.set_xlim(-0.02, 1.02)
@@ -163,7 +160,7 @@ def plot_grad_norm_vs_prob(
 def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
     """Eq. 13: box plots of w ||grad log pi|| / its mean for GRPO, TR-GRPO and Reverse under each tau reading."""
     fig, ax = _axes(ax, (6.4, 3.8))
-    g, p = torch.as_tensor(an.to_numpy(grad_norms)), torch.as_tensor(an.to_numpy(probs)).clamp(0, 1)
+    g, p = torch.as_tensor(stats.to_numpy(grad_norms)), torch.as_tensor(stats.to_numpy(probs)).clamp(0, 1)
     cases = [(mode, scheme) for mode in ("scale", "divide") for scheme in ("equal", "tr", "reverse")]
     data = [(token_weights(p, scheme, tau_mode=mode) * g).numpy() for mode, scheme in cases]
     bp = ax.boxplot([v / v.mean() for v in data], patch_artist=True, flierprops={"markersize": 2})
@@ -212,7 +209,7 @@ def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -
         ax.plot(p.numpy(), _weights(p, base, scheme), color=color(scheme), label=label(scheme))
     pr = torch.rand(400, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     ax.scatter(pr.numpy(), _weights(pr, base, "random"), s=4, alpha=0.4,
-               color=color("random"), label="Random (U[0.5, 1.5])")  # fmt: skip
+               color=color("random"), label="Random (U[{:g}, {:g}])".format(*RANDOM_RANGE))  # fmt: skip
     _dress(ax, "w", "Weight schemes of Table 4")
     return fig
 
@@ -287,7 +284,7 @@ def plot_weight_explorer(
     w = _weights(p, params, "tr")
     axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
     axes[0].plot(p.numpy(), w, color=color("tr"), lw=2, label="this setting")
-    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label="Reverse 2 - w")
+    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label=label("reverse"))
     flat = " (w = 1 = 2 - w: lines coincide)" if np.allclose(w, 1.0) else ""
     _dress(axes[0], "w", f"w(p): tau_mode='{params.tau_mode}'{flat}", "p")
     plot_eq13_factor(ax=axes[1], params=params)
@@ -353,15 +350,15 @@ def _traces(ax, groups: dict, labels: Sequence[str], key, *, smooth: int = 1, na
     gives a group's line keywords (default: its :func:`color`)."""
     for i, lb in enumerate(labels):
         runs = groups.get(lb, [])
-        steps, m = an.stack(runs, key) if runs else (np.empty(0), None)
+        steps, m = stats.stack(runs, key) if runs else (np.empty(0), None)
         if steps.size == 0:
             continue
         if smooth > 1:
-            m = np.vstack([an.rolling_mean(row, smooth) for row in m])
+            m = np.vstack([stats.rolling_mean(row, smooth) for row in m])
         kw = style(i, runs) if style else {"color": color(lb)}
         for row in m:
             ax.plot(steps, row, alpha=0.18, lw=0.8, **kw)
-        med, lo, hi = an.band(m)
+        med, lo, hi = stats.band(m)
         ax.plot(steps, med, lw=2.2, label=f"{name(lb)} (n={len(runs)})", **kw)
         if len(runs) > 1:
             ax.fill_between(steps, lo, hi, color=kw["color"], alpha=0.15, lw=0)
@@ -393,7 +390,7 @@ def plot_grad_norms(
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     _traces(axes[0], groups, labels, "grad_norm", smooth=smooth)
     axes[0].set(title="gradient norm (raw)", xlabel="step", ylabel="||grad||")
-    _traces(axes[1], groups, labels, an.grad_norm_per_mean_weight, smooth=smooth)
+    _traces(axes[1], groups, labels, stats.grad_norm_per_mean_weight, smooth=smooth)
     axes[1].set(title="gradient norm / mean token weight", xlabel="step", ylabel="||grad|| / mean w")
     axes[1].legend(fontsize=8)
     return _save(fig, path, title)
@@ -410,7 +407,7 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
     plot_grad_norm_vs_prob(p, g, bins=bins, fit=False, ax=axes[0], ylabel="||∇θ log π(o_t)||", title=title)
     for scheme in ("equal", "tr", "reverse"):
         w = token_weights(torch.tensor(p), scheme).numpy()
-        bw = an.binned_means(p, w / w.mean() * g, bins)
+        bw = stats.binned_means(p, w / w.mean() * g, bins)
         cv = record.get("weighted_spread", {}).get(scheme, {}).get("cv", float("nan"))
         axes[1].plot(
             bw["center"], bw["mean"], marker="o", ms=4, color=color(scheme), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
@@ -438,7 +435,7 @@ def plot_zero_grad(
 
 def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
     """Held-out greedy accuracy at the evaluation steps: mean over seeds per arm, 95 % t-interval."""
-    from scipy import stats
+    from scipy.stats import t as student_t
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for j, lb in enumerate(labels):
@@ -447,9 +444,11 @@ def plot_eval_curves(groups: dict, labels: Sequence[str], *, path: Path | str | 
         steps = sorted({e["step"] for r in runs for e in r["eval_history"]})
         m, q = [], []
         for st in steps:
-            mean, sd, n = an.mean_std(e["greedy_accuracy"] for r in runs for e in r["eval_history"] if e["step"] == st)
+            mean, sd, n = stats.mean_std(
+                e["greedy_accuracy"] for r in runs for e in r["eval_history"] if e["step"] == st
+            )
             m.append(mean)
-            q.append(stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else 0.0)
+            q.append(student_t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else 0.0)
         x = np.asarray(steps) + (j - len(labels) / 2) * 0.6
         ax.errorbar(x, m, yerr=q, color=color(lb), marker="o", ms=3, capsize=2, label=f"{label(lb)} (n={len(runs)})")
     ax.set(xlabel="RL step", ylabel="held-out greedy accuracy (400 items)", title=title)
@@ -531,7 +530,7 @@ def plot_trajectories(
 ):
     """Figure 3 / 4 analog (``key`` grad_norm / reward): seeds faint, median bold, one line style per variant."""
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
-    groups = an.group_by(records, variant)
+    groups = stats.group_by(records, variant)
 
     def style(i: int, runs: list[dict]) -> dict:
         return {"color": color(runs[0]["scheme"]), "ls": ("-", "--", "-.", ":")[i % 4]}
@@ -607,7 +606,7 @@ def plot_stress(records: Sequence[dict], plan: dict, path: Any = None):
 def plot_search_curves(records: Sequence[dict[str, Any]], *, title: str = "", path: str | os.PathLike | None = None):
     """Reward (Eq. 14), grad norm and greedy EM per step by scheme: seeds faint, the median bold."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    groups = an.group_by(records, lambda r: r["scheme"])
+    groups = stats.group_by(records, lambda r: r["scheme"])
 
     def em(r: dict) -> tuple[np.ndarray, np.ndarray]:
         curve = r.get("eval_curve", [])
@@ -643,7 +642,7 @@ def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: st
     return _save(fig, path)
 
 
-def plot_kantorovich(lower: float = 1.0, *, samples: dict | None = None, path: Any = None):
+def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = None, path: Any = None):
     """The least cosine between GRPO's and TR's update over weights in [L, U] (orthogonal token gradients) against
     U / L, in degrees, with ``samples`` ({"ratio": [...], "degrees": [...]}: random draws) beneath it."""
     from trgrpo.theory import kantorovich_cosine
@@ -654,7 +653,7 @@ def plot_kantorovich(lower: float = 1.0, *, samples: dict | None = None, path: A
     if samples:
         ax.scatter(samples["ratio"], samples["degrees"], s=6, alpha=0.4, color="C7", label="random weights in [L, U]")
     ax.plot(r, deg, color="C3", lw=2, label="bound: arccos(2√(LU)/(L+U))")
-    for lo, up in ((1.0, 1.4), (0.5, 1.5)):
+    for lo, up in ((DEFAULTS.lower, DEFAULTS.upper), TABLE7_LU[-1]):  # the paper's default, Table 7's widest
         d = math.degrees(math.acos(kantorovich_cosine(lo, up)))
         ax.plot([up / lo], [d], "ko")
         ax.annotate(

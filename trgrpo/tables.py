@@ -18,7 +18,7 @@ from trgrpo.experiment import write_result
 from trgrpo.fullscale import short_model_name
 from trgrpo.models import display_name
 from trgrpo.toy import load_runs, run_label
-from trgrpo.weights import DEFAULTS as W
+from trgrpo.weights import DEFAULTS
 
 NO_RUN = "no run"
 
@@ -54,13 +54,13 @@ def variant(record: dict) -> str:
     s = record.get("spec", {})
     extra = []
     if record["scheme"] in ("tr", "reverse"):
-        if s.get("tau", W.tau) != W.tau:
+        if s.get("tau", DEFAULTS.tau) != DEFAULTS.tau:
             extra.append(f"tau={s['tau']:g}")
-        if (s.get("lower", W.lower), s.get("upper", W.upper)) != (W.lower, W.upper):
+        if (s.get("lower", DEFAULTS.lower), s.get("upper", DEFAULTS.upper)) != (DEFAULTS.lower, DEFAULTS.upper):
             extra.append(f"(L,U)=({s['lower']:g},{s['upper']:g})")
         if s.get("placement", "ratio") != "ratio":
             extra.append(s["placement"])
-        if s.get("tau_mode", W.tau_mode) != W.tau_mode:
+        if s.get("tau_mode", DEFAULTS.tau_mode) != DEFAULTS.tau_mode:
             extra.append(f"tau_mode={s['tau_mode']}")
     return label(record["scheme"]) + (f" [{', '.join(extra)}]" if extra else "")
 
@@ -162,12 +162,14 @@ def _match(records: list[dict], prow: dict, table: int) -> list[dict]:
     """Our runs of one printed row: same model and scheme at the default weight (Table 2: same training set; a
     "base" row: the runs' initial evaluation; Table 7: TR on Qwen2.5-3B K&K at the swept tau or (L, U))."""
     out = []
+    keys = ("tau", "lower", "upper")
+    default = tuple(getattr(DEFAULTS, k) for k in keys)
     for r in records:
         spec, model = r.get("spec", {}), short_model_name(r.get("model"))
-        weight = (spec.get("tau", W.tau), spec.get("lower", W.lower), spec.get("upper", W.upper))
+        weight = tuple(spec.get(k, d) for k, d in zip(keys, default))
         if table == 7:
             v = prow["value"]
-            want = (v, W.lower, W.upper) if prow["parameter"] == "tau" else (W.tau, *v)
+            want = (v, *default[1:]) if prow["parameter"] == "tau" else (default[0], *v)
             if r["scheme"] == "tr" and model == "Qwen2.5-3B-Instruct" and r.get("task") == "kk" and weight == want:
                 out.append(r)
         elif model != prow.get("model"):
@@ -175,7 +177,7 @@ def _match(records: list[dict], prow: dict, table: int) -> list[dict]:
         elif prow.get("method") == "base":
             if r.get("initial"):
                 out.append({**r, "final": r["initial"]})
-        elif METHOD_TO_SCHEME.get(prow.get("method")) == r["scheme"] and weight == (W.tau, W.lower, W.upper):
+        elif METHOD_TO_SCHEME.get(prow.get("method")) == r["scheme"] and weight == default:
             train = spec.get("task_options", {}).get("train")
             if table != 2 or train == MATH_DATASETS.get(prow.get("dataset")):
                 out.append(r)
@@ -344,8 +346,8 @@ def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STE
     recs = load_runs(results_dir, group=tc.TAU_GROUP)
     ctrl = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if r["seed"] in set(tc.TAU_SEEDS)]
     arms = stats.group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
-    taus = sorted({*tc.TAUS, W.tau})
-    order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != W.tau else "tr-surrogate" for t in taus]
+    taus = sorted({*tc.TAUS, DEFAULTS.tau})
+    order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != DEFAULTS.tau else "tr-surrogate" for t in taus]
     rows = arm_rows(arms, tc.BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
     body = {"kind": "tau_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
     return _summary(tc.TAU_GROUP, body, recs, results_dir)

@@ -4,7 +4,6 @@ cached supervised warm start, and its runs and grids (:data:`TOY_DEFAULTS`: Tabl
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import io
 import json
@@ -17,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo.experiment import RESULTS_DIR, load_results, run, run_name
+from trgrpo.experiment import RESULTS_DIR, RunSpec, load_results, run, run_name
 from trgrpo.models import cache_dir, pad_batch, sft_step
 from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy, records, splits
 from trgrpo.weights import DEFAULTS
@@ -268,10 +267,11 @@ def toy_spec(
     reward: str = "correct",
     **overrides: Any,
 ) -> dict:
-    """A run-spec dict of the toy grid, named by its :func:`run_label` (the model is set by :func:`run_toy`)."""
+    """A run spec of the toy grid as its fields (a :class:`~trgrpo.experiment.RunSpec`, validated here, dumped as a
+    record stores it), named by its :func:`run_label` (the model is set by :func:`run_toy`)."""
     settings = {"placement": placement, "tau": tau, "task_options": {"reward": reward}}
     label = run_label({"scheme": scheme, "spec": settings})
-    spec = dict(
+    fields = dict(
         task=task,
         scheme=scheme,
         placement=placement,
@@ -282,14 +282,13 @@ def toy_spec(
         max_completion_length=MAX_COMPLETION[task],
         task_options={"reward": reward},
         save_steps=10_000,
-        **{k: v for k, v in TOY_DEFAULTS.items() if k not in overrides},
+        **TOY_DEFAULTS,
     )
-    spec.update(overrides)
-    return spec
+    return RunSpec.from_dict({**fields, **overrides}).model_dump()
 
 
 def run_toy(
-    spec: dict,
+    spec: RunSpec | dict,
     *,
     results_dir: Path | str | None = None,
     warm_kwargs: dict | None = None,
@@ -301,17 +300,13 @@ def run_toy(
     with ``eval_sampled=False``), the warm start and CPU time."""
     import torch
 
-    spec = copy.deepcopy(spec)
-    ws_path = warm_start(spec["task"], spec["seed"], **{"verbose": verbose, **(warm_kwargs or {})})
+    spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
+    ws_path = warm_start(spec.task, spec.seed, **{"verbose": verbose, **(warm_kwargs or {})})
     ws = warm_start_info(ws_path)
-    spec["model"] = str(ws_path)
-    rows = records(splits()["test"][: spec.get("n_eval", TOY_DEFAULTS["n_eval"])], spec["task"])
+    spec = spec.replace(model=str(ws_path))
+    rows = records(splits()["test"][: spec.n_eval], spec.task)
     cb = heldout_callback(
-        rows,
-        spec["task"],
-        every=eval_every,
-        temperature=spec.get("temperature") or 1.0,
-        sampled=eval_sampled,
+        rows, spec.task, every=eval_every, temperature=spec.sampling_temperature, sampled=eval_sampled
     )
     t0, c0 = time.time(), time.process_time()
 
@@ -331,7 +326,7 @@ def run_toy(
                     h["eval/sampled_accuracy"] = e["sampled_accuracy"]
         n_params = ws["n_parameters"] / 1e6
         return dict(
-            model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec['seed']}, {ws['steps']} SFT steps)",
+            model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec.seed}, {ws['steps']} SFT steps)",
             model_path=str(ws_path),
             initial=initial,
             eval_history=eval_history,
@@ -357,7 +352,7 @@ def run_toy(
         )
 
 
-def run_grid(specs: Sequence[dict], *, threads: int | None = 2, progress: bool = True, **run_kw: Any) -> dict:
+def run_grid(specs: Sequence[RunSpec | dict], *, threads: int | None = 2, progress: bool = True, **run_kw: Any) -> dict:
     """Run every spec without a record, seed by seed (warm starts first); ``run_kw`` as :func:`run_toy`."""
     import torch
     from tqdm.auto import tqdm
@@ -367,14 +362,15 @@ def run_grid(specs: Sequence[dict], *, threads: int | None = 2, progress: bool =
     quiet()
     t0, c0 = time.time(), time.process_time()
     root = Path(run_kw.get("results_dir") or RESULTS_DIR)
-    todo = [s for s in specs if not (root / s.get("group", GROUP) / f"{s['name']}.json").exists()]
+    specs = [RunSpec.from_dict(s) if isinstance(s, dict) else s for s in specs]  # every spec checked before a run
+    todo = [s for s in specs if not (root / s.group / f"{s.name}.json").exists()]
     bar = tqdm(total=len(todo), desc="toy grid", disable=not progress)
-    for seed in dict.fromkeys(s["seed"] for s in todo):
-        part = [s for s in todo if s["seed"] == seed]
-        for task in dict.fromkeys(s["task"] for s in part):
+    for seed in dict.fromkeys(s.seed for s in todo):
+        part = [s for s in todo if s.seed == seed]
+        for task in dict.fromkeys(s.task for s in part):
             warm_start(task, seed, **(run_kw.get("warm_kwargs") or {}))
         for spec in part:
-            bar.set_postfix_str(spec["name"])
+            bar.set_postfix_str(spec.name)
             run_toy(spec, **run_kw)
             bar.update()
     bar.close()

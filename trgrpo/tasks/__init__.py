@@ -17,19 +17,23 @@ from trgrpo.weights import Checked
 
 
 class TaskOptions(Checked):
-    """The ``task_options`` every task accepts (a run reads them): a task's own options subclass it, so a misspelt
-    option or a value of the wrong type is refused when the spec is made (the task reads the dict; the defaults
-    here document what it uses when an option is absent)."""
+    """The ``task_options`` every task accepts: a task's own options subclass it, so a misspelt option or a value of
+    the wrong type is refused when the spec is made; the task reads this model's values, so an absent option takes
+    the default written here."""
 
     max_prompt_tokens: int = 1024  # vLLM's prompt budget (trgrpo.experiment.vllm_max_model_length)
-    eval_batch_size: int = 8
+    eval_batch_size: int | None = None  # None: the batch size of the task's evaluation function
 
     @field_validator("max_prompt_tokens", "eval_batch_size")
     @classmethod
-    def _count(cls, v: int, info) -> int:
-        if v < 1:
+    def _count(cls, v: int | None, info) -> int | None:
+        if v is not None and v < 1:
             raise ValueError(f"{info.field_name} must be an integer >= 1, got {v}")
         return v
+
+    def eval_batch(self) -> dict:
+        """``batch_size`` for the task's evaluation function where ``eval_batch_size`` is set."""
+        return {} if self.eval_batch_size is None else {"batch_size": self.eval_batch_size}
 
 
 @dataclass

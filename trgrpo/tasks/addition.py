@@ -166,12 +166,9 @@ def _build(spec: Any, tokenizer):
 
 
 def _rewards(spec: Any) -> list:
-    kind = spec.task_options.get("reward", "correct")
-    if kind == "correct":
-        return [correctness_reward]
-    if kind == "random":
+    if AdditionOptions(**spec.task_options).reward == "random":
         return [make_random_reward(spec.seed + 31_337)]
-    raise ValueError(f"task_options['reward'] must be 'correct' or 'random', got {kind!r}")
+    return [correctness_reward]
 
 
 def _evaluate(model, tokenizer, rows: list, spec: Any) -> dict:

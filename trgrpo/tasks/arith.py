@@ -155,9 +155,9 @@ def evaluate_arith(
 
 def _build(spec: Any, tokenizer):
     """Train and held-out problems are disjoint (one draw of distinct problems, split in two)."""
-    low, high = spec.task_options.get("range", DEFAULT_RANGE)
-    kind = spec.task_options.get("kind", "add")
-    problems = make_problems(spec.n_train + spec.n_eval, seed=0, low=int(low), high=int(high), kind=kind)
+    o = ArithOptions(**spec.task_options)
+    low, high = o.range
+    problems = make_problems(spec.n_train + spec.n_eval, seed=0, low=low, high=high, kind=o.kind)
     return arith_dataset(problems[: spec.n_train], tokenizer), problems[spec.n_train :]
 
 
@@ -166,8 +166,8 @@ def _evaluate(model, tokenizer, records, spec: Any) -> dict:
         model,
         tokenizer,
         records,
-        batch_size=spec.task_options.get("eval_batch_size", 32),
         max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+        **ArithOptions(**spec.task_options).eval_batch(),
     )
 
 
@@ -183,7 +183,7 @@ register_task(
     "arith",
     Task(
         _build,
-        lambda spec: make_arith_reward_funcs(spec.task_options.get("reward", "answer+format")),
+        lambda spec: make_arith_reward_funcs(ArithOptions(**spec.task_options).reward),
         _evaluate,
         options=ArithOptions,
     ),

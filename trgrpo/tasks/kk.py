@@ -643,38 +643,36 @@ def evaluate_kk(
 def _build(spec: Any, tokenizer):
     """The paper's data from the hub, Logic-RL files (``train_path`` / ``eval_path``) or reasoning-gym's generator
     (streams ``train`` / ``test``; :func:`kk_split`); eval puzzles seen in training are dropped."""
-    opts = spec.task_options
-    n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
-    eval_people = opts.get("eval_n_people", n_people)
-    train = kk_split(opts.get("train_path"), "train", n=spec.n_train, n_people=n_people, stream="train")
-    test = kk_split(opts.get("eval_path"), "test", n=spec.n_eval, n_people=eval_people, stream="test")
+    o = KKOptions(**spec.task_options)
+    train = kk_split(o.train_path, "train", n=spec.n_train, n_people=o.n_people, stream="train")
+    test = kk_split(o.eval_path, "test", n=spec.n_eval, n_people=o.eval_n_people, stream="test")
     train_keys = {r["quiz"] for r in train}
     test = [r for r in test if r["quiz"] not in train_keys]
-    prefill = bool(opts.get("prefill_think", False))
-    return kk_dataset(train, prefill_think=prefill, tokenizer=tokenizer if prefill else None), test
+    return kk_dataset(train, prefill_think=o.prefill_think, tokenizer=tokenizer if o.prefill_think else None), test
 
 
 def _data_source(spec: Any, train_ds, records) -> dict:
-    opts = spec.task_options
+    o = KKOptions(**spec.task_options)
     return {
-        "train": kk_source(opts.get("train_path"), "train", len(train_ds)),
-        "eval": kk_source(opts.get("eval_path"), "test", len(records)),
-        "prefill_think": bool(opts.get("prefill_think", False)),
+        "train": kk_source(o.train_path, "train", len(train_ds)),
+        "eval": kk_source(o.eval_path, "test", len(records)),
+        "prefill_think": o.prefill_think,
     }
 
 
 def _rewards(spec: Any):
-    return make_kk_reward_funcs(prefilled_think=bool(spec.task_options.get("prefill_think", False)))
+    return make_kk_reward_funcs(prefilled_think=KKOptions(**spec.task_options).prefill_think)
 
 
 def _evaluate(model, tokenizer, records, spec: Any) -> dict:
+    o = KKOptions(**spec.task_options)
     return evaluate_kk(
         model,
         tokenizer,
         records,
-        batch_size=spec.task_options.get("eval_batch_size", 8),
         max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
-        prefill_think=bool(spec.task_options.get("prefill_think", False)),
+        prefill_think=o.prefill_think,
+        **o.eval_batch(),
     )
 
 
@@ -682,13 +680,15 @@ class KKOptions(TaskOptions):
     """The K&K task's options: Logic-RL files or reasoning-gym's generator (2..7 people)."""
 
     n_people: int | list[int] | tuple[int, ...] = DEFAULT_N_PEOPLE
-    eval_n_people: int | list[int] | tuple[int, ...] = DEFAULT_N_PEOPLE
-    train_path: str | list[str] = ""
+    eval_n_people: int | list[int] | tuple[int, ...] | None = None  # None: n_people
+    train_path: str | list[str] = ""  # none: reasoning-gym's generator
     eval_path: str | list[str] = ""
     prefill_think: bool = False
 
     @model_validator(mode="after")
     def _sizes(self) -> KKOptions:
+        if self.eval_n_people is None:
+            self.eval_n_people = self.n_people
         for field, path in (("n_people", self.train_path), ("eval_n_people", self.eval_path)):
             try:  # a file may hold any size, the generator 2..7
                 _n_people_tuple(getattr(self, field), *((1, 10_000) if path else (2, 7)))
@@ -699,12 +699,11 @@ class KKOptions(TaskOptions):
 
 def _check_data(spec: Any) -> None:
     """Read the spec's Logic-RL files as :func:`_build` will (every row normalised, the sizes present)."""
-    opts = spec.task_options
-    n_people = opts.get("n_people", DEFAULT_N_PEOPLE)
-    for key, sizes in (("train_path", n_people), ("eval_path", opts.get("eval_n_people", n_people))):
-        if opts.get(key) and opts[key] != KK_GENERATED and not str(opts[key]).startswith("hub:"):  # local files
+    o = KKOptions(**spec.task_options)
+    for key, paths, sizes in (("train_path", o.train_path, o.n_people), ("eval_path", o.eval_path, o.eval_n_people)):
+        if paths and paths != KK_GENERATED and not str(paths).startswith("hub:"):  # local files
             try:
-                load_kk_files(opts[key], n_people=sizes)
+                load_kk_files(paths, n_people=sizes)
             except (OSError, ValueError, TypeError) as e:
                 raise ValueError(f"task_options.{key}: {e}") from None
 

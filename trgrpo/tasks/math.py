@@ -358,28 +358,27 @@ def _load_source(source: str, n: int, seed: int) -> list[dict]:
 
 def _build(spec: Any, tokenizer):
     """Train on generated arithmetic offline, or a file / hub set (``train``: deepscaler, orz, a path)."""
-    opts = spec.task_options
-    train = _load_source(opts.get("train", "generated"), spec.n_train, spec.seed + 1000)
+    o = MathOptions(**spec.task_options)
+    train = _load_source(o.train, spec.n_train, spec.seed + 1000)
     seen = {r["problem"] for r in train}
     evals = {}
-    for name in opts.get("eval_sets", ["generated"]):
+    for name in o.eval_sets:
         evals[Path(name).stem] = [r for r in _load_source(name, spec.n_eval, 99_999) if r["problem"] not in seen]
     return math_dataset(train), evals
 
 
 def _data_source(spec: Any, train_ds, evals) -> dict:
     """Each set under the name Table 2 gives it, with its source; generated arithmetic is marked a substitute."""
-    opts = spec.task_options
-    names = opts.get("eval_sets", ["generated"])
+    o = MathOptions(**spec.task_options)
     return {
-        "train": math_source(opts.get("train", "generated"), len(train_ds)),
-        "eval": {Path(n).stem: math_source(n, len(evals.get(Path(n).stem, []))) for n in names},
+        "train": math_source(o.train, len(train_ds)),
+        "eval": {Path(n).stem: math_source(n, len(evals.get(Path(n).stem, []))) for n in o.eval_sets},
     }
 
 
 def _evaluate(model, tokenizer, evals, spec: Any) -> dict:
     """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
-    opts = spec.task_options
+    o = MathOptions(**spec.task_options)
     max_new = spec.max_eval_tokens or spec.max_completion_length
     out: dict[str, Any] = {"by_set": {}}
     for name, records in evals.items():
@@ -390,16 +389,14 @@ def _evaluate(model, tokenizer, evals, spec: Any) -> dict:
                 model,
                 tokenizer,
                 records,
-                k=int(opts.get("sampled_k", 16)),
+                k=o.sampled_k,
                 max_new_tokens=max_new,
                 seed=spec.seed,
-                batch_size=opts.get("eval_batch_size", 2),
+                **o.eval_batch(),
             )
             out["by_set"][name] = {key: v for key, v in res.items() if key.startswith(("avg@", "pass@"))}
         else:
-            res = evaluate_math(
-                model, tokenizer, records, batch_size=opts.get("eval_batch_size", 8), max_new_tokens=max_new
-            )
+            res = evaluate_math(model, tokenizer, records, max_new_tokens=max_new, **o.eval_batch())
             out["by_set"][name] = {"accuracy": res["accuracy"]}
     scores = [next(iter(v.values())) for v in out["by_set"].values()]
     out["accuracy"] = sum(scores) / len(scores) if scores else None

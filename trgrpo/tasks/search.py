@@ -681,6 +681,7 @@ def search_task(
 class SearchOptions(TaskOptions):
     """The task options of the run task ``search`` and their defaults."""
 
+    max_prompt_tokens: int = 4096  # vLLM's prompt budget: the question, the tool's results, the turns
     corpus: str = (
         "synthetic"  # "searchr1": Search-R1's data (NQ + HotpotQA, Table 3's seven sets); "synthetic": offline
     )

@@ -398,8 +398,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run as `__main__`, the check uses the module under its import name (the task it registers must be importable
-    # in the runs' own processes: fullscale.write_specs names its module)
-    from trgrpo.gpu_check import main as _main
+    # run as `__main__`, the check uses the module under its import name `gpu_check` (scripts/ is on sys.path): the
+    # task it registers must be importable in the runs' own processes (fullscale.write_specs copies this file beside
+    # their spec files)
+    from gpu_check import main as _main
 
     sys.exit(_main())

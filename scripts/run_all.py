@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-from trgrpo.experiment import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trgrpo.experiment import ROOT  # noqa: E402
 
 
 def main() -> int:
