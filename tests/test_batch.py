@@ -52,7 +52,7 @@ def test_plan_errors_name_the_field(tmp_path):
 def test_shipped_experiment_files_parse():
     from pathlib import Path
 
-    from trgrpo.train import load_specs
+    from trgrpo.experiment import load_specs
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in root.glob("*.yaml"):

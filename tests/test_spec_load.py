@@ -62,6 +62,9 @@ BAD = {  # config -> (the text, what the one line must name)
     "prefill_no": (KK + "task_options: {prefill_think: 'no'}\n", "task_options.prefill_think must be a valid boolean"),
     "bool_for_count": (KK.replace("steps: 1", "steps: true"), "steps must be a valid integer"),
     "model_missing": (KK.replace("embedded", "/nonexistent"), "the folder /nonexistent does not exist"),
+    "steps_1e9": (KK.replace("steps: 1", "steps: 1000000000"), "h on 1 x H100 (python -m trgrpo.plan), far beyond"),
+    "length_1e9": (KK + "max_completion_length: 1000000000\n", "far beyond any plan (> 720 h)"),
+    "n_train_1e9": (KK + "n_train: 1000000000\n", "n_train must be an integer in [1, 10,000,000]"),
 }
 
 
@@ -136,3 +139,10 @@ def test_a_key_twice_in_a_set_override_or_an_alias_inside_bounds_is_read():
     }
     with pytest.raises(experiment.ConfigError, match="--set steps"):
         experiment.parse_overrides(["steps={a: 1, a: 2}"])
+
+
+def test_a_long_run_trains_with_allow_long(tmp_path, capsys):
+    path = tmp_path / "long.yaml"
+    path.write_text(KK.replace("steps: 1", "steps: 1000000000"))
+    assert main(["--config", str(path), "--allow-long", "--print-config"]) == 0
+    assert '"steps": 1000000000' in capsys.readouterr().out

@@ -5,6 +5,8 @@ fields through ``run(..., record_extras=...)``; other JSON files (summaries) car
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import math
 import os
@@ -13,6 +15,7 @@ import re
 import resource
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +25,7 @@ import jsonschema
 import yaml
 from pydantic import BeforeValidator, model_validator
 
-from trgrpo.tasks import Task, get_task
+from trgrpo.tasks import Task, get_task, task_names
 from trgrpo.weights import DEFAULTS, Checked, TauMode, WeightParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,14 +457,19 @@ class RunSpec(Checked):
         return RunSpec(**{**self.model_dump(), **fields})
 
 
-_COUNTS = ("steps", "prompts_per_step", "max_completion_length", "n_train", "save_steps", "gradient_accumulation_steps")
+_COUNTS = ("steps", "prompts_per_step", "max_completion_length", "save_steps", "gradient_accumulation_steps")
+MAX_EXAMPLES = 10_000_000  # n_train / n_eval: far beyond the paper's sets (the largest, ORZ, has 57k problems)
 _POSITIVE = (lambda v: v > 0, "a finite number > 0")
 # The value rules of RunSpec fields beyond their type: field -> (test, what it must be); None passes.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **dict.fromkeys(
         _COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), (lambda v: v >= 1, "an integer >= 1")
     ),
-    "n_eval": (lambda v: v >= 0, "an integer >= 0"),
+    "n_eval": (lambda v: 0 <= v <= MAX_EXAMPLES, f"an integer in [0, {MAX_EXAMPLES:,}]"),
+    "n_train": (
+        lambda v: 1 <= v <= MAX_EXAMPLES,
+        f"an integer in [1, {MAX_EXAMPLES:,}] (generated data is made whole)",
+    ),
     "seed": (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32) (numpy's and torch's seeds)"),
     "num_generations": (lambda v: v >= 2, "an integer >= 2"),  # Eq. 4 needs a group
     "learning_rate": _POSITIVE,
@@ -566,6 +574,67 @@ BATCH_READING = (
     "'Micro-batch size (updates)' >= it (verl ppo_mini_batch_size), so one on-policy update per step. "
     "The global figures do not depend on the number of GPUs."
 )
+
+
+SPEC_FILE_KEYS = ("base", "grid", "imports")
+
+
+def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]:
+    """The run specs of a YAML file, every one checked before any runs (bad input: a :class:`ConfigError`)."""
+    path = Path(path)
+    data = read_config(path)
+    import_task_modules(path, data.get("imports", []))
+    fields = [k for k in data if k not in SPEC_FILE_KEYS]
+    if fields and ("base" in data or "grid" in data):
+        raise ConfigError(f"{path}: field(s) {fields} beside 'base' / 'grid' would be ignored; put them in 'base'")
+    base = data.get("base", {k: data[k] for k in fields})
+    if not isinstance(base, dict):
+        raise ConfigError(f"{path}: field 'base' must be a mapping of run-spec fields, got {type(base).__name__}")
+    grid = data.get("grid", [{}])
+    if not isinstance(grid, list) or not grid or not all(isinstance(g, dict) for g in grid):
+        raise ConfigError(f"{path}: field 'grid' must be a non-empty list of mappings (one per run), got {grid!r:.80}")
+    overrides = overrides or {}
+    specs = []
+    for i, row in enumerate(grid):
+        where = f"{path}: grid[{i}]" if "grid" in data else str(path)
+        fields = {**base, **row, **overrides}
+        if "task" not in fields:
+            raise ConfigError(f"{where}: field 'task' is missing (the run's task: {task_names()})")
+        try:
+            specs.append(RunSpec.from_dict(fields))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{where}: {e}" + (f" (with --set {sorted(overrides)})" if overrides else "")) from None
+    seen: dict[tuple[str, str], int] = {}
+    for i, spec in enumerate(specs):
+        j = seen.setdefault((spec.group, str(spec.name)), i)
+        if j != i:
+            raise ConfigError(f"{path}: grid[{j}] and grid[{i}] are both {spec.group}/{spec.name} (field 'name')")
+    return specs
+
+
+def import_task_modules(path: Path, imports) -> None:
+    """Import the modules that register the specs' tasks: ``trgrpo...`` modules or ``.py`` files beside the config."""
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
+        raise ConfigError(f"{path}: field 'imports' must be a list of module names, got {imports!r:.80}")
+    for name in imports:
+        if name.endswith(".py"):
+            local = path.parent / name
+            if "/" in name or "\\" in name or not local.is_file():
+                raise ConfigError(f"{path}: imports: {name!r} is not a .py file in the config's folder {path.parent}")
+            module_spec = importlib.util.spec_from_file_location(local.stem, local)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[local.stem] = module
+            module_spec.loader.exec_module(module)
+        elif name == "trgrpo" or name.startswith("trgrpo."):
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise ConfigError(f"{path}: imports: {name!r} cannot be imported ({e})") from None
+        else:
+            raise ConfigError(
+                f"{path}: imports: {name!r} is neither a module of this project (trgrpo...) nor a .py file next "
+                "to the config"
+            )
 
 
 def batch_layout(spec: RunSpec, world_size: int = 1) -> dict:

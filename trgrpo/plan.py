@@ -19,12 +19,12 @@ from trgrpo.experiment import (
     ConfigError,
     RunSpec,
     batch_layout,
+    load_specs,
     parse_overrides,
     read_config,
     vllm_max_model_length,
 )
 from trgrpo.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
-from trgrpo.train import load_specs
 
 GB = 1e9
 
@@ -220,11 +220,13 @@ def plan_disk_gb(rows: list[dict]) -> float:
 
 
 def _eval_multiplier(spec: RunSpec) -> int:
-    if spec.task == "math":
-        sets = list(spec.task_options.get("eval_sets", ["generated"]))
-        k = int(spec.task_options.get("sampled_k", 16))
-        return sum(k if s in ("amc", "aime24") else 1 for s in sets)
-    return 1
+    """Completions per evaluation problem: math's sampled sets (AMC, AIME) take ``sampled_k`` each."""
+    if spec.task != "math":
+        return 1
+    from trgrpo.tasks.math import SAMPLED_MATH_SETS, MathOptions
+
+    opts = MathOptions(**spec.task_options)
+    return sum(opts.sampled_k if Path(s).stem.lower().startswith(SAMPLED_MATH_SETS) else 1 for s in opts.eval_sets)
 
 
 def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> list:

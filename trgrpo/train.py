@@ -8,7 +8,6 @@ a checkpoint resumes. ``--print-config`` prints the batch layout without loading
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -21,71 +20,12 @@ from trgrpo.experiment import (
     DiskFull,
     RunSpec,
     env_world_size,
+    load_specs,
     parse_overrides,
-    read_config,
     train_config_summary,
 )
-from trgrpo.tasks import task_names
-
-SPEC_FILE_KEYS = ("base", "grid", "imports")
-
-
-def load_specs(path: str | Path, overrides: dict | None = None) -> list[RunSpec]:
-    """The run specs of a YAML file, every one checked before any runs (bad input: a :class:`ConfigError`)."""
-    path = Path(path)
-    data = read_config(path)
-    import_task_modules(path, data.get("imports", []))
-    fields = [k for k in data if k not in SPEC_FILE_KEYS]
-    if fields and ("base" in data or "grid" in data):
-        raise ConfigError(f"{path}: field(s) {fields} beside 'base' / 'grid' would be ignored; put them in 'base'")
-    base = data.get("base", {k: data[k] for k in fields})
-    if not isinstance(base, dict):
-        raise ConfigError(f"{path}: field 'base' must be a mapping of run-spec fields, got {type(base).__name__}")
-    grid = data.get("grid", [{}])
-    if not isinstance(grid, list) or not grid or not all(isinstance(g, dict) for g in grid):
-        raise ConfigError(f"{path}: field 'grid' must be a non-empty list of mappings (one per run), got {grid!r:.80}")
-    overrides = overrides or {}
-    specs = []
-    for i, row in enumerate(grid):
-        where = f"{path}: grid[{i}]" if "grid" in data else str(path)
-        fields = {**base, **row, **overrides}
-        if "task" not in fields:
-            raise ConfigError(f"{where}: field 'task' is missing (the run's task: {task_names()})")
-        try:
-            specs.append(RunSpec.from_dict(fields))
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"{where}: {e}" + (f" (with --set {sorted(overrides)})" if overrides else "")) from None
-    seen: dict[tuple[str, str], int] = {}
-    for i, spec in enumerate(specs):
-        j = seen.setdefault((spec.group, str(spec.name)), i)
-        if j != i:
-            raise ConfigError(f"{path}: grid[{j}] and grid[{i}] are both {spec.group}/{spec.name} (field 'name')")
-    return specs
-
-
-def import_task_modules(path: Path, imports) -> None:
-    """Import the modules that register the specs' tasks: ``trgrpo...`` modules or ``.py`` files beside the config."""
-    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
-        raise ConfigError(f"{path}: field 'imports' must be a list of module names, got {imports!r:.80}")
-    for name in imports:
-        if name.endswith(".py"):
-            local = path.parent / name
-            if "/" in name or "\\" in name or not local.is_file():
-                raise ConfigError(f"{path}: imports: {name!r} is not a .py file in the config's folder {path.parent}")
-            module_spec = importlib.util.spec_from_file_location(local.stem, local)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[local.stem] = module
-            module_spec.loader.exec_module(module)
-        elif name == "trgrpo" or name.startswith("trgrpo."):
-            try:
-                importlib.import_module(name)
-            except ImportError as e:
-                raise ConfigError(f"{path}: imports: {name!r} cannot be imported ({e})") from None
-        else:
-            raise ConfigError(
-                f"{path}: imports: {name!r} is neither a module of this project (trgrpo...) nor a .py file next "
-                "to the config"
-            )
+from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate
+from trgrpo.tasks import get_task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--world-size", type=int, default=None, help="processes assumed by --print-config")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs per run (> 1: each run under accelerate launch)")
     ap.add_argument("--accelerate-config", default="configs/zero2.yaml", help="with --gpus > 1 (7B-8B: zero3.yaml)")
+    ap.add_argument("--allow-long", action="store_true", help=f"train runs estimated over {MAX_RUN_HOURS:g} h each")
     args = ap.parse_args(argv)
     world = args.world_size or env_world_size()
     try:
@@ -113,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**train_config_summary(spec, world), "data": data_options(spec)})
             except ValueError as e:  # the batch does not split over `world` processes
                 raise ConfigError(f"{args.config}: run {i} ({spec.name}): {e}") from None
+        if not args.allow_long and (problem := too_long(specs, args.gpus or 1)):
+            raise ConfigError(f"{args.config}: {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
@@ -153,6 +96,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def too_long(specs: list[RunSpec], gpus: int) -> str | None:
+    """Why a spec would never end: the planner's estimate on ``gpus`` H100s (a CPU is slower still) over
+    :data:`~trgrpo.plan.MAX_RUN_HOURS`; None when every spec is within it or its model's shape is unknown."""
+    for spec in specs:
+        try:
+            hours = estimate(spec, gpus=gpus, gpu_mem_gb=80.0, gpu=GPUS["H100"])["hours"]
+        except ValueError:  # a model whose shape the planner does not know
+            continue
+        if hours > MAX_RUN_HOURS:
+            return (
+                f"{spec.name}: estimated {hours:,.0f} h on {gpus} x H100 (python -m trgrpo.plan), far beyond any plan "
+                f"(> {MAX_RUN_HOURS:g} h): check steps / max_completion_length / n_eval, or pass --allow-long"
+            )
+    return None
+
+
 def cpu_processes() -> tuple[int, str | None]:
     """``TRGRPO_CPU_PROCESSES=N`` (N >= 2): each run under ``torchrun --nproc_per_node N`` on CPU (gloo), the
     processes of the GPU path without a GPU (tests, docs/gpu.md); (1, None) when unset or inside a launcher."""
@@ -167,14 +126,14 @@ def cpu_processes() -> tuple[int, str | None]:
 def data_options(spec: RunSpec) -> dict:
     """What ``--print-config`` says a run trains and evaluates on: K&K's ``train_path`` / ``eval_path`` (none:
     reasoning-gym's generated puzzles, the stated fallback), math's ``train`` / ``eval_sets`` (none: generated)."""
-    opts = spec.task_options
+    if spec.task not in ("kk", "math"):
+        return {}
+    opts = get_task(spec.task).options(**spec.task_options)
     if spec.task == "kk":
         from trgrpo.tasks.kk import KK_GENERATED
 
-        return {k: opts.get(k) or KK_GENERATED for k in ("train_path", "eval_path")}
-    if spec.task == "math":
-        return {"train": opts.get("train", "generated"), "eval_sets": opts.get("eval_sets", ["generated"])}
-    return {}
+        return {k: getattr(opts, k) or KK_GENERATED for k in ("train_path", "eval_path")}
+    return {"train": opts.train, "eval_sets": list(opts.eval_sets)}
 
 
 def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str | None]:
