@@ -19,6 +19,7 @@ from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, m
 from trgrpo.tables import label, num, primary_metric, scale_label, variant
 from trgrpo.toy import load_runs, run_label
 from trgrpo.toy_controls import ARMS, EVAL_STEPS
+from trgrpo.weights import DEFAULTS
 
 NOT_RUN = "not run yet"
 VERDICTS = ("reproduced", "partly reproduced", "inconclusive", "not reproduced", "not tested", NOT_RUN)
@@ -280,7 +281,7 @@ def _tau_of(arm: str) -> float | None:
     """The tau of an arm label (``tr-surrogate-tau2`` -> 2; ``tr-surrogate`` -> 9), None for a non-TR arm."""
     if "-tau" in arm:
         return float(arm.rsplit("-tau", 1)[1])
-    return 9.0 if arm.startswith("tr") else None
+    return DEFAULTS.tau if arm.startswith("tr") else None
 
 
 def _paired(metrics: dict[str, dict[int, float]], treatment: str, control: str = "equal") -> tuple[list, list]:
@@ -562,7 +563,7 @@ def leverage_bounds() -> list[dict]:
     """The least cosine between GRPO's and TR's update with orthogonal token gradients, at the paper's (L, U) and
     Table 7's widest range, with its angle in degrees."""
     out = []
-    for lo, up in ((1.0, 1.4), (0.5, 1.5)):
+    for lo, up in ((DEFAULTS.lower, DEFAULTS.upper), paper.TABLE7_LU[-1]):
         c = theory.kantorovich_cosine(lo, up)
         out.append({"lower": lo, "upper": up, "cosine": c, "degrees": math.degrees(math.acos(c))})
     return out
