@@ -50,12 +50,14 @@ def _weights_2_1(data: dict) -> dict:
 def _kl_2_2(data: dict) -> dict:
     from trgrpo import readings
 
-    tr, rev = readings.kl_offset_table(probs=(0.9,))[0], readings.kl_offset_table(probs=(0.9,), scheme="reverse")[0]
+    # Table 7's range (L, U) = (1, 1.2): section 9's table of notebook 02 prints U = 1.4's, not these
+    tr = readings.kl_offset_table(probs=(0.9,), upper=1.2)[0]
+    rev = readings.kl_offset_table(probs=(0.9,), upper=1.2, scheme="reverse")[0]
     return {
-        "kl_offset_14": tr["eq10_value"],
-        "kl_offset_06": rev["eq10_value"],
-        "kl_slope_14": tr["eq10_dlogpi"],
-        "kl_push_14": 1 if tr["eq10_dlogpi"] < 0 else -1,  # descent moves log pi against the derivative
+        "kl_offset_12": tr["eq10_value"],
+        "kl_offset_08": rev["eq10_value"],
+        "kl_slope_12": tr["eq10_dlogpi"],
+        "kl_push_12": 1 if tr["eq10_dlogpi"] < 0 else -1,  # descent moves log pi against the derivative
     }
 
 
@@ -125,12 +127,12 @@ ANSWERS: dict[str, dict] = {
     ),
     "2.2": dict(
         reference=_kl_2_2,
-        hand=("kl_offset_14", "kl_offset_06", "kl_slope_14", "kl_push_14"),
+        hand=("kl_offset_12", "kl_offset_08", "kl_slope_12", "kl_push_12"),
         hint="at rho = 1 the statement gives both the value (w - log w - 1, natural log) and the derivative (1 - w)",
-        kl_offset_14="evaluate w - log w - 1 at w = 1.4",
-        kl_offset_06="evaluate w - log w - 1 at w = 0.6 (log 0.6 is negative)",
-        kl_slope_14="the derivative in log pi at rho = 1 is 1 - w; mind its sign",
-        kl_push_14="a descent step moves log pi against the derivative: which sign does the step on log pi have?",
+        kl_offset_12="evaluate w - log w - 1 at w = 1.2",
+        kl_offset_08="evaluate w - log w - 1 at w = 0.8 (log 0.8 is negative)",
+        kl_slope_12="the derivative in log pi at rho = 1 is 1 - w; mind its sign",
+        kl_push_12="a descent step moves log pi against the derivative: which sign does the step on log pi have?",
     ),
     "2.3": dict(
         reference=_silenced_2_3,
