@@ -1,4 +1,4 @@
-"""The course material (issue 9): exercises at the end of notebooks 01-04 and 07, a solutions notebook for each
+"""The course material (issue 9): exercises at the end of notebooks 00-04 and 07, a solutions notebook for each
 (executed in smoke mode by tests/test_notebooks.py), the student copy of ``make student``, and the syllabus."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .nbexec import execute_smoke
 nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parents[1]
-WITH_EXERCISES = ("01_", "02_", "03_", "04_", "07_")
+WITH_EXERCISES = ("00_", "01_", "02_", "03_", "04_", "07_")
 MAINS = [p for p in course.main_notebooks() if p.name.startswith(WITH_EXERCISES)]
 
 

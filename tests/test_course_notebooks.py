@@ -13,7 +13,7 @@ from .nbexec import execute_smoke
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow  # notebook 03 in smoke mode: about 40 s on 2 busy cores
+@pytest.mark.slow  # notebook 03 in smoke mode: 3.5 min on 2 busy cores
 @pytest.mark.notebook
 def test_the_smoke_run_of_03_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
     """Issue 38: each smoke run of 03 left 14 MB in /tmp/trgrpo-03-smoke-*; its folder goes when the kernel exits."""
