@@ -154,8 +154,8 @@ ANSWERS: dict[str, dict] = {
     "0.2": dict(
         reference=_clip_0_2,
         hand=("eps_high_frees_13",),
-        hint="a token with A > 0 is silenced while r > 1 + eps_h",
-        eps_high_frees_13="solve 1.3 = 1 + eps_h",
+        hint="with A > 0 the clipped branch is the smaller one once r passes the upper end of the clip range",
+        eps_high_frees_13="the token is free again once r = 1.3 lies inside the clip range: where is its upper end?",
     ),
     "0.3": dict(
         reference=_k3_0_3,
