@@ -11,6 +11,39 @@ from __future__ import annotations
 import math
 
 
+def _advantages_0_1(data: dict) -> dict:
+    import torch
+
+    from trgrpo.loss import group_advantages
+
+    def adv(rewards: list[int]) -> list[float]:
+        return group_advantages(torch.tensor(rewards, dtype=torch.float64), len(rewards)).tolist()
+
+    hard, easy, solved = adv([1] + [0] * 7), adv([1] * 7 + [0]), adv([1] * 8)
+    return {"adv_right_hard": hard[0], "adv_wrong_hard": hard[-1], "adv_right_easy": easy[0], "adv_solved": solved[0]}
+
+
+def _clip_0_2(data: dict) -> dict:
+    import torch
+
+    from trgrpo.loss import zero_gradient_mask
+
+    one, lo, hi = torch.ones(1, dtype=torch.float64), 0.0, 1.0  # the eps_h above which r = 1.3 (A > 0) is not cut
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        cut = bool(zero_gradient_mask(torch.tensor([1.3], dtype=torch.float64), one, one, 0.2, mid))
+        lo, hi = (mid, hi) if cut else (lo, mid)
+    return {"eps_high_frees_13": hi}
+
+
+def _k3_0_3(data: dict) -> dict:
+    import torch
+
+    p = torch.softmax(torch.tensor([2.0, 1.0, 0.0, -1.0], dtype=torch.float64), 0)
+    q = torch.softmax(torch.tensor([1.0, 1.5, 0.5, 0.0], dtype=torch.float64), 0)
+    return {"kl_exact": float(torch.nn.functional.kl_div(q.log(), p, reduction="sum"))}  # KL(p || q)
+
+
 def _spread_1_1(data: dict) -> dict:
     import torch
 
@@ -50,12 +83,14 @@ def _weights_2_1(data: dict) -> dict:
 def _kl_2_2(data: dict) -> dict:
     from trgrpo import readings
 
-    tr, rev = readings.kl_offset_table(probs=(0.9,))[0], readings.kl_offset_table(probs=(0.9,), scheme="reverse")[0]
+    # Table 7's range (L, U) = (1, 1.2): section 9's table of notebook 02 prints U = 1.4's, not these
+    tr = readings.kl_offset_table(probs=(0.9,), upper=1.2)[0]
+    rev = readings.kl_offset_table(probs=(0.9,), upper=1.2, scheme="reverse")[0]
     return {
-        "kl_offset_14": tr["eq10_value"],
-        "kl_offset_06": rev["eq10_value"],
-        "kl_slope_14": tr["eq10_dlogpi"],
-        "kl_push_14": 1 if tr["eq10_dlogpi"] < 0 else -1,  # descent moves log pi against the derivative
+        "kl_offset_12": tr["eq10_value"],
+        "kl_offset_08": rev["eq10_value"],
+        "kl_slope_12": tr["eq10_dlogpi"],
+        "kl_push_12": 1 if tr["eq10_dlogpi"] < 0 else -1,  # descent moves log pi against the derivative
     }
 
 
@@ -107,6 +142,26 @@ def _scales_4_4(data: dict) -> dict:
 
 
 ANSWERS: dict[str, dict] = {
+    "0.1": dict(
+        reference=_advantages_0_1,
+        hand=("adv_right_hard", "adv_wrong_hard", "adv_right_easy", "adv_solved"),
+        hint="Eq. 4: (r_i - mean) / (std + 1e-4), with the sample std of the group (G - 1 = 7 in its denominator)",
+        adv_right_hard="the group's mean is 1/8; its sample std is the same for one 1 among eight as for one 0",
+        adv_wrong_hard="a wrong answer's reward 0 lies below the mean 1/8: its advantage is negative",
+        adv_right_easy="the easy group's mean is 7/8; its std is that of the hard group",
+        adv_solved="every reward equals the mean: what is the numerator, and what keeps the denominator above 0?",
+    ),
+    "0.2": dict(
+        reference=_clip_0_2,
+        hand=("eps_high_frees_13",),
+        hint="with A > 0 the clipped branch is the smaller one once r passes the upper end of the clip range",
+        eps_high_frees_13="the token is free again once r = 1.3 lies inside the clip range: where is its upper end?",
+    ),
+    "0.3": dict(
+        reference=_k3_0_3,
+        hint="KL(pi_theta || pi_ref) = sum over tokens of p_theta log(p_theta / p_ref), in float64",
+        kl_exact="the expectation is under p_theta: weight each token's log(p_theta / p_ref) by p_theta",
+    ),
     "1.1": dict(
         reference=_spread_1_1,
         hint="the coefficient of variation is std / mean with ddof=1 (the sample standard deviation, as "
@@ -125,12 +180,12 @@ ANSWERS: dict[str, dict] = {
     ),
     "2.2": dict(
         reference=_kl_2_2,
-        hand=("kl_offset_14", "kl_offset_06", "kl_slope_14", "kl_push_14"),
+        hand=("kl_offset_12", "kl_offset_08", "kl_slope_12", "kl_push_12"),
         hint="at rho = 1 the statement gives both the value (w - log w - 1, natural log) and the derivative (1 - w)",
-        kl_offset_14="evaluate w - log w - 1 at w = 1.4",
-        kl_offset_06="evaluate w - log w - 1 at w = 0.6 (log 0.6 is negative)",
-        kl_slope_14="the derivative in log pi at rho = 1 is 1 - w; mind its sign",
-        kl_push_14="a descent step moves log pi against the derivative: which sign does the step on log pi have?",
+        kl_offset_12="evaluate w - log w - 1 at w = 1.2",
+        kl_offset_08="evaluate w - log w - 1 at w = 0.8 (log 0.8 is negative)",
+        kl_slope_12="the derivative in log pi at rho = 1 is 1 - w; mind its sign",
+        kl_push_12="a descent step moves log pi against the derivative: which sign does the step on log pi have?",
     ),
     "2.3": dict(
         reference=_silenced_2_3,

@@ -1,4 +1,4 @@
-"""The course material (issue 9): exercises at the end of notebooks 01-04 and 07, a solutions notebook for each
+"""The course material (issue 9): exercises at the end of notebooks 00-04 and 07, a solutions notebook for each
 (executed in smoke mode by tests/test_notebooks.py), the student copy of ``make student``, and the syllabus."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .nbexec import execute_smoke
 nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parents[1]
-WITH_EXERCISES = ("01_", "02_", "03_", "04_", "07_")
+WITH_EXERCISES = ("00_", "01_", "02_", "03_", "04_", "07_")
 MAINS = [p for p in course.main_notebooks() if p.name.startswith(WITH_EXERCISES)]
 
 
@@ -356,19 +356,19 @@ def test_a_keyed_check_of_the_handout_accepts_the_answer_and_names_a_slip(studen
     nb = course.read(out / "exercises" / "02_token_weight_function_exercises.ipynb")
     src = next(c.source for c in nb.cells if "course.use_keys('2.2'" in c.source)
     register = next(ln for ln in src.splitlines() if ln.startswith("course.use_keys("))
-    assert "0.0635" not in register and "0.110" not in register
+    assert "0.0176" not in register and "0.0177" not in register and "0.0231" not in register
     try:
         exec(register, {"course": course})
         course.check_answers("2.2", **KL)
         assert "Exercise 2.2 ✓" in capsys.readouterr().out
-        course.check_answers("2.2", **{**KL, "kl_offset_14": 0.06352})  # within 0.1 %
+        course.check_answers("2.2", **{**KL, "kl_offset_12": 0.017685})  # within 0.1 %
         with pytest.raises(course.CheckFailed) as info:
-            course.check_answers("2.2", **{**KL, "kl_offset_06": 0.12})
-        assert str(info.value).startswith("Exercise 2.2: `kl_offset_06` is not right yet") and "Hint:" in str(
+            course.check_answers("2.2", **{**KL, "kl_offset_08": 0.0232})
+        assert str(info.value).startswith("Exercise 2.2: `kl_offset_08` is not right yet") and "Hint:" in str(
             info.value
         )
-        with pytest.raises(course.CheckFailed, match="`kl_offset_14`"):
-            course.check_answers("2.2", **{**KL, "kl_offset_14": 0.0645})  # 1.6 % off
+        with pytest.raises(course.CheckFailed, match="`kl_offset_12`"):
+            course.check_answers("2.2", **{**KL, "kl_offset_12": 0.0180})  # 1.8 % off
     finally:
         course._KEYS.clear()
 
@@ -517,7 +517,7 @@ def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
         )
 
 
-KL = dict(kl_offset_14=0.0635, kl_offset_06=0.1108, kl_slope_14=-0.4, kl_push_14=+1)  # 2.2 by hand, 4 decimals
+KL = dict(kl_offset_12=0.01768, kl_offset_08=0.02314, kl_slope_12=-0.2, kl_push_12=+1)  # 2.2 by hand, 4 digits
 
 
 def test_check_answers_accepts_hand_answers_within_the_stated_tolerance(capsys):
@@ -527,7 +527,7 @@ def test_check_answers_accepts_hand_answers_within_the_stated_tolerance(capsys):
                          identity_taus_divide=[20.0, 10.0, 9.0, 7.0, 2.0])  # fmt: skip
 
 
-@pytest.mark.parametrize("wrong", [{"kl_offset_06": 0.12}, {"kl_offset_14": 0.07, "kl_push_14": -1}])
+@pytest.mark.parametrize("wrong", [{"kl_offset_08": 0.0232}, {"kl_offset_12": 0.0180, "kl_push_12": -1}])
 def test_check_answers_names_every_wrong_item_and_only_those(wrong):
     with pytest.raises(course.CheckFailed) as info:
         course.check_answers("2.2", **{**KL, **wrong})
@@ -536,15 +536,15 @@ def test_check_answers_names_every_wrong_item_and_only_those(wrong):
     assert head.startswith("Exercise 2.2: ") and "\nHint: " in msg
     assert [n for n in KL if f"`{n}`" in head] == [n for n in KL if n in wrong], head
     assert "0.1%" in head, "the message states the tolerance of a hand answer"
-    assert "0.0635" not in msg and "0.11082" not in msg and "trgrpo/" not in msg and "File " not in msg
+    assert "0.0176" not in msg and "0.02314" not in msg and "trgrpo/" not in msg and "File " not in msg
     assert info.value._render_traceback_() == [f"CheckFailed: {msg}"], "IPython shows the message, no frames"
 
 
 def test_check_answers_refuses_a_missing_answer_and_a_non_number():
-    with pytest.raises(course.CheckFailed, match="pass kl_push_14"):
-        course.check_answers("2.2", **{k: v for k, v in KL.items() if k != "kl_push_14"})
-    with pytest.raises(course.CheckFailed, match="`kl_slope_14` is not"):
-        course.check_answers("2.2", **{**KL, "kl_slope_14": "-0.4"})
+    with pytest.raises(course.CheckFailed, match="pass kl_push_12"):
+        course.check_answers("2.2", **{k: v for k, v in KL.items() if k != "kl_push_12"})
+    with pytest.raises(course.CheckFailed, match="`kl_slope_12` is not"):
+        course.check_answers("2.2", **{**KL, "kl_slope_12": "-0.2"})
 
 
 def test_every_hand_answer_exercise_states_its_tolerance():

@@ -141,7 +141,8 @@ def test_notebook03_part_a_types_no_result():
     assert not counts, f"seed counts typed into notebook 03's markdown: {counts}"
     nb = json.loads(NB03.read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "toy_verdict(RESULTS_DIR)" in code, "notebook 03 must render its verdict from the records"
+    assert "answers.verdicts(RESULTS_DIR)" in code, "notebook 03 must show its verdict from the records (the library)"
+    assert "runpy" not in code and "scripts/" not in code and '"scripts"' not in code, "a notebook imports no scripts/"
     assert all("DESIGN.md" not in src for src in cells), "cite docs/design.md, not DESIGN.md"
 
 
