@@ -15,6 +15,7 @@ from scripts import render_docs
 from trgrpo import course
 
 from .nbexec import execute_smoke
+from .nbval_harness import noise
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -637,12 +638,19 @@ def wrong_answer_notebook(nb, record: Path | str):
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
 def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeypatch):
-    """Each check cell runs again with its wrong answer (``metadata.wrong_answer``): it must raise CheckFailed with
-    the exercise, what is wrong and a hint, never a bare AssertionError."""
+    """The solutions notebook runs in smoke mode, every cell and every check with its right answer, its output clean
+    (the rules of tests/nbval_harness.py: this is the solutions' one execution in ``make test``); then each check
+    cell runs again with its wrong answer (``metadata.wrong_answer``): it must raise CheckFailed with the exercise,
+    what is wrong and a hint, never a bare AssertionError."""
     record = tmp_path / "wrong.json"
     probe = tmp_path / path.name
     nbformat.write(wrong_answer_notebook(course.read(path), record), str(probe))
-    execute_smoke(probe, tmp_path / "out.ipynb", monkeypatch, timeout=300)
+    out = tmp_path / "out.ipynb"
+    execute_smoke(probe, out, monkeypatch, timeout=300)
+    done = [c for c in course.read(out).cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in done), "a cell of the solutions did not run"
+    noisy = [f"cell {i}: {n}" for i, c in enumerate(done) for n in noise(c.outputs)]
+    assert not noisy, f"{path.name} prints {noisy}"
 
     rows = json.loads(record.read_text())
     ids = [e["id"] for e in course.exercises(course.read(path))]
