@@ -78,6 +78,21 @@ def test_a_changed_spec_is_refused_over_a_record_and_over_a_checkpoint(tiny_mode
     assert spec_json.read_text() == trained_with  # never overwritten
 
 
+def test_a_broken_record_of_the_run_is_named_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A record cut short where the run's record lies: ``train`` stops in one line naming the file (old code: a
+    RecordError traceback from the "already done" check), and leaves the file as it was."""
+    from trgrpo.train import main
+
+    record = tmp_path / "res" / "restart" / "kk.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"kind": "run", "scheme": "tr", "fin')
+    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    rc = main(["--config", str(kk_config(tmp_path, tiny_model_dir)), "--results", str(tmp_path / "res")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and f"{record}: not valid JSON" in err, err
+    assert record.read_text() == '{"kind": "run", "scheme": "tr", "fin'
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_model_dir, tmp_path_factory):
     """The record of an uninterrupted 2-step run that saves every step."""

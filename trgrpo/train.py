@@ -18,6 +18,7 @@ from trgrpo.experiment import (
     RESULTS_DIR,
     ConfigError,
     DiskFull,
+    RecordError,
     RunSpec,
     env_world_size,
     load_specs,
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu_processes=cpu,
             isolate=gpus is not None,
         )
-    except ConfigError as e:  # another run's record or checkpoints, a folder not writable, a run already running
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+    except (ConfigError, RecordError) as e:  # another run's record or checkpoints, a broken record, a folder not
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)  # writable, a run already running
         return 2
     except (RuntimeError, DiskFull) as e:  # a run's process failed (its log says why), or its disk is full
         print(f"error: {e}", file=sys.stderr)
