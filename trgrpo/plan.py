@@ -381,6 +381,8 @@ README_ROWS = (
     ("kk_qwen3b_table7.yaml", 8, 80, "H100"),
     ("kk_qwen7b.yaml", 8, 80, "H100"),
     ("math_qwen7b.yaml", 8, 80, "H100"),
+    ("search_qwen3b.yaml", 8, 80, "H100"),  # the retrieval server's machine is not in these numbers
+    ("search_qwen3b_1gpu.yaml", 1, 141, "H200"),
     ("kk_qwen3b.yaml", 1, 16, "L4"),
 )
 
