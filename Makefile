@@ -41,7 +41,7 @@ lint: $(STAMP)
 # workers, each test file (each notebook) whole on one worker (--dist loadfile).
 test: $(STAMP) browser
 	$(VPY) -m ruff check trgrpo tests
-	$(VPY) -m pytest -q -x --durations=15 --nbval-lax
+	$(VPY) -m pytest -q -x -n 2 --dist loadfile --durations=15 --nbval-lax
 
 test-slow: $(STAMP)
 	$(VPY) -m pytest -q -m slow

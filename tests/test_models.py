@@ -16,16 +16,20 @@ TEXT = "Hello , world ! Isn 't it ? Zoey is a knight , and (3 + 4) = 7 ."
 
 def _decode(tok) -> tuple[str, list[str]]:
     """``tok.decode`` of TEXT's ids, and the cleanup warnings it logged (warned once per process: the cache is
-    cleared, so an earlier decode cannot hide one)."""
+    cleared, so an earlier decode cannot hide one; transformers' verbosity at warning, whatever an earlier test of
+    this process set)."""
     hf_logging.warning_once.cache_clear()
     seen: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = seen.append
     logger = logging.getLogger("transformers")
     logger.addHandler(handler)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
     try:
         text = tok.decode(tok(TEXT)["input_ids"])
     finally:
+        hf_logging.set_verbosity(verbosity)
         logger.removeHandler(handler)
     return text, [r.getMessage() for r in seen if "clean_up_tokenization_spaces" in r.getMessage()]
 
