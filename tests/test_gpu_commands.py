@@ -50,6 +50,7 @@ def _no_cuda():
         pytest.skip("a CUDA device is present")
 
 
+@pytest.mark.slow  # 26 s; the default tier runs the CLI's processes in test_torchrun and nb 07
 def test_train_config_runs_one_process_per_spec(tiny_model_dir, tmp_path):
     """`python -m trgrpo.train --config FILE` with two specs: this process trains nothing, each spec trains in its own
     `python -m trgrpo.train` process (which sees one spec) and writes one record."""

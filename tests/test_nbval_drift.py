@@ -62,6 +62,7 @@ def _notebook(path: Path, cells: list[str], outputs: dict[int, str] | None = Non
     return path
 
 
+@pytest.mark.slow  # 12 s: the harness's own test
 def test_nbval_fails_on_notebook_02_when_a_library_default_changes(tmp_path):
     """Change one library value in the kernel of a subprocess, Eq. 11's default mu (0.25 -> 0.3, in WeightParams), and
     run notebook
@@ -92,6 +93,7 @@ def test_nbval_fails_on_notebook_02_when_a_library_default_changes(tmp_path):
     assert "python -m tests.nbexec refresh notebooks/02_token_weight_function.ipynb" in report
 
 
+@pytest.mark.slow  # 12 s: the harness's own test
 def test_harness_smoke_env_clean_output_allow_list_and_time_limit(tmp_path):
     """One nbval run over six small notebooks: the kernel sees the smoke environment and a checked cell (tag
     ``nbval-check-output``) with a stripped execution count is compared, and fails when its output changed; a

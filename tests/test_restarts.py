@@ -54,6 +54,7 @@ def train_cli(config: Path, tmp_path: Path, *args: str, env: dict | None = None)
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # 23 s; test_torchrun refuses another spec through the CLI in the default tier
 def test_a_changed_spec_is_refused_over_a_record_and_over_a_checkpoint(tiny_model_dir, tmp_path):
     """Scale 1: over a finished ``steps: 1`` run, ``--set steps=2`` said "1 already done" and exited 0 (old code)."""
     cfg = kk_config(tmp_path, tiny_model_dir)
