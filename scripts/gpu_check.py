@@ -23,13 +23,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trgrpo.bench import spread_reward
-from trgrpo.experiment import ROOT
-
+# no trgrpo import up here: trgrpo needs packages (pydantic, jsonschema, ...) the check installs first
+ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / "wheels"
 GPU_OUT = ROOT / "results" / "gpu" / "check.json"
 # import name -> requirement: what the check imports beyond torch, transformers and accelerate
-PURE_PYTHON = {"trl": "trl==1.16.0", "datasets": "datasets>=3.0", "yaml": "pyyaml>=6.0", "tqdm": "tqdm>=4.66"}
+PURE_PYTHON = {
+    "trl": "trl==1.16.0",
+    "datasets": "datasets>=3.0",
+    "yaml": "pyyaml>=6.0",
+    "tqdm": "tqdm>=4.66",
+    "pydantic": "pydantic>=2.6",
+    "jsonschema": "jsonschema>=4.18",
+    "filelock": "filelock>=3.12",
+}
 # Qwen2.5-0.5B-Instruct's config.json (the vocabulary is the embedded tokenizer's)
 QWEN05_CONFIG = dict(
     hidden_size=896,
@@ -60,7 +67,7 @@ def ensure_packages(wheels: Path = WHEELS) -> list[str]:
     if not wheels.is_dir():
         raise RuntimeError(
             f"missing packages {missing} and no wheel folder {wheels}: run `make gpu-wheels` where a "
-            "network is, then copy wheels/ here (README, 'On a GPU server')"
+            "network is, then copy wheels/ here (docs/gpu.md, 'The GPU check')"
         )
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), *missing]
     subprocess.run(cmd, check=True)
@@ -127,6 +134,7 @@ def _build(spec, tokenizer):
 
 
 def _evaluate(model, tokenizer, records, spec) -> dict:
+    from trgrpo.bench import spread_reward
     from trgrpo.tasks.common import generate_completions
 
     out = generate_completions(model, tokenizer, records, batch_size=len(records), max_new_tokens=spec.max_eval_tokens)
@@ -135,6 +143,7 @@ def _evaluate(model, tokenizer, records, spec) -> dict:
 
 
 if __name__ != "__main__":  # registered under the module's import name, which the runs' processes import
+    from trgrpo.bench import spread_reward
     from trgrpo.tasks import Task, register_task
 
     register_task("gpu-check", Task(_build, lambda spec: [spread_reward], _evaluate))
@@ -312,20 +321,23 @@ def loss_head_cost(*, cpu: bool) -> dict:
     return dict(batch=batch, length=length, dtype=dtype, timer=timer, ms_grpo=grpo, ms_tr=tr, tr_over_grpo=tr / grpo)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Prepared GPU check (make gpu-check); --cpu: the same on a tiny model")
     ap.add_argument("--cpu", action="store_true", help="tiny model on the CPU, results in a temporary folder")
     ap.add_argument("--out", default=None, help=f"JSON to write (GPU default: {GPU_OUT.relative_to(ROOT)})")
     ap.add_argument("--wheels", default=str(WHEELS))
     ap.add_argument("--tokenizer", default=None)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace, installed: list[str]) -> int:
+    """The check, once :func:`ensure_packages` has ``installed`` what was missing."""
     cpu, t0 = args.cpu, time.time()
     from trgrpo.fullscale import cuda_missing
 
     if not cpu and (problem := cuda_missing()):
         print(f"error: {problem}; the check on a tiny CPU model: make gpu-check GPU_CHECK_ARGS=--cpu", file=sys.stderr)
         return 2
-    installed = ensure_packages(Path(args.wheels))
     try:
         tokenizer = find_tokenizer(args.tokenizer)
     except FileNotFoundError as e:
@@ -400,7 +412,12 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # run as `__main__`, the check uses the module under its import name `gpu_check` (scripts/ is on sys.path): the
     # task it registers must be importable in the runs' own processes (fullscale.write_specs copies this file beside
-    # their spec files)
+    # their spec files); it imports trgrpo only once the missing packages are installed
+    _args = parse_args()
+    try:
+        _installed = ensure_packages(Path(_args.wheels))
+    except (RuntimeError, subprocess.CalledProcessError) as _e:
+        sys.exit(f"error: {_e}")
     from gpu_check import main as _main
 
-    sys.exit(_main())
+    sys.exit(_main(_args, _installed))

@@ -234,3 +234,21 @@ def test_environment_pip_part_installs_without_a_compiler(tmp_path):
     names = {re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower() for i in installs}
     assert {"vllm", "trl", "reasoning-gym", "deepspeed", "cellpylib", "zss", "pycosat", "llama-cpp-python"} <= names
     assert all(i["download_info"]["url"].endswith(".whl") for i in installs)
+
+
+def test_gpu_check_installs_before_it_imports_trgrpo(tmp_path):
+    """On a GPU machine holding only torch, transformers and accelerate, the check must reach its installer: it imports
+    trgrpo (which needs pydantic, jsonschema, TRL) only afterwards. Those packages hidden and no wheel folder: one line
+    saying what to run, no ModuleNotFoundError."""
+    hide = "import sys; [sys.modules.__setitem__(m, None) for m in ('pydantic', 'jsonschema', 'trl', 'datasets')]"
+    run = (
+        f"sys.path.insert(0, 'scripts'); sys.argv = ['gpu_check.py', '--cpu', '--wheels', {str(tmp_path)!r} + '/none']"
+    )
+    code = f"{hide}; {run}; import runpy; runpy.run_path('scripts/gpu_check.py', run_name='__main__')"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.splitlines() == [
+        f"error: missing packages {['trl==1.16.0', 'datasets>=3.0', 'pydantic>=2.6', 'jsonschema>=4.18']} and no wheel "
+        f"folder {tmp_path / 'none'}: run `make gpu-wheels` where a network is, then copy wheels/ here (docs/gpu.md, 'The "
+        "GPU check')"
+    ]
