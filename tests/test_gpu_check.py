@@ -249,6 +249,6 @@ def test_gpu_check_installs_before_it_imports_trgrpo(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.splitlines() == [
         f"error: missing packages {['trl==1.16.0', 'datasets>=3.0', 'pydantic>=2.6', 'jsonschema>=4.18']} and no wheel "
-        f"folder {tmp_path / 'none'}: run `make gpu-wheels` where a network is, then copy wheels/ here (docs/gpu.md, 'The "
-        "GPU check')"
+        f"folder {tmp_path / 'none'}: run `make gpu-wheels` where a network is, then copy wheels/ here "
+        "(docs/gpu.md, 'The GPU check')"
     ]
