@@ -50,8 +50,10 @@ QWEN05_CONFIG = dict(
     tie_word_embeddings=True,
 )
 # A random model's next-token distribution is nearly uniform, where Eq. 11 gives w = L = 1 for every token; scaling
-# the output embedding makes it peaked, so that TR-GRPO's weights differ from 1 as in a trained model.
-SHARPEN = 40.0
+# the output embedding to logits of standard deviation LOGIT_STD makes it peaked, as in a trained model, while sampled
+# completions still differ (a fixed scale of 40 made the 0.5B shape's completions identical within every group on the
+# H200: no reward spread, zero gradients, checks passing on nothing).
+LOGIT_STD = 4.0
 NOT_COVERED = (
     "DeepSpeed ZeRO-2/3 and more than one process (every run here is `python -m trgrpo.train` on one device)",
     "a hub model and its real weights (random weights, the embedded model's 49152-token vocabulary)",
@@ -113,12 +115,15 @@ def build_model(path: Path, tokenizer_dir: str, *, cpu: bool) -> dict:
         ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), **ids, **QWEN05_CONFIG))
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(SHARPEN)
+        ids = tok(PROMPTS[0], return_tensors="pt").input_ids
+        scale = LOGIT_STD / model(ids).logits[0, -1].float().std().item()
+        model.get_output_embeddings().weight.mul_(scale)
+        logit_std = model(ids).logits[0, -1].float().std().item()
     model.save_pretrained(path)
     tok.save_pretrained(path)
     shape = "tiny Llama (hidden 32, 2 layers)" if cpu else "Qwen2.5-0.5B config, random weights"
     n = sum(p.numel() for p in model.parameters())
-    return {"shape": shape, "vocab": len(tok), "params": n, "output_scale": SHARPEN}
+    return {"shape": shape, "vocab": len(tok), "params": n, "output_scale": scale, "logit_std": logit_std}
 
 
 # The check's task: fixed prompts, a reward with spread in every group, a greedy evaluation of a few prompts (through
@@ -216,7 +221,13 @@ def _summary(rec: dict) -> dict:
     """A run record's per-step loss, grad-norm and mean TR weight, its time, memory and evaluation."""
     hist = rec["history"]
     out = {"steps": len(hist), **{k: rec[k] for k in ("seconds_per_step", "peak_memory", "final")}}
-    for name, key in (("loss", "loss"), ("grad_norm", "grad_norm"), ("tr_weight_mean", "tr/weight_mean")):
+    keys = (
+        ("loss", "loss"),
+        ("grad_norm", "grad_norm"),
+        ("reward_std", "reward_std"),
+        ("tr_weight_mean", "tr/weight_mean"),
+    )
+    for name, key in keys:
         out[name] = [h.get(key) for h in hist]
     gen = [h["completions/mean_length"] for h in hist if h.get("completions/mean_length") is not None]
     if gen:
@@ -259,7 +270,8 @@ def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
     return {
         "same_rollouts": same_rollouts,
         "relative_difference": rel,
-        "ok": same_rollouts and max(rel.values()) < 1e-4,
+        "grad_norm": b["grad_norm"],
+        "ok": same_rollouts and max(rel.values()) < 1e-4 and b["grad_norm"] > 0,
     }
 
 
@@ -389,6 +401,7 @@ def main(args: argparse.Namespace, installed: list[str]) -> int:
     record["loss_head"] = loss_head_cost(cpu=cpu)
     checks = record["checks"] = {
         "finite_loss_and_grad_norm": all(_finite(r["loss"]) and _finite(r["grad_norm"]) for r in runs.values()),
+        "reward_spread_and_gradient": all(max(r["reward_std"]) > 0 and max(r["grad_norm"]) > 0 for r in runs.values()),
         "tr_weight_mean_not_1": any(w is not None and abs(w - 1.0) > 1e-6 for w in runs["tr"]["tr_weight_mean"]),
         "grpo_weight_mean_is_1": all(w is None or abs(w - 1.0) < 1e-6 for w in runs["grpo"]["tr_weight_mean"]),
         "evaluated": all(r["final"].get("n") == N_EVAL for r in runs.values()),
