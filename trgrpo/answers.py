@@ -545,20 +545,6 @@ def leverage_records(results_dir: Path | str) -> dict[str, dict]:
     return {k: rec for k in LEVERAGE_RUNS if (rec := read_json(root / f"probe-{k}.json")) is not None}
 
 
-def leverage_recomputed(results_dir: Path | str, run_id: str) -> dict[str, dict]:
-    """The before/after summaries of one leverage run recomputed from its stored per-token sample (the npz)."""
-    import numpy as np
-
-    rec = leverage_records(results_dir)[run_id]
-    with np.load(Path(results_dir) / LEVERAGE_GROUP / rec["leverage"]["samples"]) as z:
-        sample = {k: z[k] for k in z.files}
-    upper = rec["spec"]["upper"]
-    return {
-        w: lm_science.leverage_summary({k[len(w) + 1 :]: v for k, v in sample.items() if k.startswith(w + "_")}, upper)
-        for w in ("before", "after")
-    }
-
-
 def leverage_bounds() -> list[dict]:
     """The least cosine between GRPO's and TR's update with orthogonal token gradients, at the paper's (L, U) and
     Table 7's widest range, with its angle in degrees."""
