@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import yaml
@@ -336,7 +336,6 @@ def jsonable(x):
 # The run spec, checked when it is made
 
 VllmImportanceSampling = Literal["off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
-VLLM_IMPORTANCE_SAMPLING = get_args(VllmImportanceSampling)
 
 # Table 6: sampling temperature per task.
 TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
@@ -420,13 +419,14 @@ class RunSpec(Checked):
             v = getattr(self, name)
             if v is not None and not ok(v):
                 raise ValueError(f"{name} must be {what}, got {v!r}")
-        check_model(self.model)
+        # a model given as a path (``/``, ``./``, ``../``, ``~``) must be an existing folder; a hub id is not checked
+        if self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).expanduser().is_dir():
+            raise ValueError(f"model must be an existing folder or a hub id: the folder {self.model} does not exist")
         task = get_task(self.task)  # a ValueError names the registered tasks
-        if task.options is not None:
-            try:
-                task.options(**self.task_options)
-            except ValueError as e:
-                raise ValueError(f"task_options.{e} (task {self.task!r})") from None
+        try:
+            task.options(**self.task_options)
+        except ValueError as e:
+            raise ValueError(f"task_options.{e} (task {self.task!r})") from None
         check_folder_name("group", self.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
         if self.name is None:
             label = self.scheme
@@ -476,13 +476,6 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": _POSITIVE,
     "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1] (vLLM's share of each GPU)"),
 }
-
-
-def check_model(model: str) -> str:
-    """A model given as a path (``/``, ``./``, ``../``, ``~``) must be an existing folder; a hub id is not checked."""
-    if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
-        raise ValueError(f"model must be an existing folder or a hub id: the folder {model} does not exist")
-    return model
 
 
 def run_name(task: str, model: str, label: str, seed: int) -> str:
@@ -709,34 +702,25 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
 
     cuda = torch.cuda.is_available()
     layout = batch_layout(spec, env_world_size() if world_size is None else world_size)
+    # a RunSpec field named as a TRGRPOConfig field (RunSpec's docstring) passes as it is unless set here
+    shared = {k: getattr(spec, k) for k in RunSpec.model_fields if k in TRGRPOConfig.__dataclass_fields__}
     kw = dict(
+        shared,
         output_dir=str(output_dir),
-        seed=spec.seed,
         data_seed=spec.seed,
         max_steps=spec.steps,
         per_device_train_batch_size=layout["per_device_train_batch_size"],
         gradient_accumulation_steps=layout["gradient_accumulation_steps"],
         steps_per_generation=layout["steps_per_generation"],
-        num_generations=spec.num_generations,
-        max_completion_length=spec.max_completion_length,
         temperature=spec.sampling_temperature,
-        learning_rate=spec.learning_rate,
-        beta=spec.beta,
-        epsilon=spec.epsilon,
-        epsilon_high=spec.epsilon_high,
         **{f"weight_{k}": getattr(spec, k) for k in WEIGHT_FIELDS},
-        kl_weighting=spec.kl_weighting,
         logging_steps=1,
         save_strategy="steps",
-        save_steps=spec.save_steps,
         save_total_limit=1,  # resuming needs only the last checkpoint
         save_only_model=False,
-        report_to=spec.report_to,
         use_cpu=not cuda,
         bf16=spec.bf16 and cuda,
         disable_tqdm=False,
-        gradient_checkpointing=spec.gradient_checkpointing,
-        use_vllm=spec.use_vllm,
         dataloader_num_workers=0,
         lr_scheduler_type="constant",
         ddp_timeout=spec.ddp_timeout_s,
@@ -748,7 +732,6 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         kw.update(
             vllm_mode="colocate",
             vllm_max_model_length=vllm_max_model_length(spec),
-            vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization,
         )
     kw.update(overrides)
     return TRGRPOConfig(**kw)
@@ -779,30 +762,23 @@ def engine() -> dict:
     return {"world_size": env_world_size(), "deepspeed_stage": int(stage) if deepspeed and stage else None}
 
 
-def identity_differences(stored: dict, spec: RunSpec, run_engine: dict) -> list[str]:
-    """The fields in which a stored ``{"spec", "engine"}`` (a record, a checkpoint folder's spec.json) is another
-    run than ``spec`` on ``run_engine``; a spec.json written before engines were stored is not compared on it."""
-    try:
-        have = RunSpec.from_dict(stored["spec"]).model_dump()
-    except (KeyError, TypeError, ValueError) as e:
-        return [f"spec (unreadable: {e})"]
-    want = spec.model_dump()
-    fields = [k for k in want if k not in BOOKKEEPING_FIELDS and jsonable(have.get(k)) != jsonable(want[k])]
-    engine_then = stored.get("engine", run_engine)
-    fields += [f"engine.{k}" for k in run_engine if engine_then.get(k) != run_engine[k]]
-    return [
-        f"{k} ({_stored_value(have, engine_then, k)!r:.60} stored, {_stored_value(want, run_engine, k)!r:.60} now)"
-        for k in fields
-    ]
-
-
-def _stored_value(spec: dict, run_engine: dict, key: str):
-    return run_engine.get(key.split(".", 1)[1]) if key.startswith("engine.") else spec.get(key)
-
-
 def refuse_another_run(stored: dict, spec: RunSpec, run_engine: dict, where: Path) -> None:
-    """A :class:`ConfigError` (one line: the differing fields, how to go on) when ``stored`` is another run."""
-    if diff := identity_differences(stored, spec, run_engine):
+    """A :class:`ConfigError` (one line: the differing fields, how to go on) when a stored ``{"spec", "engine"}`` (a
+    record, a checkpoint folder's spec.json) is another run than ``spec`` on ``run_engine``; a spec.json written
+    before engines were stored is not compared on it."""
+    try:
+        then = RunSpec.from_dict(stored["spec"]).model_dump()
+    except (KeyError, TypeError, ValueError) as e:
+        diff = [f"spec (unreadable: {e})"]
+    else:
+        now = {**spec.model_dump(), **{f"engine.{k}": v for k, v in run_engine.items()}}
+        then |= {f"engine.{k}": v for k, v in stored.get("engine", run_engine).items()}
+        diff = [
+            f"{k} ({then.get(k)!r:.60} stored, {now[k]!r:.60} now)"
+            for k in now
+            if k not in BOOKKEEPING_FIELDS and jsonable(then.get(k)) != jsonable(now[k])
+        ]
+    if diff:
         raise ConfigError(
             f"{where} is {spec.group}/{spec.name} run with another spec or engine: {'; '.join(diff)}; give this run "
             "another group or name, or start it over with --force (resume=False)"
@@ -974,11 +950,9 @@ def _stop_when_finished():
 
 def history_from_log(log_history: list[dict]) -> list[dict]:
     """One dict per optimizer step (TRL logs every step with ``logging_steps=1``)."""
-    rows = []
-    for h in log_history:
-        if "loss" in h and "step" in h:
-            rows.append({k: v for k, v in h.items() if isinstance(v, (int, float))})
-    return rows
+    return [
+        {k: v for k, v in h.items() if isinstance(v, (int, float))} for h in log_history if "loss" in h and "step" in h
+    ]
 
 
 def build_trainer(
@@ -1034,15 +1008,13 @@ def run(
     verbose: bool = True,
     record_extras: Callable[[dict], dict] | None = None,
     trainer_ready: Callable[[Any, list], None] | None = None,
-    task: Task | None = None,
 ) -> dict:
     """Train (resuming from the last checkpoint) and evaluate one spec; write its record once and return it.
-    Hooks: ``trainer_ready(trainer, eval_records)``, ``record_extras(record) -> fields``; ``task`` replaces
-    ``spec.task``'s."""
+    Hooks: ``trainer_ready(trainer, eval_records)``, ``record_extras(record) -> fields``."""
     import torch
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
-    task = task or get_task(spec.task)
+    task = get_task(spec.task)
     out_dir = checkpoint_folder(spec, checkpoint_dir)
     run_engine = engine()
     if resume:  # checkpoints of another spec or engine are never resumed
