@@ -64,6 +64,7 @@ _Validator = jsonschema.validators.extend(
 _RECORD = _Validator(RECORD_SCHEMA)
 # The other JSON files the pages read (summaries, benchmarks, course times, notebook headlines), one $def per role
 RESULTS_SCHEMA = json.loads((Path(__file__).with_name("results.schema.json")).read_text(encoding="utf-8"))
+_RESULTS = {role: _Validator({**RESULTS_SCHEMA, "$ref": f"#/$defs/{role}"}) for role in RESULTS_SCHEMA["$defs"]}
 # Files beside the run records of a group, by name; every other *.json there (outside <name>.logs/) is a run record
 SIDE_FILES = ("summary.json", "grid-summary.json", "plan.json", "token_hist.json", "decision.json", "analysis-*.json")
 _JSON_TYPES = {
@@ -249,7 +250,7 @@ def read_json(path: Path | str, role: str | None = None) -> dict | None:
     rec = _read_json(path)
     if not isinstance(rec, dict):
         raise RecordError(f"{path}: must be a JSON object, got {type(rec).__name__}")
-    return _check(_Validator({**RESULTS_SCHEMA, "$ref": f"#/$defs/{role}"}), rec, str(path)) if role else rec
+    return _check(_RESULTS[role], rec, str(path)) if role else rec
 
 
 def run_records(folder: Path | str) -> dict[Path, dict]:
@@ -442,11 +443,8 @@ class RunSpec(Checked):
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
-        """A spec from a dict (a YAML file), naming unknown fields; the task's data files are read
-        (``Task.check_data``), so a bad file stops the load, not the run."""
-        unknown = sorted(set(d) - set(cls.model_fields))
-        if unknown:
-            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(cls.model_fields)}")
+        """A spec from a dict (a YAML file); the task's data files are read (``Task.check_data``), so a bad file
+        stops the load, not the run."""
         spec = cls(**d)
         if (check := get_task(spec.task).check_data) is not None:
             check(spec)
@@ -892,18 +890,22 @@ class DiskFull(OSError):
     """No space left while a checkpoint was written (one line: the folder and the space a checkpoint needs)."""
 
 
-def is_disk_full(e: BaseException) -> bool:
-    """ENOSPC, also as torch's zip writer reports it ("unexpected pos")."""
+def disk_full(e: BaseException, trainer, out_dir: Path) -> DiskFull | None:
+    """A :class:`DiskFull` when ``e`` is ENOSPC, also as torch's zip writer reports it ("unexpected pos"); the space
+    one checkpoint takes: a complete one on disk, else weights + Adam's two moments in fp32."""
     import errno
 
-    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "unexpected pos" in str(e)
-
-
-def checkpoint_bytes(trainer, out_dir: Path) -> int:
-    """The space one checkpoint takes: a complete one on disk, else weights + Adam's two moments in fp32."""
+    if not ((isinstance(e, OSError) and e.errno == errno.ENOSPC) or "unexpected pos" in str(e)):
+        return None
     if ckpt := last_checkpoint(out_dir, verbose=False):
-        return sum(f.stat().st_size for f in Path(ckpt).rglob("*") if f.is_file())
-    return sum(p.numel() for p in trainer.model.parameters()) * 4 * 3
+        need = sum(f.stat().st_size for f in Path(ckpt).rglob("*") if f.is_file())
+    else:
+        need = sum(p.numel() for p in trainer.model.parameters()) * 4 * 3
+    return DiskFull(
+        f"disk full while saving a checkpoint in {out_dir}: a checkpoint needs about {need / 1e9:.2f} GB "
+        f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); free space and start the run again: it "
+        "resumes from its last complete checkpoint"
+    )
 
 
 class TrainClock:
@@ -1058,14 +1060,9 @@ def run(
         except _Finished:  # the checkpoint of the last step is loaded: evaluate only
             pass
         except (OSError, RuntimeError) as e:
-            if not is_disk_full(e):
+            if (full := disk_full(e, trainer, out_dir)) is None:
                 raise
-            need = checkpoint_bytes(trainer, out_dir)
-            raise DiskFull(
-                f"disk full while saving a checkpoint in {out_dir}: a checkpoint needs about {need / 1e9:.2f} GB "
-                f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); free space and start the run again: it "
-                "resumes from its last complete checkpoint"
-            ) from None
+            raise full from None
         train_s = time.time() - train_t0
         main_process = trainer.accelerator.is_main_process
         final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
