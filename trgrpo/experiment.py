@@ -737,7 +737,7 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
 
 def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path | None:
     """Where ``report_to`` logging goes: ``results/<group>/<name>.logs/`` beside the record; None without it."""
-    if spec.report_to in ("none", "", None):
+    if spec.report_to == "none":
         return None
     return Path(results_dir or RESULTS_DIR).resolve() / spec.group / f"{spec.name}.logs"
 
@@ -1186,8 +1186,7 @@ def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engi
         return task.evaluate(trainer, tokenizer, records, spec)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if engine is not None:  # vLLM batches itself: hand it every prompt at once
-        opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}
-        spec = spec.replace(task_options=opts)
+        spec = spec.replace(task_options={"eval_batch_size": 1024, **spec.task_options})
         return task.evaluate(VLLMGenerate(engine, model), tokenizer, records, spec)
     was_training = model.training
     model.eval()
