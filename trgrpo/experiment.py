@@ -450,10 +450,6 @@ class RunSpec(Checked):
             check(spec)
         return spec
 
-    def replace(self, **fields: Any) -> RunSpec:
-        """A copy with ``fields`` changed, validated (as ``dataclasses.replace``: the name stays)."""
-        return RunSpec(**{**self.model_dump(), **fields})
-
 
 _COUNTS = ("steps", "prompts_per_step", "max_completion_length", "save_steps", "gradient_accumulation_steps")
 MAX_EXAMPLES = 10_000_000  # n_train / n_eval: far beyond the paper's sets (the largest, ORZ, has 57k problems)
