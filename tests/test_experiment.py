@@ -148,7 +148,7 @@ def test_bad_spec_names_the_field(kw, field):
 
 
 def test_unknown_field_in_dict():
-    with pytest.raises(ValueError, match="unknown run-spec field"):
+    with pytest.raises(ValueError, match="^colour is not a known field; known: "):
         RunSpec.from_dict({"task": "kk", "colour": "blue"})
 
 

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import yaml
@@ -64,6 +64,7 @@ _Validator = jsonschema.validators.extend(
 _RECORD = _Validator(RECORD_SCHEMA)
 # The other JSON files the pages read (summaries, benchmarks, course times, notebook headlines), one $def per role
 RESULTS_SCHEMA = json.loads((Path(__file__).with_name("results.schema.json")).read_text(encoding="utf-8"))
+_RESULTS = {role: _Validator({**RESULTS_SCHEMA, "$ref": f"#/$defs/{role}"}) for role in RESULTS_SCHEMA["$defs"]}
 # Files beside the run records of a group, by name; every other *.json there (outside <name>.logs/) is a run record
 SIDE_FILES = ("summary.json", "grid-summary.json", "plan.json", "token_hist.json", "decision.json", "analysis-*.json")
 _JSON_TYPES = {
@@ -249,7 +250,7 @@ def read_json(path: Path | str, role: str | None = None) -> dict | None:
     rec = _read_json(path)
     if not isinstance(rec, dict):
         raise RecordError(f"{path}: must be a JSON object, got {type(rec).__name__}")
-    return _check(_Validator({**RESULTS_SCHEMA, "$ref": f"#/$defs/{role}"}), rec, str(path)) if role else rec
+    return _check(_RESULTS[role], rec, str(path)) if role else rec
 
 
 def run_records(folder: Path | str) -> dict[Path, dict]:
@@ -336,7 +337,6 @@ def jsonable(x):
 # The run spec, checked when it is made
 
 VllmImportanceSampling = Literal["off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
-VLLM_IMPORTANCE_SAMPLING = get_args(VllmImportanceSampling)
 
 # Table 6: sampling temperature per task.
 TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
@@ -420,13 +420,14 @@ class RunSpec(Checked):
             v = getattr(self, name)
             if v is not None and not ok(v):
                 raise ValueError(f"{name} must be {what}, got {v!r}")
-        check_model(self.model)
+        # a model given as a path (``/``, ``./``, ``../``, ``~``) must be an existing folder; a hub id is not checked
+        if self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).expanduser().is_dir():
+            raise ValueError(f"model must be an existing folder or a hub id: the folder {self.model} does not exist")
         task = get_task(self.task)  # a ValueError names the registered tasks
-        if task.options is not None:
-            try:
-                task.options(**self.task_options)
-            except ValueError as e:
-                raise ValueError(f"task_options.{e} (task {self.task!r})") from None
+        try:
+            task.options(**self.task_options)
+        except ValueError as e:
+            raise ValueError(f"task_options.{e} (task {self.task!r})") from None
         check_folder_name("group", self.group, nested=True)  # results/<group>/<name>.json, checkpoints/<group>/<name>/
         if self.name is None:
             label = self.scheme
@@ -442,19 +443,12 @@ class RunSpec(Checked):
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
-        """A spec from a dict (a YAML file), naming unknown fields; the task's data files are read
-        (``Task.check_data``), so a bad file stops the load, not the run."""
-        unknown = sorted(set(d) - set(cls.model_fields))
-        if unknown:
-            raise ValueError(f"unknown run-spec field(s) {unknown}; known: {sorted(cls.model_fields)}")
+        """A spec from a dict (a YAML file); the task's data files are read (``Task.check_data``), so a bad file
+        stops the load, not the run."""
         spec = cls(**d)
         if (check := get_task(spec.task).check_data) is not None:
             check(spec)
         return spec
-
-    def replace(self, **fields: Any) -> RunSpec:
-        """A copy with ``fields`` changed, validated (as ``dataclasses.replace``: the name stays)."""
-        return RunSpec(**{**self.model_dump(), **fields})
 
 
 _COUNTS = ("steps", "prompts_per_step", "max_completion_length", "save_steps", "gradient_accumulation_steps")
@@ -476,13 +470,6 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": _POSITIVE,
     "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1] (vLLM's share of each GPU)"),
 }
-
-
-def check_model(model: str) -> str:
-    """A model given as a path (``/``, ``./``, ``../``, ``~``) must be an existing folder; a hub id is not checked."""
-    if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
-        raise ValueError(f"model must be an existing folder or a hub id: the folder {model} does not exist")
-    return model
 
 
 def run_name(task: str, model: str, label: str, seed: int) -> str:
@@ -709,34 +696,25 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
 
     cuda = torch.cuda.is_available()
     layout = batch_layout(spec, env_world_size() if world_size is None else world_size)
+    # a RunSpec field named as a TRGRPOConfig field (RunSpec's docstring) passes as it is unless set here
+    shared = {k: getattr(spec, k) for k in RunSpec.model_fields if k in TRGRPOConfig.__dataclass_fields__}
     kw = dict(
+        shared,
         output_dir=str(output_dir),
-        seed=spec.seed,
         data_seed=spec.seed,
         max_steps=spec.steps,
         per_device_train_batch_size=layout["per_device_train_batch_size"],
         gradient_accumulation_steps=layout["gradient_accumulation_steps"],
         steps_per_generation=layout["steps_per_generation"],
-        num_generations=spec.num_generations,
-        max_completion_length=spec.max_completion_length,
         temperature=spec.sampling_temperature,
-        learning_rate=spec.learning_rate,
-        beta=spec.beta,
-        epsilon=spec.epsilon,
-        epsilon_high=spec.epsilon_high,
         **{f"weight_{k}": getattr(spec, k) for k in WEIGHT_FIELDS},
-        kl_weighting=spec.kl_weighting,
         logging_steps=1,
         save_strategy="steps",
-        save_steps=spec.save_steps,
         save_total_limit=1,  # resuming needs only the last checkpoint
         save_only_model=False,
-        report_to=spec.report_to,
         use_cpu=not cuda,
         bf16=spec.bf16 and cuda,
         disable_tqdm=False,
-        gradient_checkpointing=spec.gradient_checkpointing,
-        use_vllm=spec.use_vllm,
         dataloader_num_workers=0,
         lr_scheduler_type="constant",
         ddp_timeout=spec.ddp_timeout_s,
@@ -748,7 +726,6 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
         kw.update(
             vllm_mode="colocate",
             vllm_max_model_length=vllm_max_model_length(spec),
-            vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization,
         )
     kw.update(overrides)
     return TRGRPOConfig(**kw)
@@ -756,7 +733,7 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
 
 def live_log_dir(spec: RunSpec, results_dir: Path | str | None = None) -> Path | None:
     """Where ``report_to`` logging goes: ``results/<group>/<name>.logs/`` beside the record; None without it."""
-    if spec.report_to in ("none", "", None):
+    if spec.report_to == "none":
         return None
     return Path(results_dir or RESULTS_DIR).resolve() / spec.group / f"{spec.name}.logs"
 
@@ -779,30 +756,23 @@ def engine() -> dict:
     return {"world_size": env_world_size(), "deepspeed_stage": int(stage) if deepspeed and stage else None}
 
 
-def identity_differences(stored: dict, spec: RunSpec, run_engine: dict) -> list[str]:
-    """The fields in which a stored ``{"spec", "engine"}`` (a record, a checkpoint folder's spec.json) is another
-    run than ``spec`` on ``run_engine``; a spec.json written before engines were stored is not compared on it."""
-    try:
-        have = RunSpec.from_dict(stored["spec"]).model_dump()
-    except (KeyError, TypeError, ValueError) as e:
-        return [f"spec (unreadable: {e})"]
-    want = spec.model_dump()
-    fields = [k for k in want if k not in BOOKKEEPING_FIELDS and jsonable(have.get(k)) != jsonable(want[k])]
-    engine_then = stored.get("engine", run_engine)
-    fields += [f"engine.{k}" for k in run_engine if engine_then.get(k) != run_engine[k]]
-    return [
-        f"{k} ({_stored_value(have, engine_then, k)!r:.60} stored, {_stored_value(want, run_engine, k)!r:.60} now)"
-        for k in fields
-    ]
-
-
-def _stored_value(spec: dict, run_engine: dict, key: str):
-    return run_engine.get(key.split(".", 1)[1]) if key.startswith("engine.") else spec.get(key)
-
-
 def refuse_another_run(stored: dict, spec: RunSpec, run_engine: dict, where: Path) -> None:
-    """A :class:`ConfigError` (one line: the differing fields, how to go on) when ``stored`` is another run."""
-    if diff := identity_differences(stored, spec, run_engine):
+    """A :class:`ConfigError` (one line: the differing fields, how to go on) when a stored ``{"spec", "engine"}`` (a
+    record, a checkpoint folder's spec.json) is another run than ``spec`` on ``run_engine``; a spec.json written
+    before engines were stored is not compared on it."""
+    try:
+        then = RunSpec.from_dict(stored["spec"]).model_dump()
+    except (KeyError, TypeError, ValueError) as e:
+        diff = [f"spec (unreadable: {e})"]
+    else:
+        now = {**spec.model_dump(), **{f"engine.{k}": v for k, v in run_engine.items()}}
+        then |= {f"engine.{k}": v for k, v in stored.get("engine", run_engine).items()}
+        diff = [
+            f"{k} ({then.get(k)!r:.60} stored, {now[k]!r:.60} now)"
+            for k in now
+            if k not in BOOKKEEPING_FIELDS and jsonable(then.get(k)) != jsonable(now[k])
+        ]
+    if diff:
         raise ConfigError(
             f"{where} is {spec.group}/{spec.name} run with another spec or engine: {'; '.join(diff)}; give this run "
             "another group or name, or start it over with --force (resume=False)"
@@ -916,18 +886,22 @@ class DiskFull(OSError):
     """No space left while a checkpoint was written (one line: the folder and the space a checkpoint needs)."""
 
 
-def is_disk_full(e: BaseException) -> bool:
-    """ENOSPC, also as torch's zip writer reports it ("unexpected pos")."""
+def disk_full(e: BaseException, trainer, out_dir: Path) -> DiskFull | None:
+    """A :class:`DiskFull` when ``e`` is ENOSPC, also as torch's zip writer reports it ("unexpected pos"); the space
+    one checkpoint takes: a complete one on disk, else weights + Adam's two moments in fp32."""
     import errno
 
-    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "unexpected pos" in str(e)
-
-
-def checkpoint_bytes(trainer, out_dir: Path) -> int:
-    """The space one checkpoint takes: a complete one on disk, else weights + Adam's two moments in fp32."""
+    if not ((isinstance(e, OSError) and e.errno == errno.ENOSPC) or "unexpected pos" in str(e)):
+        return None
     if ckpt := last_checkpoint(out_dir, verbose=False):
-        return sum(f.stat().st_size for f in Path(ckpt).rglob("*") if f.is_file())
-    return sum(p.numel() for p in trainer.model.parameters()) * 4 * 3
+        need = sum(f.stat().st_size for f in Path(ckpt).rglob("*") if f.is_file())
+    else:
+        need = sum(p.numel() for p in trainer.model.parameters()) * 4 * 3
+    return DiskFull(
+        f"disk full while saving a checkpoint in {out_dir}: a checkpoint needs about {need / 1e9:.2f} GB "
+        f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); free space and start the run again: it "
+        "resumes from its last complete checkpoint"
+    )
 
 
 class TrainClock:
@@ -974,11 +948,9 @@ def _stop_when_finished():
 
 def history_from_log(log_history: list[dict]) -> list[dict]:
     """One dict per optimizer step (TRL logs every step with ``logging_steps=1``)."""
-    rows = []
-    for h in log_history:
-        if "loss" in h and "step" in h:
-            rows.append({k: v for k, v in h.items() if isinstance(v, (int, float))})
-    return rows
+    return [
+        {k: v for k, v in h.items() if isinstance(v, (int, float))} for h in log_history if "loss" in h and "step" in h
+    ]
 
 
 def build_trainer(
@@ -1034,15 +1006,13 @@ def run(
     verbose: bool = True,
     record_extras: Callable[[dict], dict] | None = None,
     trainer_ready: Callable[[Any, list], None] | None = None,
-    task: Task | None = None,
 ) -> dict:
     """Train (resuming from the last checkpoint) and evaluate one spec; write its record once and return it.
-    Hooks: ``trainer_ready(trainer, eval_records)``, ``record_extras(record) -> fields``; ``task`` replaces
-    ``spec.task``'s."""
+    Hooks: ``trainer_ready(trainer, eval_records)``, ``record_extras(record) -> fields``."""
     import torch
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
-    task = task or get_task(spec.task)
+    task = get_task(spec.task)
     out_dir = checkpoint_folder(spec, checkpoint_dir)
     run_engine = engine()
     if resume:  # checkpoints of another spec or engine are never resumed
@@ -1086,14 +1056,9 @@ def run(
         except _Finished:  # the checkpoint of the last step is loaded: evaluate only
             pass
         except (OSError, RuntimeError) as e:
-            if not is_disk_full(e):
+            if (full := disk_full(e, trainer, out_dir)) is None:
                 raise
-            need = checkpoint_bytes(trainer, out_dir)
-            raise DiskFull(
-                f"disk full while saving a checkpoint in {out_dir}: a checkpoint needs about {need / 1e9:.2f} GB "
-                f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); free space and start the run again: it "
-                "resumes from its last complete checkpoint"
-            ) from None
+            raise full from None
         train_s = time.time() - train_t0
         main_process = trainer.accelerator.is_main_process
         final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
@@ -1217,8 +1182,7 @@ def _evaluate(trainer, tokenizer, task: Task, records: list, spec: RunSpec, engi
         return task.evaluate(trainer, tokenizer, records, spec)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if engine is not None:  # vLLM batches itself: hand it every prompt at once
-        opts = {**spec.task_options, "eval_batch_size": spec.task_options.get("eval_batch_size", 1024)}
-        spec = spec.replace(task_options=opts)
+        spec = spec.replace(task_options={"eval_batch_size": 1024, **spec.task_options})
         return task.evaluate(VLLMGenerate(engine, model), tokenizer, records, spec)
     was_training = model.training
     model.eval()

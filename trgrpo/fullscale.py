@@ -142,8 +142,6 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         save_steps=p["SAVE_STEPS"],
         n_train=p["N_TRAIN"],
         use_vllm=bool(p.get("USE_VLLM")) if use_vllm is None else use_vllm,
-        learning_rate=1e-6,
-        beta=0.001,
     )
     runs = [(s, seed, {}) for s in p["SCHEMES"] for seed in p["SEEDS"]]
     if task == "math":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
@@ -44,6 +44,11 @@ class Checked(BaseModel):
             super().__init__(**fields)
         except ValidationError as e:
             raise ValueError(error_line(e, type(self).model_fields)) from None
+
+    def replace(self, **fields: Any) -> Self:
+        """A copy with ``fields`` changed, validated (as ``dataclasses.replace``: every other field stays, a default
+        derived when the original was made too)."""
+        return type(self)(**{**self.model_dump(), **fields})
 
 
 class WeightParams(Checked):
@@ -92,10 +97,6 @@ class WeightParams(Checked):
         if self.scheme == "reverse" and upper >= 2:
             raise ValueError(f"upper must be < 2 for scheme='reverse' (2 - w must stay positive), got {upper}")
         return self
-
-    def replace(self, **fields: Any) -> WeightParams:
-        """A copy with ``fields`` changed, validated."""
-        return WeightParams(**{**self.model_dump(), **fields})
 
 
 DEFAULTS = WeightParams()  # App. B.2's values, read by the specs, tables and figures
