@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trgrpo.tasks.common import as_list, load_from_hub, read_table
+from trgrpo.tasks.common import as_list, first_present, load_from_hub, read_table
 
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
 TABLE3_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
@@ -48,7 +48,6 @@ _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "nd", "rk", "m"]
 OCCUPATIONS = "painter astronomer engineer poet botanist architect composer cartographer physician sculptor".split()
 OCCUPATIONS += ["historian", "chemist"]
-ORG_KINDS = ["Society", "Institute", "Academy", "Company", "Guild", "Observatory", "Library", "Foundation"]
 ORG_DESCRIPTIONS = {
     "Society": "learned society",
     "Institute": "research institute",
@@ -146,7 +145,7 @@ def make_corpus(seed: int = 0) -> Corpus:
     test_founders = rng.sample(people[:n_test_people], k=min(n_test_orgs, n_test_people))
     train_founders = rng.sample(people[n_test_people:], k=min(n_orgs - n_test_orgs, n_people - n_test_people))
     for i, stem in enumerate(org_stems):
-        kind = ORG_KINDS[i % len(ORG_KINDS)]
+        kind = list(ORG_DESCRIPTIONS)[i % len(ORG_DESCRIPTIONS)]
         pool = test_founders if i < n_test_orgs else train_founders
         founder = pool[(i if i < n_test_orgs else i - n_test_orgs) % len(pool)]
         orgs.append(
@@ -159,9 +158,7 @@ def make_corpus(seed: int = 0) -> Corpus:
                 "city": rng.choice(cities)["name"],
             }
         )
-    founded_by = {}
-    for o in orgs:
-        founded_by.setdefault(o["founder"], o)
+    founded_by = {o["founder"]: o for o in orgs}  # each founder founds one organisation
 
     passages = []
     for c in cities:
@@ -256,28 +253,23 @@ def make_corpus(seed: int = 0) -> Corpus:
                 [o["name"], founder["name"]],
             )
         # comparison (Multi-hop analog): two passages, one judgement
-        pairs = [(a, b) for a in ppl for b in ppl if a["id"] < b["id"] and a["born"] != b["born"]]
-        for a, b in qrng.sample(pairs, k=min(len(pairs), len(ppl))):
-            first, second = (a, b) if qrng.random() < 0.5 else (b, a)
-            earlier = a if a["born"] < b["born"] else b
-            add(
-                "comparison",
-                f"Who was born first, {first['name']} or {second['name']}?",
-                earlier["name"],
-                [first["id"], second["id"]],
-                [first["name"], second["name"]],
-            )
-        org_pairs = [(a, b) for a in ogs for b in ogs if a["id"] < b["id"] and a["founded"] != b["founded"]]
-        for a, b in qrng.sample(org_pairs, k=min(len(org_pairs), len(ogs))):
-            first, second = (a, b) if qrng.random() < 0.5 else (b, a)
-            earlier = a if a["founded"] < b["founded"] else b
-            add(
-                "comparison",
-                f"Which was founded first, the {first['name']} or the {second['name']}?",
-                earlier["name"],
-                [first["id"], second["id"]],
-                [first["name"], second["name"]],
-            )
+        comparisons = (
+            (ppl, "born", "Who was born first, {} or {}?"),
+            (ogs, "founded", "Which was founded first, the {} or the {}?"),
+        )
+        for entities, year, ask in comparisons:
+            pairs = [(a, b) for a in entities for b in entities if a["id"] < b["id"] and a[year] != b[year]]
+            for a, b in qrng.sample(pairs, k=min(len(pairs), len(entities))):
+                first, second = (a, b) if qrng.random() < 0.5 else (b, a)
+                earlier = a if a[year] < b[year] else b
+                question = ask.format(first["name"], second["name"])
+                add(
+                    "comparison",
+                    question,
+                    earlier["name"],
+                    [first["id"], second["id"]],
+                    [first["name"], second["name"]],
+                )
         qrng.shuffle(qs)
         questions[split] = qs
     return Corpus(seed=seed, passages=passages, questions=questions)
@@ -320,9 +312,7 @@ def qa_records(rows: list[Any], dataset: str, source: Any = None) -> list[dict[s
         where = f"{source}: row {i}" if source is not None else f"row {i} of {dataset}"
         if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not row["question"].strip():
             raise ValueError(f"{where}: a row is an object with a 'question' text")
-        value = next(
-            (row[k] for k in ("golden_answers", "answers", "answer", "target") if row.get(k) is not None), None
-        )
+        value = first_present(row, ("golden_answers", "answers", "answer", "target"))
         rm = row.get("reward_model")
         if value is None and isinstance(rm, dict):  # Search-R1 parquet: reward_model.ground_truth.target
             gt = rm.get("ground_truth")
@@ -346,20 +336,13 @@ def qa_records(rows: list[Any], dataset: str, source: Any = None) -> list[dict[s
     return out
 
 
-def load_qa(
-    dataset: str,
-    *,
-    path: str | os.PathLike | None = None,
-    split: str | None = None,
-    n: int | None = None,
-    allow_empty: bool = False,
-):
+def load_qa(dataset: str, *, path: str | os.PathLike | None = None, n: int | None = None) -> list[dict[str, Any]]:
     """One of Table 3's QA sets as question records, from a file (Search-R1's merged ``test.parquet``, a FlashRAG
     ``.jsonl``), a folder holding ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet``, or the hub."""
     name = normalise_dataset_name(dataset)
     if name not in TABLE3_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
-    split = split or FLASHRAG_SPLIT[name]
+    split = FLASHRAG_SPLIT[name]
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():
@@ -369,10 +352,10 @@ def load_qa(
             if found is None:
                 raise FileNotFoundError(f"none of {[str(c) for c in candidates]} exists")
             p = found
-        rows = read_table(p, allow_empty=allow_empty)
-        if rows and isinstance(rows[0], dict) and "data_source" in rows[0]:  # a merged Search-R1 file
+        rows = read_table(p)
+        if isinstance(rows[0], dict) and "data_source" in rows[0]:  # a merged Search-R1 file
             rows = [r for r in rows if isinstance(r, dict) and normalise_dataset_name(r.get("data_source")) == name]
-            if not rows and not allow_empty:
+            if not rows:
                 raise ValueError(f"{p}: no row with data_source {name!r}")
         recs = qa_records(rows, name, p)
     else:
@@ -405,14 +388,14 @@ class _Retriever:
 class BM25Retriever(_Retriever):
     """BM25 over passages with ``bm25s`` (the default retriever)."""
 
-    def __init__(self, passages: Sequence[dict[str, str]], *, k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, passages: Sequence[dict[str, str]]) -> None:
         import bm25s
 
         if not passages:
             raise ValueError("BM25Retriever needs at least one passage")
         self.passages = list(passages)
         self._bm25s = bm25s
-        self._index = bm25s.BM25(k1=k1, b=b)
+        self._index = bm25s.BM25()  # k1 = 1.5, b = 0.75
         tokens = bm25s.tokenize([_passage_contents(p) for p in self.passages], show_progress=False)
         self._index.index(tokens, show_progress=False)
 
