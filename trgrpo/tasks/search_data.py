@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -17,27 +18,20 @@ from typing import Any
 from trgrpo.tasks.common import as_list, first_present, load_from_hub, read_table
 
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
-TABLE3_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-TABLE3_LABELS = {
-    "nq": "NQ",
-    "triviaqa": "TriviaQA",
-    "popqa": "PopQA",
-    "hotpotqa": "HQA",
-    "2wikimultihopqa": "2Wiki",
-    "musique": "Musique",
-    "bamboogle": "Bamboogle",
+# Table 3's seven QA sets: (column label, split). Search-R1 evaluates on the FlashRAG copies: the test split where
+# one exists, dev otherwise.
+TABLE3 = {
+    "nq": ("NQ", "test"),
+    "triviaqa": ("TriviaQA", "test"),
+    "popqa": ("PopQA", "test"),
+    "hotpotqa": ("HQA", "dev"),
+    "2wikimultihopqa": ("2Wiki", "dev"),
+    "musique": ("Musique", "dev"),
+    "bamboogle": ("Bamboogle", "test"),
 }
-# Search-R1 evaluates on the FlashRAG copies: the test split where one exists, dev otherwise.
+TABLE3_DATASETS = tuple(TABLE3)
+TABLE3_LABELS = {name: label for name, (label, _) in TABLE3.items()}
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
-FLASHRAG_SPLIT = {
-    "nq": "test",
-    "triviaqa": "test",
-    "popqa": "test",
-    "hotpotqa": "dev",
-    "2wikimultihopqa": "dev",
-    "musique": "dev",
-    "bamboogle": "test",
-}
 SEARCHR1_TRAIN_REPO = "PeterJinGo/nq_hotpotqa_train"  # Search-R1's training mix (NQ + HotpotQA)
 _HUB_HINT = "Pass a downloaded copy with path=..., or use the offline corpus (make_corpus)."
 DATASET_ALIASES = {"hqa": "hotpotqa", "2wiki": "2wikimultihopqa", "tqa": "triviaqa"}
@@ -110,17 +104,16 @@ def make_corpus(seed: int = 0) -> Corpus:
     family_names = _unique_words(rng, max(8, n_people // 2), (2, 3), taken)
     org_stems = _unique_words(rng, n_orgs, (2, 3), taken)
 
-    cities = []
-    for i, name in enumerate(city_names):
-        cities.append(
-            {
-                "id": f"city-{i}",
-                "name": name,
-                "country": countries[i % n_countries] if i < n_countries else rng.choice(countries),
-                "founded": rng.randint(800, 1700),
-                "river": rivers[i],
-            }
-        )
+    cities = [
+        {
+            "id": f"city-{i}",
+            "name": name,
+            "country": countries[i % n_countries] if i < n_countries else rng.choice(countries),
+            "founded": rng.randint(800, 1700),
+            "river": rivers[i],
+        }
+        for i, name in enumerate(city_names)
+    ]
     people, full_names = [], set()
     while len(people) < n_people:
         name = f"{rng.choice(first_names)} {rng.choice(family_names)}"
@@ -206,7 +199,8 @@ def make_corpus(seed: int = 0) -> Corpus:
         qrng = random.Random(f"trgrpo-search-questions-{seed}-{split}")
         qs: list[dict[str, Any]] = []
 
-        def add(qtype, question, answer, gold, queries, qs=qs, split=split) -> None:
+        def add(qtype, question, answer, *hops, qs=qs, split=split) -> None:
+            """A question answered by one search per hop: an entity's name finds its passage."""
             qs.append(
                 {
                     "id": f"{split}-{len(qs)}",
@@ -214,44 +208,32 @@ def make_corpus(seed: int = 0) -> Corpus:
                     "answers": [str(answer)],
                     "type": qtype,
                     "dataset": "synthetic",
-                    "gold_ids": gold,
-                    "queries": queries,
+                    "gold_ids": [h["id"] for h in hops],
+                    "queries": [h["name"] for h in hops],
                 }
             )
 
         for p in ppl:
             city = by_name[p["city"]]
             # one-hop (General-QA analog): the answer is in the person's own passage
-            add("one-hop", f"In which city was {p['name']} born?", p["city"], [p["id"]], [p["name"]])
-            add("one-hop", f"In what year was {p['name']} born?", p["born"], [p["id"]], [p["name"]])
-            add("one-hop", f"What is the occupation of {p['name']}?", p["occupation"], [p["id"]], [p["name"]])
+            add("one-hop", f"In which city was {p['name']} born?", p["city"], p)
+            add("one-hop", f"In what year was {p['name']} born?", p["born"], p)
+            add("one-hop", f"What is the occupation of {p['name']}?", p["occupation"], p)
             # two-hop bridge (Multi-hop analog): person -> city -> country
-            add(
-                "two-hop",
-                f"In which country was {p['name']} born?",
-                city["country"],
-                [p["id"], city["id"]],
-                [p["name"], city["name"]],
-            )
+            add("two-hop", f"In which country was {p['name']} born?", city["country"], p, city)
         for o in ogs:
             founder = person_by_name[o["founder"]]
-            add("one-hop", f"Who founded the {o['name']}?", o["founder"], [o["id"]], [o["name"]])
-            add("one-hop", f"In what year was the {o['name']} founded?", o["founded"], [o["id"]], [o["name"]])
+            add("one-hop", f"Who founded the {o['name']}?", o["founder"], o)
+            add("one-hop", f"In what year was the {o['name']} founded?", o["founded"], o)
             # two-hop bridge: organisation -> founder -> occupation / birthplace
             add(
                 "two-hop",
                 f"What is the occupation of the founder of the {o['name']}?",
                 founder["occupation"],
-                [o["id"], founder["id"]],
-                [o["name"], founder["name"]],
+                o,
+                founder,
             )
-            add(
-                "two-hop",
-                f"In which city was the founder of the {o['name']} born?",
-                founder["city"],
-                [o["id"], founder["id"]],
-                [o["name"], founder["name"]],
-            )
+            add("two-hop", f"In which city was the founder of the {o['name']} born?", founder["city"], o, founder)
         # comparison (Multi-hop analog): two passages, one judgement
         comparisons = (
             (ppl, "born", "Who was born first, {} or {}?"),
@@ -262,14 +244,7 @@ def make_corpus(seed: int = 0) -> Corpus:
             for a, b in qrng.sample(pairs, k=min(len(pairs), len(entities))):
                 first, second = (a, b) if qrng.random() < 0.5 else (b, a)
                 earlier = a if a[year] < b[year] else b
-                question = ask.format(first["name"], second["name"])
-                add(
-                    "comparison",
-                    question,
-                    earlier["name"],
-                    [first["id"], second["id"]],
-                    [first["name"], second["name"]],
-                )
+                add("comparison", ask.format(first["name"], second["name"]), earlier["name"], first, second)
         qrng.shuffle(qs)
         questions[split] = qs
     return Corpus(seed=seed, passages=passages, questions=questions)
@@ -286,17 +261,11 @@ def sample_questions(
     if not balanced:
         return list(questions) if n >= len(questions) else rng.sample(questions, k=n)
     types = sorted({q["type"] for q in questions}, key=lambda t: (QUESTION_TYPES + (t,)).index(t))
-    pools = {t: [q for q in questions if q["type"] == t] for t in types}
-    for pool in pools.values():
+    pools = [[q for q in questions if q["type"] == t] for t in types]
+    for pool in pools:
         rng.shuffle(pool)
-    out: list[dict[str, Any]] = []
-    i = 0
-    while len(out) < min(n, len(questions)):
-        for t in types:
-            if i < len(pools[t]) and len(out) < n:
-                out.append(pools[t][i])
-        i += 1
-    return out
+    rounds = itertools.zip_longest(*pools)  # one question of each type per round, while a type has some left
+    return [q for row in rounds for q in row if q is not None][:n]
 
 
 def normalise_dataset_name(name: str) -> str:
@@ -342,7 +311,7 @@ def load_qa(dataset: str, *, path: str | os.PathLike | None = None, n: int | Non
     name = normalise_dataset_name(dataset)
     if name not in TABLE3_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
-    split = FLASHRAG_SPLIT[name]
+    split = TABLE3[name][1]
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():
@@ -403,12 +372,10 @@ class BM25Retriever(_Retriever):
         k = max(1, min(int(k), len(self.passages)))
         tokens = self._bm25s.tokenize([str(q) for q in queries], return_ids=False, show_progress=False)
         docs, scores = self._index.retrieve(tokens, k=k, show_progress=False)
-        out = []
-        for row_docs, row_scores in zip(docs, scores):
-            out.append(
-                [{**self.passages[int(d)], "score": float(s)} for d, s in zip(row_docs, row_scores) if float(s) > 0.0]
-            )
-        return out
+        return [
+            [{**self.passages[int(d)], "score": float(s)} for d, s in zip(row_docs, row_scores) if float(s) > 0.0]
+            for row_docs, row_scores in zip(docs, scores)
+        ]
 
 
 class DenseRetriever(_Retriever):
