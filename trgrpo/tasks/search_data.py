@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trgrpo.tasks.common import as_list, first_present, load_from_hub, read_table
 
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
@@ -329,7 +331,7 @@ def load_qa(dataset: str, *, path: str | os.PathLike | None = None, n: int | Non
         recs = qa_records(rows, name, p)
     else:
         recs = qa_records(load_from_hub(FLASHRAG_REPO, name, split, _HUB_HINT), name)
-    return recs[:n] if n is not None else recs
+    return recs[:n]  # n None: all
 
 
 def load_searchr1_train(
@@ -340,7 +342,7 @@ def load_searchr1_train(
         recs = qa_records(load_from_hub(SEARCHR1_TRAIN_REPO, None, "train", _HUB_HINT), "nq")
     else:
         recs = qa_records(read_table(path, allow_empty=allow_empty), "nq", path)
-    return recs[:n] if n is not None else recs
+    return recs[:n]  # n None: all
 
 
 def _passage_contents(p: dict[str, str]) -> str:
@@ -389,8 +391,6 @@ class DenseRetriever(_Retriever):
         encoder: Callable[[list[str]], Any] | None = None,
         encoder_name: str = "all-MiniLM-L6-v2",
     ) -> None:
-        import numpy as np
-
         try:
             import faiss
         except ImportError as e:
@@ -399,7 +399,6 @@ class DenseRetriever(_Retriever):
                 "MiniLM embedder); or use the BM25 retriever (make_retriever('bm25', passages))"
             ) from e
         self.passages = list(passages)
-        self._np = np
         self._encode = encoder if encoder is not None else _minilm_encoder()
         texts = [_passage_contents(p) for p in self.passages]
         key = hashlib.sha256(json.dumps([encoder_name, texts]).encode()).hexdigest()[:20]
@@ -420,9 +419,9 @@ class DenseRetriever(_Retriever):
         self._index.add(emb)
 
     def _embed(self, texts: list[str]):
-        emb = self._np.asarray(self._encode(texts), dtype="float32")
-        norms = self._np.linalg.norm(emb, axis=1, keepdims=True)
-        return emb / self._np.maximum(norms, 1e-12)
+        emb = np.asarray(self._encode(texts), dtype="float32")
+        norms = np.linalg.norm(emb, axis=1, keepdims=True)
+        return emb / np.maximum(norms, 1e-12)
 
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
         k = max(1, min(int(k), len(self.passages)))
