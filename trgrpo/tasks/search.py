@@ -721,15 +721,14 @@ def _trainer_ready(trainer: Any, spec: Any) -> None:
 
     o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
     _align_special_tokens(trainer.model, trainer.processing_class)
-    every = o.eval_every
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if every and state.global_step % every == 0 and state.global_step < spec.steps:
+            if state.global_step % o.eval_every == 0 and state.global_step < spec.steps:
                 em = evaluate_search(trainer, evals, [tool])["em"]
                 state.log_history.append({"step": state.global_step, "eval_em": em})
 
-    if every and evals:
+    if o.eval_every and evals:
         trainer.add_callback(EMCurve())
     if o.no_search_baseline and evals:  # on every rank, as the evaluation (a model sharded by ZeRO-3 needs it)
         trainer.search_baseline = evaluate_no_search(trainer, evals, max_new_tokens=o.baseline_tokens)
