@@ -521,9 +521,7 @@ def micro_model(corpus: Corpus, tool: Callable[..., str], *, hidden: int = 128, 
         pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
-    model = LlamaForCausalLM(cfg)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model = LlamaForCausalLM(cfg)  # its generation config takes the EOS and PAD ids from cfg
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     tok.save_pretrained(target)
