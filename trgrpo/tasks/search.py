@@ -203,21 +203,11 @@ def search_messages(question: str, *, search: bool = True) -> list[dict[str, str
 
 
 def search_dataset(records: Sequence[dict[str, Any]]):
-    """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (messages), ``answers``, ``type``, ``dataset``, ``id``."""
+    """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (messages) and ``answers`` (:func:`search_reward`'s)."""
     from datasets import Dataset
 
-    return Dataset.from_list(
-        [
-            {
-                "prompt": search_messages(r["question"]),
-                "answers": [str(a) for a in r["answers"]],
-                "type": r.get("type", ""),
-                "dataset": r.get("dataset", ""),
-                "id": str(r.get("id", i)),
-            }
-            for i, r in enumerate(records)
-        ]
-    )
+    rows = [{"prompt": search_messages(r["question"]), "answers": [str(a) for a in r["answers"]]} for r in records]
+    return Dataset.from_list(rows)
 
 
 _PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]+")
