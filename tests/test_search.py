@@ -123,7 +123,7 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
 
     records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
     from trgrpo.experiment import build_trainer
-    from trgrpo.tasks.search import search_task
+    from trgrpo.tasks import get_task
 
     spec = RunSpec(
         task="search",
@@ -133,19 +133,13 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
         num_generations=3,
         max_completion_length=300,
         learning_rate=1e-3,
-        n_train=len(records),
+        n_train=2,
         n_eval=0,
+        task_options={"template": "compact", "top_k": 2, "max_tool_calls": 2},
     )
-    trainer = build_trainer(
-        spec,
-        search_task(records, [], tool, template="compact"),
-        tmp_path,
-        config_overrides={"max_tool_calling_iterations": 2},
-        world_size=1,
-        verbose=False,
-    )[0]
+    trainer = build_trainer(spec, get_task("search"), tmp_path, world_size=1, verbose=False)[0]
     tok = trainer.processing_class
-    _scripted_generate(trainer, tok, {q["question"]: q["answers"][0] for q in records})
+    _scripted_generate(trainer, tok, {q["question"]: q["answers"][0] for q in corpus.questions["train"]})
 
     seen = {}
     original_loss = trainer_module.tr_grpo_loss
@@ -394,7 +388,7 @@ def test_search_is_a_registered_run_task():
     (tool,) = task.trainer_kwargs(spec)["tools"]
     assert tool.__name__ == "search" and "Doc 1" in tool(evals[0]["question"])
     assert task.evaluate_with_trainer and task.reward_funcs(spec) == [S.search_reward]
-    with pytest.raises(ValueError, match="task_options.corpus must be one of"):
+    with pytest.raises(ValueError, match="task_options.corpus must be 'synthetic' or 'searchr1', got 'wiki-2018'"):
         task.build(RunSpec(task="search", task_options={"corpus": "wiki-2018"}), None)
     with pytest.raises(ValueError, match=r"task_options.topk is not a known field"):
         task.build(RunSpec(task="search", task_options={"topk": 3}), None)

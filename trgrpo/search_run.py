@@ -13,22 +13,24 @@ from collections.abc import Iterator
 from typing import Any
 
 from trgrpo.experiment import ROOT, RunSpec, run_name
+from trgrpo.tasks.search import SearchOptions
 from trgrpo.tasks.search_data import TABLE3_DATASETS, ServerRetriever
 
-# Optional notebook-07 parameters (a None value also takes the default); the others are required.
+# Optional notebook-07 parameters (a None value also takes the default), besides the task options (their defaults are
+# SearchOptions'); the others are required.
 SEARCH_PARAMETER_DEFAULTS = {
     "MICRO_BATCH_SIZE": 2,
     "GRADIENT_CHECKPOINTING": True,
     "BF16": True,
     "VLLM_GPU_MEMORY": 0.3,
     "SAVE_STEPS": 20,
-    "EVAL_EVERY": 0,
-    "TRAIN_FILE": None,
-    "DATA_DIR": None,
-    "RETRIEVER_URL": "http://127.0.0.1:8000/retrieve",
-    "CORPUS_SEED": 0,
-    "SCALE": "full",
 }
+# The notebook-07 parameters named as a task option (of :class:`SearchOptions`; RETRIEVER_URL: ``url``) or a
+# run-spec field in upper case.
+OPTION_PARAMETERS = ("corpus", "corpus_seed", "train_file", "data_dir", "retriever", "top_k", "template")
+OPTION_PARAMETERS += ("max_tool_calls", "eval_every", "scale")
+SPEC_PARAMETERS = ("steps", "prompts_per_step", "num_generations", "max_completion_length", "micro_batch_size")
+SPEC_PARAMETERS += ("gradient_checkpointing", "bf16", "save_steps", "n_train")
 
 
 def search_specs(
@@ -42,41 +44,23 @@ def search_specs(
     trained from ``init_model`` (a warm start; default ``MODEL``); ``N_EVAL`` counts per QA set with Search-R1's
     data, in total with the synthetic corpus."""
     p = {**SEARCH_PARAMETER_DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
-    options = {
-        "corpus": p["CORPUS"],
-        "corpus_seed": p["CORPUS_SEED"],
-        "train_file": p["TRAIN_FILE"],
-        "data_dir": p["DATA_DIR"],
-        "retriever": p["RETRIEVER"],
-        "url": p["RETRIEVER_URL"],
-        "top_k": p["TOP_K"],
-        "template": p["TEMPLATE"],
-        "max_tool_calls": p["MAX_TOOL_CALLS"],
-        "eval_every": p["EVAL_EVERY"],
-        "scale": p["SCALE"],
-        "warm_start": {k: v for k, v in (warm_start or {}).items() if k != "losses"} or None,
-    }
-    n_eval = p["N_EVAL"] * (len(TABLE3_DATASETS) if p["CORPUS"] == "searchr1" else 1)
+    defaults = SearchOptions().model_dump()
+    options = {name: p.get(name.upper(), defaults[name]) for name in OPTION_PARAMETERS}
+    options["url"] = p.get("RETRIEVER_URL", defaults["url"])
+    options["warm_start"] = {k: v for k, v in (warm_start or {}).items() if k != "losses"} or None
+    n_eval = p["N_EVAL"] * (len(TABLE3_DATASETS) if options["corpus"] == "searchr1" else 1)
     common = dict(
+        {name: p[name.upper()] for name in SPEC_PARAMETERS},
         task="search",
         model=str(init_model or p["MODEL"]),
-        steps=p["STEPS"],
-        prompts_per_step=p["PROMPTS_PER_STEP"],
-        num_generations=p["NUM_GENERATIONS"],
         temperature=float(p["TEMPERATURE"]),
         learning_rate=float(p["LEARNING_RATE"]),
-        max_completion_length=p["MAX_COMPLETION_LENGTH"],
-        micro_batch_size=p["MICRO_BATCH_SIZE"],
-        gradient_checkpointing=p["GRADIENT_CHECKPOINTING"],
-        bf16=p["BF16"],
         use_vllm=use_vllm,
         vllm_gpu_memory_utilization=float(p["VLLM_GPU_MEMORY"]),
-        save_steps=p["SAVE_STEPS"],
-        n_train=p["N_TRAIN"],
         n_eval=n_eval,
         eval_before=True,
         task_options=options,
-        group=f"search/{p['SCALE']}",
+        group=f"search/{options['scale']}",
     )
     return [
         RunSpec(**common, scheme=s, seed=seed, name=run_name("search", p["MODEL"], s, seed))

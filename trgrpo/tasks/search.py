@@ -17,7 +17,9 @@ import re
 import string
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import model_validator
 
 from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import greedy_generate
@@ -200,22 +202,12 @@ def search_messages(question: str, *, search: bool = True) -> list[dict[str, str
     return [{"role": "system", "content": system}, {"role": "user", "content": f"Question: {question}"}]
 
 
-def search_dataset(records: Sequence[dict[str, Any]], *, search: bool = True):
-    """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (messages), ``answers``, ``type``, ``dataset``, ``id``."""
+def search_dataset(records: Sequence[dict[str, Any]]):
+    """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` (messages) and ``answers`` (:func:`search_reward`'s)."""
     from datasets import Dataset
 
-    return Dataset.from_list(
-        [
-            {
-                "prompt": search_messages(r["question"], search=search),
-                "answers": [str(a) for a in r["answers"]],
-                "type": r.get("type", ""),
-                "dataset": r.get("dataset", ""),
-                "id": str(r.get("id", i)),
-            }
-            for i, r in enumerate(records)
-        ]
-    )
+    rows = [{"prompt": search_messages(r["question"]), "answers": [str(a) for a in r["answers"]]} for r in records]
+    return Dataset.from_list(rows)
 
 
 _PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]+")
@@ -249,7 +241,7 @@ def exact_match(prediction: Any, answers: Any) -> bool:
     """Normalised exact match against any gold answer."""
     if prediction is None:
         return False
-    golds = [answers] if isinstance(answers, (str, int, float)) else list(answers or [])
+    golds = [answers] if isinstance(answers, (str, int, float)) else list(answers if answers is not None else [])
     pred = normalize_answer(prediction)
     return any(pred == normalize_answer(g) for g in golds)
 
@@ -273,13 +265,10 @@ def final_text(completion: Any) -> str:
 def search_reward(completions: Sequence[Any], answers: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
     """Eq. 14: R = +1 if the normalised last ``<answer>`` exactly matches a gold answer, else -1. Never raises."""
     out = []
-    answers = list(answers) if answers is not None else [None] * len(completions)
+    answers = list(answers) if answers is not None else []
     for i, completion in enumerate(completions):
-        try:
-            golds = answers[i] if i < len(answers) else None
-            if golds is not None and not isinstance(golds, (str, int, float)):
-                golds = list(golds)
-            ok = golds is not None and exact_match(extract_answer(final_text(completion)), golds)
+        try:  # no gold answers (None, or none for this completion): -1
+            ok = i < len(answers) and exact_match(extract_answer(final_text(completion)), answers[i])
         except Exception:  # a reward must never stop training
             ok = False
         out.append(1.0 if ok else -1.0)
@@ -319,10 +308,10 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
 # TRL 1.16.0's GRPOTrainer has no public call that rolls out a prompt outside a training step. This adapter drives its
 # tool loop as a training step does (read from trl 1.16.0, trainer/grpo_trainer.py): it fills the per-rollout tool
 # dicts ``_sync_tool_dicts`` / ``_async_tool_dicts`` (built in ``_generate_and_score_completions``) and calls
-# ``_generate(prompts)`` -> (prompt_ids, completion_ids, tool_mask, completions, ...). tests/test_search.py reads these
-# names in TRL's source and fails when a TRL release changes them. With vLLM, greedy decoding is vLLM's temperature
-# 0: the sampling settings live on ``trainer.vllm_generation`` (``temperature``, read in ``VLLMGeneration.generate``),
-# not in ``trainer.generation_config``.
+# ``_generate(prompts)`` -> (prompt_ids, completion_ids, tool_mask, completions, ...). tests/test_search_scale.py reads
+# these names in TRL's source and fails when a TRL release changes them. With vLLM, greedy decoding is vLLM's
+# temperature 0: the sampling settings live on ``trainer.vllm_generation`` (``temperature``, read in
+# ``VLLMGeneration.generate``), not in ``trainer.generation_config``.
 TRL_ROLLOUT_API = {"trl": "1.16.0", "method": "_generate", "tool_dicts": ("_sync_tool_dicts", "_async_tool_dicts")}
 
 
@@ -331,22 +320,20 @@ def trl_rollouts(
     records: Sequence[dict[str, Any]],
     tools: Sequence[Callable[..., Any]],
     *,
-    greedy: bool = True,
     batch_size: int = 32,
 ) -> list[dict[str, Any]]:
-    """Rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`), greedy by default:
-    the record, ``prompt_ids``, ``completion_ids``, ``tool_mask``, ``messages``, ``answer``, ``em``, ``tool_calls``."""
+    """Greedy rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`): the record,
+    ``prompt_ids``, ``completion_ids``, ``tool_mask``, ``messages``, ``answer``, ``em``, ``tool_calls``."""
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
     engine = getattr(trainer, "vllm_generation", None)
     saved_temperature = getattr(engine, "temperature", None)
-    if greedy:
-        gc = copy.deepcopy(saved_config)
-        gc.do_sample, gc.temperature, gc.top_p, gc.top_k, gc.min_p = False, None, None, None, None
-        trainer.generation_config = gc
-        if engine is not None:
-            engine.temperature = 0.0
+    gc = copy.deepcopy(saved_config)
+    gc.do_sample, gc.temperature, gc.top_p, gc.top_k, gc.min_p = False, None, None, None, None
+    trainer.generation_config = gc
+    if engine is not None:
+        engine.temperature = 0.0
     by_name = {t.__name__: t for t in tools}
     out: list[dict[str, Any]] = []
     model.eval()
@@ -411,7 +398,7 @@ def evaluate_search(
     """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, a few example texts and the first
     question's rollout token by token (``example_rollout``)."""
     t0 = time.time()
-    rows = trl_rollouts(trainer, records, tools, greedy=True, batch_size=batch_size)
+    rows = trl_rollouts(trainer, records, tools, batch_size=batch_size)
     res = summarise_em(rows)
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
@@ -436,33 +423,22 @@ def generation_engine(trainer: Any) -> str:
     return "vllm" if getattr(getattr(trainer, "vllm_generation", None), "llm", None) is not None else "hf"
 
 
-def engine_greedy_generate(trainer: Any, tokenizer: Any, prompts: list, *, max_new_tokens: int) -> list[str]:
-    """One greedy reply per chat prompt through the run's generation engine (:func:`generation_engine`)."""
-    if generation_engine(trainer) == "vllm":
-        from vllm import SamplingParams
-
-        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-        outputs = trainer.vllm_generation.llm.generate(texts, sampling_params=params, use_tqdm=False)
-        return [o.outputs[0].text for o in outputs]
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    was_training, side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
-    try:
-        return greedy_generate(model, tokenizer, prompts, batch_size=16, max_new_tokens=max_new_tokens)
-    finally:
-        model.train(was_training)
-        tokenizer.padding_side = side
-
-
 def evaluate_no_search(trainer: Any, records: Sequence[dict[str, Any]], *, max_new_tokens: int = 32) -> dict[str, Any]:
-    """The no-search baseline through the run's generation engine: greedy answers from the model's own knowledge,
-    scored on the last ``<answer>`` or the whole reply."""
+    """The no-search baseline through the run's generation engine (:func:`generation_engine`): greedy answers from
+    the model's own knowledge, scored on the last ``<answer>`` or the whole reply."""
     t0 = time.time()
     tokenizer = trainer.processing_class
     prompts = [search_messages(r["question"], search=False) for r in records]
-    texts = engine_greedy_generate(trainer, tokenizer, prompts, max_new_tokens=max_new_tokens)
+    if generation_engine(trainer) == "vllm":
+        from vllm import SamplingParams
+
+        rendered = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        outputs = trainer.vllm_generation.llm.generate(rendered, sampling_params=params, use_tqdm=False)
+        texts = [o.outputs[0].text for o in outputs]
+    else:  # greedy_generate pads on the left itself and restores the model's training mode
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        texts = greedy_generate(model, tokenizer, prompts, batch_size=16, max_new_tokens=max_new_tokens)
     rows = []
     for r, text in zip(records, texts):
         tagged = extract_answer(text)
@@ -535,9 +511,7 @@ def micro_model(corpus: Corpus, tool: Callable[..., str], *, hidden: int = 128, 
         pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
-    model = LlamaForCausalLM(cfg)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model = LlamaForCausalLM(cfg)  # its generation config takes the EOS and PAD ids from cfg
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     tok.save_pretrained(target)
@@ -562,11 +536,8 @@ def scripted_turns(
     turns: list[dict[str, Any]] = []
     for hop, query in enumerate(record["queries"]):
         response = tool(query=query)
-        gold = record["gold_ids"][hop] if hop < len(record.get("gold_ids", [])) else None
-        retriever = getattr(tool, "retriever", None)
-        if check_gold and gold is not None and retriever is not None:
-            ids = {h["id"] for h in retriever.search(query, getattr(tool, "top_k", 3))}
-            if gold not in ids:
+        if check_gold and hop < len(record.get("gold_ids", [])):  # the tool of make_search_tool knows its retriever
+            if record["gold_ids"][hop] not in {h["id"] for h in tool.retriever.search(query, tool.top_k)}:
                 return None
         call = {"type": "function", "function": {"name": SEARCH_TOOL_NAME, "arguments": {"query": query}}}
         turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
@@ -659,40 +630,22 @@ def warm_start(
     return {**info, "path": str(target), "cached": False}
 
 
-def search_task(
-    train_records: Sequence[dict[str, Any]],
-    eval_records: Sequence[dict[str, Any]],
-    tool: Callable[..., str],
-    *,
-    template: str = "auto",
-) -> Task:
-    """The search task over given train / eval question records and a ``search`` tool."""
-
-    return Task(
-        build=lambda spec, tokenizer: (search_dataset(list(train_records)), list(eval_records)),
-        reward_funcs=lambda spec: [search_reward],
-        evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records, [tool]),
-        tokenizer=lambda path, spec: load_tokenizer(path, template),
-        trainer_kwargs=lambda spec: {"tools": [tool]},
-        evaluate_with_trainer=True,
-    )
-
-
 class SearchOptions(TaskOptions):
     """The task options of the run task ``search`` and their defaults."""
 
     max_prompt_tokens: int = 4096  # vLLM's prompt budget: the question, the tool's results, the turns
-    corpus: str = (
-        "synthetic"  # "searchr1": Search-R1's data (NQ + HotpotQA, Table 3's seven sets); "synthetic": offline
-    )
+    # searchr1: Search-R1's data (NQ + HotpotQA, Table 3's seven sets); synthetic: offline
+    corpus: Literal["synthetic", "searchr1"] = "synthetic"
     corpus_seed: int = 0
     train_file: str | None = None  # searchr1: Search-R1's nq_hotpotqa_train parquet (None: the hub)
     data_dir: str | None = None  # searchr1: a folder of the seven QA sets, FlashRAG or Search-R1 files (None: the hub)
-    retriever: str = "bm25"  # bm25 or dense over the synthetic corpus; server: a /retrieve server at url
+    retriever: Literal[RETRIEVERS] = (
+        "bm25"  # bm25 or dense over the synthetic corpus; server: a /retrieve server at url
+    )
     url: str = "http://127.0.0.1:8000/retrieve"
     timeout_s: float = 30.0  # per retrieval request
     top_k: int = 3
-    template: str = "auto"
+    template: Literal[TEMPLATES] = "auto"
     max_tool_calls: int = 4
     eval_every: int = 0  # greedy EM every k steps (0: before and after only)
     no_search_baseline: bool = True  # the initial model without the tool, through the run's generation engine
@@ -700,32 +653,19 @@ class SearchOptions(TaskOptions):
     warm_start: Any = None  # what the run's model was warm-started from (recorded as given)
     scale: str = "full"
 
-
-CORPORA = ("synthetic", "searchr1")
-
-
-def search_options(spec: Any) -> dict[str, Any]:
-    """``spec.task_options`` over :data:`SEARCH_OPTIONS`; a ValueError names an unknown or bad option."""
-    o = SearchOptions(**spec.task_options).model_dump()  # unknown options and wrong types: one line
-    if o["corpus"] not in CORPORA:
-        raise ValueError(f"task_options.corpus must be one of {list(CORPORA)}, got {o['corpus']!r}")
-    if o["retriever"] not in RETRIEVERS:
-        raise ValueError(f"task_options.retriever must be one of {list(RETRIEVERS)}, got {o['retriever']!r}")
-    if o["corpus"] == "searchr1" and o["retriever"] != "server":
-        raise ValueError(
-            "task_options.retriever: Search-R1's data searches wiki-18 through a server (retriever: server)"
-        )
-    if o["template"] not in TEMPLATES:
-        raise ValueError(f"task_options.template must be one of {list(TEMPLATES)}, got {o['template']!r}")
-    return o
+    @model_validator(mode="after")
+    def _server_for_searchr1(self) -> SearchOptions:
+        if self.corpus == "searchr1" and self.retriever != "server":
+            raise ValueError("retriever: Search-R1's data searches wiki-18 through a server (retriever: server)")
+        return self
 
 
 @functools.lru_cache(maxsize=4)
 def _search_data(options: str, n_train: int, n_eval: int) -> tuple[list, list, Callable[..., str], dict]:
-    """(train records, eval records, the search tool, the data's sources) of JSON-encoded options."""
+    """(train records, eval records, the search tool, the data's sources) of JSON-encoded :class:`SearchOptions`."""
     o = json.loads(options)
     if o["corpus"] == "synthetic":
-        corpus, seed = make_corpus(int(o["corpus_seed"])), int(o["corpus_seed"])
+        corpus, seed = make_corpus(o["corpus_seed"]), o["corpus_seed"]
         train = sample_questions(corpus.questions["train"], n_train, seed=seed, balanced=False)
         evals = sample_questions(corpus.questions["test"], n_eval, seed=seed)
         passages = corpus.passages
@@ -738,16 +678,16 @@ def _search_data(options: str, n_train: int, n_eval: int) -> tuple[list, list, C
         passages = None
         source = {"corpus": "searchr1", "train": o["train_file"] or f"hub:{SEARCHR1_TRAIN_REPO}"}
         source["eval"] = o["data_dir"] or f"hub:{FLASHRAG_REPO} ({per_set} per set of {list(TABLE3_DATASETS)})"
-    kw = {"url": o["url"], "timeout": float(o["timeout_s"])} if o["retriever"] == "server" else {}
+    kw = {"url": o["url"], "timeout": o["timeout_s"]} if o["retriever"] == "server" else {}
     retriever = make_retriever(o["retriever"], passages, **kw)
     if o["retriever"] == "server":
         retriever.check()  # one line when the server is down, slow or answers garbage
     source["retriever"] = o["retriever"] + (f" {o['url']}" if o["retriever"] == "server" else "")
-    return train, evals, make_search_tool(retriever, top_k=int(o["top_k"])), source
+    return train, evals, make_search_tool(retriever, top_k=o["top_k"]), source
 
 
 def _data(spec: Any) -> tuple[list, list, Callable[..., str], dict]:
-    return _search_data(json.dumps(search_options(spec), sort_keys=True), spec.n_train, spec.n_eval)
+    return _search_data(SearchOptions(**spec.task_options).model_dump_json(), spec.n_train, spec.n_eval)
 
 
 def _align_special_tokens(model: Any, tokenizer: Any) -> None:
@@ -767,26 +707,25 @@ def _trainer_ready(trainer: Any, spec: Any) -> None:
     a resumed run keeps it); the no-search baseline of the initial model."""
     from transformers import TrainerCallback
 
-    o, (_, evals, tool, _) = search_options(spec), _data(spec)
+    o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
     _align_special_tokens(trainer.model, trainer.processing_class)
-    every = int(o["eval_every"])
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if every and state.global_step % every == 0 and state.global_step < spec.steps:
+            if state.global_step % o.eval_every == 0 and state.global_step < spec.steps:
                 em = evaluate_search(trainer, evals, [tool])["em"]
                 state.log_history.append({"step": state.global_step, "eval_em": em})
 
-    if every and evals:
+    if o.eval_every and evals:
         trainer.add_callback(EMCurve())
-    if o["no_search_baseline"] and evals:  # on every rank, as the evaluation (a model sharded by ZeRO-3 needs it)
-        trainer.search_baseline = evaluate_no_search(trainer, evals, max_new_tokens=int(o["baseline_tokens"]))
+    if o.no_search_baseline and evals:  # on every rank, as the evaluation (a model sharded by ZeRO-3 needs it)
+        trainer.search_baseline = evaluate_no_search(trainer, evals, max_new_tokens=o.baseline_tokens)
 
 
 def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
     """Search's record fields: training EM per step (Eq. 14's +-1 rewards), the EM curve, one greedy rollout, the
     no-search baseline, the warm start, the scale."""
-    o, (train, evals, _, _) = search_options(spec), _data(spec)
+    o, (train, evals, _, _) = SearchOptions(**spec.task_options), _data(spec)
     for h in record["history"]:
         if "reward" in h:
             h["em"] = (h["reward"] + 1.0) / 2.0
@@ -800,8 +739,8 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
         "eval_curve": curve,
         "example_rollout": final.pop("example_rollout", None),
         "baseline_no_search": getattr(trainer, "search_baseline", None),
-        "warm_start": o["warm_start"],
-        "scale": o["scale"],
+        "warm_start": o.warm_start,
+        "scale": o.scale,
         "n_train": len(train),
         "n_eval": len(evals),
     }
@@ -809,7 +748,7 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
 
 def _check_data(spec: Any) -> None:
     """Read Search-R1's local files as :func:`_search_data` will (the hub's and the synthetic corpus are not read)."""
-    o = search_options(spec)
+    o = SearchOptions(**spec.task_options).model_dump()
     reads = {"train_file": load_searchr1_train, "data_dir": lambda p: [load_qa(n, path=p) for n in TABLE3_DATASETS]}
     for key, read in reads.items() if o["corpus"] == "searchr1" else ():
         try:
@@ -827,11 +766,11 @@ register_task(
         reward_funcs=lambda spec: [search_reward],
         evaluate=lambda trainer, tokenizer, records, spec: evaluate_search(trainer, records, [_data(spec)[2]]),
         data_source=lambda spec, train_ds, eval_records: _data(spec)[3],
-        tokenizer=lambda path, spec: load_tokenizer(path, search_options(spec)["template"]),
+        tokenizer=lambda path, spec: load_tokenizer(path, SearchOptions(**spec.task_options).template),
         trainer_kwargs=lambda spec: {"tools": [_data(spec)[2]]},
         evaluate_with_trainer=True,
         options=SearchOptions,
-        config=lambda spec: {"max_tool_calling_iterations": int(search_options(spec)["max_tool_calls"])},
+        config=lambda spec: {"max_tool_calling_iterations": SearchOptions(**spec.task_options).max_tool_calls},
         trainer_ready=_trainer_ready,
         record_extras=_record_extras,
         check_data=_check_data,

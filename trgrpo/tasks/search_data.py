@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -14,30 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trgrpo.tasks.common import as_list, load_from_hub, read_table
+import numpy as np
+
+from trgrpo.tasks.common import as_list, first_present, load_from_hub, read_table
 
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
-TABLE3_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-TABLE3_LABELS = {
-    "nq": "NQ",
-    "triviaqa": "TriviaQA",
-    "popqa": "PopQA",
-    "hotpotqa": "HQA",
-    "2wikimultihopqa": "2Wiki",
-    "musique": "Musique",
-    "bamboogle": "Bamboogle",
+# Table 3's seven QA sets: (column label, split). Search-R1 evaluates on the FlashRAG copies: the test split where
+# one exists, dev otherwise.
+TABLE3 = {
+    "nq": ("NQ", "test"),
+    "triviaqa": ("TriviaQA", "test"),
+    "popqa": ("PopQA", "test"),
+    "hotpotqa": ("HQA", "dev"),
+    "2wikimultihopqa": ("2Wiki", "dev"),
+    "musique": ("Musique", "dev"),
+    "bamboogle": ("Bamboogle", "test"),
 }
-# Search-R1 evaluates on the FlashRAG copies: the test split where one exists, dev otherwise.
+TABLE3_DATASETS = tuple(TABLE3)
+TABLE3_LABELS = {name: label for name, (label, _) in TABLE3.items()}
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
-FLASHRAG_SPLIT = {
-    "nq": "test",
-    "triviaqa": "test",
-    "popqa": "test",
-    "hotpotqa": "dev",
-    "2wikimultihopqa": "dev",
-    "musique": "dev",
-    "bamboogle": "test",
-}
 SEARCHR1_TRAIN_REPO = "PeterJinGo/nq_hotpotqa_train"  # Search-R1's training mix (NQ + HotpotQA)
 _HUB_HINT = "Pass a downloaded copy with path=..., or use the offline corpus (make_corpus)."
 DATASET_ALIASES = {"hqa": "hotpotqa", "2wiki": "2wikimultihopqa", "tqa": "triviaqa"}
@@ -48,7 +44,6 @@ _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "nd", "rk", "m"]
 OCCUPATIONS = "painter astronomer engineer poet botanist architect composer cartographer physician sculptor".split()
 OCCUPATIONS += ["historian", "chemist"]
-ORG_KINDS = ["Society", "Institute", "Academy", "Company", "Guild", "Observatory", "Library", "Foundation"]
 ORG_DESCRIPTIONS = {
     "Society": "learned society",
     "Institute": "research institute",
@@ -111,17 +106,16 @@ def make_corpus(seed: int = 0) -> Corpus:
     family_names = _unique_words(rng, max(8, n_people // 2), (2, 3), taken)
     org_stems = _unique_words(rng, n_orgs, (2, 3), taken)
 
-    cities = []
-    for i, name in enumerate(city_names):
-        cities.append(
-            {
-                "id": f"city-{i}",
-                "name": name,
-                "country": countries[i % n_countries] if i < n_countries else rng.choice(countries),
-                "founded": rng.randint(800, 1700),
-                "river": rivers[i],
-            }
-        )
+    cities = [
+        {
+            "id": f"city-{i}",
+            "name": name,
+            "country": countries[i % n_countries] if i < n_countries else rng.choice(countries),
+            "founded": rng.randint(800, 1700),
+            "river": rivers[i],
+        }
+        for i, name in enumerate(city_names)
+    ]
     people, full_names = [], set()
     while len(people) < n_people:
         name = f"{rng.choice(first_names)} {rng.choice(family_names)}"
@@ -146,7 +140,7 @@ def make_corpus(seed: int = 0) -> Corpus:
     test_founders = rng.sample(people[:n_test_people], k=min(n_test_orgs, n_test_people))
     train_founders = rng.sample(people[n_test_people:], k=min(n_orgs - n_test_orgs, n_people - n_test_people))
     for i, stem in enumerate(org_stems):
-        kind = ORG_KINDS[i % len(ORG_KINDS)]
+        kind = list(ORG_DESCRIPTIONS)[i % len(ORG_DESCRIPTIONS)]
         pool = test_founders if i < n_test_orgs else train_founders
         founder = pool[(i if i < n_test_orgs else i - n_test_orgs) % len(pool)]
         orgs.append(
@@ -159,9 +153,7 @@ def make_corpus(seed: int = 0) -> Corpus:
                 "city": rng.choice(cities)["name"],
             }
         )
-    founded_by = {}
-    for o in orgs:
-        founded_by.setdefault(o["founder"], o)
+    founded_by = {o["founder"]: o for o in orgs}  # each founder founds one organisation
 
     passages = []
     for c in cities:
@@ -209,7 +201,8 @@ def make_corpus(seed: int = 0) -> Corpus:
         qrng = random.Random(f"trgrpo-search-questions-{seed}-{split}")
         qs: list[dict[str, Any]] = []
 
-        def add(qtype, question, answer, gold, queries, qs=qs, split=split) -> None:
+        def add(qtype, question, answer, *hops, qs=qs, split=split) -> None:
+            """A question answered by one search per hop: an entity's name finds its passage."""
             qs.append(
                 {
                     "id": f"{split}-{len(qs)}",
@@ -217,67 +210,43 @@ def make_corpus(seed: int = 0) -> Corpus:
                     "answers": [str(answer)],
                     "type": qtype,
                     "dataset": "synthetic",
-                    "gold_ids": gold,
-                    "queries": queries,
+                    "gold_ids": [h["id"] for h in hops],
+                    "queries": [h["name"] for h in hops],
                 }
             )
 
         for p in ppl:
             city = by_name[p["city"]]
             # one-hop (General-QA analog): the answer is in the person's own passage
-            add("one-hop", f"In which city was {p['name']} born?", p["city"], [p["id"]], [p["name"]])
-            add("one-hop", f"In what year was {p['name']} born?", p["born"], [p["id"]], [p["name"]])
-            add("one-hop", f"What is the occupation of {p['name']}?", p["occupation"], [p["id"]], [p["name"]])
+            add("one-hop", f"In which city was {p['name']} born?", p["city"], p)
+            add("one-hop", f"In what year was {p['name']} born?", p["born"], p)
+            add("one-hop", f"What is the occupation of {p['name']}?", p["occupation"], p)
             # two-hop bridge (Multi-hop analog): person -> city -> country
-            add(
-                "two-hop",
-                f"In which country was {p['name']} born?",
-                city["country"],
-                [p["id"], city["id"]],
-                [p["name"], city["name"]],
-            )
+            add("two-hop", f"In which country was {p['name']} born?", city["country"], p, city)
         for o in ogs:
             founder = person_by_name[o["founder"]]
-            add("one-hop", f"Who founded the {o['name']}?", o["founder"], [o["id"]], [o["name"]])
-            add("one-hop", f"In what year was the {o['name']} founded?", o["founded"], [o["id"]], [o["name"]])
+            add("one-hop", f"Who founded the {o['name']}?", o["founder"], o)
+            add("one-hop", f"In what year was the {o['name']} founded?", o["founded"], o)
             # two-hop bridge: organisation -> founder -> occupation / birthplace
             add(
                 "two-hop",
                 f"What is the occupation of the founder of the {o['name']}?",
                 founder["occupation"],
-                [o["id"], founder["id"]],
-                [o["name"], founder["name"]],
+                o,
+                founder,
             )
-            add(
-                "two-hop",
-                f"In which city was the founder of the {o['name']} born?",
-                founder["city"],
-                [o["id"], founder["id"]],
-                [o["name"], founder["name"]],
-            )
+            add("two-hop", f"In which city was the founder of the {o['name']} born?", founder["city"], o, founder)
         # comparison (Multi-hop analog): two passages, one judgement
-        pairs = [(a, b) for a in ppl for b in ppl if a["id"] < b["id"] and a["born"] != b["born"]]
-        for a, b in qrng.sample(pairs, k=min(len(pairs), len(ppl))):
-            first, second = (a, b) if qrng.random() < 0.5 else (b, a)
-            earlier = a if a["born"] < b["born"] else b
-            add(
-                "comparison",
-                f"Who was born first, {first['name']} or {second['name']}?",
-                earlier["name"],
-                [first["id"], second["id"]],
-                [first["name"], second["name"]],
-            )
-        org_pairs = [(a, b) for a in ogs for b in ogs if a["id"] < b["id"] and a["founded"] != b["founded"]]
-        for a, b in qrng.sample(org_pairs, k=min(len(org_pairs), len(ogs))):
-            first, second = (a, b) if qrng.random() < 0.5 else (b, a)
-            earlier = a if a["founded"] < b["founded"] else b
-            add(
-                "comparison",
-                f"Which was founded first, the {first['name']} or the {second['name']}?",
-                earlier["name"],
-                [first["id"], second["id"]],
-                [first["name"], second["name"]],
-            )
+        comparisons = (
+            (ppl, "born", "Who was born first, {} or {}?"),
+            (ogs, "founded", "Which was founded first, the {} or the {}?"),
+        )
+        for entities, year, ask in comparisons:
+            pairs = [(a, b) for a in entities for b in entities if a["id"] < b["id"] and a[year] != b[year]]
+            for a, b in qrng.sample(pairs, k=min(len(pairs), len(entities))):
+                first, second = (a, b) if qrng.random() < 0.5 else (b, a)
+                earlier = a if a[year] < b[year] else b
+                add("comparison", ask.format(first["name"], second["name"]), earlier["name"], first, second)
         qrng.shuffle(qs)
         questions[split] = qs
     return Corpus(seed=seed, passages=passages, questions=questions)
@@ -294,17 +263,11 @@ def sample_questions(
     if not balanced:
         return list(questions) if n >= len(questions) else rng.sample(questions, k=n)
     types = sorted({q["type"] for q in questions}, key=lambda t: (QUESTION_TYPES + (t,)).index(t))
-    pools = {t: [q for q in questions if q["type"] == t] for t in types}
-    for pool in pools.values():
+    pools = [[q for q in questions if q["type"] == t] for t in types]
+    for pool in pools:
         rng.shuffle(pool)
-    out: list[dict[str, Any]] = []
-    i = 0
-    while len(out) < min(n, len(questions)):
-        for t in types:
-            if i < len(pools[t]) and len(out) < n:
-                out.append(pools[t][i])
-        i += 1
-    return out
+    rounds = itertools.zip_longest(*pools)  # one question of each type per round, while a type has some left
+    return [q for row in rounds for q in row if q is not None][:n]
 
 
 def normalise_dataset_name(name: str) -> str:
@@ -320,9 +283,7 @@ def qa_records(rows: list[Any], dataset: str, source: Any = None) -> list[dict[s
         where = f"{source}: row {i}" if source is not None else f"row {i} of {dataset}"
         if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not row["question"].strip():
             raise ValueError(f"{where}: a row is an object with a 'question' text")
-        value = next(
-            (row[k] for k in ("golden_answers", "answers", "answer", "target") if row.get(k) is not None), None
-        )
+        value = first_present(row, ("golden_answers", "answers", "answer", "target"))
         rm = row.get("reward_model")
         if value is None and isinstance(rm, dict):  # Search-R1 parquet: reward_model.ground_truth.target
             gt = rm.get("ground_truth")
@@ -346,20 +307,13 @@ def qa_records(rows: list[Any], dataset: str, source: Any = None) -> list[dict[s
     return out
 
 
-def load_qa(
-    dataset: str,
-    *,
-    path: str | os.PathLike | None = None,
-    split: str | None = None,
-    n: int | None = None,
-    allow_empty: bool = False,
-):
+def load_qa(dataset: str, *, path: str | os.PathLike | None = None, n: int | None = None) -> list[dict[str, Any]]:
     """One of Table 3's QA sets as question records, from a file (Search-R1's merged ``test.parquet``, a FlashRAG
     ``.jsonl``), a folder holding ``<dataset>/<split>.jsonl`` or ``<dataset>_<split>.parquet``, or the hub."""
     name = normalise_dataset_name(dataset)
     if name not in TABLE3_DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; Table 3 has {list(TABLE3_DATASETS)}")
-    split = split or FLASHRAG_SPLIT[name]
+    split = TABLE3[name][1]
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():
@@ -369,15 +323,15 @@ def load_qa(
             if found is None:
                 raise FileNotFoundError(f"none of {[str(c) for c in candidates]} exists")
             p = found
-        rows = read_table(p, allow_empty=allow_empty)
-        if rows and isinstance(rows[0], dict) and "data_source" in rows[0]:  # a merged Search-R1 file
+        rows = read_table(p)
+        if isinstance(rows[0], dict) and "data_source" in rows[0]:  # a merged Search-R1 file
             rows = [r for r in rows if isinstance(r, dict) and normalise_dataset_name(r.get("data_source")) == name]
-            if not rows and not allow_empty:
+            if not rows:
                 raise ValueError(f"{p}: no row with data_source {name!r}")
         recs = qa_records(rows, name, p)
     else:
         recs = qa_records(load_from_hub(FLASHRAG_REPO, name, split, _HUB_HINT), name)
-    return recs[:n] if n is not None else recs
+    return recs[:n]  # n None: all
 
 
 def load_searchr1_train(
@@ -388,7 +342,7 @@ def load_searchr1_train(
         recs = qa_records(load_from_hub(SEARCHR1_TRAIN_REPO, None, "train", _HUB_HINT), "nq")
     else:
         recs = qa_records(read_table(path, allow_empty=allow_empty), "nq", path)
-    return recs[:n] if n is not None else recs
+    return recs[:n]  # n None: all
 
 
 def _passage_contents(p: dict[str, str]) -> str:
@@ -405,14 +359,14 @@ class _Retriever:
 class BM25Retriever(_Retriever):
     """BM25 over passages with ``bm25s`` (the default retriever)."""
 
-    def __init__(self, passages: Sequence[dict[str, str]], *, k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, passages: Sequence[dict[str, str]]) -> None:
         import bm25s
 
         if not passages:
             raise ValueError("BM25Retriever needs at least one passage")
         self.passages = list(passages)
         self._bm25s = bm25s
-        self._index = bm25s.BM25(k1=k1, b=b)
+        self._index = bm25s.BM25()  # k1 = 1.5, b = 0.75
         tokens = bm25s.tokenize([_passage_contents(p) for p in self.passages], show_progress=False)
         self._index.index(tokens, show_progress=False)
 
@@ -420,12 +374,10 @@ class BM25Retriever(_Retriever):
         k = max(1, min(int(k), len(self.passages)))
         tokens = self._bm25s.tokenize([str(q) for q in queries], return_ids=False, show_progress=False)
         docs, scores = self._index.retrieve(tokens, k=k, show_progress=False)
-        out = []
-        for row_docs, row_scores in zip(docs, scores):
-            out.append(
-                [{**self.passages[int(d)], "score": float(s)} for d, s in zip(row_docs, row_scores) if float(s) > 0.0]
-            )
-        return out
+        return [
+            [{**self.passages[int(d)], "score": float(s)} for d, s in zip(row_docs, row_scores) if float(s) > 0.0]
+            for row_docs, row_scores in zip(docs, scores)
+        ]
 
 
 class DenseRetriever(_Retriever):
@@ -439,8 +391,6 @@ class DenseRetriever(_Retriever):
         encoder: Callable[[list[str]], Any] | None = None,
         encoder_name: str = "all-MiniLM-L6-v2",
     ) -> None:
-        import numpy as np
-
         try:
             import faiss
         except ImportError as e:
@@ -449,7 +399,6 @@ class DenseRetriever(_Retriever):
                 "MiniLM embedder); or use the BM25 retriever (make_retriever('bm25', passages))"
             ) from e
         self.passages = list(passages)
-        self._np = np
         self._encode = encoder if encoder is not None else _minilm_encoder()
         texts = [_passage_contents(p) for p in self.passages]
         key = hashlib.sha256(json.dumps([encoder_name, texts]).encode()).hexdigest()[:20]
@@ -470,9 +419,9 @@ class DenseRetriever(_Retriever):
         self._index.add(emb)
 
     def _embed(self, texts: list[str]):
-        emb = self._np.asarray(self._encode(texts), dtype="float32")
-        norms = self._np.linalg.norm(emb, axis=1, keepdims=True)
-        return emb / self._np.maximum(norms, 1e-12)
+        emb = np.asarray(self._encode(texts), dtype="float32")
+        norms = np.linalg.norm(emb, axis=1, keepdims=True)
+        return emb / np.maximum(norms, 1e-12)
 
     def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
         k = max(1, min(int(k), len(self.passages)))
