@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
+import csv
+import hashlib
+import inspect
+import io
 import json
+import linecache
 import math
+import os
 import random
 import re
+import runpy
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from trgrpo import experiment, toy
-from trgrpo.experiment import ROOT
+from trgrpo.batch import OFFLINE_ENV, environment, notebook_parameters, run_notebook
+from trgrpo.experiment import ROOT, git_commit, git_dirty, machine_info, write_json
 from trgrpo.models import sft_step
 from trgrpo.tasks import addition
 
@@ -124,6 +135,14 @@ def exercise_heading(cell: Any) -> dict | None:
     return {"id": f"{m.group(1)}.{m.group(2)}", "kind": m.group(3), "title": m.group(4)} if m else None
 
 
+def _by_exercise(cells: Sequence[Any]) -> Iterator[tuple[str | None, Any]]:
+    """Each cell with the id of the exercise it belongs to: the last statement at or above it (None before any)."""
+    current = None
+    for c in cells:
+        current = (exercise_heading(c) or {}).get("id", current)
+        yield current, c
+
+
 def exercises(nb: Any) -> list[dict]:
     """The exercise statements of a notebook, in order: id, kind, title and the cell's source."""
     return [{**h, "source": c.source} for c in nb.cells if (h := exercise_heading(c))]
@@ -183,13 +202,12 @@ def exercise_workbook(nb: Any) -> Any:
     """A solutions notebook as a workbook: each run of ``solution`` cells becomes one cell that raises until the
     student replaces it. ``ValueError`` when a solution precedes every statement or is not followed by a check."""
     out = copy.deepcopy(nb)
-    cells, current, i, src = [], None, 0, out.cells
-    while i < len(src):
-        heading = exercise_heading(src[i])
-        current = heading["id"] if heading else current
-        if SOLUTION not in tags(src[i]):
-            cells.append(src[i])
-            if heading and WRITTEN_RE.search(src[i].source):
+    cells, src = [], list(_by_exercise(out.cells))
+    solution = [SOLUTION in tags(c) for _, c in src]
+    for i, (current, c) in enumerate(src):
+        if not solution[i]:
+            cells.append(c)
+            if exercise_heading(c) and WRITTEN_RE.search(c.source):
                 nbgrader = {
                     "grade": True,
                     "solution": True,
@@ -199,19 +217,18 @@ def exercise_workbook(nb: Any) -> Any:
                 }
                 meta = {"tags": [ANSWER], "nbgrader": {**nbgrader, "schema_version": 3}}
                 cells.append(_nbformat().v4.new_markdown_cell(ANSWER_TEXT + "\n\n", metadata=meta))
-            elif CHECK in tags(src[i]) and current is not None:
-                src[i].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
-                                               "grade_id": f"check-{current}-{i}", "schema_version": 3}  # fmt: skip
-            i += 1
+            elif CHECK in tags(c) and current is not None:
+                c.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                          "grade_id": f"check-{current}-{i}", "schema_version": 3}  # fmt: skip
             continue
-        j = i
-        while j < len(src) and SOLUTION in tags(src[j]):
-            j += 1
+        if i and solution[i - 1]:
+            continue  # one stub for each run of solution cells
+        j = next((k for k in range(i, len(src)) if not solution[k]), len(src))
         if current is None:
             raise ValueError(f"solution cell {i} comes before any exercise statement")
-        if j >= len(src) or CHECK not in tags(src[j]):
+        if j >= len(src) or CHECK not in tags(src[j][1]):
             raise ValueError(f"the solution of Exercise {current} (cells {i}-{j - 1}) is not followed by a check cell")
-        names = expected_names(src[j].source)
+        names = expected_names(src[j][1].source)
         expects = f" The check below expects: {', '.join(names)}." if names else ""
         stub = (
             f"# Exercise {current}: your solution here.{expects}\n"
@@ -220,7 +237,6 @@ def exercise_workbook(nb: Any) -> Any:
         )
         nbgrader = {"grade": False, "solution": True, "locked": False, "grade_id": f"answer-{current}-{i}"}
         cells.append(_nbformat().v4.new_code_cell(stub, metadata={"tags": ["stub"], "nbgrader": nbgrader}))
-        i = j
     out.cells = cells
     if cells and cells[0].cell_type == "markdown":
         title = cells[0].source.splitlines()[0].replace("Solutions", "Exercises", 1)
@@ -245,10 +261,6 @@ def _answer_checks(source: str) -> list[tuple[str, str | None]]:
 def _setup_namespaces(nb: Any) -> list[dict]:
     """The namespaces of a notebook's code cells before its first exercise statement, run in full and in smoke
     mode (the data a check of it is given)."""
-    import contextlib
-    import io
-    import os
-
     setup_cells = []
     for c in nb.cells:
         if exercise_heading(c):
@@ -257,17 +269,11 @@ def _setup_namespaces(nb: Any) -> list[dict]:
             setup_cells.append(c.source)
     spaces = []
     for smoke in ("0", "1"):
-        old = {k: os.environ.get(k) for k in ("TRGRPO_SMOKE", "TRGRPO_HEADLESS")}
-        os.environ.update(TRGRPO_SMOKE=smoke, TRGRPO_HEADLESS="1")
-        try:
-            ns: dict = {}
-            with contextlib.redirect_stdout(io.StringIO()):
-                for src in setup_cells:
-                    exec(compile(src, "<setup>", "exec"), ns)
-            spaces.append(ns)
-        finally:
-            for k, v in old.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        ns: dict = {}
+        with environment(TRGRPO_SMOKE=smoke, TRGRPO_HEADLESS="1"), contextlib.redirect_stdout(io.StringIO()):
+            for src in setup_cells:
+                exec(compile(src, "<setup>", "exec"), ns)
+        spaces.append(ns)
     return spaces
 
 
@@ -313,7 +319,6 @@ def handout_path(repo_path: str, solutions: bool = False) -> str | None:
 def relink(nb: Any, source_dir: str, dest_dir: str, solutions: bool = False) -> Any:
     """``nb`` (from ``source_dir`` of the repository, e.g. ``notebooks``) with its markdown links retargeted for its
     place ``dest_dir`` of the student copy (e.g. ``exercises``), and without the lines that link the solutions."""
-    import os.path
 
     def target(m: re.Match) -> str:
         link = m.group(2)
@@ -338,8 +343,6 @@ HANDOUT_MANIFEST = ".handout.json"  # what make student wrote last: file -> sha2
 
 
 def _sha(path: Path) -> str:
-    import hashlib
-
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -450,17 +453,10 @@ _KEYS: dict[str, dict] = {}  # the answer keys a student copy's check cell regis
 def load_answers(path: Path | str = ANSWERS_PATH) -> dict[str, dict]:
     """The instructor's ``ANSWERS`` (course/answers.py): per exercise the library computation of the reference values
     from the notebook's data, the hand answers' names, a hint per answer and one for the exercise."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("trgrpo_course_answers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ANSWERS
+    return runpy.run_path(str(path))["ANSWERS"]
 
 
 def _salted(exercise: str, name: str, text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(f"trgrpo/{exercise}/{name}/{text}".encode()).hexdigest()[:16]
 
 
@@ -566,15 +562,12 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
 
 def parameters_source(path: Path | str) -> dict[str, str]:
     """The defaults (source text) of a notebook's papermill parameters: the settings a time of it was measured with."""
-    from trgrpo.batch import notebook_parameters
-
     return {name: p["default"] for name, p in notebook_parameters(Path(path)).items()}
 
 
 def fingerprint(value: Any) -> str:
     """A short hash of ``value`` (floats to 6 digits; lists, tuples, dicts, str, int, bool, None), so that a check
     can compare an answer it must not print."""
-    import hashlib
 
     def canon(v: Any) -> Any:
         if isinstance(v, bool) or v is None or isinstance(v, str):
@@ -592,7 +585,19 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(canon(value)).encode()).hexdigest()[:12]
 
 
-class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, like a statement)
+class _CellGuard:
+    """A ``with`` block in a notebook cell (:class:`check`, :class:`derivation`) that knows the cell: its file name,
+    source and globals."""
+
+    def __enter__(self) -> _CellGuard:
+        caller = inspect.currentframe().f_back
+        # IPython keeps each cell's source in linecache under the cell's file name
+        self.filename, self.frame_globals = caller.f_code.co_filename, caller.f_globals
+        self.source = "".join(linecache.getlines(self.filename))
+        return self
+
+
+class check(_CellGuard):  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, like a statement)
     """Wrap a check cell: a failing ``assert`` or an error while checking becomes a :class:`CheckFailed` naming the
     exercise, the answers the failing line tests (the cell's ``# expects:`` names) and the hints, never the expected
     values. ``hints`` maps an expected name to a hint shown when a line testing that name fails."""
@@ -600,31 +605,20 @@ class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, li
     def __init__(self, exercise: str, hint: str = "", **hints: str) -> None:
         self.exercise, self.hint, self.hints = exercise, hint, hints
 
-    def __enter__(self) -> check:
-        import inspect
-        import linecache
-
-        # IPython keeps each cell's source in linecache under the cell's file name
-        self.filename = inspect.currentframe().f_back.f_code.co_filename
-        self.names = expected_names("".join(linecache.getlines(self.filename)))
-        return self
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        import linecache
-
         if exc_type is None or not issubclass(exc_type, Exception):
             return False
-        line = ""
+        line, expected = "", expected_names(self.source)
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self.filename:
                 line = linecache.getline(self.filename, tb.tb_lineno)
             tb = tb.tb_next
-        named = [n for n in self.names if re.search(rf"\b{re.escape(n)}\b", line.split("#")[0])]
-        subject = ", ".join(f"`{n}`" for n in named or self.names) or "your answer"
+        named = [n for n in expected if re.search(rf"\b{re.escape(n)}\b", line.split("#")[0])]
+        subject = ", ".join(f"`{n}`" for n in named or expected) or "your answer"
         if isinstance(exc, CheckFailed):
             what = str(exc)
         elif isinstance(exc, NameError):
-            what = f"{exc}: run your solution cell above first (it defines {', '.join(self.names) or 'the answer'})"
+            what = f"{exc}: run your solution cell above first (it defines {', '.join(expected) or 'the answer'})"
         elif isinstance(exc, AssertionError):
             detail = f" ({str(exc).strip()})" if str(exc).strip() else ""
             what = f"{subject} {'is' if len(named) == 1 else 'are'} not right yet{detail}"
@@ -638,7 +632,7 @@ class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, li
         raise CheckFailed(f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)) from None
 
 
-class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
+class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
     """Wrap the check of a derivation the student writes: a failure becomes one :class:`CheckFailed` that names the
     function, the case that failed (the values of the cell's loop variables then, e.g. ``mode='divide'``), the
     library's one-line verdict and a hint, without a traceback through the library."""
@@ -646,33 +640,21 @@ class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with
     def __init__(self, *names: str) -> None:
         self.names = names
 
-    def __enter__(self) -> derivation:
-        import inspect
-
-        self.frame_globals = inspect.currentframe().f_back.f_globals
-        self.filename = inspect.currentframe().f_back.f_code.co_filename
-        return self
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        import linecache
-
         if exc_type is None or not issubclass(exc_type, Exception) or isinstance(exc, CheckFailed):
             return False
         names = " / ".join(f"`{n}`" for n in self.names)
         if isinstance(exc, NotImplementedError):
             raise CheckFailed(f"{names}: not written yet; write it in the cell above, run it, then this check")
         loops = []
-        try:
-            tree = ast.parse("".join(linecache.getlines(self.filename)))
+        with contextlib.suppress(SyntaxError):
             loops = [
                 t.id
-                for n in ast.walk(tree)
+                for n in ast.walk(ast.parse(self.source))
                 if isinstance(n, ast.For)
                 for t in ast.walk(n.target)
                 if isinstance(t, ast.Name)
             ]
-        except SyntaxError:
-            pass
         case = ", ".join(f"{v}={self.frame_globals[v]!r}" for v in dict.fromkeys(loops) if v in self.frame_globals)
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
         detail = "; ".join(lines[:2]) or exc_type.__name__
@@ -687,54 +669,42 @@ class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with
         ) from None
 
 
-def _graded_cells(nb: Any) -> list[tuple[str, Any]]:
-    """Each check cell of a workbook with its exercise id."""
-    out, current = [], None
-    for c in nb.cells:
-        heading = exercise_heading(c)
-        current = heading["id"] if heading else current
-        if CHECK in tags(c) and current is not None:
-            out.append((current, c))
-    return out
-
-
 def grade_workbook(path: Path, timeout: int = 600) -> dict:
     """Execute a submitted workbook headless (every cell, an error does not stop the run; at most ``timeout``
-    seconds) and judge each exercise: ``{"exercises": {id: (points, max)}, "written": {id: text}, "error": str}``;
-    a check cell is worth its ``nbgrader.points`` (1 if not given) when it runs without error."""
-    import subprocess
-    import tempfile
-
+    seconds) and judge each exercise: its grades ``{id: "✓ got/max" or "✗ got/max", "points", "max",
+    "written ID": text, "error"}``; a check cell is worth its ``nbgrader.points`` (1 if not given) when it runs
+    without error."""
     nb = read(path)
     for c in nb.cells:
         if c.cell_type == "code":
             c.metadata.setdefault("tags", []).append("raises-exception")  # nbclient runs on past a failing check
-    work = Path(tempfile.mkdtemp(prefix="trgrpo-grade-"))
-    _nbformat().write(nb, str(work / "in.ipynb"))
     cmd = [sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "python3", "--cwd", str(Path(path).parent)]
     error = ""
-    try:
-        done = subprocess.run([*cmd, str(work / "in.ipynb"), str(work / "out.ipynb")], capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
-        if not (work / "out.ipynb").is_file():
-            error = "did not run: " + (done.stderr.strip().splitlines() or ["?"])[-1]
-    except subprocess.TimeoutExpired:
-        error = f"stopped after {timeout} s"
-    ran = read(work / "out.ipynb") if (work / "out.ipynb").is_file() else nb
-    shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="trgrpo-grade-", ignore_cleanup_errors=True) as work:
+        given, out = Path(work) / "in.ipynb", Path(work) / "out.ipynb"
+        _nbformat().write(nb, str(given))
+        try:
+            done = subprocess.run([*cmd, str(given), str(out)], capture_output=True, text=True, timeout=timeout)
+            if not out.is_file():
+                error = "did not run: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+        except subprocess.TimeoutExpired:
+            error = f"stopped after {timeout} s"
+        ran = read(out) if out.is_file() else nb
     scores: dict[str, list[float]] = {}
-    for exercise, c in _graded_cells(ran):
-        points = float(c.metadata.get("nbgrader", {}).get("points", 1))
-        ok = c.get("execution_count") is not None and not any(o.output_type == "error" for o in c.get("outputs", []))
-        got, total = scores.get(exercise, [0.0, 0.0])
-        scores[exercise] = [got + points * ok, total + points]
-    written, current = {}, None
-    for c in ran.cells:
-        heading = exercise_heading(c)
-        current = heading["id"] if heading else current
-        if ANSWER in tags(c) and current is not None:
-            written[current] = c.source.replace(ANSWER_TEXT, "").strip()
-    return {"exercises": {k: tuple(v) for k, v in scores.items()}, "written": written, "error": error}
+    written = {}
+    for exercise, c in _by_exercise(ran.cells):
+        if exercise is not None and CHECK in tags(c):
+            points = float(c.metadata.get("nbgrader", {}).get("points", 1))
+            ok = c.get("execution_count") is not None and not any(
+                o.output_type == "error" for o in c.get("outputs", [])
+            )
+            got, total = scores.get(exercise, [0.0, 0.0])
+            scores[exercise] = [got + points * ok, total + points]
+        elif exercise is not None and ANSWER in tags(c):
+            written[f"written {exercise}"] = c.source.replace(ANSWER_TEXT, "").strip()
+    grades = {k: f"{'✓' if got == total else '✗'} {got:g}/{total:g}" for k, (got, total) in scores.items()}
+    points, most = sum(g for g, _ in scores.values()), sum(t for _, t in scores.values())
+    return {**grades, "points": points, "max": most, **written, "error": error}
 
 
 def grade_folder(folder: Path | str, timeout: int = 600) -> list[dict]:
@@ -744,25 +714,15 @@ def grade_folder(folder: Path | str, timeout: int = 600) -> list[dict]:
     for path in sorted(folder.rglob("*.ipynb")):
         rel = path.relative_to(folder)
         student = rel.parts[0] if len(rel.parts) > 1 else path.stem
-        graded = grade_workbook(path, timeout)
-        row = {"student": student, "workbook": path.stem}
-        for exercise, (got, total) in graded["exercises"].items():
-            row[exercise] = f"{'✓' if got == total else '✗'} {got:g}/{total:g}"
-        row["points"] = sum(g for g, _ in graded["exercises"].values())
-        row["max"] = sum(t for _, t in graded["exercises"].values())
-        row.update({f"written {k}": v for k, v in graded["written"].items()})
-        row["error"] = graded["error"]
-        rows.append(row)
+        rows.append({"student": student, "workbook": path.stem, **grade_workbook(path, timeout)})
     return rows
 
 
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("student", help="write the student copy").add_argument("--out", default=str(ROOT / "student"))
-    sub.add_parser("instructor", help="the student copy and the solutions").add_argument(
-        "--out", default=str(ROOT / "instructor")
-    )
+    for name, what in (("student", "write the student copy"), ("instructor", "the student copy and the solutions")):
+        sub.add_parser(name, help=what).add_argument("--out", default=str(ROOT / name))
     g = sub.add_parser("grade", help="grade a folder of submitted workbooks into a table and a CSV")
     g.add_argument("folder")
     g.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
@@ -784,8 +744,6 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {len(write_instructor_copy(args.out))} notebooks into {args.out}")
         return 0
     if args.cmd == "grade":
-        import csv
-
         from trgrpo.tables import markdown_table
 
         if not Path(args.folder).is_dir():
@@ -795,8 +753,9 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         columns = list(dict.fromkeys(k for r in rows for k in r))
         out = Path(args.csv or Path(args.folder) / "grades.csv")
         with out.open("w", newline="") as f:
-            csv.DictWriter(f, columns).writeheader()
-            csv.DictWriter(f, columns).writerows(rows)
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            writer.writerows(rows)
         shown = [c for c in columns if not c.startswith("written ")]
         print(markdown_table(rows, shown) + f"\n\nwrote {out}")
         return 0
@@ -808,11 +767,6 @@ def _cli(argv: Sequence[str] | None = None) -> int:
             return 2
         print("\n".join(f"updated {p.relative_to(ROOT)}" for p in copied) or "records: nothing in runs/ to promote")
         return 0
-    import tempfile
-
-    from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
-    from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
-
     dirty = git_dirty()  # before the notebooks run
     if dirty and not args.allow_dirty:
         print("the tree has uncommitted changes: commit first, so the times name the code they measured")
