@@ -425,26 +425,6 @@ def expect(ok: Any, what: str, hint: str = "") -> None:
 
 
 HAND_RTOL = 1e-3  # a hand answer counts as right within 0.1 % (relative), as the exercises' statements say
-EXACT_RTOL = 1e-9  # an answer the statement asks to compute with the library
-
-
-def _close(got: Any, want: Any, rtol: float) -> bool:
-    """``got`` equals ``want`` within ``rtol`` (relative) number by number; a list in any order, a dict key by key."""
-    if want is None or isinstance(want, (bool, str)):
-        return got == want
-    if isinstance(want, dict):
-        return isinstance(got, dict) and set(got) == set(want) and all(_close(got[k], want[k], rtol) for k in want)
-    if isinstance(want, (list, tuple)):
-        try:
-            return len(got) == len(want) and all(_close(g, w, rtol) for g, w in zip(sorted(got), sorted(want)))
-        except TypeError:
-            return False
-    try:
-        value = float(got) if not isinstance(got, (str, bytes)) else math.nan
-    except (TypeError, ValueError):
-        return False
-    return abs(value - float(want)) <= rtol * abs(float(want)) + 1e-12
-
 
 ANSWERS_PATH = ROOT / "course" / "answers.py"  # the instructor's reference recipes: course data, not library code
 _KEYS: dict[str, dict] = {}  # the answer keys a student copy's check cell registers (use_keys)
@@ -475,8 +455,10 @@ def _number(value: Any) -> float | None:
 
 def answer_key(exercise: str, name: str, value: Any, hand: bool) -> str:
     """An answer as a salted hash the student copy can hold without showing it: a number rounded to 4 significant
-    digits (a hand answer) or 7, anything else by :func:`fingerprint`."""
+    digits (a hand answer) or 7, a list in any order, anything else by :func:`fingerprint`."""
     number = _number(value)
+    if number is None and isinstance(value, (list, tuple)):
+        value = sorted(value)
     text = _sig(number, 4 if hand else 7) if number is not None else fingerprint(value)
     return _salted(exercise, name, text)
 
@@ -520,31 +502,28 @@ def use_keys(exercise: str, keys: dict) -> None:
 
 
 def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) -> None:
-    """Compare the named ``answers`` of ``exercise`` with its reference values: the keys a student copy registered
-    (:func:`use_keys`), else the instructor's recipes (course/answers.py, computed by the library from ``data``); hand
-    answers within :data:`HAND_RTOL`. Print a tick, or raise one :class:`CheckFailed` that names every wrong answer
-    (only those) with its hint, never a reference value."""
-    if exercise in _KEYS:
-        keys = _KEYS[exercise]
-        hand, spec = set(keys["hand"]), {**keys["hints"]}
-        fp = fingerprint(data) if data else ""
-        if fp not in keys["data"]:
-            raise CheckFailed(
-                f"Exercise {exercise}: your data is not the workbook's; restore the parameters cell's values (and "
-                "SMOKE) to check this exercise"
-            )
-        want = keys["data"][fp]
-        ok = {n: _matches(exercise, n, answers.get(n), k, n in keys["numbers"], n in hand) for n, k in want.items()}
-    else:
+    """Compare the named ``answers`` of ``exercise`` with its reference values by their keys (:func:`answer_key`): those
+    a student copy registered (:func:`use_keys`), else those of the instructor's recipes (course/answers.py, computed
+    by the library from ``data``); hand answers within :data:`HAND_RTOL`. Print a tick, or raise one
+    :class:`CheckFailed` that names every wrong answer (only those) with its hint, never a reference value."""
+    keys = _KEYS.get(exercise)
+    if keys is None:
         try:
             spec = load_answers()[exercise]
         except (FileNotFoundError, KeyError):
             raise CheckFailed(
                 f"Exercise {exercise}: no answer key here (make student writes the workbook with one)"
             ) from None
-        hand = set(spec.get("hand", ()))
-        want = spec["reference"](data or {})
-        ok = {n: n in answers and _close(answers[n], want[n], HAND_RTOL if n in hand else EXACT_RTOL) for n in want}
+        keys = keys_for(exercise, [data or {}], {exercise: spec})
+    hand, hints = set(keys["hand"]), keys["hints"]
+    fp = fingerprint(data) if data else ""
+    if fp not in keys["data"]:
+        raise CheckFailed(
+            f"Exercise {exercise}: your data is not the workbook's; restore the parameters cell's values (and "
+            "SMOKE) to check this exercise"
+        )
+    want = keys["data"][fp]
+    ok = {n: _matches(exercise, n, answers.get(n), k, n in keys["numbers"], n in hand) for n, k in want.items()}
     missing = sorted(set(want) - set(answers))
     if missing:
         raise CheckFailed(f"Exercise {exercise}: pass {', '.join(missing)} to the check as well")
@@ -556,7 +535,7 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     what = f"{names} {'is' if len(wrong) == 1 else 'are'} not right yet"
     if hand & set(wrong):
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
-    hints = [f"{n}: {spec[n]}" for n in wrong if n in spec] + [spec["hint"]]
+    hints = [f"{n}: {hints[n]}" for n in wrong if n in hints] + [hints["hint"]]
     raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
 
 
