@@ -316,9 +316,10 @@ def handout_path(repo_path: str, solutions: bool = False) -> str | None:
     return parts[1] if parts[0] == "notebooks" and len(parts) == 2 else None
 
 
-def relink(nb: Any, source_dir: str, dest_dir: str, solutions: bool = False) -> Any:
-    """``nb`` (from ``source_dir`` of the repository, e.g. ``notebooks``) with its markdown links retargeted for its
-    place ``dest_dir`` of the student copy (e.g. ``exercises``), and without the lines that link the solutions."""
+def relink(nb: Any, repo_path: str, solutions: bool = False) -> Any:
+    """``nb``, the notebook at ``repo_path`` of the repository, with its markdown links retargeted for its place in the
+    student copy (:func:`handout_path`), and without the lines that link the solutions."""
+    source_dir, dest_dir = os.path.dirname(repo_path), os.path.dirname(handout_path(repo_path, solutions))
 
     def target(m: re.Match) -> str:
         link = m.group(2)
@@ -353,30 +354,29 @@ def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], 
     out = Path(out)
     if out.resolve() in (NOTEBOOKS.resolve(), (NOTEBOOKS / "solutions").resolve(), ROOT.resolve()):
         raise ValueError(f"out must be a folder of its own, not {out}")
-    (out / "exercises").mkdir(parents=True, exist_ok=True)
     manifest_path = out / HANDOUT_MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     answers = load_answers()
-    books = [(out / p.name, relink(student_notebook(read(p)), "notebooks", "")) for p in main_notebooks()]
-    for path in solution_notebooks():
-        dest = out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb")
-        workbook = with_answer_keys(exercise_workbook(read(path)), answers)
-        books.append((dest, relink(workbook, "notebooks/solutions", "exercises")))
+    books = [(p, student_notebook(read(p))) for p in main_notebooks()]
+    books += [(p, with_answer_keys(exercise_workbook(read(p)), answers)) for p in solution_notebooks()]
     written, kept = [], []
-    for dest, nb in books:
-        rel = str(dest.relative_to(out))
-        if dest.exists() and manifest.get(rel) != _sha(dest):
+    for path, nb in books:
+        repo_path = path.relative_to(ROOT).as_posix()
+        rel = handout_path(repo_path)
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        changed = dest.exists() and manifest.get(rel) != _sha(dest)
+        if changed:
             kept.append(dest)
             dest = dest.with_suffix(".new.ipynb")
-        _nbformat().write(nb, str(dest))
+        _nbformat().write(relink(nb, repo_path), str(dest))
         written.append(dest)
-        if dest.name.endswith(".new.ipynb"):
-            continue
-        manifest[rel] = _sha(dest)
+        if not changed:
+            manifest[rel] = _sha(dest)
     (out / "README.md").write_text((ROOT / "course" / "student_README.md").read_text())
     (out / "docs").mkdir(exist_ok=True)
     for doc in HANDOUT_DOCS:
-        shutil.copy2(ROOT / doc, out / "docs" / Path(doc).name)
+        shutil.copy2(ROOT / doc, out / handout_path(doc))
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return written, kept
 
@@ -388,8 +388,9 @@ def write_instructor_copy(out: Path | str = ROOT / "instructor") -> list[Path]:
     written = write_student_copy(out)[0]
     (out / "solutions").mkdir(exist_ok=True)
     for path in solution_notebooks():
-        written.append(out / "solutions" / path.name)
-        _nbformat().write(relink(read(path), "notebooks/solutions", "solutions", solutions=True), str(written[-1]))
+        repo_path = path.relative_to(ROOT).as_posix()
+        written.append(out / handout_path(repo_path, solutions=True))
+        _nbformat().write(relink(read(path), repo_path, solutions=True), str(written[-1]))
     return written
 
 
