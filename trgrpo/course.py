@@ -261,12 +261,7 @@ def _answer_checks(source: str) -> list[tuple[str, str | None]]:
 def _setup_namespaces(nb: Any) -> list[dict]:
     """The namespaces of a notebook's code cells before its first exercise statement, run in full and in smoke
     mode (the data a check of it is given)."""
-    setup_cells = []
-    for c in nb.cells:
-        if exercise_heading(c):
-            break
-        if c.cell_type == "code":
-            setup_cells.append(c.source)
+    setup_cells = [c.source for exercise, c in _by_exercise(nb.cells) if exercise is None and c.cell_type == "code"]
     spaces = []
     for smoke in ("0", "1"):
         ns: dict = {}
