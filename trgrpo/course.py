@@ -9,6 +9,7 @@ import contextlib
 import copy
 import csv
 import hashlib
+import importlib.util
 import inspect
 import io
 import json
@@ -17,7 +18,6 @@ import math
 import os
 import random
 import re
-import runpy
 import shutil
 import subprocess
 import sys
@@ -429,7 +429,10 @@ _KEYS: dict[str, dict] = {}  # the answer keys a student copy's check cell regis
 def load_answers(path: Path | str = ANSWERS_PATH) -> dict[str, dict]:
     """The instructor's ``ANSWERS`` (course/answers.py): per exercise the library computation of the reference values
     from the notebook's data, the hand answers' names, a hint per answer and one for the exercise."""
-    return runpy.run_path(str(path))["ANSWERS"]
+    spec = importlib.util.spec_from_file_location("trgrpo_course_answers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ANSWERS
 
 
 def _salted(exercise: str, name: str, text: str) -> str:
@@ -678,8 +681,8 @@ def grade_workbook(path: Path, timeout: int = 600) -> dict:
         elif exercise is not None and ANSWER in tags(c):
             written[f"written {exercise}"] = c.source.replace(ANSWER_TEXT, "").strip()
     grades = {k: f"{'✓' if got == total else '✗'} {got:g}/{total:g}" for k, (got, total) in scores.items()}
-    points, most = sum(g for g, _ in scores.values()), sum(t for _, t in scores.values())
-    return {**grades, "points": points, "max": most, **written, "error": error}
+    total_got, total_max = sum(g for g, _ in scores.values()), sum(t for _, t in scores.values())
+    return {**grades, "points": total_got, "max": total_max, **written, "error": error}
 
 
 def grade_folder(folder: Path | str, timeout: int = 600) -> list[dict]:
