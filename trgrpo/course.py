@@ -514,7 +514,7 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
                 f"Exercise {exercise}: no answer key here (make student writes the workbook with one)"
             ) from None
         keys = keys_for(exercise, [data or {}], {exercise: spec})
-    hand, hints = set(keys["hand"]), keys["hints"]
+    hand, hint_of = set(keys["hand"]), keys["hints"]
     fp = fingerprint(data) if data else ""
     if fp not in keys["data"]:
         raise CheckFailed(
@@ -534,7 +534,7 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     what = f"{names} {'is' if len(wrong) == 1 else 'are'} not right yet"
     if hand & set(wrong):
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
-    hints = [f"{n}: {hints[n]}" for n in wrong if n in hints] + [hints["hint"]]
+    hints = [f"{n}: {hint_of[n]}" for n in wrong if n in hint_of] + [hint_of["hint"]]
     raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
 
 
