@@ -304,10 +304,9 @@ def handout_path(repo_path: str, solutions: bool = False) -> str | None:
     parts = Path(repo_path).parts
     if repo_path in HANDOUT_DOCS:
         return f"docs/{parts[-1]}"
-    if parts[:2] == ("notebooks", "solutions") and len(parts) == 3 and solutions:
-        return f"solutions/{parts[2]}"
     if parts[:2] == ("notebooks", "solutions") and len(parts) == 3:
-        return f"exercises/{parts[2].replace('_solutions.ipynb', '_exercises.ipynb')}"
+        workbook = parts[2].replace("_solutions.ipynb", "_exercises.ipynb")
+        return f"solutions/{parts[2]}" if solutions else f"exercises/{workbook}"
     return parts[1] if parts[0] == "notebooks" and len(parts) == 2 else None
 
 
