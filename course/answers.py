@@ -3,8 +3,8 @@ instructor's build (``make student`` turns them into salted hashes in the studen
 part of the library a student imports.
 
 Per exercise: the library computation of the reference values (from the notebook's data, e.g. ``batch_p``), the
-answers found by hand (compared within 0.1 %; the others, computed with the library, exactly), a hint per answer
-and one for the exercise."""
+answers found by hand (compared within 0.1 %; the others, computed with the library, to 7 significant digits), a
+hint per answer and one for the exercise."""
 
 from __future__ import annotations
 

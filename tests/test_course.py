@@ -379,6 +379,20 @@ def test_a_keyed_check_of_the_handout_accepts_the_answer_and_names_a_slip(studen
         course._KEYS.clear()
 
 
+def test_a_keyed_check_accepts_a_list_in_any_order_as_the_recipes_do(capsys):
+    """2.1 asks for the taus "as lists", in no order: the student copy's keys (here registered as ``make student``
+    writes them) accept a list in any order, as the instructor's check always did (the keys used to reject one)."""
+    taus = dict(tau_star_scale=1.099, tau_star_divide=0.9102, identity_taus_scale=[0.5])
+    try:
+        course.use_keys("2.1", json.loads(json.dumps(course.keys_for("2.1", [{}]))))
+        course.check_answers("2.1", **taus, identity_taus_divide=[20.0, 10.0, 9.0, 7.0, 2.0])
+        assert "Exercise 2.1 ✓" in capsys.readouterr().out
+        with pytest.raises(course.CheckFailed, match="`identity_taus_divide` is not right yet"):
+            course.check_answers("2.1", **taus, identity_taus_divide=[20.0, 10.0, 9.0, 2.0])
+    finally:
+        course._KEYS.clear()
+
+
 def _md_links(nb) -> list[str]:
     return [
         m.group(2)

@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
+import csv
+import hashlib
+import importlib.util
+import inspect
+import io
 import json
+import linecache
 import math
+import os
 import random
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from trgrpo import experiment, toy
-from trgrpo.experiment import ROOT
+from trgrpo.batch import OFFLINE_ENV, environment, notebook_parameters, run_notebook
+from trgrpo.experiment import ROOT, git_commit, git_dirty, machine_info, write_json
 from trgrpo.models import sft_step
 from trgrpo.tasks import addition
 
@@ -124,6 +135,14 @@ def exercise_heading(cell: Any) -> dict | None:
     return {"id": f"{m.group(1)}.{m.group(2)}", "kind": m.group(3), "title": m.group(4)} if m else None
 
 
+def _by_exercise(cells: Sequence[Any]) -> Iterator[tuple[str | None, Any]]:
+    """Each cell with the id of the exercise it belongs to: the last statement at or above it (None before any)."""
+    current = None
+    for c in cells:
+        current = (exercise_heading(c) or {}).get("id", current)
+        yield current, c
+
+
 def exercises(nb: Any) -> list[dict]:
     """The exercise statements of a notebook, in order: id, kind, title and the cell's source."""
     return [{**h, "source": c.source} for c in nb.cells if (h := exercise_heading(c))]
@@ -183,13 +202,12 @@ def exercise_workbook(nb: Any) -> Any:
     """A solutions notebook as a workbook: each run of ``solution`` cells becomes one cell that raises until the
     student replaces it. ``ValueError`` when a solution precedes every statement or is not followed by a check."""
     out = copy.deepcopy(nb)
-    cells, current, i, src = [], None, 0, out.cells
-    while i < len(src):
-        heading = exercise_heading(src[i])
-        current = heading["id"] if heading else current
-        if SOLUTION not in tags(src[i]):
-            cells.append(src[i])
-            if heading and WRITTEN_RE.search(src[i].source):
+    cells, src = [], list(_by_exercise(out.cells))
+    solution = [SOLUTION in tags(c) for _, c in src]
+    for i, (current, c) in enumerate(src):
+        if not solution[i]:
+            cells.append(c)
+            if exercise_heading(c) and WRITTEN_RE.search(c.source):
                 nbgrader = {
                     "grade": True,
                     "solution": True,
@@ -199,19 +217,18 @@ def exercise_workbook(nb: Any) -> Any:
                 }
                 meta = {"tags": [ANSWER], "nbgrader": {**nbgrader, "schema_version": 3}}
                 cells.append(_nbformat().v4.new_markdown_cell(ANSWER_TEXT + "\n\n", metadata=meta))
-            elif CHECK in tags(src[i]) and current is not None:
-                src[i].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
-                                               "grade_id": f"check-{current}-{i}", "schema_version": 3}  # fmt: skip
-            i += 1
+            elif CHECK in tags(c) and current is not None:
+                c.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
+                                          "grade_id": f"check-{current}-{i}", "schema_version": 3}  # fmt: skip
             continue
-        j = i
-        while j < len(src) and SOLUTION in tags(src[j]):
-            j += 1
+        if i and solution[i - 1]:
+            continue  # one stub for each run of solution cells
+        j = next((k for k in range(i, len(src)) if not solution[k]), len(src))
         if current is None:
             raise ValueError(f"solution cell {i} comes before any exercise statement")
-        if j >= len(src) or CHECK not in tags(src[j]):
+        if j >= len(src) or CHECK not in tags(src[j][1]):
             raise ValueError(f"the solution of Exercise {current} (cells {i}-{j - 1}) is not followed by a check cell")
-        names = expected_names(src[j].source)
+        names = expected_names(src[j][1].source)
         expects = f" The check below expects: {', '.join(names)}." if names else ""
         stub = (
             f"# Exercise {current}: your solution here.{expects}\n"
@@ -220,7 +237,6 @@ def exercise_workbook(nb: Any) -> Any:
         )
         nbgrader = {"grade": False, "solution": True, "locked": False, "grade_id": f"answer-{current}-{i}"}
         cells.append(_nbformat().v4.new_code_cell(stub, metadata={"tags": ["stub"], "nbgrader": nbgrader}))
-        i = j
     out.cells = cells
     if cells and cells[0].cell_type == "markdown":
         title = cells[0].source.splitlines()[0].replace("Solutions", "Exercises", 1)
@@ -245,29 +261,14 @@ def _answer_checks(source: str) -> list[tuple[str, str | None]]:
 def _setup_namespaces(nb: Any) -> list[dict]:
     """The namespaces of a notebook's code cells before its first exercise statement, run in full and in smoke
     mode (the data a check of it is given)."""
-    import contextlib
-    import io
-    import os
-
-    setup_cells = []
-    for c in nb.cells:
-        if exercise_heading(c):
-            break
-        if c.cell_type == "code":
-            setup_cells.append(c.source)
+    setup_cells = [c.source for exercise, c in _by_exercise(nb.cells) if exercise is None and c.cell_type == "code"]
     spaces = []
     for smoke in ("0", "1"):
-        old = {k: os.environ.get(k) for k in ("TRGRPO_SMOKE", "TRGRPO_HEADLESS")}
-        os.environ.update(TRGRPO_SMOKE=smoke, TRGRPO_HEADLESS="1")
-        try:
-            ns: dict = {}
-            with contextlib.redirect_stdout(io.StringIO()):
-                for src in setup_cells:
-                    exec(compile(src, "<setup>", "exec"), ns)
-            spaces.append(ns)
-        finally:
-            for k, v in old.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        ns: dict = {}
+        with environment(TRGRPO_SMOKE=smoke, TRGRPO_HEADLESS="1"), contextlib.redirect_stdout(io.StringIO()):
+            for src in setup_cells:
+                exec(compile(src, "<setup>", "exec"), ns)
+        spaces.append(ns)
     return spaces
 
 
@@ -303,17 +304,16 @@ def handout_path(repo_path: str, solutions: bool = False) -> str | None:
     parts = Path(repo_path).parts
     if repo_path in HANDOUT_DOCS:
         return f"docs/{parts[-1]}"
-    if parts[:2] == ("notebooks", "solutions") and len(parts) == 3 and solutions:
-        return f"solutions/{parts[2]}"
     if parts[:2] == ("notebooks", "solutions") and len(parts) == 3:
-        return f"exercises/{parts[2].replace('_solutions.ipynb', '_exercises.ipynb')}"
+        workbook = parts[2].replace("_solutions.ipynb", "_exercises.ipynb")
+        return f"solutions/{parts[2]}" if solutions else f"exercises/{workbook}"
     return parts[1] if parts[0] == "notebooks" and len(parts) == 2 else None
 
 
-def relink(nb: Any, source_dir: str, dest_dir: str, solutions: bool = False) -> Any:
-    """``nb`` (from ``source_dir`` of the repository, e.g. ``notebooks``) with its markdown links retargeted for its
-    place ``dest_dir`` of the student copy (e.g. ``exercises``), and without the lines that link the solutions."""
-    import os.path
+def relink(nb: Any, repo_path: str, solutions: bool = False) -> Any:
+    """``nb``, the notebook at ``repo_path`` of the repository, with its markdown links retargeted for its place in the
+    student copy (:func:`handout_path`), and without the lines that link the solutions."""
+    source_dir, dest_dir = os.path.dirname(repo_path), os.path.dirname(handout_path(repo_path, solutions))
 
     def target(m: re.Match) -> str:
         link = m.group(2)
@@ -338,8 +338,6 @@ HANDOUT_MANIFEST = ".handout.json"  # what make student wrote last: file -> sha2
 
 
 def _sha(path: Path) -> str:
-    import hashlib
-
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -350,30 +348,29 @@ def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], 
     out = Path(out)
     if out.resolve() in (NOTEBOOKS.resolve(), (NOTEBOOKS / "solutions").resolve(), ROOT.resolve()):
         raise ValueError(f"out must be a folder of its own, not {out}")
-    (out / "exercises").mkdir(parents=True, exist_ok=True)
     manifest_path = out / HANDOUT_MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     answers = load_answers()
-    books = [(out / p.name, relink(student_notebook(read(p)), "notebooks", "")) for p in main_notebooks()]
-    for path in solution_notebooks():
-        dest = out / "exercises" / path.name.replace("_solutions.ipynb", "_exercises.ipynb")
-        workbook = with_answer_keys(exercise_workbook(read(path)), answers)
-        books.append((dest, relink(workbook, "notebooks/solutions", "exercises")))
+    books = [(p, student_notebook(read(p))) for p in main_notebooks()]
+    books += [(p, with_answer_keys(exercise_workbook(read(p)), answers)) for p in solution_notebooks()]
     written, kept = [], []
-    for dest, nb in books:
-        rel = str(dest.relative_to(out))
-        if dest.exists() and manifest.get(rel) != _sha(dest):
+    for path, nb in books:
+        repo_path = path.relative_to(ROOT).as_posix()
+        rel = handout_path(repo_path)
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        changed = dest.exists() and manifest.get(rel) != _sha(dest)
+        if changed:
             kept.append(dest)
             dest = dest.with_suffix(".new.ipynb")
-        _nbformat().write(nb, str(dest))
+        _nbformat().write(relink(nb, repo_path), str(dest))
         written.append(dest)
-        if dest.name.endswith(".new.ipynb"):
-            continue
-        manifest[rel] = _sha(dest)
+        if not changed:
+            manifest[rel] = _sha(dest)
     (out / "README.md").write_text((ROOT / "course" / "student_README.md").read_text())
     (out / "docs").mkdir(exist_ok=True)
     for doc in HANDOUT_DOCS:
-        shutil.copy2(ROOT / doc, out / "docs" / Path(doc).name)
+        shutil.copy2(ROOT / doc, out / handout_path(doc))
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return written, kept
 
@@ -385,8 +382,9 @@ def write_instructor_copy(out: Path | str = ROOT / "instructor") -> list[Path]:
     written = write_student_copy(out)[0]
     (out / "solutions").mkdir(exist_ok=True)
     for path in solution_notebooks():
-        written.append(out / "solutions" / path.name)
-        _nbformat().write(relink(read(path), "notebooks/solutions", "solutions", solutions=True), str(written[-1]))
+        repo_path = path.relative_to(ROOT).as_posix()
+        written.append(out / handout_path(repo_path, solutions=True))
+        _nbformat().write(relink(read(path), repo_path, solutions=True), str(written[-1]))
     return written
 
 
@@ -422,26 +420,6 @@ def expect(ok: Any, what: str, hint: str = "") -> None:
 
 
 HAND_RTOL = 1e-3  # a hand answer counts as right within 0.1 % (relative), as the exercises' statements say
-EXACT_RTOL = 1e-9  # an answer the statement asks to compute with the library
-
-
-def _close(got: Any, want: Any, rtol: float) -> bool:
-    """``got`` equals ``want`` within ``rtol`` (relative) number by number; a list in any order, a dict key by key."""
-    if want is None or isinstance(want, (bool, str)):
-        return got == want
-    if isinstance(want, dict):
-        return isinstance(got, dict) and set(got) == set(want) and all(_close(got[k], want[k], rtol) for k in want)
-    if isinstance(want, (list, tuple)):
-        try:
-            return len(got) == len(want) and all(_close(g, w, rtol) for g, w in zip(sorted(got), sorted(want)))
-        except TypeError:
-            return False
-    try:
-        value = float(got) if not isinstance(got, (str, bytes)) else math.nan
-    except (TypeError, ValueError):
-        return False
-    return abs(value - float(want)) <= rtol * abs(float(want)) + 1e-12
-
 
 ANSWERS_PATH = ROOT / "course" / "answers.py"  # the instructor's reference recipes: course data, not library code
 _KEYS: dict[str, dict] = {}  # the answer keys a student copy's check cell registers (use_keys)
@@ -450,8 +428,6 @@ _KEYS: dict[str, dict] = {}  # the answer keys a student copy's check cell regis
 def load_answers(path: Path | str = ANSWERS_PATH) -> dict[str, dict]:
     """The instructor's ``ANSWERS`` (course/answers.py): per exercise the library computation of the reference values
     from the notebook's data, the hand answers' names, a hint per answer and one for the exercise."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("trgrpo_course_answers", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -459,8 +435,6 @@ def load_answers(path: Path | str = ANSWERS_PATH) -> dict[str, dict]:
 
 
 def _salted(exercise: str, name: str, text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(f"trgrpo/{exercise}/{name}/{text}".encode()).hexdigest()[:16]
 
 
@@ -479,8 +453,10 @@ def _number(value: Any) -> float | None:
 
 def answer_key(exercise: str, name: str, value: Any, hand: bool) -> str:
     """An answer as a salted hash the student copy can hold without showing it: a number rounded to 4 significant
-    digits (a hand answer) or 7, anything else by :func:`fingerprint`."""
+    digits (a hand answer) or 7, a list in any order, anything else by :func:`fingerprint`."""
     number = _number(value)
+    if number is None and isinstance(value, (list, tuple)):
+        value = sorted(value)
     text = _sig(number, 4 if hand else 7) if number is not None else fingerprint(value)
     return _salted(exercise, name, text)
 
@@ -524,31 +500,28 @@ def use_keys(exercise: str, keys: dict) -> None:
 
 
 def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) -> None:
-    """Compare the named ``answers`` of ``exercise`` with its reference values: the keys a student copy registered
-    (:func:`use_keys`), else the instructor's recipes (course/answers.py, computed by the library from ``data``); hand
-    answers within :data:`HAND_RTOL`. Print a tick, or raise one :class:`CheckFailed` that names every wrong answer
-    (only those) with its hint, never a reference value."""
-    if exercise in _KEYS:
-        keys = _KEYS[exercise]
-        hand, spec = set(keys["hand"]), {**keys["hints"]}
-        fp = fingerprint(data) if data else ""
-        if fp not in keys["data"]:
-            raise CheckFailed(
-                f"Exercise {exercise}: your data is not the workbook's; restore the parameters cell's values (and "
-                "SMOKE) to check this exercise"
-            )
-        want = keys["data"][fp]
-        ok = {n: _matches(exercise, n, answers.get(n), k, n in keys["numbers"], n in hand) for n, k in want.items()}
-    else:
+    """Compare the named ``answers`` of ``exercise`` with its reference values by their keys (:func:`answer_key`): those
+    a student copy registered (:func:`use_keys`), else those of the instructor's recipes (course/answers.py, computed
+    by the library from ``data``); hand answers within :data:`HAND_RTOL`. Print a tick, or raise one
+    :class:`CheckFailed` that names every wrong answer (only those) with its hint, never a reference value."""
+    keys = _KEYS.get(exercise)
+    if keys is None:
         try:
             spec = load_answers()[exercise]
         except (FileNotFoundError, KeyError):
             raise CheckFailed(
                 f"Exercise {exercise}: no answer key here (make student writes the workbook with one)"
             ) from None
-        hand = set(spec.get("hand", ()))
-        want = spec["reference"](data or {})
-        ok = {n: n in answers and _close(answers[n], want[n], HAND_RTOL if n in hand else EXACT_RTOL) for n in want}
+        keys = keys_for(exercise, [data or {}], {exercise: spec})
+    hand, hint_of = set(keys["hand"]), keys["hints"]
+    fp = fingerprint(data) if data else ""
+    if fp not in keys["data"]:
+        raise CheckFailed(
+            f"Exercise {exercise}: your data is not the workbook's; restore the parameters cell's values (and "
+            "SMOKE) to check this exercise"
+        )
+    want = keys["data"][fp]
+    ok = {n: _matches(exercise, n, answers.get(n), k, n in keys["numbers"], n in hand) for n, k in want.items()}
     missing = sorted(set(want) - set(answers))
     if missing:
         raise CheckFailed(f"Exercise {exercise}: pass {', '.join(missing)} to the check as well")
@@ -560,21 +533,18 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     what = f"{names} {'is' if len(wrong) == 1 else 'are'} not right yet"
     if hand & set(wrong):
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
-    hints = [f"{n}: {spec[n]}" for n in wrong if n in spec] + [spec["hint"]]
+    hints = [f"{n}: {hint_of[n]}" for n in wrong if n in hint_of] + [hint_of["hint"]]
     raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
 
 
 def parameters_source(path: Path | str) -> dict[str, str]:
     """The defaults (source text) of a notebook's papermill parameters: the settings a time of it was measured with."""
-    from trgrpo.batch import notebook_parameters
-
     return {name: p["default"] for name, p in notebook_parameters(Path(path)).items()}
 
 
 def fingerprint(value: Any) -> str:
     """A short hash of ``value`` (floats to 6 digits; lists, tuples, dicts, str, int, bool, None), so that a check
     can compare an answer it must not print."""
-    import hashlib
 
     def canon(v: Any) -> Any:
         if isinstance(v, bool) or v is None or isinstance(v, str):
@@ -592,7 +562,19 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(canon(value)).encode()).hexdigest()[:12]
 
 
-class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, like a statement)
+class _CellGuard:
+    """A ``with`` block in a notebook cell (:class:`check`, :class:`derivation`) that knows the cell: its file name,
+    source and globals."""
+
+    def __enter__(self) -> _CellGuard:
+        caller = inspect.currentframe().f_back
+        # IPython keeps each cell's source in linecache under the cell's file name
+        self.filename, self.frame_globals = caller.f_code.co_filename, caller.f_globals
+        self.source = "".join(linecache.getlines(self.filename))
+        return self
+
+
+class check(_CellGuard):  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, like a statement)
     """Wrap a check cell: a failing ``assert`` or an error while checking becomes a :class:`CheckFailed` naming the
     exercise, the answers the failing line tests (the cell's ``# expects:`` names) and the hints, never the expected
     values. ``hints`` maps an expected name to a hint shown when a line testing that name fails."""
@@ -600,31 +582,20 @@ class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, li
     def __init__(self, exercise: str, hint: str = "", **hints: str) -> None:
         self.exercise, self.hint, self.hints = exercise, hint, hints
 
-    def __enter__(self) -> check:
-        import inspect
-        import linecache
-
-        # IPython keeps each cell's source in linecache under the cell's file name
-        self.filename = inspect.currentframe().f_back.f_code.co_filename
-        self.names = expected_names("".join(linecache.getlines(self.filename)))
-        return self
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        import linecache
-
         if exc_type is None or not issubclass(exc_type, Exception):
             return False
-        line = ""
+        line, expected = "", expected_names(self.source)
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self.filename:
                 line = linecache.getline(self.filename, tb.tb_lineno)
             tb = tb.tb_next
-        named = [n for n in self.names if re.search(rf"\b{re.escape(n)}\b", line.split("#")[0])]
-        subject = ", ".join(f"`{n}`" for n in named or self.names) or "your answer"
+        named = [n for n in expected if re.search(rf"\b{re.escape(n)}\b", line.split("#")[0])]
+        subject = ", ".join(f"`{n}`" for n in named or expected) or "your answer"
         if isinstance(exc, CheckFailed):
             what = str(exc)
         elif isinstance(exc, NameError):
-            what = f"{exc}: run your solution cell above first (it defines {', '.join(self.names) or 'the answer'})"
+            what = f"{exc}: run your solution cell above first (it defines {', '.join(expected) or 'the answer'})"
         elif isinstance(exc, AssertionError):
             detail = f" ({str(exc).strip()})" if str(exc).strip() else ""
             what = f"{subject} {'is' if len(named) == 1 else 'are'} not right yet{detail}"
@@ -638,7 +609,7 @@ class check:  # noqa: N801  (used as ``with course.check("2.1", hint=...):``, li
         raise CheckFailed(f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)) from None
 
 
-class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
+class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
     """Wrap the check of a derivation the student writes: a failure becomes one :class:`CheckFailed` that names the
     function, the case that failed (the values of the cell's loop variables then, e.g. ``mode='divide'``), the
     library's one-line verdict and a hint, without a traceback through the library."""
@@ -646,33 +617,21 @@ class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with
     def __init__(self, *names: str) -> None:
         self.names = names
 
-    def __enter__(self) -> derivation:
-        import inspect
-
-        self.frame_globals = inspect.currentframe().f_back.f_globals
-        self.filename = inspect.currentframe().f_back.f_code.co_filename
-        return self
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        import linecache
-
         if exc_type is None or not issubclass(exc_type, Exception) or isinstance(exc, CheckFailed):
             return False
         names = " / ".join(f"`{n}`" for n in self.names)
         if isinstance(exc, NotImplementedError):
             raise CheckFailed(f"{names}: not written yet; write it in the cell above, run it, then this check")
         loops = []
-        try:
-            tree = ast.parse("".join(linecache.getlines(self.filename)))
+        with contextlib.suppress(SyntaxError):
             loops = [
                 t.id
-                for n in ast.walk(tree)
+                for n in ast.walk(ast.parse(self.source))
                 if isinstance(n, ast.For)
                 for t in ast.walk(n.target)
                 if isinstance(t, ast.Name)
             ]
-        except SyntaxError:
-            pass
         case = ", ".join(f"{v}={self.frame_globals[v]!r}" for v in dict.fromkeys(loops) if v in self.frame_globals)
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
         detail = "; ".join(lines[:2]) or exc_type.__name__
@@ -687,54 +646,42 @@ class derivation:  # noqa: N801  (a student copy's check of a derivation: ``with
         ) from None
 
 
-def _graded_cells(nb: Any) -> list[tuple[str, Any]]:
-    """Each check cell of a workbook with its exercise id."""
-    out, current = [], None
-    for c in nb.cells:
-        heading = exercise_heading(c)
-        current = heading["id"] if heading else current
-        if CHECK in tags(c) and current is not None:
-            out.append((current, c))
-    return out
-
-
 def grade_workbook(path: Path, timeout: int = 600) -> dict:
     """Execute a submitted workbook headless (every cell, an error does not stop the run; at most ``timeout``
-    seconds) and judge each exercise: ``{"exercises": {id: (points, max)}, "written": {id: text}, "error": str}``;
-    a check cell is worth its ``nbgrader.points`` (1 if not given) when it runs without error."""
-    import subprocess
-    import tempfile
-
+    seconds) and judge each exercise: its grades ``{id: "✓ got/max" or "✗ got/max", "points", "max",
+    "written ID": text, "error"}``; a check cell is worth its ``nbgrader.points`` (1 if not given) when it runs
+    without error."""
     nb = read(path)
     for c in nb.cells:
         if c.cell_type == "code":
             c.metadata.setdefault("tags", []).append("raises-exception")  # nbclient runs on past a failing check
-    work = Path(tempfile.mkdtemp(prefix="trgrpo-grade-"))
-    _nbformat().write(nb, str(work / "in.ipynb"))
     cmd = [sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "python3", "--cwd", str(Path(path).parent)]
     error = ""
-    try:
-        done = subprocess.run([*cmd, str(work / "in.ipynb"), str(work / "out.ipynb")], capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
-        if not (work / "out.ipynb").is_file():
-            error = "did not run: " + (done.stderr.strip().splitlines() or ["?"])[-1]
-    except subprocess.TimeoutExpired:
-        error = f"stopped after {timeout} s"
-    ran = read(work / "out.ipynb") if (work / "out.ipynb").is_file() else nb
-    shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="trgrpo-grade-", ignore_cleanup_errors=True) as work:
+        given, out = Path(work) / "in.ipynb", Path(work) / "out.ipynb"
+        _nbformat().write(nb, str(given))
+        try:
+            done = subprocess.run([*cmd, str(given), str(out)], capture_output=True, text=True, timeout=timeout)
+            if not out.is_file():
+                error = "did not run: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+        except subprocess.TimeoutExpired:
+            error = f"stopped after {timeout} s"
+        ran = read(out) if out.is_file() else nb
     scores: dict[str, list[float]] = {}
-    for exercise, c in _graded_cells(ran):
-        points = float(c.metadata.get("nbgrader", {}).get("points", 1))
-        ok = c.get("execution_count") is not None and not any(o.output_type == "error" for o in c.get("outputs", []))
-        got, total = scores.get(exercise, [0.0, 0.0])
-        scores[exercise] = [got + points * ok, total + points]
-    written, current = {}, None
-    for c in ran.cells:
-        heading = exercise_heading(c)
-        current = heading["id"] if heading else current
-        if ANSWER in tags(c) and current is not None:
-            written[current] = c.source.replace(ANSWER_TEXT, "").strip()
-    return {"exercises": {k: tuple(v) for k, v in scores.items()}, "written": written, "error": error}
+    written = {}
+    for exercise, c in _by_exercise(ran.cells):
+        if exercise is not None and CHECK in tags(c):
+            points = float(c.metadata.get("nbgrader", {}).get("points", 1))
+            ok = c.get("execution_count") is not None and not any(
+                o.output_type == "error" for o in c.get("outputs", [])
+            )
+            got, total = scores.get(exercise, [0.0, 0.0])
+            scores[exercise] = [got + points * ok, total + points]
+        elif exercise is not None and ANSWER in tags(c):
+            written[f"written {exercise}"] = c.source.replace(ANSWER_TEXT, "").strip()
+    grades = {k: f"{'✓' if got == total else '✗'} {got:g}/{total:g}" for k, (got, total) in scores.items()}
+    total_got, total_max = sum(g for g, _ in scores.values()), sum(t for _, t in scores.values())
+    return {**grades, "points": total_got, "max": total_max, **written, "error": error}
 
 
 def grade_folder(folder: Path | str, timeout: int = 600) -> list[dict]:
@@ -744,25 +691,15 @@ def grade_folder(folder: Path | str, timeout: int = 600) -> list[dict]:
     for path in sorted(folder.rglob("*.ipynb")):
         rel = path.relative_to(folder)
         student = rel.parts[0] if len(rel.parts) > 1 else path.stem
-        graded = grade_workbook(path, timeout)
-        row = {"student": student, "workbook": path.stem}
-        for exercise, (got, total) in graded["exercises"].items():
-            row[exercise] = f"{'✓' if got == total else '✗'} {got:g}/{total:g}"
-        row["points"] = sum(g for g, _ in graded["exercises"].values())
-        row["max"] = sum(t for _, t in graded["exercises"].values())
-        row.update({f"written {k}": v for k, v in graded["written"].items()})
-        row["error"] = graded["error"]
-        rows.append(row)
+        rows.append({"student": student, "workbook": path.stem, **grade_workbook(path, timeout)})
     return rows
 
 
 def _cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.course", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("student", help="write the student copy").add_argument("--out", default=str(ROOT / "student"))
-    sub.add_parser("instructor", help="the student copy and the solutions").add_argument(
-        "--out", default=str(ROOT / "instructor")
-    )
+    for name, what in (("student", "write the student copy"), ("instructor", "the student copy and the solutions")):
+        sub.add_parser(name, help=what).add_argument("--out", default=str(ROOT / name))
     g = sub.add_parser("grade", help="grade a folder of submitted workbooks into a table and a CSV")
     g.add_argument("folder")
     g.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
@@ -784,8 +721,6 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {len(write_instructor_copy(args.out))} notebooks into {args.out}")
         return 0
     if args.cmd == "grade":
-        import csv
-
         from trgrpo.tables import markdown_table
 
         if not Path(args.folder).is_dir():
@@ -795,8 +730,9 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         columns = list(dict.fromkeys(k for r in rows for k in r))
         out = Path(args.csv or Path(args.folder) / "grades.csv")
         with out.open("w", newline="") as f:
-            csv.DictWriter(f, columns).writeheader()
-            csv.DictWriter(f, columns).writerows(rows)
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            writer.writerows(rows)
         shown = [c for c in columns if not c.startswith("written ")]
         print(markdown_table(rows, shown) + f"\n\nwrote {out}")
         return 0
@@ -808,11 +744,6 @@ def _cli(argv: Sequence[str] | None = None) -> int:
             return 2
         print("\n".join(f"updated {p.relative_to(ROOT)}" for p in copied) or "records: nothing in runs/ to promote")
         return 0
-    import tempfile
-
-    from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
-    from trgrpo.experiment import git_commit, git_dirty, machine_info, write_json
-
     dirty = git_dirty()  # before the notebooks run
     if dirty and not args.allow_dirty:
         print("the tree has uncommitted changes: commit first, so the times name the code they measured")
