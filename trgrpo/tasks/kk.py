@@ -371,15 +371,13 @@ def kk_source(paths: str | os.PathLike | Sequence[str | os.PathLike] | None, spl
     """Where a run's K&K split came from, for the run record: the hub, the file(s) (split = their names) or
     reasoning-gym (marked a substitute for the paper's data)."""
     if not paths or paths == KK_GENERATED:
-        generator = "knights_knaves (knight/knave wording)"
-        note = "offline fallback: generated puzzles, not the paper's (Logic-RL's K&K)"
         return {
             "source": KK_GENERATED,
-            "generator": generator,
+            "generator": "knights_knaves (knight/knave wording)",
             "split": split,
             "size": size,
             "substitute": True,
-            "note": note,
+            "note": "offline fallback: generated puzzles, not the paper's (Logic-RL's K&K)",
         }
     if isinstance(paths, str) and paths.startswith("hub:"):
         repo = paths.removeprefix("hub:")
@@ -476,13 +474,6 @@ _UNICODE_SPACE = re.compile(rb"\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa
 _UNICODE_SPACE_LEADS = (b"\xc2", b"\xe1\x9a\x80", b"\xe2\x80", b"\xe2\x81\x9f", b"\xe3\x80\x80")
 
 
-def _ascii_spaces(low: bytes) -> bytes:
-    """Non-ASCII white space (its UTF-8 bytes) as ASCII spaces."""
-    if low.isascii() or not any(lead in low for lead in _UNICODE_SPACE_LEADS):
-        return low
-    return _UNICODE_SPACE.sub(b" ", low)
-
-
 _WORD_CHAR = re.compile(rb"\w")
 _MAX_CANDIDATES = 64  # every candidate holds one of the few knight/knave mentions (their number is checked first)
 
@@ -505,18 +496,6 @@ def _role_of(low: bytes, name: str) -> bool | None:
     return None
 
 
-def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] | None:
-    low = answer.lower()  # ASCII letters only
-    if low.count(b"knight") + low.count(b"knave") != len(names):
-        return None
-    parsed = _roles(low, names)
-    if parsed is None and not low.isascii():  # Unicode white space ("is\u00a0a"), read as Logic-RL's str regex does
-        spaced = _ascii_spaces(low)
-        if spaced is not low:
-            parsed = _roles(spaced, names)
-    return parsed
-
-
 def _roles(low: bytes, names: Sequence[str]) -> dict[str, bool] | None:
     parsed = {}
     for name in names:
@@ -533,7 +512,13 @@ def parse_kk_answer(answer_text: str, names: Sequence[str]) -> dict[str, bool] |
     # the Kelvin sign is the one non-ASCII character that lower-cases to an ASCII letter
     answer = answer_text.replace("\u212a", "k") if "\u212a" in answer_text else answer_text
     data = _utf8(answer)
-    parsed = _parse_answer_bytes(data, names)
+    low = data.lower()  # ASCII letters only
+    if low.count(b"knight") + low.count(b"knave") != len(names):
+        return None
+    parsed = _roles(low, names)
+    if parsed is None and not low.isascii() and any(lead in low for lead in _UNICODE_SPACE_LEADS):
+        # Unicode white space ("is\u00a0a") as ASCII spaces, read as Logic-RL's str regex does
+        parsed = _roles(_UNICODE_SPACE.sub(b" ", low), names)
     if parsed is not None and disguised_letters(answer, data):
         return None  # a role the count may miss, e.g. "Zoey is a ｋｎａｖｅ. Zoey is a knight."
     return parsed
@@ -547,17 +532,14 @@ def kk_reward_parts(
     names_l, sol_l = _gold(names, solution)
     if not isinstance(completion, str):
         return FORMAT_BAD, ANSWER_UNPARSEABLE
-    try:
-        if not format_ok(completion, prefilled_think=prefilled_think):
-            return FORMAT_BAD, ANSWER_UNPARSEABLE
-        answer = completion[completion.find("<answer>") + len("<answer>") : completion.find("</answer>")]
-        parsed = parse_kk_answer(answer, names_l) if answer.strip() else None
-        if parsed is None:
-            return FORMAT_OK, ANSWER_UNPARSEABLE
-        correct = all(parsed[n] == s for n, s in zip(names_l, sol_l))
-        return FORMAT_OK, ANSWER_CORRECT if correct else ANSWER_WRONG
-    except Exception:  # pragma: no cover - defensive: the scorer uses only str methods and re
+    if not format_ok(completion, prefilled_think=prefilled_think):
         return FORMAT_BAD, ANSWER_UNPARSEABLE
+    answer = completion[completion.find("<answer>") + len("<answer>") : completion.find("</answer>")]
+    parsed = parse_kk_answer(answer, names_l) if answer.strip() else None
+    if parsed is None:
+        return FORMAT_OK, ANSWER_UNPARSEABLE
+    correct = all(parsed[n] == s for n, s in zip(names_l, sol_l))
+    return FORMAT_OK, ANSWER_CORRECT if correct else ANSWER_WRONG
 
 
 def kk_reward(

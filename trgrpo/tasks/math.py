@@ -90,9 +90,7 @@ def make_math_reward_func(*, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Cal
         prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
     ) -> list[float]:
         """App. B.1.2: 1 if the last boxed answer matches the reference, else 0."""
-        answers = kwargs.get("answers")
-        if answers is None:
-            answers = kwargs.get("answer")
+        answers = first_present(kwargs, ("answers", "answer"))
         if answers is None:
             raise KeyError("the math reward needs the dataset column 'answer' (see math_dataset)")
         if len(answers) != len(completions):

@@ -14,13 +14,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from trgrpo.tasks.common import as_list, first_present
@@ -173,16 +173,9 @@ def _is_blowup(expr: Any) -> bool:
                 if count > _MAX_NODES:
                     return True
         _digits(expr)
-    except _Blowup:
-        return True
-    except Exception:  # a comparison with nan/zoo, RecursionError, ...: refuse rather than risk it
+    except Exception:  # _Blowup, a comparison with nan/zoo, RecursionError, ...: refuse rather than risk it
         return True
     return False
-
-
-def _too_large_matrix(latex: str) -> bool:
-    """latex2sympy builds matrices (and their determinants) while parsing: refuse large ones before."""
-    return "matrix" in latex and latex.count("&") > _MAX_MATRIX_AMPERSANDS
 
 
 @functools.lru_cache(maxsize=1)
@@ -199,10 +192,6 @@ def _math_verify() -> Any:
 _SCI_NUMBER = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+))\s*[eE]\s*([-+]?\d+)\s*")
 _TEXT_BLOCK = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
-# math-verify's normalisation of LaTeX answers (LatexExtractionConfig's default)
-_MV_NORMALIZATION = dict(
-    basic_latex=True, units=True, malformed_operators=True, nits=True, boxed="all", equations=False
-)
 
 
 def _sci_to_latex(text: str) -> str:
@@ -228,13 +217,16 @@ def _strict_parse(latex: str, *, units: bool = True, evaluate: bool = True) -> A
     """latex2sympy with the case of symbols kept (math-verify's ``N=n`` is the always-true ``n=n``); with ``units``
     math-verify's unit removal runs, without only ``\\text{}`` blocks are dropped. Raises when it does not parse."""
     from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy
-    from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
+    from latex2sympy2_extended.math_normalization import normalize_latex
+    from math_verify import LatexExtractionConfig
     from math_verify.grader import should_treat_as_complex
     from sympy.core.parameters import evaluate as sympy_evaluate
 
     if not units:
         latex = _TEXT_BLOCK.sub(" ", latex)
-    text = normalize_latex(latex, NormalizationConfig(**{**_MV_NORMALIZATION, "units": units}))
+    # math-verify's normalisation of LaTeX answers (LatexExtractionConfig's default), its unit removal as asked
+    normalization = dataclasses.replace(LatexExtractionConfig().normalization_config, units=units)
+    text = normalize_latex(latex, normalization)
     if not text.strip():
         raise ValueError("empty answer")
     with sympy_evaluate(evaluate):
@@ -247,13 +239,11 @@ def _strict_parse(latex: str, *, units: bool = True, evaluate: bool = True) -> A
         )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class GoldAnswer:
     """A reference answer read once; ``mode``: ``"mv"`` (math-verify's reading), ``"strict"`` (the case- and
     variable-keeping one, where math-verify's loses something) or ``"string"`` (neither parses); ``note`` says why."""
 
-    text: str
-    latex: str
     mv: tuple[Any, ...]
     strict: Any
     units: bool
@@ -305,7 +295,7 @@ def analyze_gold(answer: str) -> GoldAnswer:
         mode = "strict"  # case kept: N and n, T and t are different symbols
     if note is not None:
         logger.warning("math reference answer %r: %s", str(answer)[:200], note)
-    return GoldAnswer(str(answer), inner, mv_forms, strict, units, mode, note)
+    return GoldAnswer(mv_forms, strict, units, mode, note)
 
 
 def gold_forms(answer: Any) -> tuple[str, ...]:
@@ -337,21 +327,15 @@ def _answer_text(value: Any) -> str | None:
     if isinstance(value, float):
         if value != value:  # NaN: an empty cell of a table
             return None
-        if value.is_integer():
-            value = int(value)
-        else:
-            return _float_text(value)
+        if not value.is_integer():  # a float32 cell as float32's shortest text, a float64 at 15 digits
+            import numpy as np
+
+            if math.isfinite(value) and float(np.float32(value)) == value:
+                return str(np.float32(value))
+            return format(value, ".15g")
+        value = int(value)
     text = str(value).strip()
     return text or None
-
-
-def _float_text(value: float) -> str:
-    """The number a float answer stands for: a float32 cell as float32's shortest text, a float64 at 15 digits."""
-    import numpy as np
-
-    if math.isfinite(value) and float(np.float32(value)) == value:
-        return str(np.float32(value))
-    return format(value, ".15g")
 
 
 # Scored once before the workers are forked: they load what sympy and math-verify import lazily, so that no budget
@@ -443,8 +427,8 @@ def _equivalent(pred: str, gold: str) -> bool:
     if ref.mode == "string":
         return False
     pred = _sci_to_latex(pred)
-    if _too_large_matrix(pred):
-        return False
+    if "matrix" in pred and pred.count("&") > _MAX_MATRIX_AMPERSANDS:
+        return False  # latex2sympy builds matrices (and their determinants) while parsing: refuse large ones before
     if ref.mode == "mv":
         parsed = _parse_guarded_mv(pred)
         if parsed and mv.verify(list(ref.mv), parsed, timeout_seconds=None):
