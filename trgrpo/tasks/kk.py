@@ -5,6 +5,7 @@ Logic-RL files, Logic-RL's prompt, Table 5's reward with a look-alike guard, Tab
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import random
 import re
@@ -317,13 +318,8 @@ def _select(
     by_size: dict[int, list[dict[str, Any]]] = {}
     for r in records:
         by_size.setdefault(r["n_people"], []).append(r)
-    queues = [list(reversed(v)) for _, v in sorted(by_size.items())]
-    out: list[dict[str, Any]] = []
-    while len(out) < n and any(queues):
-        for q in queues:
-            if q and len(out) < n:
-                out.append(q.pop())
-    return out
+    rounds = itertools.zip_longest(*(v for _, v in sorted(by_size.items())))  # one record of each size per round
+    return [r for round_ in rounds for r in round_ if r is not None][:n]
 
 
 # The paper's K&K data (App. B.1.1, Logic-RL's splits): the hub dataset Logic-RL prepares its parquet files from,

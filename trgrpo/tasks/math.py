@@ -10,8 +10,10 @@ Evaluation: greedy accuracy, or avg@k and pass@k from k samples (AMC, AIME).
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import os
+import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -29,19 +31,74 @@ from trgrpo.tasks.common import (
     mean_pass_at_k,
     read_table,
 )
-from trgrpo.tasks.math_verify import (
-    MAX_NESTING,
-    _answer_text,
-    _normalize,
-    extract_boxed_answer,
-    gold_forms,
-    logger,
-    nesting_depth,
-    start,
-    verify,
-)
+from trgrpo.tasks.math_verify import extract_boxed_answer, logger, start, verify
 
 DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (its worker's own clock)
+MAX_NESTING = 10  # deeper {[( nesting scores 0: latex2sympy's ANTLR parser is exponential in brace depth
+
+
+# \left \right \displaystyle (not \leftarrow ...), thin spaces \! \, \; \: \<space>, dollar signs
+_STRIP = re.compile(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[!,;: ]|\$")
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest nesting of ``{``, ``[`` and ``(`` (unmatched closers ignored)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "{[(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}])" and depth > 0:
+            depth -= 1
+    return deepest
+
+
+def _normalize(s: str) -> str:
+    """Light string normalisation for the exact-match fast path (never used to say "wrong")."""
+    s = _STRIP.sub("", s.strip())
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = "".join(s.split())
+    return s.rstrip(".")
+
+
+def gold_forms(answer: Any) -> tuple[str, ...]:
+    """The accepted forms of a reference answer: a string, a number or a list of them (Minerva)."""
+    if isinstance(answer, (list, tuple)) or (hasattr(answer, "tolist") and not isinstance(answer, (str, bytes))):
+        items = answer.tolist() if hasattr(answer, "tolist") else list(answer)
+        items = items if isinstance(items, list) else [items]
+    else:
+        items = [answer]
+    forms = []
+    for item in items:
+        text = _answer_text(item) if not isinstance(item, str) else item.strip()
+        if text and text not in forms:
+            forms.append(text)
+    return tuple(forms)
+
+
+def _answer_text(value: Any) -> str | None:
+    """A reference answer as text: numbers without a trailing ``.0``, first of a list, ``{"value": ...}``."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return _answer_text(first_present(value, ("value", "answer", "ground_truth")))
+    if not isinstance(value, (str, bytes, int, float)) and hasattr(value, "__len__"):
+        items = as_list(value)
+        return _answer_text(items[0]) if items else None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        if value != value:  # NaN: an empty cell of a table
+            return None
+        if not value.is_integer():  # a float32 cell as float32's shortest text, a float64 at 15 digits
+            import numpy as np
+
+            if math.isfinite(value) and float(np.float32(value)) == value:
+                return str(np.float32(value))
+            return format(value, ".15g")
+        value = int(value)
+    text = str(value).strip()
+    return text or None
 
 
 def _screen(completion: Any, answer: Any) -> float | tuple[str, tuple[str, ...]]:

@@ -23,10 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from trgrpo.tasks.common import as_list, first_present
-
 MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0 (real answers are far shorter)
-MAX_NESTING = 10  # deeper {[( nesting scores 0: latex2sympy's ANTLR parser is exponential in brace depth
 BOXED = "\\boxed{"
 logger = logging.getLogger(f"{__package__}.math")  # the math task's logger, one name for its modules
 THINK_END = "</think>"
@@ -51,30 +48,6 @@ def extract_boxed_answer(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> str
             if depth == 0:
                 return text[begin:j]
     return None
-
-
-# \left \right \displaystyle (not \leftarrow ...), thin spaces \! \, \; \: \<space>, dollar signs
-_STRIP = re.compile(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[!,;: ]|\$")
-
-
-def nesting_depth(text: str) -> int:
-    """Deepest nesting of ``{``, ``[`` and ``(`` (unmatched closers ignored)."""
-    depth = deepest = 0
-    for ch in text:
-        if ch in "{[(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "}])" and depth > 0:
-            depth -= 1
-    return deepest
-
-
-def _normalize(s: str) -> str:
-    """Light string normalisation for the exact-match fast path (never used to say "wrong")."""
-    s = _STRIP.sub("", s.strip())
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    s = "".join(s.split())
-    return s.rstrip(".")
 
 
 _MAX_DIGITS = 100_000  # no (sub)expression may have a value of more decimal digits (10^{100000}, 2^{2^{16}})
@@ -296,46 +269,6 @@ def analyze_gold(answer: str) -> GoldAnswer:
     if note is not None:
         logger.warning("math reference answer %r: %s", str(answer)[:200], note)
     return GoldAnswer(mv_forms, strict, units, mode, note)
-
-
-def gold_forms(answer: Any) -> tuple[str, ...]:
-    """The accepted forms of a reference answer: a string, a number or a list of them (Minerva)."""
-    if isinstance(answer, (list, tuple)) or (hasattr(answer, "tolist") and not isinstance(answer, (str, bytes))):
-        items = answer.tolist() if hasattr(answer, "tolist") else list(answer)
-        items = items if isinstance(items, list) else [items]
-    else:
-        items = [answer]
-    forms = []
-    for item in items:
-        text = _answer_text(item) if not isinstance(item, str) else item.strip()
-        if text and text not in forms:
-            forms.append(text)
-    return tuple(forms)
-
-
-def _answer_text(value: Any) -> str | None:
-    """A reference answer as text: numbers without a trailing ``.0``, first of a list, ``{"value": ...}``."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return _answer_text(first_present(value, ("value", "answer", "ground_truth")))
-    if not isinstance(value, (str, bytes, int, float)) and hasattr(value, "__len__"):
-        items = as_list(value)
-        return _answer_text(items[0]) if items else None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float):
-        if value != value:  # NaN: an empty cell of a table
-            return None
-        if not value.is_integer():  # a float32 cell as float32's shortest text, a float64 at 15 digits
-            import numpy as np
-
-            if math.isfinite(value) and float(np.float32(value)) == value:
-                return str(np.float32(value))
-            return format(value, ".15g")
-        value = int(value)
-    text = str(value).strip()
-    return text or None
 
 
 # Scored once before the workers are forked: they load what sympy and math-verify import lazily, so that no budget
