@@ -70,14 +70,8 @@ def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
 @functools.lru_cache(maxsize=1)
 def _astral_gate() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     """(first bytes, second bytes) of the UTF-8 encodings of the astral disguising characters."""
-    leads: set[bytes] = set()
-    seconds: set[bytes] = set()
-    for a, b in _disguise_sets()[1]:
-        for cp in range(a, b + 1):
-            enc = chr(cp).encode("utf-8")
-            leads.add(enc[:1])
-            seconds.add(enc[1:2])
-    return tuple(sorted(leads)), tuple(sorted(seconds))
+    encoded = [chr(cp).encode("utf-8") for a, b in _disguise_sets()[1] for cp in range(a, b + 1)]
+    return tuple(sorted({e[:1] for e in encoded})), tuple(sorted({e[1:2] for e in encoded}))
 
 
 def disguised_letters(answer_text: str, utf8: bytes | None = None) -> bool:
@@ -325,8 +319,7 @@ def _select(
 # The paper's K&K data (App. B.1.1, Logic-RL's splits): the hub dataset Logic-RL prepares its parquet files from,
 # config "train" (1000 puzzles per size) / "test" (100 per size, the splits Logic-RL evaluates on), split "<n>ppl",
 # rows in the K-and-K schema (quiz, names, solution, solution_text_format). A plan names it as "hub:<repo>".
-KK_HUB = "K-and-K/knights-and-knaves"
-KK_PAPER_DATA = f"hub:{KK_HUB}"
+KK_PAPER_DATA = "hub:K-and-K/knights-and-knaves"
 # The stated offline fallback (smoke runs, CI): reasoning-gym's generated puzzles, not the paper's; a spec without a
 # train_path / eval_path uses it too, and the record says so (``substitute``).
 KK_GENERATED = "reasoning-gym"

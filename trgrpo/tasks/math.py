@@ -179,8 +179,6 @@ def exact_arithmetic(expression: str) -> Fraction:
     (never ``eval``); anything else raises ValueError."""
 
     def walk(node: ast.AST) -> Fraction:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -192,7 +190,7 @@ def exact_arithmetic(expression: str) -> Fraction:
 
     if len(expression) > 10_000:
         raise ValueError("expression too long")
-    return walk(ast.parse(expression.strip(), mode="eval"))
+    return walk(ast.parse(expression.strip(), mode="eval").body)
 
 
 def generate_math(n: int, seed: int = 0, **config: Any) -> list[dict[str, str]]:

@@ -232,8 +232,7 @@ def analyze_gold(answer: str) -> GoldAnswer:
     latex = str(answer).strip()
     if latex.startswith("$") and latex.endswith("$"):
         latex = latex.strip("$").strip()
-    inner = (extract_boxed_answer(latex, max_chars=10_000) or latex) if BOXED in latex else latex
-    inner = _sci_to_latex(inner)
+    inner = _sci_to_latex(extract_boxed_answer(latex, max_chars=10_000) or latex)
     try:
         mv_forms = tuple(
             mv.parse(
@@ -249,7 +248,7 @@ def analyze_gold(answer: str) -> GoldAnswer:
     strict, units = None, True
     with contextlib.suppress(Exception):
         strict = _strict_parse(inner, units=True)
-    lost = bare - _letters(strict) if strict is not None else bare
+    lost = bare - _letters(strict)  # all of them when it does not parse (None has no symbols)
     if lost:  # the unit removal may have taken a variable (``\frac{1}{\sqrt{2}}c``): read it without
         with contextlib.suppress(Exception):
             keep = _strict_parse(inner, units=False)
@@ -368,7 +367,7 @@ def _equivalent(pred: str, gold: str) -> bool:
             gold, expr = _first_expr(ref.mv), _first_expr(parsed)
             return _guards_hold(pred, gold, expr) and _close_enough(gold, expr)
         expr = _first_expr(parsed)
-        if ref.strict is None or not _bare_letters(pred) - (_letters(expr) if expr is not None else set()):
+        if ref.strict is None or not _bare_letters(pred) - _letters(expr):
             return False
         # the unit removal took a variable of the answer (``\frac{1}{m}t``): read it with its letters kept
     try:  # "strict": the same case- and variable-keeping reading on both sides
