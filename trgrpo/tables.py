@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,14 +120,11 @@ def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
 
 def cost_table(records: Iterable[dict]) -> list[dict]:
     """Table 8 layout from training runs: seconds per step and peak memory, GRPO vs TR-GRPO, per model."""
-    by_model: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        by_model[str(r.get("model"))][r["scheme"]].append(r)
     rows = []
-    for model, schemes in by_model.items():
+    for model, model_runs in stats.group_by(records, lambda r: str(r.get("model"))).items():
         row = {"model": model}
         for scheme in ("equal", "tr"):
-            runs = schemes.get(scheme, [])
+            runs = [r for r in model_runs if r["scheme"] == scheme]
             sps = [r["seconds_per_step"] for r in runs if r.get("seconds_per_step")]
             mem = [max(r["peak_memory"].values()) for r in runs if r.get("peak_memory")]
             row[f"{scheme}_s_per_step"] = round(statistics.median(sps), 2) if sps else NO_RUN
@@ -358,17 +354,12 @@ def write_summaries(results_dir: Path | str | None = None, **kw) -> list:
     return [summary(results_dir, **kw) for summary in (controls_summary, kl_summary, tau_summary)]
 
 
-def _grad_per_weight(record: dict) -> float:
-    """Mean over steps of grad_norm / tr/weight_mean (Figure 3 with the weight's overall scale divided out)."""
-    return stats.mean_std(stats.grad_norm_per_mean_weight(record)[1])[0]
-
-
 def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> list[dict]:
     """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
     metrics = {
         "grad norm": lambda r: stats.history_mean(r, "grad_norm"),
         "mean w": lambda r: stats.history_mean(r, "tr/weight_mean"),
-        "grad norm / mean w": _grad_per_weight,
+        "grad norm / mean w": lambda r: stats.mean_std(stats.grad_norm_per_mean_weight(r)[1])[0],
         "CV over steps of grad/mean w": lambda r: stats.spread_stats(stats.grad_norm_per_mean_weight(r)[1])["cv"],
     }
     return stats.comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
@@ -392,7 +383,11 @@ def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
 
 # The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic; notebook 03, Part B)
 
-ANSWER_REWARD = "rewards/arith_answer_reward/mean"
+REWARD_KEYS = {
+    "reward": "reward",
+    "format": "rewards/arith_format_reward/mean",
+    "answer": "rewards/arith_answer_reward/mean",
+}
 
 
 def stage0_rows(decision: dict) -> list[dict[str, Any]]:
@@ -420,7 +415,7 @@ def collapse_step(record: dict, rule: dict) -> int | None:
     ``final_below_start``) the last step if the final held-out accuracy is below the first; None: no collapse."""
     run = 0
     for h in record["history"]:
-        run = run + 1 if h[ANSWER_REWARD] <= rule["reward_floor"] else 0
+        run = run + 1 if h[REWARD_KEYS["answer"]] <= rule["reward_floor"] else 0
         if run == rule["floor_steps"]:
             return h["step"] - rule["floor_steps"] + 1
     evals = record["eval_history"]
@@ -534,17 +529,9 @@ def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
     beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
     arms = kl_arms(results_dir)
-    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(tc.KL_BETAS):g}", {}).get("eq10", [])}
-    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(tc.KL_BETAS):g}", {}).get("eq10", [])}
-    seeds = sorted(set(hi) & set(lo))
-    return stats.paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
-
-
-REWARD_KEYS = {
-    "reward": "reward",
-    "format": "rewards/arith_format_reward/mean",
-    "answer": "rewards/arith_answer_reward/mean",
-}
+    hi, lo = (arms.get(f"{beta(tc.KL_BETAS):g}", {}).get("eq10", []) for beta in (max, min))
+    hi, lo, seeds = stats.paired_by_seed(hi, lo, kl_window)
+    return stats.paired_t(hi, lo) if seeds else None
 
 
 def first_last(record: dict, key: str, n: int = 5) -> tuple[float, float]:
