@@ -149,11 +149,11 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
     runs = sorted(
         (r for r in _records(root / "toy" / "lm") if r.get("task") == "arith"), key=lambda r: (variant(r), r["seed"])
     )
-    acc = [
-        (num((r.get("initial") or {}).get("accuracy"), ".2f"), num((r["final"] or {}).get("accuracy"), ".2f"))
+    return runs, "; ".join(
+        f"{variant(r)} seed {r['seed']} {num((r.get('initial') or {}).get('accuracy'), '.2f')} → "
+        f"{num((r['final'] or {}).get('accuracy'), '.2f')}"
         for r in runs
-    ]
-    return runs, "; ".join(f"{variant(r)} seed {r['seed']} {a} → {b}" for r, (a, b) in zip(runs, acc))
+    )
 
 
 # ---------------------------------------------------------------- one evaluator per claim
@@ -293,11 +293,11 @@ def _paired(metrics: dict[str, dict[int, float]], treatment: str, control: str =
 
 def _toy_parts(claim: Claim, root: Path, group: str, metrics: dict, parts: list[tuple]) -> list[dict]:
     """One row per part ``(name, what, treatment, control, paper effect)``: :func:`contrast`, Holm over the parts."""
-    judged = [contrast(*_paired(metrics, t, c), e, len(parts)) for _, _, t, c, e in parts]
-    for c, p_adj in zip(judged, holm([c["p"] for c in judged])):
+    pairs = [_paired(metrics, t, c) for _, _, t, c, _ in parts]
+    judged = [contrast(*xy, e, len(parts)) for xy, (*_, e) in zip(pairs, parts)]
+    for c, p_adj, xy, (*_, e) in zip(judged, holm([c["p"] for c in judged]), pairs, parts):
         c["p_holm"] = p_adj
-    for c, (_, _, t, ctl, e) in zip(judged, parts):
-        c["leave_one_out"] = leave_one_out(*_paired(metrics, t, ctl), e, len(parts))
+        c["leave_one_out"] = leave_one_out(*xy, e, len(parts))
     r = load_runs(root, group=group)[0]
     s = r.get("spec", {})
     rows = []
@@ -354,7 +354,7 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
     """Every toy arm's paired difference to GRPO (controls grid, then tau sweep): :func:`contrast` without a verdict,
     with the paper's effect of that arm where it has one (Tables 4, 7)."""
     root = Path(results_dir)
-    paper_of = {"tr-surrogate": "tr", "tr-ratio": "tr", "reverse-surrogate": "reverse", "random": "random"}
+    paper_of = {TR_ARM: "tr", "tr-ratio": "tr"} | {a: scheme for _, a, scheme in TABLE4_PARTS}
     ctrl, taus = toy_metrics(root, "toy/controls"), _tau_arms(root)
     families = (
         ("toy/controls", ctrl, [a for a in ARMS if a != "equal" and a in ctrl]),

@@ -108,10 +108,9 @@ def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
         finals = [r[key] for r in runs if r.get(key)]
         for k in paper.KK_SIZES:
-            vals = [f["by_n_people"].get(k, f["by_n_people"].get(int(k))) for f in finals if "by_n_people" in f]
-            vals = [v for v in vals if v is not None]
+            vals = [v for f in finals if (v := _cell(f, k, 1)) is not None]
             row[k] = round(statistics.fmean(vals), 3) if vals else NO_RUN
-        avg, sd, _ = stats.mean_std([f["avg"] for f in finals if "avg" in f])
+        avg, sd, _ = stats.mean_std([_cell(f, "avg", 1) for f in finals])
         row["Avg."] = round(avg, 3) if avg == avg else NO_RUN
         row["sd"] = round(sd, 3) if sd == sd else NO_RUN
         rows.append(row)
