@@ -101,12 +101,12 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, *, digits
 # The paper's tables (notebooks 05, 06, 08)
 
 
-def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
+def kk_table(records: Iterable[dict]) -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
     for (model, name), runs in stats.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
-        finals = [r[key] for r in runs if r.get(key)]
+        finals = [r["final"] for r in runs if r.get("final")]
         for k in paper.KK_SIZES:
             vals = [v for f in finals if (v := _cell(f, k, 1)) is not None]
             row[k] = round(statistics.fmean(vals), 3) if vals else NO_RUN
@@ -353,15 +353,16 @@ def write_summaries(results_dir: Path | str | None = None, **kw) -> list:
     return [summary(results_dir, **kw) for summary in (controls_summary, kl_summary, tau_summary)]
 
 
-def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> list[dict]:
-    """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
+def grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
+    """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV (paired
+    against GRPO)."""
     metrics = {
         "grad norm": lambda r: stats.history_mean(r, "grad_norm"),
         "mean w": lambda r: stats.history_mean(r, "tr/weight_mean"),
         "grad norm / mean w": lambda r: stats.mean_std(stats.grad_norm_per_mean_weight(r)[1])[0],
         "CV over steps of grad/mean w": lambda r: stats.spread_stats(stats.grad_norm_per_mean_weight(r)[1])["cv"],
     }
-    return stats.comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
+    return stats.comparison_table(groups, metrics, baseline="equal", compare="grad norm / mean w", order=labels)
 
 
 def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
@@ -557,14 +558,13 @@ def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
     return row
 
 
-def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
-    """Table 3's layout, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ, TriviaQA,
-    PopQA), Multi-hop QA columns, and their average."""
+def table3(rows: Sequence[dict[str, Any]]):
+    """Table 3's layout in percent, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ,
+    TriviaQA, PopQA), Multi-hop QA columns, and their average."""
     import pandas as pd
 
     from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS
 
-    scale = 100.0 if percent else 1.0
     keys_seen = {k for r in rows for k in (r.get("em_by_type") or {})}
     if keys_seen & set(TABLE3_DATASETS):
         cols = [(("General QA" if k in TABLE3_DATASETS[:3] else "Multi-hop QA"), k) for k in TABLE3_DATASETS]
@@ -575,7 +575,7 @@ def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
     data, index = [], []
     for r in rows:
         by = r.get("em_by_type") or {}
-        vals = [by.get(k, float("nan")) * scale for _, k in cols]
+        vals = [by.get(k, float("nan")) * 100.0 for _, k in cols]
         present = [v for v in vals if not math.isnan(v)]
         data.append(vals + [sum(present) / len(present) if present else float("nan")])
         index.append(r.get("method", "?"))
