@@ -519,10 +519,11 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
 
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
-    """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
+    """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient (the "pos" column
+    of :func:`zero_grad_table`)."""
     runs = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if run_label(r) == arm]
-    vals = [stats.history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
-    return statistics.fmean(vals) if vals else math.nan
+    rows = zero_grad_table({arm: runs}, [arm])
+    return rows[0]["pos"] if rows else math.nan
 
 
 def kl_grip(results_dir: Path | str | None = None) -> dict | None:
@@ -590,11 +591,7 @@ def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return {}
     keys = sorted({k for r in results for k in r.get("em_by_type", {})})
     return {
-        "em": sum(r["em"] for r in results) / len(results),
-        "em_by_type": {
-            k: sum(r["em_by_type"][k] for r in results if k in r["em_by_type"])
-            / max(1, sum(k in r["em_by_type"] for r in results))
-            for k in keys
-        },
+        "em": statistics.fmean(r["em"] for r in results),
+        "em_by_type": {k: statistics.fmean(r["em_by_type"][k] for r in results if k in r["em_by_type"]) for k in keys},
         "n_seeds": len(results),
     }
