@@ -7,6 +7,7 @@ judged by :func:`judge` (:data:`RULE`): the paper's effect is the margin, the in
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,11 +149,11 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
     runs = sorted(
         (r for r in _records(root / "toy" / "lm") if r.get("task") == "arith"), key=lambda r: (variant(r), r["seed"])
     )
-    acc = [
-        (num((r.get("initial") or {}).get("accuracy"), ".2f"), num((r["final"] or {}).get("accuracy"), ".2f"))
+    return runs, "; ".join(
+        f"{variant(r)} seed {r['seed']} {num((r.get('initial') or {}).get('accuracy'), '.2f')} → "
+        f"{num((r['final'] or {}).get('accuracy'), '.2f')}"
         for r in runs
-    ]
-    return runs, "; ".join(f"{variant(r)} seed {r['seed']} {a} → {b}" for r, (a, b) in zip(runs, acc))
+    )
 
 
 # ---------------------------------------------------------------- one evaluator per claim
@@ -292,11 +293,11 @@ def _paired(metrics: dict[str, dict[int, float]], treatment: str, control: str =
 
 def _toy_parts(claim: Claim, root: Path, group: str, metrics: dict, parts: list[tuple]) -> list[dict]:
     """One row per part ``(name, what, treatment, control, paper effect)``: :func:`contrast`, Holm over the parts."""
-    judged = [contrast(*_paired(metrics, t, c), e, len(parts)) for _, _, t, c, e in parts]
-    for c, p_adj in zip(judged, holm([c["p"] for c in judged])):
+    pairs = [_paired(metrics, t, c) for _, _, t, c, _ in parts]
+    judged = [contrast(*xy, e, len(parts)) for xy, (*_, e) in zip(pairs, parts)]
+    for c, p_adj, xy, (*_, e) in zip(judged, holm([c["p"] for c in judged]), pairs, parts):
         c["p_holm"] = p_adj
-    for c, (_, _, t, ctl, e) in zip(judged, parts):
-        c["leave_one_out"] = leave_one_out(*_paired(metrics, t, ctl), e, len(parts))
+        c["leave_one_out"] = leave_one_out(*xy, e, len(parts))
     r = load_runs(root, group=group)[0]
     s = r.get("spec", {})
     rows = []
@@ -353,7 +354,7 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
     """Every toy arm's paired difference to GRPO (controls grid, then tau sweep): :func:`contrast` without a verdict,
     with the paper's effect of that arm where it has one (Tables 4, 7)."""
     root = Path(results_dir)
-    paper_of = {"tr-surrogate": "tr", "tr-ratio": "tr", "reverse-surrogate": "reverse", "random": "random"}
+    paper_of = {TR_ARM: "tr", "tr-ratio": "tr"} | {a: scheme for _, a, scheme in TABLE4_PARTS}
     ctrl, taus = toy_metrics(root, "toy/controls"), _tau_arms(root)
     families = (
         ("toy/controls", ctrl, [a for a in ARMS if a != "equal" and a in ctrl]),
@@ -559,26 +560,17 @@ def pairs_for_power(
     sd_diff: float, effect: float, *, alpha: float = 0.05, power: float = 0.8, n_max: int = 100_000
 ) -> int:
     """The least number of seed pairs n whose two-sided paired t-test at ``alpha`` detects a mean difference
-    ``effect`` with ``power``, by the exact noncentral t (df n - 1, noncentrality effect sqrt(n) / sd)."""
-    from scipy import stats as st
-
+    ``effect`` with ``power``: the least n whose :func:`trgrpo.stats.min_detectable_effect` (the exact noncentral t)
+    is at most ``|effect|``, by bisection (the detectable effect falls with n)."""
     if not (sd_diff > 0 and effect != 0):
         raise ValueError(f"need sd_diff > 0 and effect != 0, got {sd_diff}, {effect}")
-
-    def achieved(n: int) -> float:
-        t = st.t.ppf(1 - alpha / 2, n - 1)
-        nc = abs(effect) * math.sqrt(n) / sd_diff
-        return float(st.nct.sf(t, n - 1, nc) + st.nct.cdf(-t, n - 1, nc))
-
-    lo, hi = 2, 2
-    while achieved(hi) < power:
-        lo, hi = hi, hi * 2
-        if hi > n_max:
-            raise ValueError(f"more than {n_max} pairs needed")
-    while lo < hi:  # the power rises with n: the least n that reaches it
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if achieved(mid) < power else (lo, mid)
-    return lo
+    ns = range(2, n_max + 1)
+    i = bisect.bisect_left(
+        ns, True, key=lambda n: min_detectable_effect(sd_diff, n, alpha=alpha, power=power) <= abs(effect)
+    )
+    if i == len(ns):
+        raise ValueError(f"more than {n_max} pairs needed")
+    return ns[i]
 
 
 POWER_EFFECTS = (0.05, 0.03)  # 5 and 3 accuracy points
@@ -589,8 +581,6 @@ def power_sizing(results_dir: Path | str) -> dict:
     paired final-accuracy differences TR - GRPO) of each committed SmolLM2 design, the pairs for each effect of
     :data:`POWER_EFFECTS` at 80 % power (alpha 0.05, two-sided), the CPU hours of one 100-step run (from the
     seconds per step of every SmolLM2 two-number-addition record) and of the whole comparison (two runs a pair)."""
-    import numpy as np
-
     root = Path(results_dir)
     designs = []
     for name, folder, control, treatment in (
@@ -602,8 +592,8 @@ def power_sizing(results_dir: Path | str) -> dict:
         seeds = sorted(s for sch, s in by if sch == treatment and (control, s) in by)
         if len(seeds) < 2:
             continue
-        d = [by[(treatment, s)]["final"]["accuracy"] - by[(control, s)]["final"]["accuracy"] for s in seeds]
-        sd = float(np.std(d, ddof=1))
+        acc = {arm: [by[(arm, s)]["final"]["accuracy"] for s in seeds] for arm in (treatment, control)}
+        sd = paired_t(acc[treatment], acc[control])["sd_diff"]
         r0 = by[(control, seeds[0])]
         designs.append(
             {

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,17 +101,16 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, *, digits
 # The paper's tables (notebooks 05, 06, 08)
 
 
-def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
+def kk_table(records: Iterable[dict]) -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
     for (model, name), runs in stats.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
-        finals = [r[key] for r in runs if r.get(key)]
+        finals = [r["final"] for r in runs if r.get("final")]
         for k in paper.KK_SIZES:
-            vals = [f["by_n_people"].get(k, f["by_n_people"].get(int(k))) for f in finals if "by_n_people" in f]
-            vals = [v for v in vals if v is not None]
+            vals = [v for f in finals if (v := _cell(f, k, 1)) is not None]
             row[k] = round(statistics.fmean(vals), 3) if vals else NO_RUN
-        avg, sd, _ = stats.mean_std([f["avg"] for f in finals if "avg" in f])
+        avg, sd, _ = stats.mean_std([_cell(f, "avg", 1) for f in finals])
         row["Avg."] = round(avg, 3) if avg == avg else NO_RUN
         row["sd"] = round(sd, 3) if sd == sd else NO_RUN
         rows.append(row)
@@ -121,14 +119,11 @@ def kk_table(records: Iterable[dict], *, key: str = "final") -> list[dict]:
 
 def cost_table(records: Iterable[dict]) -> list[dict]:
     """Table 8 layout from training runs: seconds per step and peak memory, GRPO vs TR-GRPO, per model."""
-    by_model: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        by_model[str(r.get("model"))][r["scheme"]].append(r)
     rows = []
-    for model, schemes in by_model.items():
+    for model, model_runs in stats.group_by(records, lambda r: str(r.get("model"))).items():
         row = {"model": model}
         for scheme in ("equal", "tr"):
-            runs = schemes.get(scheme, [])
+            runs = [r for r in model_runs if r["scheme"] == scheme]
             sps = [r["seconds_per_step"] for r in runs if r.get("seconds_per_step")]
             mem = [max(r["peak_memory"].values()) for r in runs if r.get("peak_memory")]
             row[f"{scheme}_s_per_step"] = round(statistics.median(sps), 2) if sps else NO_RUN
@@ -358,20 +353,16 @@ def write_summaries(results_dir: Path | str | None = None, **kw) -> list:
     return [summary(results_dir, **kw) for summary in (controls_summary, kl_summary, tau_summary)]
 
 
-def _grad_per_weight(record: dict) -> float:
-    """Mean over steps of grad_norm / tr/weight_mean (Figure 3 with the weight's overall scale divided out)."""
-    return stats.mean_std(stats.grad_norm_per_mean_weight(record)[1])[0]
-
-
-def grad_table(groups: dict, labels: Sequence[str], baseline: str = "equal") -> list[dict]:
-    """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV."""
+def grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
+    """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV (paired
+    against GRPO)."""
     metrics = {
         "grad norm": lambda r: stats.history_mean(r, "grad_norm"),
         "mean w": lambda r: stats.history_mean(r, "tr/weight_mean"),
-        "grad norm / mean w": _grad_per_weight,
+        "grad norm / mean w": lambda r: stats.mean_std(stats.grad_norm_per_mean_weight(r)[1])[0],
         "CV over steps of grad/mean w": lambda r: stats.spread_stats(stats.grad_norm_per_mean_weight(r)[1])["cv"],
     }
-    return stats.comparison_table(groups, metrics, baseline=baseline, compare="grad norm / mean w", order=labels)
+    return stats.comparison_table(groups, metrics, baseline="equal", compare="grad norm / mean w", order=labels)
 
 
 def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
@@ -392,7 +383,11 @@ def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
 
 # The real-LM experiment (SmolLM2-135M-Instruct on small arithmetic; notebook 03, Part B)
 
-ANSWER_REWARD = "rewards/arith_answer_reward/mean"
+REWARD_KEYS = {
+    "reward": "reward",
+    "format": "rewards/arith_format_reward/mean",
+    "answer": "rewards/arith_answer_reward/mean",
+}
 
 
 def stage0_rows(decision: dict) -> list[dict[str, Any]]:
@@ -420,7 +415,7 @@ def collapse_step(record: dict, rule: dict) -> int | None:
     ``final_below_start``) the last step if the final held-out accuracy is below the first; None: no collapse."""
     run = 0
     for h in record["history"]:
-        run = run + 1 if h[ANSWER_REWARD] <= rule["reward_floor"] else 0
+        run = run + 1 if h[REWARD_KEYS["answer"]] <= rule["reward_floor"] else 0
         if run == rule["floor_steps"]:
             return h["step"] - rule["floor_steps"] + 1
     evals = record["eval_history"]
@@ -524,27 +519,20 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
 
 
 def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
-    """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient."""
+    """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient (the "pos" column
+    of :func:`zero_grad_table`)."""
     runs = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if run_label(r) == arm]
-    vals = [stats.history_mean(r, "tr/zero_grad_frac_pos_adv") for r in runs]
-    return statistics.fmean(vals) if vals else math.nan
+    rows = zero_grad_table({arm: runs}, [arm])
+    return rows[0]["pos"] if rows else math.nan
 
 
 def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
     beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
     arms = kl_arms(results_dir)
-    hi = {r["seed"]: kl_window(r) for r in arms.get(f"{max(tc.KL_BETAS):g}", {}).get("eq10", [])}
-    lo = {r["seed"]: kl_window(r) for r in arms.get(f"{min(tc.KL_BETAS):g}", {}).get("eq10", [])}
-    seeds = sorted(set(hi) & set(lo))
-    return stats.paired_t([hi[s] for s in seeds], [lo[s] for s in seeds]) if seeds else None
-
-
-REWARD_KEYS = {
-    "reward": "reward",
-    "format": "rewards/arith_format_reward/mean",
-    "answer": "rewards/arith_answer_reward/mean",
-}
+    hi, lo = (arms.get(f"{beta(tc.KL_BETAS):g}", {}).get("eq10", []) for beta in (max, min))
+    hi, lo, seeds = stats.paired_by_seed(hi, lo, kl_window)
+    return stats.paired_t(hi, lo) if seeds else None
 
 
 def first_last(record: dict, key: str, n: int = 5) -> tuple[float, float]:
@@ -571,14 +559,13 @@ def run_summary(record: dict, n: int = 5) -> dict[str, Any]:
     return row
 
 
-def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
-    """Table 3's layout, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ, TriviaQA,
-    PopQA), Multi-hop QA columns, and their average."""
+def table3(rows: Sequence[dict[str, Any]]):
+    """Table 3's layout in percent, one row per ``{"method", "em_by_type"}``: General QA columns (one-hop, or NQ,
+    TriviaQA, PopQA), Multi-hop QA columns, and their average."""
     import pandas as pd
 
     from trgrpo.tasks.search_data import TABLE3_DATASETS, TABLE3_LABELS
 
-    scale = 100.0 if percent else 1.0
     keys_seen = {k for r in rows for k in (r.get("em_by_type") or {})}
     if keys_seen & set(TABLE3_DATASETS):
         cols = [(("General QA" if k in TABLE3_DATASETS[:3] else "Multi-hop QA"), k) for k in TABLE3_DATASETS]
@@ -589,7 +576,7 @@ def table3(rows: Sequence[dict[str, Any]], *, percent: bool = True):
     data, index = [], []
     for r in rows:
         by = r.get("em_by_type") or {}
-        vals = [by.get(k, float("nan")) * scale for _, k in cols]
+        vals = [by.get(k, float("nan")) * 100.0 for _, k in cols]
         present = [v for v in vals if not math.isnan(v)]
         data.append(vals + [sum(present) / len(present) if present else float("nan")])
         index.append(r.get("method", "?"))
@@ -604,11 +591,7 @@ def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return {}
     keys = sorted({k for r in results for k in r.get("em_by_type", {})})
     return {
-        "em": sum(r["em"] for r in results) / len(results),
-        "em_by_type": {
-            k: sum(r["em_by_type"][k] for r in results if k in r["em_by_type"])
-            / max(1, sum(k in r["em_by_type"] for r in results))
-            for k in keys
-        },
+        "em": statistics.fmean(r["em"] for r in results),
+        "em_by_type": {k: statistics.fmean(r["em_by_type"][k] for r in results if k in r["em_by_type"]) for k in keys},
         "n_seeds": len(results),
     }
