@@ -495,19 +495,26 @@ def _roles(low: bytes, names: Sequence[str]) -> dict[str, bool] | None:
     return parsed
 
 
-def parse_kk_answer(answer_text: str, names: Sequence[str]) -> dict[str, bool] | None:
-    """Logic-RL's parser: {name: is_knight} when there are exactly len(names) role mentions and each name appears as
-    "Name is a knight|knave", else None; also None on a look-alike or invisible character. Linear time."""
-    # the Kelvin sign is the one non-ASCII character that lower-cases to an ASCII letter
-    answer = answer_text.replace("\u212a", "k") if "\u212a" in answer_text else answer_text
-    data = _utf8(answer)
-    low = data.lower()  # ASCII letters only
+def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] | None:
+    """The count and role reading of :func:`parse_kk_answer` on UTF-8 bytes, without its look-alike guard (notebook
+    04's exercise calls it "the old parser")."""
+    low = answer.lower()  # ASCII letters only
     if low.count(b"knight") + low.count(b"knave") != len(names):
         return None
     parsed = _roles(low, names)
     if parsed is None and not low.isascii() and any(lead in low for lead in _UNICODE_SPACE_LEADS):
         # Unicode white space ("is\u00a0a") as ASCII spaces, read as Logic-RL's str regex does
         parsed = _roles(_UNICODE_SPACE.sub(b" ", low), names)
+    return parsed
+
+
+def parse_kk_answer(answer_text: str, names: Sequence[str]) -> dict[str, bool] | None:
+    """Logic-RL's parser: {name: is_knight} when there are exactly len(names) role mentions and each name appears as
+    "Name is a knight|knave", else None; also None on a look-alike or invisible character. Linear time."""
+    # the Kelvin sign is the one non-ASCII character that lower-cases to an ASCII letter
+    answer = answer_text.replace("\u212a", "k") if "\u212a" in answer_text else answer_text
+    data = _utf8(answer)
+    parsed = _parse_answer_bytes(data, names)
     if parsed is not None and disguised_letters(answer, data):
         return None  # a role the count may miss, e.g. "Zoey is a ｋｎａｖｅ. Zoey is a knight."
     return parsed
