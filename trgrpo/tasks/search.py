@@ -639,9 +639,8 @@ class SearchOptions(TaskOptions):
     corpus_seed: int = 0
     train_file: str | None = None  # searchr1: Search-R1's nq_hotpotqa_train parquet (None: the hub)
     data_dir: str | None = None  # searchr1: a folder of the seven QA sets, FlashRAG or Search-R1 files (None: the hub)
-    retriever: Literal[RETRIEVERS] = (
-        "bm25"  # bm25 or dense over the synthetic corpus; server: a /retrieve server at url
-    )
+    # bm25 or dense over the synthetic corpus; server: a /retrieve server at url
+    retriever: Literal[RETRIEVERS] = "bm25"
     url: str = "http://127.0.0.1:8000/retrieve"
     timeout_s: float = 30.0  # per retrieval request
     top_k: int = 3
