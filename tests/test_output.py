@@ -74,24 +74,26 @@ def test_save_headline_writes_everything_and_prints_at_most_ten_lines(tmp_path, 
 
     import pytest
 
-    from trgrpo.notebook import save_headline
+    from trgrpo.notebook import Notebook
 
+    nb = Notebook("03_x", False, tmp_path)
     headline = {f"s{i}": i + 0.123456 for i in range(12)}
     headline["nested"] = {"a": [1, 2, 3], "b": {"c": 1}}
     headline["nan"] = math.nan
-    path = tmp_path / "sub" / "h.json"
-    text = save_headline(headline, path)
+    path = nb.save_headline(headline)
     printed = capsys.readouterr().out.strip().splitlines()
-    assert printed == text.splitlines() and len(printed) <= 10
+    assert len(printed) <= 10
     assert printed[0] == f"saved to {path}"
     assert "  s0: 0.1235" in printed and not any("nested" in line for line in printed)
-    assert printed[-1] == "  (+6 more entries in the file)"
+    assert printed[-1] == "  (+7 more entries in the file)"  # 15: the 14 given and the provenance
     rec = json.loads(path.read_text())
-    assert rec["nested"] == headline["nested"] and rec["nan"] is None and len(rec) == 14
-    save_headline(headline, path, keys=["s3", "nested", "s1"])
+    assert rec["nested"] == headline["nested"] and rec["nan"] is None and len(rec) == 15
+    nb.save_headline(headline, keys=["s3", "nested", "s1"])
     shown = capsys.readouterr().out.splitlines()[1:]
-    assert shown == ["  s3: 3.123", "  s1: 1.123", "  (+12 more entries in the file)"]
+    assert shown == ["  s3: 3.123", "  s1: 1.123", "  (+13 more entries in the file)"]
+    path.unlink()
     with pytest.raises(KeyError, match="missing"):
-        save_headline(headline, path, keys=["missing"])
+        nb.save_headline(headline, keys=["missing"])
     with pytest.raises(TypeError, match="headline"):
-        save_headline([1], tmp_path / "x.json")
+        nb.save_headline([1])
+    assert not path.exists(), "a bad headline or key writes nothing"

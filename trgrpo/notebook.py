@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trgrpo.experiment import ROOT, ConfigError, write_json
+from trgrpo.experiment import ROOT, ConfigError, provenance, write_json
 
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
 
@@ -24,15 +24,10 @@ def _switch(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
-def headless() -> bool:
-    """True in a headless run (``TRGRPO_HEADLESS``)."""
-    return _switch("TRGRPO_HEADLESS")
-
-
 def configure() -> None:
     """Filter the dependencies' FutureWarnings; in a headless run, disable progress bars."""
     warnings.filterwarnings("ignore", category=FutureWarning, module=DEPENDENCIES)
-    if headless():
+    if _switch("TRGRPO_HEADLESS"):
         os.environ.setdefault("TQDM_DISABLE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
@@ -43,31 +38,6 @@ def configure() -> None:
 def _short(value: object, width: int = 60) -> str:
     text = f"{value:.4g}" if isinstance(value, float) else str(value)
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def save_headline(
-    headline: dict, path: str | os.PathLike, keys: list[str] | None = None, max_items: int = 8, *, quiet: bool = False
-) -> str:
-    """Write a notebook's ``headline`` record to ``path`` (atomic JSON, NaN -> null) and print a short summary
-    (unless ``quiet``): a ``saved to PATH`` line, then ``key: value`` for at most ``max_items`` top-level scalar entries
-    (those named in ``keys``, in that order, else the first ones; nested entries are in the file, not on screen).
-    Returns the text."""
-    if not isinstance(headline, dict):
-        raise TypeError(f"headline must be a dict, got {type(headline).__name__}")
-    saved = write_json(Path(path), headline)
-    unknown = [k for k in keys or [] if k not in headline]
-    if unknown:
-        raise KeyError(f"keys not in headline: {unknown}")
-    items = [(k, headline[k]) for k in keys] if keys else list(headline.items())
-    scalars = [(k, v) for k, v in items if v is None or isinstance(v, (bool, int, float, str))]
-    lines = [f"saved to {saved}"] + [f"  {k}: {_short(v)}" for k, v in scalars[:max_items]]
-    rest = len(headline) - min(len(scalars), max_items)
-    if rest:
-        lines.append(f"  (+{rest} more entries in the file)")
-    text = "\n".join(lines)
-    if not quiet:
-        print(text)
-    return text
 
 
 def smoke_from_env() -> bool:
@@ -163,12 +133,25 @@ class Notebook:
 
     def save_headline(self, headline: dict, keys: list[str] | None = None, *, quiet: bool = False) -> Path:
         """Write ``headline`` with its ``provenance`` (git commit, clean-tree flag, machine, versions:
-        :func:`trgrpo.experiment.provenance`) to :attr:`headline_path` (JSON) and, unless ``quiet`` (a hidden
-        bookkeeping cell), print ``saved to ...`` and at most eight of its entries (those named in ``keys``):
-        :func:`save_headline`."""
-        from trgrpo.experiment import provenance
-
-        save_headline({**headline, "provenance": provenance()}, self.headline_path, keys=keys, quiet=quiet)
+        :func:`trgrpo.experiment.provenance`) to :attr:`headline_path` (atomic JSON, NaN -> null) and, unless
+        ``quiet`` (a hidden bookkeeping cell), print a ``saved to PATH`` line, then ``key: value`` for at most eight
+        top-level scalar entries (those named in ``keys``, in that order, else the first ones; nested entries are in
+        the file, not on screen)."""
+        if not isinstance(headline, dict):
+            raise TypeError(f"headline must be a dict, got {type(headline).__name__}")
+        unknown = [k for k in keys or [] if k not in headline]
+        if unknown:
+            raise KeyError(f"keys not in headline: {unknown}")
+        headline = {**headline, "provenance": provenance()}
+        saved = write_json(self.headline_path, headline)
+        items = [(k, headline[k]) for k in keys] if keys else list(headline.items())
+        scalars = [(k, v) for k, v in items if v is None or isinstance(v, (bool, int, float, str))]
+        lines = [f"saved to {saved}"] + [f"  {k}: {_short(v)}" for k, v in scalars[:8]]
+        rest = len(headline) - min(len(scalars), 8)
+        if rest:
+            lines.append(f"  (+{rest} more entries in the file)")
+        if not quiet:
+            print("\n".join(lines))
         return self.headline_path
 
 

@@ -57,13 +57,11 @@ def parse_answer(completion: str) -> int | None:
     return int(text)
 
 
-def splits(*, n_test: int = 400, n_val: int = 200, lo: int = 10, hi: int = 99, seed: int = 1234) -> dict:
-    """All pairs ``(a, b)`` with ``lo <= a, b <= hi``, split once (fixed ``seed``) into train / val / test."""
-    if n_test + n_val >= (hi - lo + 1) ** 2:
-        raise ValueError("n_test + n_val leaves no training pair")
-    pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
-    random.Random(seed).shuffle(pairs)
-    return {"test": pairs[:n_test], "val": pairs[n_test : n_test + n_val], "train": pairs[n_test + n_val :]}
+def splits() -> dict:
+    """All pairs ``(a, b)`` of two-digit numbers, split once (seed 1234) into 400 test, 200 val and the rest train."""
+    pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    random.Random(1234).shuffle(pairs)
+    return {"test": pairs[:400], "val": pairs[400:600], "train": pairs[600:]}
 
 
 def records(pairs: Iterable[tuple[int, int]], task: str = "addition") -> list[dict]:
@@ -105,20 +103,21 @@ def generate(
     tokenizer.padding_side = "left"
     was_training = model.training
     model.eval()
+    sampling = dict(temperature=temperature, top_k=0, top_p=1.0) if do_sample else {}
     out: list[str] = []
     try:
         torch.manual_seed(seed)
         for i in range(0, len(prompts), batch_size):
             enc = tokenizer(list(prompts[i : i + batch_size]), return_tensors="pt", padding=True)
             enc = {k: v.to(model.device) for k, v in enc.items()}
-            kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if do_sample else {}
             with torch.no_grad():
                 gen = model.generate(
                     **enc,
                     max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,
-                    **(kw or dict(do_sample=False)),
+                    **sampling,
                 )
             out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:

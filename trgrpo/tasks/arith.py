@@ -82,11 +82,6 @@ def arith_dataset(problems: Sequence[dict], tokenizer: Any) -> Any:
     )
 
 
-def _text(completion: Any) -> str | None:
-    text = completion_text(completion)
-    return text[:MAX_SCAN_CHARS] if isinstance(text, str) else None
-
-
 def format_reward(completion: Any) -> float:
     """1.0 if the completion is one integer (optionally a final period) and nothing else, else 0.0."""
     text = completion_text(completion)
@@ -97,10 +92,10 @@ def format_reward(completion: Any) -> float:
 
 def answer_reward(completion: Any, answer: Any) -> float:
     """1.0 if the first integer of the completion equals ``answer``, else 0.0."""
-    text = _text(completion)
-    if text is None:
+    text = completion_text(completion)
+    if not isinstance(text, str):
         return 0.0
-    m = _INT.search(text)
+    m = _INT.search(text[:MAX_SCAN_CHARS])
     try:
         return 1.0 if m is not None and int(m.group()) == int(answer) else 0.0
     except (TypeError, ValueError):
@@ -113,15 +108,11 @@ def make_arith_reward_funcs(reward: str = "answer+format") -> list[Callable[...,
     if reward not in REWARDS:
         raise ValueError(f"task option reward must be one of {REWARDS}, got {reward!r}")
 
-    def arith_format_reward(
-        prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
-    ) -> list[float]:
+    def arith_format_reward(completions: Sequence[Any] = (), **kwargs: Any) -> list[float]:
         """1 if the completion is only the number, else 0."""
         return [format_reward(c) for c in completions]
 
-    def arith_answer_reward(
-        prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Any = None, **kwargs: Any
-    ) -> list[float]:
+    def arith_answer_reward(completions: Sequence[Any] = (), **kwargs: Any) -> list[float]:
         """1 if the first number of the completion is the sum, else 0 (the dataset column ``answer``)."""
         answers = kwargs.get("answer")
         if answers is None:
@@ -133,14 +124,18 @@ def make_arith_reward_funcs(reward: str = "answer+format") -> list[Callable[...,
     return [arith_format_reward, arith_answer_reward] if reward == "answer+format" else [arith_answer_reward]
 
 
-def evaluate_arith(
-    model: Any, tokenizer: Any, problems: Sequence[dict], *, batch_size: int = 32, max_new_tokens: int = 8
-) -> dict[str, Any]:
+def _evaluate(model: Any, tokenizer: Any, problems: Sequence[dict], spec: Any) -> dict[str, Any]:
     """Greedy evaluation: ``accuracy`` (answer reward), ``format_rate`` and ``reward`` (their sum), means over items."""
     if not problems:
         return {"accuracy": None, "format_rate": None, "reward": None, "n": 0}
     prompts = [arith_prompt(p) for p in problems]
-    completions = greedy_generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    completions = greedy_generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
+        batch_size=ArithOptions(**spec.task_options).eval_batch_size or 32,
+    )
     acc = [answer_reward(c, p["answer"]) for c, p in zip(completions, problems)]
     fmt = [format_reward(c) for c in completions]
     n = len(problems)
@@ -159,16 +154,6 @@ def _build(spec: Any, tokenizer):
     low, high = o.range
     problems = make_problems(spec.n_train + spec.n_eval, seed=0, low=low, high=high, kind=o.kind)
     return arith_dataset(problems[: spec.n_train], tokenizer), problems[spec.n_train :]
-
-
-def _evaluate(model, tokenizer, records, spec: Any) -> dict:
-    return evaluate_arith(
-        model,
-        tokenizer,
-        records,
-        max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
-        **ArithOptions(**spec.task_options).eval_batch(),
-    )
 
 
 class ArithOptions(TaskOptions):

@@ -7,7 +7,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +225,7 @@ class TokenOccurrences:
     token_ids: list[int]
     texts: list[str]
     probs: list[float]
-    completion: list[int] = field(default_factory=list)
+    completion: list[int]
 
 
 def sample_token_probabilities(
@@ -250,7 +250,7 @@ def sample_token_probabilities(
     texts = [render_prompt(tokenizer, p)[0] for p in prompts]
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    out = TokenOccurrences([], [], [])
+    out = TokenOccurrences([], [], [], [])
     gen = torch.Generator().manual_seed(seed)
     model.eval()
     for start in range(0, len(texts), batch_size):
