@@ -109,7 +109,7 @@ def build_model(path: Path, tokenizer_dir: str, *, cpu: bool) -> dict:
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(0)
     if cpu:
-        tiny_model(path, hidden=32, layers=2, heads=2, seed=0, tokenizer=tok)
+        tiny_model(path, tokenizer=tok)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     else:
         ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)

@@ -39,7 +39,7 @@ def tiny_model_dir(tmp_path_factory):
     from trgrpo.models import tiny_model
 
     torch.set_num_threads(2)
-    return tiny_model(tmp_path_factory.mktemp("tiny-llama"), hidden=32, layers=2, heads=2, seed=0)
+    return tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")

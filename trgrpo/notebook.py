@@ -169,17 +169,11 @@ def check_parameters(nb: Notebook, namespace: dict) -> None:
     from trgrpo.batch import check_parameters as check
     from trgrpo.batch import parameter_defaults
 
-    path = next(
-        (
-            p
-            for p in (nb.root / "notebooks", nb.root / "notebooks" / "solutions", Path.cwd())
-            if (p / f"{nb.name}.ipynb").is_file()
-        ),
-        None,
-    )
-    if path is None:
+    folders = (nb.root / "notebooks", nb.root / "notebooks" / "solutions", Path.cwd())
+    files = [f for f in (p / f"{nb.name}.ipynb" for p in folders) if f.is_file()]
+    if not files:
         return
-    defaults = parameter_defaults(path / f"{nb.name}.ipynb")
+    defaults = parameter_defaults(files[0])
     unknown = [k for k in _injected(namespace) if k not in defaults]
     if unknown:  # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ)
         raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")

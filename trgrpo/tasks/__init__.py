@@ -5,6 +5,7 @@ trainer: :func:`trgrpo.experiment.run` does.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -62,7 +63,6 @@ class Task:
 
 
 _TASKS: dict[str, Task] = {}
-_loaded = False
 
 
 def register_task(name: str, task: Task) -> None:
@@ -74,13 +74,11 @@ def register_task(name: str, task: Task) -> None:
     _TASKS[name] = task
 
 
+@functools.cache
 def _load_builtin_tasks() -> None:
     """Import every module of this package once: each registers its own tasks."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for info in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
 
 
 def task_names() -> list[str]:

@@ -83,6 +83,10 @@ def generate_completions(
         text, templated = render_prompt(tokenizer, prompt)
         encoded.append(list(tokenizer(text, add_special_tokens=not templated)["input_ids"]))
 
+    # greedy: None silences "temperature is set but do_sample=False" from the model's generation config
+    sampling = (
+        dict(temperature=temperature, top_p=top_p) if do_sample else dict(temperature=None, top_p=None, top_k=None)
+    )
     if seed is not None:
         torch.manual_seed(seed)
     device = next(model.parameters()).device
@@ -99,19 +103,15 @@ def generate_completions(
                 if ids:
                     input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
                     attention[row, width - len(ids) :] = 1
-            kwargs: dict[str, Any] = dict(
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                num_return_sequences=num_return_sequences,
-                pad_token_id=pad_id,
-            )
-            if do_sample:
-                kwargs.update(temperature=temperature, top_p=top_p)
-            else:  # silence "temperature is set but do_sample=False" from the model's generation config
-                kwargs.update(temperature=None, top_p=None, top_k=None)
             with torch.no_grad():
                 generated = model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
+                    num_return_sequences=num_return_sequences,
+                    pad_token_id=pad_id,
+                    **sampling,
                 )
             texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
             for row in range(len(chunk)):
