@@ -89,7 +89,7 @@ def accepted(plan: dict, cal: dict) -> bool:
     return all(c["ok"] for c in rule_checks(plan, cal))
 
 
-def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict:
+def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
     """Run (or skip, when recorded) each candidate's probe, then write ``decision.json`` beside the plan."""
     plan = yaml.safe_load(Path(plan_path).read_text())
     results = Path(results_dir or RESULTS_DIR)
@@ -124,7 +124,6 @@ def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> dict
     }
     write_json(results / plan["group"] / "decision.json", decision)
     print(f"[stage0] accepted: {choice or 'none'}")
-    return decision
 
 
 def _probe(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:

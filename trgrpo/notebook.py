@@ -6,6 +6,7 @@ headless run (``TRGRPO_HEADLESS=1``, set by ``trgrpo.batch`` and the tests), whe
 
 from __future__ import annotations
 
+import ast
 import os
 import platform
 import sys
@@ -174,27 +175,22 @@ def check_parameters(nb: Notebook, namespace: dict) -> None:
     if not files:
         return
     defaults = parameter_defaults(files[0])
-    unknown = [k for k in _injected(namespace) if k not in defaults]
-    if unknown:  # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ)
-        raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")
-    try:
-        check({k: namespace[k] for k in defaults if k in namespace}, defaults, f"{nb.name}")
-    except ConfigError as e:
-        raise ParameterError(str(e)) from None
-
-
-def _injected(namespace: dict) -> list[str]:
-    """The names papermill assigned: its injected cell is the kernel's input that starts ``# Parameters``."""
-    import ast
-
-    cell = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
-    return [
+    # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ): the names its injected cell
+    # (the kernel's input that starts "# Parameters") assigns
+    injected = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
+    unknown = [
         t.id
-        for node in ast.parse(cell).body
+        for node in ast.parse(injected).body
         if isinstance(node, ast.Assign)
         for t in node.targets
-        if isinstance(t, ast.Name)
+        if isinstance(t, ast.Name) and t.id not in defaults
     ]
+    if unknown:
+        raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")
+    try:
+        check({k: namespace[k] for k in defaults if k in namespace}, defaults, nb.name)
+    except ConfigError as e:
+        raise ParameterError(str(e)) from None
 
 
 def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | None = None) -> Notebook:

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from trgrpo.tasks import Task, TaskOptions, register_task
 
-TASK_NAMES = ("addition", "addition_trace")
-MAX_COMPLETION = {"addition": 6, "addition_trace": 24}
+MAX_COMPLETION = {"addition": 6, "addition_trace": 24}  # task -> completion tokens
+TASK_NAMES = tuple(MAX_COMPLETION)
 
 
 def spaced(n: int) -> str:
