@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trgrpo import course, notebook
-from trgrpo.notebook import Notebook, find_root, setup, smoke_from_env, versions
+from trgrpo.notebook import Notebook, find_root, setup, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
@@ -29,12 +29,12 @@ NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
         ("yes", True),
     ],
 )
-def test_smoke_from_env(monkeypatch, value, smoke):
+def test_smoke_from_env(monkeypatch, tmp_path, value, smoke):
     if value is None:
         monkeypatch.delenv("TRGRPO_SMOKE", raising=False)
     else:
         monkeypatch.setenv("TRGRPO_SMOKE", value)
-    assert smoke_from_env() is smoke
+    assert setup("01_x", root=tmp_path).smoke is smoke
 
 
 def test_setup_reads_the_environment_unless_told(monkeypatch, tmp_path, capsys):

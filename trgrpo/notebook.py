@@ -41,11 +41,6 @@ def _short(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def smoke_from_env() -> bool:
-    """``TRGRPO_SMOKE`` as a switch."""
-    return _switch("TRGRPO_SMOKE")
-
-
 def find_root(start: str | os.PathLike | None = None) -> Path:
     """The nearest of ``start`` (default: the working folder) and its parents holding ``trgrpo/``; else ``start``."""
     here = Path(start or Path.cwd()).resolve()
@@ -199,7 +194,7 @@ def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | Non
     if not isinstance(name, str) or not name or Path(name).name != name or name.endswith(".ipynb"):
         raise ValueError(f"name must be the notebook's file name without folder or .ipynb, got {name!r}")
     configure()
-    nb = Notebook(name, smoke_from_env() if smoke is None else bool(smoke), Path(root) if root else find_root())
+    nb = Notebook(name, _switch("TRGRPO_SMOKE") if smoke is None else bool(smoke), Path(root) if root else find_root())
     check_parameters(nb, sys._getframe(1).f_globals)  # the caller is the cell right after the parameters cell
     print(f"{name}: {'smoke mode (a fast pipeline check: its numbers mean nothing)' if nb.smoke else 'full mode'}")
     return nb
