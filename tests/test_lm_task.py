@@ -267,3 +267,22 @@ def test_stress_table_and_figure_from_the_committed_records():
     assert s["both"] + s["neither"] + s["only tr"] + s["only grpo"] == s["n"] == len(rows)
     fig = plots.plot_stress(recs, plan)
     assert len(fig.axes) == len(rows) and "lr 5e-05" in fig._suptitle.get_text()
+
+
+def test_registered_evaluation_scores_its_greedy_completions(tiny_model_dir):
+    """The run task's evaluation (what `python -m trgrpo.train` and the grid call): greedy completions of the
+    pre-filled prompts, scored by the two rewards, means over the items."""
+    from trgrpo.experiment import RunSpec
+    from trgrpo.models import load_model_and_tokenizer
+    from trgrpo.tasks import get_task
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    problems = arith.make_problems(4, seed=0)
+    spec = RunSpec(task="arith", steps=1, max_completion_length=8, task_options={"eval_batch_size": 3})
+    res = get_task("arith").evaluate(model, tok, problems, spec)
+    comps = res["examples"]
+    assert res["n"] == len(comps) == 4 and all(isinstance(c, str) for c in comps)
+    acc = sum(arith.answer_reward(c, p["answer"]) for c, p in zip(comps, problems)) / 4
+    fmt = sum(arith.format_reward(c) for c in comps) / 4
+    assert (res["accuracy"], res["format_rate"], res["reward"]) == (acc, fmt, acc + fmt)
+    assert get_task("arith").evaluate(model, tok, [], spec)["accuracy"] is None
