@@ -74,12 +74,12 @@ def correctness_reward(prompts: list, completions: list, answer: list, **kwargs:
     return [1.0 if parse_answer(c) == int(a) else 0.0 for c, a in zip(completions, answer)]
 
 
-def make_random_reward(seed: int = 0, p: float = 0.5) -> Any:
-    """Control: a Bernoulli(p) reward independent of the completion (the policy can learn nothing from it)."""
+def make_random_reward(seed: int) -> Any:
+    """Control: a Bernoulli(1/2) reward independent of the completion (the policy can learn nothing from it)."""
     rng = random.Random(seed)
 
     def random_reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
-        return [1.0 if rng.random() < p else 0.0 for _ in completions]
+        return [1.0 if rng.random() < 0.5 else 0.0 for _ in completions]
 
     return random_reward
 

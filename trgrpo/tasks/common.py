@@ -178,7 +178,7 @@ def as_list(value: Any) -> list[Any]:
     """A list from a list, tuple or numpy array (parquet hands arrays back); clear error otherwise."""
     if isinstance(value, (list, tuple)):
         return list(value)
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+    if hasattr(value, "tolist"):
         out = value.tolist()
         if isinstance(out, list):
             return out
