@@ -93,9 +93,8 @@ def generate(
     do_sample: bool = False,
     temperature: float = 1.0,
     seed: int = 0,
-    batch_size: int = 512,
 ) -> list[str]:
-    """Batched generation; sampling uses a fixed seed and restores the global RNG afterwards."""
+    """Generation in batches of 512 prompts; sampling uses a fixed seed and restores the global RNG afterwards."""
     import torch
 
     state = torch.get_rng_state()
@@ -107,8 +106,8 @@ def generate(
     out: list[str] = []
     try:
         torch.manual_seed(seed)
-        for i in range(0, len(prompts), batch_size):
-            enc = tokenizer(list(prompts[i : i + batch_size]), return_tensors="pt", padding=True)
+        for i in range(0, len(prompts), 512):
+            enc = tokenizer(list(prompts[i : i + 512]), return_tensors="pt", padding=True)
             enc = {k: v.to(model.device) for k, v in enc.items()}
             with torch.no_grad():
                 gen = model.generate(
