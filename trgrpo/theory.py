@@ -85,17 +85,12 @@ def theorem31_bounds(probs: torch.Tensor, k: torch.Tensor | int) -> dict[str, to
 
 
 def random_distributions(
-    n: int,
-    vocab_size: int,
-    temperature: float = 1.0,
-    *,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float64,
+    n: int, vocab_size: int, temperature: float = 1.0, *, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """``n`` distributions softmax(z / temperature) over ``vocab_size`` tokens, z ~ N(0, 1) (small T: peaked)."""
+    """``n`` float64 distributions softmax(z / T) over ``vocab_size`` tokens, z ~ N(0, 1) (small T: peaked)."""
     if n < 1 or vocab_size < 2 or not temperature > 0:
         raise ValueError(f"need n >= 1, vocab_size >= 2, temperature > 0; got {n}, {vocab_size}, {temperature}")
-    z = torch.randn(n, vocab_size, generator=generator, dtype=dtype)
+    z = torch.randn(n, vocab_size, generator=generator, dtype=torch.float64)
     return torch.softmax(z / temperature, dim=-1)
 
 

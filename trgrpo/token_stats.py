@@ -22,9 +22,9 @@ _LOGIC_WORDS = {"knight", "knave", "not", "and", "or", "if", "then", "iff", "tru
 
 
 def average_probabilities(
-    texts: Sequence[str], probs: Sequence[float], *, min_count: int = 5, strip: bool = True
+    texts: Sequence[str], probs: Sequence[float], *, min_count: int = 5
 ) -> dict[str, tuple[float, int]]:
-    """pi_bar(o) and #occ(o) for every token text seen at least ``min_count`` times (Section 1)."""
+    """pi_bar(o) and #occ(o) for every token text (stripped of spaces) seen at least ``min_count`` times (Section 1)."""
     if len(texts) != len(probs):
         raise ValueError(f"texts and probs differ in length ({len(texts)} vs {len(probs)})")
     if min_count < 1:
@@ -34,7 +34,7 @@ def average_probabilities(
     for t, p in zip(texts, probs):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"probs must lie in [0, 1], got {p}")
-        key = t.strip() if strip else t
+        key = t.strip()
         if not key:
             continue
         sums[key] += p
@@ -115,24 +115,23 @@ def category_shares(items: Sequence[tuple[str, float, int]], names: Sequence[str
 STRUCTURAL = ("operator", "bracket", "number", "name", "tag/format")  # Figure 1's "operators, brackets, names"
 
 
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval for a proportion k / n (95 % by default); (0, 1) when n = 0."""
+def wilson_interval(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval for a proportion k / n (statsmodels); (0, 1) when n = 0."""
+    from statsmodels.stats.proportion import proportion_confint
+
     if not (isinstance(k, int) and isinstance(n, int)) or n < 0 or not 0 <= k <= n:
         raise ValueError(f"need integers 0 <= k <= n, got k={k!r}, n={n!r}")
     if n == 0:
         return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
+    lo, hi = proportion_confint(k, n, method="wilson")
+    return max(0.0, float(lo)), min(1.0, float(hi))
 
 
-def difference_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (his method 10) for p1 - p2 from two Wilson intervals (95 % by default)."""
+def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (his method 10, 95 %) for p1 - p2 from two Wilson intervals."""
     p1, p2 = k1 / max(n1, 1), k2 / max(n2, 1)
-    l1, u1 = wilson_interval(k1, n1, z)
-    l2, u2 = wilson_interval(k2, n2, z)
+    l1, u1 = wilson_interval(k1, n1)
+    l2, u2 = wilson_interval(k2, n2)
     d = p1 - p2
     return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
@@ -171,9 +170,7 @@ def structural_claim(
     }
 
 
-def word_cloud(
-    items: Sequence[tuple[str, float, int]], *, high: bool = True, seed: int = 0, width: int = 600, height: int = 360
-):
+def word_cloud(items: Sequence[tuple[str, float, int]], *, high: bool = True, seed: int = 0):
     """A wordcloud image: size grows with the average probability (``high``) or with 1 - probability."""
     from wordcloud import WordCloud
 
@@ -182,8 +179,8 @@ def word_cloud(
         key = t if t.strip() else repr(t)
         freqs[key] = max(1e-6, p if high else 1.0 - p)
     wc = WordCloud(
-        width=width,
-        height=height,
+        width=600,
+        height=360,
         background_color="white",
         random_state=seed,
         regexp=r"\S+",

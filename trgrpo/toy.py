@@ -22,8 +22,7 @@ from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy,
 from trgrpo.weights import DEFAULTS
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-SYMBOLS = ["+", "=", ";"]
-VOCAB = [PAD, EOS, UNK, *[str(d) for d in range(10)], *SYMBOLS]
+VOCAB = [PAD, EOS, UNK, *[str(d) for d in range(10)], "+", "=", ";"]
 
 MICRO_CONFIG = dict(
     hidden_size=128,
@@ -117,11 +116,6 @@ def _sft_batch(tokenizer, rows: Sequence[dict]):
     return pad_batch(examples, tokenizer.pad_token_id)
 
 
-def warm_start_key(task: str, seed: int, threshold: float, config: dict) -> str:
-    blob = json.dumps({"task": task, "seed": seed, "threshold": threshold, "config": config, "v": 1}, sort_keys=True)
-    return f"{task}-micro-seed{seed}-thr{threshold:g}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
-
-
 def warm_start(
     task: str = "addition",
     seed: int = 0,
@@ -145,9 +139,9 @@ def warm_start(
         raise ValueError(f"threshold is an accuracy in [0, 1], got {threshold}")
     config = {**MICRO_CONFIG, **(model_overrides or {})}
     base = Path(cache) if cache is not None else cache_dir() / "toy"
-    target = base / warm_start_key(
-        task, seed, threshold, {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
-    )
+    key = {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
+    blob = json.dumps({"task": task, "seed": seed, "threshold": threshold, "config": key, "v": 1}, sort_keys=True)
+    target = base / f"{task}-micro-seed{seed}-thr{threshold:g}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
     if (target / "warm_start.json").exists():
         return target
 
@@ -160,11 +154,9 @@ def warm_start(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     history: list[dict] = []
-    step, reached = 0, None
-    while step < max_steps:
-        batch = rng.sample(train, batch_size)
-        loss = sft_step(model, opt, _sft_batch(tok, batch))
-        step += 1
+    reached = None
+    for step in range(1, max_steps + 1):
+        loss = sft_step(model, opt, _sft_batch(tok, rng.sample(train, batch_size)))
         if step % check_every == 0 or step == max_steps:
             acc = evaluate_accuracy(model, tok, val, task=task, sampled=False)
             history.append({"step": step, "loss": loss, "greedy_accuracy": acc["greedy_accuracy"]})
@@ -318,12 +310,8 @@ def run_toy(
             keys = ("greedy_accuracy", "sampled_accuracy")
             eval_history.append({"step": record["steps"], **{k: final[k] for k in keys}})
         by_step = {e["step"]: e for e in eval_history}
-        for h in record["history"]:
-            e = by_step.get(h.get("step"))
-            if e is not None:
-                h["eval/greedy_accuracy"] = e["greedy_accuracy"]
-                if "sampled_accuracy" in e:
-                    h["eval/sampled_accuracy"] = e["sampled_accuracy"]
+        for h in record["history"]:  # the evaluation of a step beside its training metrics
+            h.update({f"eval/{k}": v for k, v in by_step.get(h.get("step"), {}).items() if k != "step"})
         n_params = ws["n_parameters"] / 1e6
         return dict(
             model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec.seed}, {ws['steps']} SFT steps)",
