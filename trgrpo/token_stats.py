@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,11 +105,8 @@ def classify_token(text: str, names: Sequence[str] = ()) -> str:
 
 def category_shares(items: Sequence[tuple[str, float, int]], names: Sequence[str] = ()) -> dict[str, float]:
     """Share of each category among ``items`` (as returned by :func:`top_and_bottom`)."""
-    counts = dict.fromkeys(CATEGORIES, 0)
-    for t, _, _ in items:
-        counts[classify_token(t, names)] += 1
-    n = max(1, len(items))
-    return {c: round(v / n, 3) for c, v in counts.items()}
+    counts = Counter(classify_token(t, names) for t, _, _ in items)
+    return {c: round(counts[c] / max(1, len(items)), 3) for c in CATEGORIES}
 
 
 STRUCTURAL = ("operator", "bracket", "number", "name", "tag/format")  # Figure 1's "operators, brackets, names"
@@ -387,14 +384,12 @@ def prompt_bootstrap(
     observed = {lv: figure1_difference(occ, lv, **rank) for lv in levels}
     boots: dict[str, list[float]] = {lv: [] for lv in levels}
     for _ in range(n_boot):
-        ids, texts, probs, comp = [], [], [], []
-        for j, p in enumerate(rng.integers(0, n_prompts, n_prompts)):
-            for i in by_prompt[p]:  # a resampled prompt's completions get fresh indices: words never join across
-                ids.append(occ.token_ids[i])
-                texts.append(occ.texts[i])
-                probs.append(occ.probs[i])
-                comp.append(j * samples_per_prompt + occ.completion[i] % samples_per_prompt)
-        sample = TokenOccurrences(ids, texts, probs, comp)
+        picked = [(j, i) for j, p in enumerate(rng.integers(0, n_prompts, n_prompts)) for i in by_prompt[p]]
+        sample = TokenOccurrences(
+            *([f[i] for _, i in picked] for f in (occ.token_ids, occ.texts, occ.probs)),
+            # a resampled prompt's completions get fresh indices: words never join across copies
+            [j * samples_per_prompt + occ.completion[i] % samples_per_prompt for j, i in picked],
+        )
         for lv in levels:
             boots[lv].append(figure1_difference(sample, lv, **rank))
     m = len(levels)
@@ -402,12 +397,12 @@ def prompt_bootstrap(
     for lv in levels:
         b = np.asarray(boots[lv], dtype=float)
         b = b[np.isfinite(b)]
-        q = alpha / m / 2
+        qs = np.quantile(b, [alpha / m / 2, 1 - alpha / m / 2, 0.025, 0.975]).tolist() if b.size else [math.nan] * 4
         out[lv] = {
             "difference": observed[lv],
-            "ci": [float(np.quantile(b, q)), float(np.quantile(b, 1 - q))] if b.size else [math.nan, math.nan],
+            "ci": qs[:2],
             "level": 1 - alpha / m,
-            "ci95": [float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))] if b.size else [math.nan] * 2,
+            "ci95": qs[2:],
             "share_at_or_below_0": float((b <= 0).mean()) if b.size else math.nan,
             "n_boot": int(b.size),
             "n_prompts": n_prompts,

@@ -218,28 +218,7 @@ def warm_start_info(path: Path | str) -> dict:
 
 
 GROUP = "toy/micro"
-
-
-def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True) -> Any:
-    """A ``TrainerCallback`` measuring held-out accuracy every ``every`` steps; with ``sampled`` also sampled
-    accuracy, and at the last step."""
-    from transformers import TrainerCallback
-
-    class HeldOut(TrainerCallback):
-        def __init__(self) -> None:
-            self.history: list[dict] = []
-
-        def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
-            at_last = state.global_step >= state.max_steps
-            if model is None or ((not sampled) if at_last else state.global_step % every):
-                return
-            res = evaluate_accuracy(
-                model, processing_class, rows, task=task, temperature=temperature, seed=0, sampled=sampled
-            )
-            keys = ("greedy_accuracy", "sampled_accuracy") if sampled else ("greedy_accuracy",)
-            self.history.append({"step": state.global_step, **{k: res[k] for k in keys}})
-
-    return HeldOut()
+ACCURACIES = ("greedy_accuracy", "sampled_accuracy")  # a toy run's held-out evaluation
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -291,24 +270,34 @@ def run_toy(
     """One toy run from the warm start of its seed; the record adds ``eval_history`` (greedy only along the run
     with ``eval_sampled=False``), the warm start and CPU time."""
     import torch
+    from transformers import TrainerCallback
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
     ws_path = warm_start(spec.task, spec.seed, **{"verbose": verbose, **(warm_kwargs or {})})
     ws = warm_start_info(ws_path)
     spec = spec.replace(model=str(ws_path))
     rows = records(splits()["test"][: spec.n_eval], spec.task)
-    cb = heldout_callback(
-        rows, spec.task, every=eval_every, temperature=spec.sampling_temperature, sampled=eval_sampled
-    )
+    history: list[dict] = []  # held-out accuracy along the run
+
+    class HeldOut(TrainerCallback):
+        """Every ``eval_every`` steps; with ``eval_sampled`` also sampled accuracy, and at the last step."""
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
+            at_last = state.global_step >= state.max_steps
+            if model is None or ((not eval_sampled) if at_last else state.global_step % eval_every):
+                return
+            how = dict(task=spec.task, temperature=spec.sampling_temperature, seed=0, sampled=eval_sampled)
+            res = evaluate_accuracy(model, processing_class, rows, **how)
+            keys = ACCURACIES if eval_sampled else ACCURACIES[:1]
+            history.append({"step": state.global_step, **{k: res[k] for k in keys}})
+
     t0, c0 = time.time(), time.process_time()
 
     def extras(record: dict) -> dict:
-        initial = {k: ws["test"][k] for k in ("greedy_accuracy", "sampled_accuracy")}
-        eval_history = [{"step": 0, **initial}, *cb.history]
+        initial = {k: ws["test"][k] for k in ACCURACIES}
+        eval_history = [{"step": 0, **initial}, *history]
         if not eval_sampled:  # the last step's evaluation is the final one
-            final = record["final"]
-            keys = ("greedy_accuracy", "sampled_accuracy")
-            eval_history.append({"step": record["steps"], **{k: final[k] for k in keys}})
+            eval_history.append({"step": record["steps"], **{k: record["final"][k] for k in ACCURACIES}})
         by_step = {e["step"]: e for e in eval_history}
         for h in record["history"]:  # the evaluation of a step beside its training metrics
             h.update({f"eval/{k}": v for k, v in by_step.get(h.get("step"), {}).items() if k != "step"})
@@ -332,7 +321,7 @@ def run_toy(
             results_dir=results_dir,
             checkpoint_dir=ckpt,
             resume=False,
-            callbacks=[cb],
+            callbacks=[HeldOut()],
             config_overrides=dict(save_strategy="no", disable_tqdm=True, log_level="warning"),
             keep_checkpoints=False,
             verbose=verbose,
