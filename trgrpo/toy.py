@@ -94,10 +94,6 @@ def build_model(tokenizer: Any, *, seed: int = 0, **overrides: Any) -> Any:
     return model
 
 
-def n_parameters(model: Any) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Supervised warm start, cached by (task, model config, seed, threshold)
 
@@ -181,7 +177,7 @@ def warm_start(
         "check_every": check_every,
         "wall_time_s": time.time() - t0,
         "cpu_time_s": time.process_time() - c0,
-        "n_parameters": n_parameters(model),
+        "n_parameters": model.num_parameters(),
         "model_config": config,
         "val_history": history,
         "test": test_acc,
