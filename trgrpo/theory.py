@@ -210,17 +210,6 @@ class TokenGradNorms:
     subset: dict[str, object]  # the parameter subset: last_k_blocks, blocks, tied_head, n_params
 
 
-def _decoder_parts(model):
-    """(decoder, its layers, final norm, head) of a HF causal LM with the Llama/Qwen/Mistral layout."""
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    layers = getattr(base, "layers", None)
-    norm = getattr(base, "norm", None)
-    head = model.get_output_embeddings()
-    if layers is None or norm is None or head is None:
-        raise ValueError(f"{type(model).__name__}: expected model.model.layers, .norm and an output embedding")
-    return base, layers, norm, head
-
-
 def per_token_grad_norms(
     model,
     batch: TokenBatch,
@@ -234,7 +223,10 @@ def per_token_grad_norms(
     (Theorem 3.1; a tied head counted as untied). One backward per token; other parameters frozen meanwhile."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    base, layers, norm_mod, head = _decoder_parts(model)
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model  # the Llama/Qwen/Mistral layout
+    layers, norm_mod, head = getattr(base, "layers", None), getattr(base, "norm", None), model.get_output_embeddings()
+    if layers is None or norm_mod is None or head is None:
+        raise ValueError(f"{type(model).__name__}: expected model.model.layers, .norm and an output embedding")
     if not 0 <= last_k_blocks <= len(layers):
         raise ValueError(f"last_k_blocks must be in [0, {len(layers)}], got {last_k_blocks}")
     start = len(layers) - last_k_blocks

@@ -159,8 +159,8 @@ def warm_start(
             if acc["greedy_accuracy"] >= threshold:
                 reached = step
                 break
-    best = max((h["greedy_accuracy"] for h in history), default=0.0)
     if reached is None:
+        best = max((h["greedy_accuracy"] for h in history), default=0.0)
         raise WarmStartError(
             f"warm start of {task!r} (seed {seed}) did not reach greedy_accuracy >= {threshold} in {max_steps} steps "
             f"(best {best:.3f} on the validation split); raise max_steps or lower threshold"
@@ -297,9 +297,8 @@ def run_toy(
         by_step = {e["step"]: e for e in eval_history}
         for h in record["history"]:  # the evaluation of a step beside its training metrics
             h.update({f"eval/{k}": v for k, v in by_step.get(h.get("step"), {}).items() if k != "step"})
-        n_params = ws["n_parameters"] / 1e6
         return dict(
-            model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec.seed}, {ws['steps']} SFT steps)",
+            model=f"micro-qwen2-{ws['n_parameters'] / 1e6:.2f}M (warm start seed {spec.seed}, {ws['steps']} SFT steps)",
             model_path=str(ws_path),
             initial=initial,
             eval_history=eval_history,
