@@ -171,10 +171,7 @@ def word_cloud(items: Sequence[tuple[str, float, int]], *, high: bool = True, se
     """A wordcloud image: size grows with the average probability (``high``) or with 1 - probability."""
     from wordcloud import WordCloud
 
-    freqs = {}
-    for t, p, _ in items:
-        key = t if t.strip() else repr(t)
-        freqs[key] = max(1e-6, p if high else 1.0 - p)
+    freqs = {(t if t.strip() else repr(t)): max(1e-6, p if high else 1.0 - p) for t, p, _ in items}
     wc = WordCloud(
         width=600,
         height=360,

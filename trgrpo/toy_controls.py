@@ -132,8 +132,7 @@ def token_histogram(
     with torch.no_grad():
         for prompt, comp in zip(prompts, comps):
             p_ids = tok(prompt)["input_ids"]
-            c_ids = tok(comp)["input_ids"] + [tok.eos_token_id]
-            c_ids = c_ids[: addition.MAX_COMPLETION[task]]
+            c_ids = (tok(comp)["input_ids"] + [tok.eos_token_id])[: addition.MAX_COMPLETION[task]]
             logits = model(input_ids=torch.tensor([p_ids + c_ids])).logits[0, len(p_ids) - 1 : -1] / temperature
             lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(c_ids)), torch.tensor(c_ids)]
             probs += lp.exp().tolist()
