@@ -85,17 +85,12 @@ def theorem31_bounds(probs: torch.Tensor, k: torch.Tensor | int) -> dict[str, to
 
 
 def random_distributions(
-    n: int,
-    vocab_size: int,
-    temperature: float = 1.0,
-    *,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float64,
+    n: int, vocab_size: int, temperature: float = 1.0, *, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """``n`` distributions softmax(z / temperature) over ``vocab_size`` tokens, z ~ N(0, 1) (small T: peaked)."""
+    """``n`` float64 distributions softmax(z / T) over ``vocab_size`` tokens, z ~ N(0, 1) (small T: peaked)."""
     if n < 1 or vocab_size < 2 or not temperature > 0:
         raise ValueError(f"need n >= 1, vocab_size >= 2, temperature > 0; got {n}, {vocab_size}, {temperature}")
-    z = torch.randn(n, vocab_size, generator=generator, dtype=dtype)
+    z = torch.randn(n, vocab_size, generator=generator, dtype=torch.float64)
     return torch.softmax(z / temperature, dim=-1)
 
 
@@ -215,17 +210,6 @@ class TokenGradNorms:
     subset: dict[str, object]  # the parameter subset: last_k_blocks, blocks, tied_head, n_params
 
 
-def _decoder_parts(model):
-    """(decoder, its layers, final norm, head) of a HF causal LM with the Llama/Qwen/Mistral layout."""
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    layers = getattr(base, "layers", None)
-    norm = getattr(base, "norm", None)
-    head = model.get_output_embeddings()
-    if layers is None or norm is None or head is None:
-        raise ValueError(f"{type(model).__name__}: expected model.model.layers, .norm and an output embedding")
-    return base, layers, norm, head
-
-
 def per_token_grad_norms(
     model,
     batch: TokenBatch,
@@ -239,7 +223,10 @@ def per_token_grad_norms(
     (Theorem 3.1; a tied head counted as untied). One backward per token; other parameters frozen meanwhile."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    base, layers, norm_mod, head = _decoder_parts(model)
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model  # the Llama/Qwen/Mistral layout
+    layers, norm_mod, head = getattr(base, "layers", None), getattr(base, "norm", None), model.get_output_embeddings()
+    if layers is None or norm_mod is None or head is None:
+        raise ValueError(f"{type(model).__name__}: expected model.model.layers, .norm and an output embedding")
     if not 0 <= last_k_blocks <= len(layers):
         raise ValueError(f"last_k_blocks must be in [0, {len(layers)}], got {last_k_blocks}")
     start = len(layers) - last_k_blocks

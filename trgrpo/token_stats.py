@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,9 +22,9 @@ _LOGIC_WORDS = {"knight", "knave", "not", "and", "or", "if", "then", "iff", "tru
 
 
 def average_probabilities(
-    texts: Sequence[str], probs: Sequence[float], *, min_count: int = 5, strip: bool = True
+    texts: Sequence[str], probs: Sequence[float], *, min_count: int = 5
 ) -> dict[str, tuple[float, int]]:
-    """pi_bar(o) and #occ(o) for every token text seen at least ``min_count`` times (Section 1)."""
+    """pi_bar(o) and #occ(o) for every token text (stripped of spaces) seen at least ``min_count`` times (Section 1)."""
     if len(texts) != len(probs):
         raise ValueError(f"texts and probs differ in length ({len(texts)} vs {len(probs)})")
     if min_count < 1:
@@ -34,7 +34,7 @@ def average_probabilities(
     for t, p in zip(texts, probs):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"probs must lie in [0, 1], got {p}")
-        key = t.strip() if strip else t
+        key = t.strip()
         if not key:
             continue
         sums[key] += p
@@ -105,34 +105,30 @@ def classify_token(text: str, names: Sequence[str] = ()) -> str:
 
 def category_shares(items: Sequence[tuple[str, float, int]], names: Sequence[str] = ()) -> dict[str, float]:
     """Share of each category among ``items`` (as returned by :func:`top_and_bottom`)."""
-    counts = dict.fromkeys(CATEGORIES, 0)
-    for t, _, _ in items:
-        counts[classify_token(t, names)] += 1
-    n = max(1, len(items))
-    return {c: round(v / n, 3) for c, v in counts.items()}
+    counts = Counter(classify_token(t, names) for t, _, _ in items)
+    return {c: round(counts[c] / max(1, len(items)), 3) for c in CATEGORIES}
 
 
 STRUCTURAL = ("operator", "bracket", "number", "name", "tag/format")  # Figure 1's "operators, brackets, names"
 
 
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval for a proportion k / n (95 % by default); (0, 1) when n = 0."""
+def wilson_interval(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval for a proportion k / n (statsmodels); (0, 1) when n = 0."""
+    from statsmodels.stats.proportion import proportion_confint
+
     if not (isinstance(k, int) and isinstance(n, int)) or n < 0 or not 0 <= k <= n:
         raise ValueError(f"need integers 0 <= k <= n, got k={k!r}, n={n!r}")
     if n == 0:
         return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
+    lo, hi = proportion_confint(k, n, method="wilson")
+    return max(0.0, float(lo)), min(1.0, float(hi))
 
 
-def difference_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (his method 10) for p1 - p2 from two Wilson intervals (95 % by default)."""
+def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (his method 10, 95 %) for p1 - p2 from two Wilson intervals."""
     p1, p2 = k1 / max(n1, 1), k2 / max(n2, 1)
-    l1, u1 = wilson_interval(k1, n1, z)
-    l2, u2 = wilson_interval(k2, n2, z)
+    l1, u1 = wilson_interval(k1, n1)
+    l2, u2 = wilson_interval(k2, n2)
     d = p1 - p2
     return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
@@ -171,19 +167,14 @@ def structural_claim(
     }
 
 
-def word_cloud(
-    items: Sequence[tuple[str, float, int]], *, high: bool = True, seed: int = 0, width: int = 600, height: int = 360
-):
+def word_cloud(items: Sequence[tuple[str, float, int]], *, high: bool = True, seed: int = 0):
     """A wordcloud image: size grows with the average probability (``high``) or with 1 - probability."""
     from wordcloud import WordCloud
 
-    freqs = {}
-    for t, p, _ in items:
-        key = t if t.strip() else repr(t)
-        freqs[key] = max(1e-6, p if high else 1.0 - p)
+    freqs = {(t if t.strip() else repr(t)): max(1e-6, p if high else 1.0 - p) for t, p, _ in items}
     wc = WordCloud(
-        width=width,
-        height=height,
+        width=600,
+        height=360,
         background_color="white",
         random_state=seed,
         regexp=r"\S+",
@@ -390,14 +381,12 @@ def prompt_bootstrap(
     observed = {lv: figure1_difference(occ, lv, **rank) for lv in levels}
     boots: dict[str, list[float]] = {lv: [] for lv in levels}
     for _ in range(n_boot):
-        ids, texts, probs, comp = [], [], [], []
-        for j, p in enumerate(rng.integers(0, n_prompts, n_prompts)):
-            for i in by_prompt[p]:  # a resampled prompt's completions get fresh indices: words never join across
-                ids.append(occ.token_ids[i])
-                texts.append(occ.texts[i])
-                probs.append(occ.probs[i])
-                comp.append(j * samples_per_prompt + occ.completion[i] % samples_per_prompt)
-        sample = TokenOccurrences(ids, texts, probs, comp)
+        picked = [(j, i) for j, p in enumerate(rng.integers(0, n_prompts, n_prompts)) for i in by_prompt[p]]
+        sample = TokenOccurrences(
+            *([f[i] for _, i in picked] for f in (occ.token_ids, occ.texts, occ.probs)),
+            # a resampled prompt's completions get fresh indices: words never join across copies
+            [j * samples_per_prompt + occ.completion[i] % samples_per_prompt for j, i in picked],
+        )
         for lv in levels:
             boots[lv].append(figure1_difference(sample, lv, **rank))
     m = len(levels)
@@ -405,12 +394,12 @@ def prompt_bootstrap(
     for lv in levels:
         b = np.asarray(boots[lv], dtype=float)
         b = b[np.isfinite(b)]
-        q = alpha / m / 2
+        qs = np.quantile(b, [alpha / m / 2, 1 - alpha / m / 2, 0.025, 0.975]).tolist() if b.size else [math.nan] * 4
         out[lv] = {
             "difference": observed[lv],
-            "ci": [float(np.quantile(b, q)), float(np.quantile(b, 1 - q))] if b.size else [math.nan, math.nan],
+            "ci": qs[:2],
             "level": 1 - alpha / m,
-            "ci95": [float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))] if b.size else [math.nan] * 2,
+            "ci95": qs[2:],
             "share_at_or_below_0": float((b <= 0).mean()) if b.size else math.nan,
             "n_boot": int(b.size),
             "n_prompts": n_prompts,

@@ -22,8 +22,7 @@ from trgrpo.tasks.addition import MAX_COMPLETION, TASK_NAMES, evaluate_accuracy,
 from trgrpo.weights import DEFAULTS
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-SYMBOLS = ["+", "=", ";"]
-VOCAB = [PAD, EOS, UNK, *[str(d) for d in range(10)], *SYMBOLS]
+VOCAB = [PAD, EOS, UNK, *[str(d) for d in range(10)], "+", "=", ";"]
 
 MICRO_CONFIG = dict(
     hidden_size=128,
@@ -95,10 +94,6 @@ def build_model(tokenizer: Any, *, seed: int = 0, **overrides: Any) -> Any:
     return model
 
 
-def n_parameters(model: Any) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Supervised warm start, cached by (task, model config, seed, threshold)
 
@@ -115,11 +110,6 @@ def _sft_batch(tokenizer, rows: Sequence[dict]):
         c = tokenizer(r["target"])["input_ids"] + [tokenizer.eos_token_id]
         examples.append((p + c, [0] * len(p) + [1] * len(c)))
     return pad_batch(examples, tokenizer.pad_token_id)
-
-
-def warm_start_key(task: str, seed: int, threshold: float, config: dict) -> str:
-    blob = json.dumps({"task": task, "seed": seed, "threshold": threshold, "config": config, "v": 1}, sort_keys=True)
-    return f"{task}-micro-seed{seed}-thr{threshold:g}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
 
 
 def warm_start(
@@ -145,9 +135,9 @@ def warm_start(
         raise ValueError(f"threshold is an accuracy in [0, 1], got {threshold}")
     config = {**MICRO_CONFIG, **(model_overrides or {})}
     base = Path(cache) if cache is not None else cache_dir() / "toy"
-    target = base / warm_start_key(
-        task, seed, threshold, {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
-    )
+    key = {**config, "max_steps": max_steps, "lr": lr, "bs": batch_size}
+    blob = json.dumps({"task": task, "seed": seed, "threshold": threshold, "config": key, "v": 1}, sort_keys=True)
+    target = base / f"{task}-micro-seed{seed}-thr{threshold:g}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
     if (target / "warm_start.json").exists():
         return target
 
@@ -160,19 +150,17 @@ def warm_start(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     history: list[dict] = []
-    step, reached = 0, None
-    while step < max_steps:
-        batch = rng.sample(train, batch_size)
-        loss = sft_step(model, opt, _sft_batch(tok, batch))
-        step += 1
+    reached = None
+    for step in range(1, max_steps + 1):
+        loss = sft_step(model, opt, _sft_batch(tok, rng.sample(train, batch_size)))
         if step % check_every == 0 or step == max_steps:
             acc = evaluate_accuracy(model, tok, val, task=task, sampled=False)
             history.append({"step": step, "loss": loss, "greedy_accuracy": acc["greedy_accuracy"]})
             if acc["greedy_accuracy"] >= threshold:
                 reached = step
                 break
-    best = max((h["greedy_accuracy"] for h in history), default=0.0)
     if reached is None:
+        best = max((h["greedy_accuracy"] for h in history), default=0.0)
         raise WarmStartError(
             f"warm start of {task!r} (seed {seed}) did not reach greedy_accuracy >= {threshold} in {max_steps} steps "
             f"(best {best:.3f} on the validation split); raise max_steps or lower threshold"
@@ -189,7 +177,7 @@ def warm_start(
         "check_every": check_every,
         "wall_time_s": time.time() - t0,
         "cpu_time_s": time.process_time() - c0,
-        "n_parameters": n_parameters(model),
+        "n_parameters": model.num_parameters(),
         "model_config": config,
         "val_history": history,
         "test": test_acc,
@@ -226,28 +214,7 @@ def warm_start_info(path: Path | str) -> dict:
 
 
 GROUP = "toy/micro"
-
-
-def heldout_callback(rows: list, task: str, *, every: int = 25, temperature: float = 1.0, sampled: bool = True) -> Any:
-    """A ``TrainerCallback`` measuring held-out accuracy every ``every`` steps; with ``sampled`` also sampled
-    accuracy, and at the last step."""
-    from transformers import TrainerCallback
-
-    class HeldOut(TrainerCallback):
-        def __init__(self) -> None:
-            self.history: list[dict] = []
-
-        def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
-            at_last = state.global_step >= state.max_steps
-            if model is None or ((not sampled) if at_last else state.global_step % every):
-                return
-            res = evaluate_accuracy(
-                model, processing_class, rows, task=task, temperature=temperature, seed=0, sampled=sampled
-            )
-            keys = ("greedy_accuracy", "sampled_accuracy") if sampled else ("greedy_accuracy",)
-            self.history.append({"step": state.global_step, **{k: res[k] for k in keys}})
-
-    return HeldOut()
+ACCURACIES = ("greedy_accuracy", "sampled_accuracy")  # a toy run's held-out evaluation
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -299,34 +266,39 @@ def run_toy(
     """One toy run from the warm start of its seed; the record adds ``eval_history`` (greedy only along the run
     with ``eval_sampled=False``), the warm start and CPU time."""
     import torch
+    from transformers import TrainerCallback
 
     spec = RunSpec.from_dict(spec) if isinstance(spec, dict) else spec
     ws_path = warm_start(spec.task, spec.seed, **{"verbose": verbose, **(warm_kwargs or {})})
     ws = warm_start_info(ws_path)
     spec = spec.replace(model=str(ws_path))
     rows = records(splits()["test"][: spec.n_eval], spec.task)
-    cb = heldout_callback(
-        rows, spec.task, every=eval_every, temperature=spec.sampling_temperature, sampled=eval_sampled
-    )
+    history: list[dict] = []  # held-out accuracy along the run
+
+    class HeldOut(TrainerCallback):
+        """Every ``eval_every`` steps; with ``eval_sampled`` also sampled accuracy, and at the last step."""
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
+            at_last = state.global_step >= state.max_steps
+            if model is None or ((not eval_sampled) if at_last else state.global_step % eval_every):
+                return
+            how = dict(task=spec.task, temperature=spec.sampling_temperature, seed=0, sampled=eval_sampled)
+            res = evaluate_accuracy(model, processing_class, rows, **how)
+            keys = ACCURACIES if eval_sampled else ACCURACIES[:1]
+            history.append({"step": state.global_step, **{k: res[k] for k in keys}})
+
     t0, c0 = time.time(), time.process_time()
 
     def extras(record: dict) -> dict:
-        initial = {k: ws["test"][k] for k in ("greedy_accuracy", "sampled_accuracy")}
-        eval_history = [{"step": 0, **initial}, *cb.history]
+        initial = {k: ws["test"][k] for k in ACCURACIES}
+        eval_history = [{"step": 0, **initial}, *history]
         if not eval_sampled:  # the last step's evaluation is the final one
-            final = record["final"]
-            keys = ("greedy_accuracy", "sampled_accuracy")
-            eval_history.append({"step": record["steps"], **{k: final[k] for k in keys}})
+            eval_history.append({"step": record["steps"], **{k: record["final"][k] for k in ACCURACIES}})
         by_step = {e["step"]: e for e in eval_history}
-        for h in record["history"]:
-            e = by_step.get(h.get("step"))
-            if e is not None:
-                h["eval/greedy_accuracy"] = e["greedy_accuracy"]
-                if "sampled_accuracy" in e:
-                    h["eval/sampled_accuracy"] = e["sampled_accuracy"]
-        n_params = ws["n_parameters"] / 1e6
+        for h in record["history"]:  # the evaluation of a step beside its training metrics
+            h.update({f"eval/{k}": v for k, v in by_step.get(h.get("step"), {}).items() if k != "step"})
         return dict(
-            model=f"micro-qwen2-{n_params:.2f}M (warm start seed {spec.seed}, {ws['steps']} SFT steps)",
+            model=f"micro-qwen2-{ws['n_parameters'] / 1e6:.2f}M (warm start seed {spec.seed}, {ws['steps']} SFT steps)",
             model_path=str(ws_path),
             initial=initial,
             eval_history=eval_history,
@@ -344,7 +316,7 @@ def run_toy(
             results_dir=results_dir,
             checkpoint_dir=ckpt,
             resume=False,
-            callbacks=[cb],
+            callbacks=[HeldOut()],
             config_overrides=dict(save_strategy="no", disable_tqdm=True, log_level="warning"),
             keep_checkpoints=False,
             verbose=verbose,

@@ -62,14 +62,14 @@ def grid(name: str, seeds: Sequence[int] | None = None) -> list[dict]:
     """The :func:`trgrpo.toy.toy_spec` dicts of a grid of :data:`GRIDS` (on ``seeds``, default the grid's own)."""
     group, default_seeds, variants = GRIDS[name]
     variants = variants or [(arm, {}) for arm in ARMS]
+    fixed = dict(task=TASK, group=group, steps=STEPS, n_eval=N_EVAL)
     specs = []
     for seed in default_seeds if seeds is None else seeds:
         for arm, extra in variants:
-            spec = toy.toy_spec(seed=seed, task=TASK, group=group, steps=STEPS, n_eval=N_EVAL, **ARMS[arm], **extra)
             if "kl_weighting" in extra:  # the run label does not carry the KL settings: the name does
                 label = f"{arm}-kl{extra['kl_weighting']}-beta{extra['beta']:g}"
-                spec["name"] = run_name(TASK, "micro", label, seed)
-            specs.append(spec)
+                extra = {**extra, "name": run_name(TASK, "micro", label, seed)}
+            specs.append(toy.toy_spec(seed=seed, **fixed, **ARMS[arm], **extra))
     return specs
 
 
@@ -132,8 +132,7 @@ def token_histogram(
     with torch.no_grad():
         for prompt, comp in zip(prompts, comps):
             p_ids = tok(prompt)["input_ids"]
-            c_ids = tok(comp)["input_ids"] + [tok.eos_token_id]
-            c_ids = c_ids[: addition.MAX_COMPLETION[task]]
+            c_ids = (tok(comp)["input_ids"] + [tok.eos_token_id])[: addition.MAX_COMPLETION[task]]
             logits = model(input_ids=torch.tensor([p_ids + c_ids])).logits[0, len(p_ids) - 1 : -1] / temperature
             lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(c_ids)), torch.tensor(c_ids)]
             probs += lp.exp().tolist()
