@@ -55,12 +55,12 @@ def figures_dir() -> Path:
     return Path(os.environ.get("TRGRPO_FIGURES") or Path(__file__).resolve().parents[1] / "runs" / "figures")
 
 
-def save(fig: Figure, name: str, directory: str | os.PathLike | None = None) -> Path:
+def save(fig: Figure, name: str, directory: str | os.PathLike | None = None, *, dpi: int = 100) -> Path:
     """Write ``fig`` to ``<directory or figures_dir()>/<name>.png`` and return the path."""
     d = Path(directory) if directory is not None else figures_dir()
     d.mkdir(parents=True, exist_ok=True)
     path = d / (name if name.endswith(".png") else f"{name}.png")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
 
 
@@ -132,13 +132,12 @@ def plot_grad_norm_vs_prob(
     probs,
     grad_norms,
     *,
-    bins: int | Sequence[float] = 10,
     fit: bool = True,
     ax=None,
     ylabel: str = "||grad log pi(o_t)||",
     title: str | None = None,
 ) -> Figure:
-    """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
+    """Scatter of per-token gradient norm against pi(o_t), 10 binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
     fig, ax = _axes(ax, (5.4, 3.8))
     p, g = stats.to_numpy(probs), stats.to_numpy(grad_norms)
     sp, sg = p, g
@@ -146,7 +145,7 @@ def plot_grad_norm_vs_prob(
         idx = np.random.default_rng(0).choice(p.size, 5000, replace=False)
         sp, sg = p[idx], g[idx]
     ax.scatter(sp, sg, s=6, alpha=0.3, color="tab:blue", label=f"tokens (n = {p.size})")
-    b = stats.binned_means(p, g, bins)
+    b = stats.binned_means(p, g)
     ax.errorbar(b["x_mean"], b["mean"], yerr=b["sem"], fmt="o-", color="tab:red", ms=4, label="binned mean")
     if fit:
         c, r2 = stats.fit_proportional(1 - p, g)
@@ -176,12 +175,6 @@ def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
 # notebook 02: the weight function (Eq. 11) and the three readings
 
 
-def _label(params: WeightParams) -> str:
-    """The fields of ``params`` that differ from the paper defaults, ``"defaults"`` when none do."""
-    changed = {k: v for k, v in vars(params).items() if v != getattr(DEFAULTS, k)}
-    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
-
-
 def plot_weight_function(
     settings: Sequence[WeightParams | dict] | None = None,
     *,
@@ -189,13 +182,15 @@ def plot_weight_function(
     ax=None,
     title: str = "Eq. 11: w(p)",
 ) -> Figure:
-    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields."""
+    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields; unlabelled,
+    a line is named by the fields that differ from the paper defaults."""
     fig, ax = _axes(ax)
     settings = list(settings) if settings is not None else [DEFAULTS]
     p = _p_grid()
     for i, s in enumerate(settings):
         params = s if isinstance(s, WeightParams) else as_weight_params(**s)
-        ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else _label(params))
+        changed = ", ".join(f"{k}={v}" for k, v in vars(params).items() if v != getattr(DEFAULTS, k)) or "defaults"
+        ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else changed)
     _dress(ax, "w", title)
     return fig
 
@@ -340,8 +335,7 @@ def _save(fig, path: Path | str | None, title: str = ""):
     if not fig.get_constrained_layout():  # a constrained figure lays itself out; once tight, a figure is re-tightened
         fig.tight_layout()
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        save(fig, Path(path).name, Path(path).parent, dpi=150)
     return fig
 
 
@@ -396,7 +390,7 @@ def plot_grad_norms(
     return _save(fig, path, title)
 
 
-def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins: int = 10):
+def plot_token_grad_norms(record: dict, *, path: Path | str | None = None):
     """Per-token ||grad log pi(o_t)|| against pi(o_t) (Eq. 8), and times the TR / Reverse weights (Eq. 13)."""
     p, g = np.asarray(record["prob"]), np.asarray(record["grad_norm"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -404,10 +398,10 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
         f"per-token gradient norm: corr with π {record['corr_prob_grad_norm']:+.2f}\n"
         f"({p.size} tokens, {np.mean(p > 0.9):.0%} of them with π > 0.9)"
     )
-    plot_grad_norm_vs_prob(p, g, bins=bins, fit=False, ax=axes[0], ylabel="||∇θ log π(o_t)||", title=title)
+    plot_grad_norm_vs_prob(p, g, fit=False, ax=axes[0], ylabel="||∇θ log π(o_t)||", title=title)
     for scheme in ("equal", "tr", "reverse"):
         w = token_weights(torch.tensor(p), scheme).numpy()
-        bw = stats.binned_means(p, w / w.mean() * g, bins)
+        bw = stats.binned_means(p, w / w.mean() * g)
         cv = record.get("weighted_spread", {}).get(scheme, {}).get("cv", float("nan"))
         axes[1].plot(
             bw["center"], bw["mean"], marker="o", ms=4, color=color(scheme), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
@@ -541,10 +535,10 @@ def plot_trajectories(
     return _save(fig, None)
 
 
-def plot_accuracy_by_size(records: Sequence[dict], *, ax=None, title: str = "K&K accuracy by number of people"):
+def plot_accuracy_by_size(records: Sequence[dict], *, title: str = "K&K accuracy by number of people"):
     """Figure 2 analog: final accuracy per puzzle size for each variant (mean over seeds)."""
     rows = kk_table(records)
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
     width, x = 0.8 / max(1, len(rows)), np.arange(len(KK_SIZES))
     for i, row in enumerate(rows):
         vals = [row[k] if isinstance(row[k], float) else np.nan for k in KK_SIZES]
