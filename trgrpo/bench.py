@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
+import multiprocessing
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,8 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from trgrpo import experiment
-from trgrpo.batch import OFFLINE_ENV
-from trgrpo.experiment import ROOT, write_json
+from trgrpo.experiment import write_json
 from trgrpo.weights import Checked
 
 RESULTS_DIR = experiment.RESULTS_DIR / "bench"  # TRGRPO_RESULTS moves it with the rest
@@ -109,7 +107,7 @@ class StepBenchConfig(Checked):
     """One step benchmark; the defaults fit a 2-core CPU in a few minutes (checked as a run's spec is)."""
 
     model: str = "embedded"
-    variants: tuple[str, ...] = Field(tuple(VARIANTS), strict=False)  # a list too (the command line's, JSON's)
+    variants: tuple[str, ...] = Field(tuple(VARIANTS), strict=False)  # a list too (the command line's)
     repeats: int = 3
     warmup_steps: int = 1
     steps: int = 2
@@ -121,7 +119,7 @@ class StepBenchConfig(Checked):
     seed: int = 0
     threads: int | None = 1
     bf16: bool = True  # only on a GPU
-    isolate: bool = True  # a fresh subprocess per run (its own peak memory)
+    isolate: bool = True  # a fresh process per run (its own peak memory)
     timeout_s: int = 900
 
     @field_validator("variants")
@@ -284,20 +282,12 @@ def step_run(cfg: StepBenchConfig, variant: str, repeat: int = 0) -> dict[str, A
 
 
 def _step_run_isolated(cfg: StepBenchConfig, variant: str, repeat: int) -> dict[str, Any]:
-    """:func:`step_run` in a fresh ``python -m trgrpo.bench --child-step`` subprocess."""
-    with tempfile.TemporaryDirectory(prefix="trgrpo-bench-child-") as tmp:
-        cfg_path, out_path = Path(tmp) / "cfg.json", Path(tmp) / "out.json"
-        cfg_path.write_text(cfg.model_dump_json())
-        env = {"TOKENIZERS_PARALLELISM": "false", **OFFLINE_ENV, **os.environ}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        if cfg.threads:
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(cfg.threads)
-        cmd = [sys.executable, "-m", "trgrpo.bench", "--child-step", str(cfg_path), variant, str(repeat), str(out_path)]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
-        if proc.returncode != 0 or not out_path.exists():
-            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-25:])
-            raise RuntimeError(f"step benchmark child ({variant}, repeat {repeat}) failed:\n{tail}")
-        return json.loads(out_path.read_text())
+    """:func:`step_run` in a fresh (spawned) process, its own imports and peak memory; killed after ``timeout_s``."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # an error or the timeout: leaving kills it
+        run = pool.apply_async(step_run, (cfg, variant, repeat)).get(cfg.timeout_s)
+        pool.close()  # done: let it exit on its own (a killed process leaves its semaphores behind)
+        pool.join()
+    return run
 
 
 def _run_mean(run: dict[str, Any], phase: str, metric: str) -> float:
@@ -541,13 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="step benchmark repeats per variant")
     ap.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), help="step variants")
     ap.add_argument("--out", default=str(RESULTS_DIR))
-    ap.add_argument("--child-step", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child_step:  # one step_run of _step_run_isolated
-        cfg_path, variant, repeat, out_path = args.child_step
-        cfg = StepBenchConfig(**json.loads(Path(cfg_path).read_text()))
-        write_json(out_path, step_run(cfg, variant, int(repeat)))
-        return 0
     out = Path(args.out)
     if "step" in args.parts:
         given = dict(repeats=args.repeats, variants=args.variants)
