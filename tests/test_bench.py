@@ -141,6 +141,9 @@ def test_bad_configs():
         bench.StepBenchConfig(variants=("grpo_trl", "foo"))
     with pytest.raises(ValueError, match="dtype"):
         bench.LossBenchConfig(dtypes=("int8",))
+    with pytest.raises(ValueError, match="^repeats must be a valid integer, got '3'$"):  # one line naming the field
+        bench.StepBenchConfig(repeats="3")
+    assert bench.StepBenchConfig(variants=["grpo_trl", "equal"]).variants == ("grpo_trl", "equal")  # the CLI's list
 
 
 def test_summaries():

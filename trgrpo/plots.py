@@ -97,8 +97,7 @@ def _dress(ax, ylabel: str, title: str = "", xlabel: str = "p = pi(o_t)", **lege
     ax.legend(**{"fontsize": 7, **legend})
 
 
-def _p_grid(n: int = 1001) -> torch.Tensor:
-    return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+_P = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64)  # the p axis of the weight figures
 
 
 def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None) -> np.ndarray:
@@ -186,11 +185,10 @@ def plot_weight_function(
     a line is named by the fields that differ from the paper defaults."""
     fig, ax = _axes(ax)
     settings = list(settings) if settings is not None else [DEFAULTS]
-    p = _p_grid()
     for i, s in enumerate(settings):
         params = s if isinstance(s, WeightParams) else as_weight_params(**s)
         changed = ", ".join(f"{k}={v}" for k, v in vars(params).items() if v != getattr(DEFAULTS, k)) or "defaults"
-        ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else changed)
+        ax.plot(_P.numpy(), _weights(_P, params), label=labels[i] if labels is not None else changed)
     _dress(ax, "w", title)
     return fig
 
@@ -198,10 +196,9 @@ def plot_weight_function(
 def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """TR-GRPO, Reverse (2 - w), Equal and Random (uniform on [0.5, 1.5]) weights against p (Table 4)."""
     fig, ax = _axes(ax)
-    p = _p_grid()
     base = as_weight_params(params, **fields)
     for scheme in ("tr", "reverse", "equal"):
-        ax.plot(p.numpy(), _weights(p, base, scheme), color=color(scheme), label=label(scheme))
+        ax.plot(_P.numpy(), _weights(_P, base, scheme), color=color(scheme), label=label(scheme))
     pr = torch.rand(400, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     ax.scatter(pr.numpy(), _weights(pr, base, "random"), s=4, alpha=0.4,
                color=color("random"), label="Random (U[{:g}, {:g}])".format(*RANDOM_RANGE))  # fmt: skip
@@ -212,11 +209,10 @@ def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -
 def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """The factor of Eq. 13: w (1 - p) for TR-GRPO and Reverse against the bare 1 - p of Eq. 8."""
     fig, ax = _axes(ax)
-    p = _p_grid()
     base = as_weight_params(params, **fields)
     for scheme in ("equal", "tr", "reverse"):
-        w = _weights(p, base, scheme)
-        ax.plot(p.numpy(), w * (1 - p.numpy()), color=color(scheme), label=label(scheme))
+        w = _weights(_P, base, scheme)
+        ax.plot(_P.numpy(), w * (1 - _P.numpy()), color=color(scheme), label=label(scheme))
     _dress(ax, "w (1 - p)", f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'")
     return fig
 
@@ -232,16 +228,15 @@ def plot_zero_gradient(
 ) -> Figure:
     """Reading 2 (Eq. 9): the clipped w r (or r) against p, the trust band, and where A > 0 / A < 0 get no gradient."""
     fig, ax = _axes(ax)
-    p = _p_grid()
-    w = torch.as_tensor(_weights(p, as_weight_params(params, **fields), "tr"))
-    r = torch.ones_like(p)  # at pi = pi_old
+    w = torch.as_tensor(_weights(_P, as_weight_params(params, **fields), "tr"))
+    r = torch.ones_like(_P)  # at pi = pi_old
     x = (w * r) if placement == "ratio" else r
-    ax.plot(p.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
+    ax.plot(_P.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
     ax.axhspan(1 - eps_low, 1 + eps_high, color="tab:green", alpha=0.12, label="trust band")
     for sign, color, name in ((1.0, "tab:red", "A > 0: no gradient"), (-1.0, "tab:blue", "A < 0: no gradient")):
-        zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement).numpy()
+        zero = zero_gradient_mask(r, torch.full_like(_P, sign), w, eps_low, eps_high, placement).numpy()
         if zero.any():
-            ax.fill_between(p.numpy(), 0, 1, where=zero, color=color, alpha=0.15, transform=ax.get_xaxis_transform(),
+            ax.fill_between(_P.numpy(), 0, 1, where=zero, color=color, alpha=0.15, transform=ax.get_xaxis_transform(),
                             label=name)  # fmt: skip
     ax.set_ylim(min(0.7, float(x.min()) - 0.05), max(1.5, float(x.max()) + 0.05))
     _dress(ax, "clipped quantity", f"placement='{placement}', r = 1", loc="lower right")
@@ -275,11 +270,10 @@ def plot_weight_explorer(
     fig = Figure(figsize=(12.0, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
     params = as_weight_params(params, **fields)
-    p = _p_grid()
-    w = _weights(p, params, "tr")
-    axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
-    axes[0].plot(p.numpy(), w, color=color("tr"), lw=2, label="this setting")
-    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label=label("reverse"))
+    w = _weights(_P, params, "tr")
+    axes[0].plot(_P.numpy(), _weights(_P, DEFAULTS), "k--", lw=1, label="paper default")
+    axes[0].plot(_P.numpy(), w, color=color("tr"), lw=2, label="this setting")
+    axes[0].plot(_P.numpy(), _weights(_P, params, "reverse"), color=color("reverse"), lw=1, label=label("reverse"))
     flat = " (w = 1 = 2 - w: lines coincide)" if np.allclose(w, 1.0) else ""
     _dress(axes[0], "w", f"w(p): tau_mode='{params.tau_mode}'{flat}", "p")
     plot_eq13_factor(ax=axes[1], params=params)
