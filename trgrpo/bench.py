@@ -295,14 +295,15 @@ def _run_mean(run: dict[str, Any], phase: str, metric: str) -> float:
     return sum(s[phase][metric] for s in measured) / max(1, len(measured))
 
 
-def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str], baseline: str = "grpo_trl") -> dict:
-    """Per variant and phase: median [min-max] over repeats of the per-run mean step time, and paired ratios."""
+def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str]) -> dict:
+    """Per variant and phase: median [min-max] over repeats of the per-run mean step time, and ratios paired with
+    TRL's GRPO (``grpo_trl``) repeat by repeat."""
     by_variant = {v: sorted((r for r in runs if r["variant"] == v), key=lambda r: r["repeat"]) for v in variants}
     means = {
         v: {p: {m: [_run_mean(r, p, m) for r in rs] for m in CLOCKS} for p in STEP_PHASES}
         for v, rs in by_variant.items()
     }
-    base_runs, base = by_variant[baseline], means[baseline]
+    base_runs, base = by_variant["grpo_trl"], means["grpo_trl"]
     out: dict[str, Any] = {}
     for v, vruns in by_variant.items():
         vals = means[v]

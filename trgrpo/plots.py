@@ -175,7 +175,7 @@ def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
 
 
 def plot_weight_function(
-    settings: Sequence[WeightParams | dict] | None = None,
+    settings: Sequence[WeightParams | dict],
     *,
     labels: Sequence[str] | None = None,
     ax=None,
@@ -184,7 +184,6 @@ def plot_weight_function(
     """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields; unlabelled,
     a line is named by the fields that differ from the paper defaults."""
     fig, ax = _axes(ax)
-    settings = list(settings) if settings is not None else [DEFAULTS]
     for i, s in enumerate(settings):
         params = s if isinstance(s, WeightParams) else as_weight_params(**s)
         changed = ", ".join(f"{k}={v}" for k, v in vars(params).items() if v != getattr(DEFAULTS, k)) or "defaults"
@@ -371,14 +370,12 @@ def plot_reward_accuracy(
     return _save(fig, path, title)
 
 
-def plot_grad_norms(
-    groups: dict, labels: Sequence[str], *, smooth: int = 1, path: Path | str | None = None, title: str = ""
-):
+def plot_grad_norms(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
     """Figure 3 analog: the pre-clip gradient norm per step, raw and divided by the step's mean token weight."""
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
-    _traces(axes[0], groups, labels, "grad_norm", smooth=smooth)
+    _traces(axes[0], groups, labels, "grad_norm")
     axes[0].set(title="gradient norm (raw)", xlabel="step", ylabel="||grad||")
-    _traces(axes[1], groups, labels, stats.grad_norm_per_mean_weight, smooth=smooth)
+    _traces(axes[1], groups, labels, stats.grad_norm_per_mean_weight)
     axes[1].set(title="gradient norm / mean token weight", xlabel="step", ylabel="||grad|| / mean w")
     axes[1].legend(fontsize=8)
     return _save(fig, path, title)
@@ -630,7 +627,7 @@ def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: st
     return _save(fig, path)
 
 
-def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = None, path: Any = None):
+def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = None) -> Figure:
     """The least cosine between GRPO's and TR's update over weights in [L, U] (orthogonal token gradients) against
     U / L, in degrees, with ``samples`` ({"ratio": [...], "degrees": [...]}: random draws) beneath it."""
     from trgrpo.theory import kantorovich_cosine
@@ -650,7 +647,7 @@ def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = No
     ax.set(xlabel="U / L", ylabel="largest angle between g_GRPO and g_TR (°)")
     ax.set_title("How far weights in [L, U] can turn an update (orthogonal token gradients)", fontsize=9)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def plot_leverage(records: dict[str, dict], bound: float, *, names: dict[str, str] | None = None, path: Any = None):
