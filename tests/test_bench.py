@@ -62,7 +62,7 @@ def test_step_json_schema(tiny_results):
     rec = json.loads((tiny_results / "step.json").read_text())
     _check_meta(rec, "step")
     assert rec["rollouts_identical"] is True  # learning_rate=0 and one seed: every variant sees the same rollouts
-    assert set(rec["variants"]) == set(bench.STEP_VARIANTS) and len(rec["runs"]) == len(bench.STEP_VARIANTS)
+    assert set(rec["variants"]) == set(bench.VARIANTS) and len(rec["runs"]) == len(bench.VARIANTS)
     for name, v in rec["variants"].items():
         for phase in bench.STEP_PHASES:
             for metric in ("wall", "cpu"):
@@ -82,7 +82,7 @@ def test_loss_json_schema(tiny_results):
     _check_meta(rec, "loss")
     assert [(c["length"], c["dtype"]) for c in rec["cases"]] == [(16, "float32"), (16, "bfloat16")]
     for case in rec["cases"]:
-        assert set(case["variants"]) == set(bench.LOSS_VARIANTS)
+        assert set(case["variants"]) == set(bench.VARIANTS)
         for v in case["variants"].values():
             _check_summary(v["ms"]["cpu"], 2)
             _check_summary(v["ratio_vs_equal"]["wall"], 2)
@@ -141,6 +141,9 @@ def test_bad_configs():
         bench.StepBenchConfig(variants=("grpo_trl", "foo"))
     with pytest.raises(ValueError, match="dtype"):
         bench.LossBenchConfig(dtypes=("int8",))
+    with pytest.raises(ValueError, match="^repeats must be a valid integer, got '3'$"):  # one line naming the field
+        bench.StepBenchConfig(repeats="3")
+    assert bench.StepBenchConfig(variants=["grpo_trl", "equal"]).variants == ("grpo_trl", "equal")  # the CLI's list
 
 
 def test_summaries():

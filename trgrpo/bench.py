@@ -9,42 +9,34 @@ repeat) a fresh subprocess in alternating order, learning_rate=0 so every varian
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
-import json
+import multiprocessing
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
 
 from trgrpo import experiment
-from trgrpo.batch import OFFLINE_ENV
-from trgrpo.experiment import ROOT, write_json
+from trgrpo.experiment import write_json
+from trgrpo.weights import Checked
 
 RESULTS_DIR = experiment.RESULTS_DIR / "bench"  # TRGRPO_RESULTS moves it with the rest
 SCHEMA_VERSION = 1
 
-# variant -> TR-GRPO's (weight_scheme, weight_placement); None: TRL's GRPO (its trainer, or its loss's tensor ops)
-VARIANTS: dict[str, tuple[str, str] | None] = {
-    "grpo_trl": None,
-    "equal": ("equal", "ratio"),
-    "tr_ratio": ("tr", "ratio"),
-    "tr_surrogate": ("tr", "surrogate"),
-}
-STEP_VARIANTS = ("grpo_trl", "equal", "tr_ratio", "tr_surrogate")
-LOSS_VARIANTS = tuple(VARIANTS)
-VARIANT_LABELS = {
-    "grpo_trl": "GRPO (TRL GRPOTrainer)",
-    "equal": "TR-GRPO code, w = 1",
-    "tr_ratio": "TR-GRPO, placement=ratio",
-    "tr_surrogate": "TR-GRPO, placement=surrogate",
+# variant -> (its label, TR-GRPO's (weight_scheme, weight_placement)); None: TRL's GRPO (its trainer, or its loss's
+# tensor ops)
+VARIANTS: dict[str, tuple[str, tuple[str, str] | None]] = {
+    "grpo_trl": ("GRPO (TRL GRPOTrainer)", None),
+    "equal": ("TR-GRPO code, w = 1", ("equal", "ratio")),
+    "tr_ratio": ("TR-GRPO, placement=ratio", ("tr", "ratio")),
+    "tr_surrogate": ("TR-GRPO, placement=surrogate", ("tr", "surrogate")),
 }
 # loss_head = loss_forward - policy_forward (weights + loss + metrics); other = optimizer and the rest
 STEP_PHASES = ("step", "rollout", "loss_forward", "policy_forward", "loss_head", "backward", "loss_backward", "other")
@@ -99,26 +91,23 @@ def paired_ratios(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
 
 def _record(benchmark: str, cfg: Any, t0: float) -> dict[str, Any]:
     """What every benchmark record carries: machine (with load average), versions, commit, config, runtime."""
-    from trgrpo.experiment import git_commit, machine_info, package_versions
-
     return {
         "benchmark": benchmark,
         "schema": SCHEMA_VERSION,
-        "machine": {**machine_info(), "load_average": [round(x, 2) for x in os.getloadavg()]},
-        "versions": package_versions(),
-        "git_commit": git_commit(),
+        "machine": {**experiment.machine_info(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "versions": experiment.package_versions(),
+        "git_commit": experiment.git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": dataclasses.asdict(cfg),
+        "config": cfg.model_dump(),
         "runtime_s": time.perf_counter() - t0,
     }
 
 
-@dataclass
-class StepBenchConfig:
-    """One step benchmark; the defaults fit a 2-core CPU in a few minutes."""
+class StepBenchConfig(Checked):
+    """One step benchmark; the defaults fit a 2-core CPU in a few minutes (checked as a run's spec is)."""
 
     model: str = "embedded"
-    variants: tuple[str, ...] = STEP_VARIANTS
+    variants: tuple[str, ...] = Field(tuple(VARIANTS), strict=False)  # a list too (the command line's)
     repeats: int = 3
     warmup_steps: int = 1
     steps: int = 2
@@ -130,13 +119,15 @@ class StepBenchConfig:
     seed: int = 0
     threads: int | None = 1
     bf16: bool = True  # only on a GPU
-    isolate: bool = True  # a fresh subprocess per run (its own peak memory)
+    isolate: bool = True  # a fresh process per run (its own peak memory)
     timeout_s: int = 900
 
-    def __post_init__(self) -> None:
-        self.variants = tuple(self.variants)
-        if not set(self.variants) <= set(STEP_VARIANTS) or "grpo_trl" not in self.variants:
-            raise ValueError(f"variants must be among {STEP_VARIANTS} and include 'grpo_trl', got {self.variants}")
+    @field_validator("variants")
+    @classmethod
+    def _known(cls, variants: tuple[str, ...]) -> tuple[str, ...]:
+        if not set(variants) <= set(VARIANTS) or "grpo_trl" not in variants:
+            raise ValueError(f"variants must be among {tuple(VARIANTS)} and include 'grpo_trl', got {variants}")
+        return variants
 
 
 def spread_reward(completions, completion_ids, **kwargs) -> list[float]:
@@ -164,14 +155,14 @@ def grpo_trainer(variant: str, model: Any, prompts: Sequence[str], output_dir: s
         "dataloader_num_workers": 0,
         **args,
     }
-    if VARIANTS[variant] is None:
+    if (weights := VARIANTS[variant][1]) is None:
         from trl import GRPOConfig as config_cls
         from trl import GRPOTrainer as trainer_cls
     else:
         from trgrpo.trainer import TRGRPOConfig as config_cls
         from trgrpo.trainer import TRGRPOTrainer as trainer_cls
 
-        config["weight_scheme"], config["weight_placement"] = VARIANTS[variant]
+        config["weight_scheme"], config["weight_placement"] = weights
     return trainer_cls(
         model=model,
         reward_funcs=spread_reward,
@@ -291,20 +282,12 @@ def step_run(cfg: StepBenchConfig, variant: str, repeat: int = 0) -> dict[str, A
 
 
 def _step_run_isolated(cfg: StepBenchConfig, variant: str, repeat: int) -> dict[str, Any]:
-    """:func:`step_run` in a fresh ``python -m trgrpo.bench --child-step`` subprocess."""
-    with tempfile.TemporaryDirectory(prefix="trgrpo-bench-child-") as tmp:
-        cfg_path, out_path = Path(tmp) / "cfg.json", Path(tmp) / "out.json"
-        cfg_path.write_text(json.dumps(dataclasses.asdict(cfg)))
-        env = {"TOKENIZERS_PARALLELISM": "false", **OFFLINE_ENV, **os.environ}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        if cfg.threads:
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(cfg.threads)
-        cmd = [sys.executable, "-m", "trgrpo.bench", "--child-step", str(cfg_path), variant, str(repeat), str(out_path)]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
-        if proc.returncode != 0 or not out_path.exists():
-            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-25:])
-            raise RuntimeError(f"step benchmark child ({variant}, repeat {repeat}) failed:\n{tail}")
-        return json.loads(out_path.read_text())
+    """:func:`step_run` in a fresh (spawned) process, its own imports and peak memory; killed after ``timeout_s``."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # an error or the timeout: leaving kills it
+        run = pool.apply_async(step_run, (cfg, variant, repeat)).get(cfg.timeout_s)
+        pool.close()  # done: let it exit on its own (a killed process leaves its semaphores behind)
+        pool.join()
+    return run
 
 
 def _run_mean(run: dict[str, Any], phase: str, metric: str) -> float:
@@ -312,28 +295,33 @@ def _run_mean(run: dict[str, Any], phase: str, metric: str) -> float:
     return sum(s[phase][metric] for s in measured) / max(1, len(measured))
 
 
-def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str], baseline: str = "grpo_trl") -> dict:
-    """Per variant and phase: median [min-max] over repeats of the per-run mean step time, and paired ratios."""
+def aggregate_step_runs(runs: list[dict[str, Any]], variants: Sequence[str]) -> dict:
+    """Per variant and phase: median [min-max] over repeats of the per-run mean step time, and ratios paired with
+    TRL's GRPO (``grpo_trl``) repeat by repeat."""
     by_variant = {v: sorted((r for r in runs if r["variant"] == v), key=lambda r: r["repeat"]) for v in variants}
-    base_runs = by_variant[baseline]
+    means = {
+        v: {p: {m: [_run_mean(r, p, m) for r in rs] for m in CLOCKS} for p in STEP_PHASES}
+        for v, rs in by_variant.items()
+    }
+    base_runs, base = by_variant["grpo_trl"], means["grpo_trl"]
     out: dict[str, Any] = {}
     for v, vruns in by_variant.items():
-        rec: dict[str, Any] = {"label": VARIANT_LABELS[v], "phases": {}, "ratio_vs_grpo": {}}
-        for phase in STEP_PHASES:
-            vals = {m: [_run_mean(r, phase, m) for r in vruns] for m in CLOCKS}
-            base = {m: [_run_mean(r, phase, m) for r in base_runs] for m in CLOCKS}
-            rec["phases"][phase] = {m: summarize(vals[m]) for m in CLOCKS}
-            rec["ratio_vs_grpo"][phase] = {m: paired_ratios(vals[m], base[m]) for m in CLOCKS}
-        # TR-GRPO's own cost: (loss head - GRPO's loss head) / GRPO's step, per repeat pair
-        rec["loss_head_added_share"] = {
-            m: summarize(
-                [
-                    (_run_mean(r, "loss_head", m) - _run_mean(b, "loss_head", m)) / _run_mean(b, "step", m)
-                    for r, b in zip(vruns, base_runs)
-                    if _run_mean(b, "step", m)
-                ]
-            )
-            for m in CLOCKS
+        vals = means[v]
+        rec: dict[str, Any] = {
+            "label": VARIANTS[v][0],
+            "phases": {p: {m: summarize(vals[p][m]) for m in CLOCKS} for p in STEP_PHASES},
+            "ratio_vs_grpo": {p: {m: paired_ratios(vals[p][m], base[p][m]) for m in CLOCKS} for p in STEP_PHASES},
+            # TR-GRPO's own cost: (loss head - GRPO's loss head) / GRPO's step, per repeat pair
+            "loss_head_added_share": {
+                m: summarize(
+                    [
+                        (h - bh) / bs
+                        for h, bh, bs in zip(vals["loss_head"][m], base["loss_head"][m], base["step"][m])
+                        if bs
+                    ]
+                )
+                for m in CLOCKS
+            },
         }
         for key in ("peak_rss", "cuda_peak"):
             peaks = [r.get(f"{key}_mb") for r in vruns]
@@ -372,13 +360,12 @@ def run_step_bench(cfg: StepBenchConfig) -> dict:
     }
 
 
-@dataclass
-class LossBenchConfig:
-    """Loss-alone benchmark: shapes, dtypes, blocks."""
+class LossBenchConfig(Checked):
+    """Loss-alone benchmark: shapes, dtypes, blocks (checked as a run's spec is)."""
 
     batch: int = 64
     lengths: tuple[int, ...] = (512, 1024, 2048, 4096)
-    dtypes: tuple[str, ...] = ("float32", "bfloat16")
+    dtypes: tuple[Literal["float32", "bfloat16", "float16"], ...] = ("float32", "bfloat16")
     repeats: int = 7  # blocks per variant
     iters: int = 10  # calls per block
     warmup: int = 2
@@ -387,11 +374,6 @@ class LossBenchConfig:
     eps_high: float = 0.24
     seed: int = 0
     threads: int | None = 1
-
-    def __post_init__(self) -> None:
-        self.lengths, self.dtypes = tuple(self.lengths), tuple(self.dtypes)
-        if not set(self.dtypes) <= {"float32", "bfloat16", "float16"}:
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtypes}")
 
 
 def loss_inputs(batch: int, length: int, dtype: str = "float32", *, seed: int = 0, device: str = "cpu") -> dict:
@@ -437,9 +419,9 @@ def loss_fn(variant: str, cfg: LossBenchConfig) -> Callable[[dict], Any]:
     from trgrpo.weights import DEFAULTS, token_weights
 
     kw = dict(beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high)
-    if VARIANTS[variant] is None:
+    if VARIANTS[variant][1] is None:
         return lambda x: trl_dapo_loss(x, **kw)
-    scheme, placement = VARIANTS[variant]
+    scheme, placement = VARIANTS[variant][1]
 
     def tr(x: dict) -> Any:
         weights = token_weights(x["logps"].detach().exp().clamp(0.0, 1.0), scheme)
@@ -513,7 +495,7 @@ def run_loss_bench(cfg: LossBenchConfig) -> dict:
     steady = steady_allocator()
     cuda = torch.cuda.is_available()
     t0 = time.perf_counter()
-    fns = {v: loss_fn(v, cfg) for v in LOSS_VARIANTS}
+    fns = {v: loss_fn(v, cfg) for v in VARIANTS}
     cases = []
     for dtype in cfg.dtypes:
         for length in cfg.lengths:
@@ -522,7 +504,7 @@ def run_loss_bench(cfg: LossBenchConfig) -> dict:
             case: dict[str, Any] = {"batch": cfg.batch, "length": length, "dtype": dtype, "variants": {}}
             for v in fns:
                 case["variants"][v] = {
-                    "label": VARIANT_LABELS[v],
+                    "label": VARIANTS[v][0],
                     "ms": {m: summarize(times[v][m]) for m in CLOCKS},
                     **{
                         f"ratio_vs_{b}": {m: paired_ratios(times[v][m], times[b][m]) for m in CLOCKS}
@@ -548,15 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trgrpo.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", choices=("step", "loss"), default=["step", "loss"])
     ap.add_argument("--repeats", type=int, help="step benchmark repeats per variant")
-    ap.add_argument("--variants", nargs="+", choices=STEP_VARIANTS, help="step variants")
+    ap.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), help="step variants")
     ap.add_argument("--out", default=str(RESULTS_DIR))
-    ap.add_argument("--child-step", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child_step:  # one step_run of _step_run_isolated
-        cfg_path, variant, repeat, out_path = args.child_step
-        cfg = StepBenchConfig(**json.loads(Path(cfg_path).read_text()))
-        write_json(out_path, step_run(cfg, variant, int(repeat)))
-        return 0
     out = Path(args.out)
     if "step" in args.parts:
         given = dict(repeats=args.repeats, variants=args.variants)

@@ -55,12 +55,12 @@ def figures_dir() -> Path:
     return Path(os.environ.get("TRGRPO_FIGURES") or Path(__file__).resolve().parents[1] / "runs" / "figures")
 
 
-def save(fig: Figure, name: str, directory: str | os.PathLike | None = None) -> Path:
+def save(fig: Figure, name: str, directory: str | os.PathLike | None = None, *, dpi: int = 100) -> Path:
     """Write ``fig`` to ``<directory or figures_dir()>/<name>.png`` and return the path."""
     d = Path(directory) if directory is not None else figures_dir()
     d.mkdir(parents=True, exist_ok=True)
     path = d / (name if name.endswith(".png") else f"{name}.png")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
 
 
@@ -97,8 +97,7 @@ def _dress(ax, ylabel: str, title: str = "", xlabel: str = "p = pi(o_t)", **lege
     ax.legend(**{"fontsize": 7, **legend})
 
 
-def _p_grid(n: int = 1001) -> torch.Tensor:
-    return torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+_P = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64)  # the p axis of the weight figures
 
 
 def _weights(p: torch.Tensor, params: WeightParams, scheme: str | None = None) -> np.ndarray:
@@ -132,13 +131,12 @@ def plot_grad_norm_vs_prob(
     probs,
     grad_norms,
     *,
-    bins: int | Sequence[float] = 10,
     fit: bool = True,
     ax=None,
     ylabel: str = "||grad log pi(o_t)||",
     title: str | None = None,
 ) -> Figure:
-    """Scatter of per-token gradient norm against pi(o_t), binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
+    """Scatter of per-token gradient norm against pi(o_t), 10 binned means (+- s.e.) and the fit c (1 - pi) (Eq. 8)."""
     fig, ax = _axes(ax, (5.4, 3.8))
     p, g = stats.to_numpy(probs), stats.to_numpy(grad_norms)
     sp, sg = p, g
@@ -146,7 +144,7 @@ def plot_grad_norm_vs_prob(
         idx = np.random.default_rng(0).choice(p.size, 5000, replace=False)
         sp, sg = p[idx], g[idx]
     ax.scatter(sp, sg, s=6, alpha=0.3, color="tab:blue", label=f"tokens (n = {p.size})")
-    b = stats.binned_means(p, g, bins)
+    b = stats.binned_means(p, g)
     ax.errorbar(b["x_mean"], b["mean"], yerr=b["sem"], fmt="o-", color="tab:red", ms=4, label="binned mean")
     if fit:
         c, r2 = stats.fit_proportional(1 - p, g)
@@ -176,26 +174,20 @@ def plot_theorem32_spread(grad_norms, probs, *, ax=None) -> Figure:
 # notebook 02: the weight function (Eq. 11) and the three readings
 
 
-def _label(params: WeightParams) -> str:
-    """The fields of ``params`` that differ from the paper defaults, ``"defaults"`` when none do."""
-    changed = {k: v for k, v in vars(params).items() if v != getattr(DEFAULTS, k)}
-    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
-
-
 def plot_weight_function(
-    settings: Sequence[WeightParams | dict] | None = None,
+    settings: Sequence[WeightParams | dict],
     *,
     labels: Sequence[str] | None = None,
     ax=None,
     title: str = "Eq. 11: w(p)",
 ) -> Figure:
-    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields."""
+    """w(p) on [0, 1] for each setting: a :class:`~trgrpo.weights.WeightParams` or a dict of its fields; unlabelled,
+    a line is named by the fields that differ from the paper defaults."""
     fig, ax = _axes(ax)
-    settings = list(settings) if settings is not None else [DEFAULTS]
-    p = _p_grid()
     for i, s in enumerate(settings):
         params = s if isinstance(s, WeightParams) else as_weight_params(**s)
-        ax.plot(p.numpy(), _weights(p, params), label=labels[i] if labels is not None else _label(params))
+        changed = ", ".join(f"{k}={v}" for k, v in vars(params).items() if v != getattr(DEFAULTS, k)) or "defaults"
+        ax.plot(_P.numpy(), _weights(_P, params), label=labels[i] if labels is not None else changed)
     _dress(ax, "w", title)
     return fig
 
@@ -203,10 +195,9 @@ def plot_weight_function(
 def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """TR-GRPO, Reverse (2 - w), Equal and Random (uniform on [0.5, 1.5]) weights against p (Table 4)."""
     fig, ax = _axes(ax)
-    p = _p_grid()
     base = as_weight_params(params, **fields)
     for scheme in ("tr", "reverse", "equal"):
-        ax.plot(p.numpy(), _weights(p, base, scheme), color=color(scheme), label=label(scheme))
+        ax.plot(_P.numpy(), _weights(_P, base, scheme), color=color(scheme), label=label(scheme))
     pr = torch.rand(400, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     ax.scatter(pr.numpy(), _weights(pr, base, "random"), s=4, alpha=0.4,
                color=color("random"), label="Random (U[{:g}, {:g}])".format(*RANDOM_RANGE))  # fmt: skip
@@ -217,11 +208,10 @@ def plot_schemes(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -
 def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: Any) -> Figure:
     """The factor of Eq. 13: w (1 - p) for TR-GRPO and Reverse against the bare 1 - p of Eq. 8."""
     fig, ax = _axes(ax)
-    p = _p_grid()
     base = as_weight_params(params, **fields)
     for scheme in ("equal", "tr", "reverse"):
-        w = _weights(p, base, scheme)
-        ax.plot(p.numpy(), w * (1 - p.numpy()), color=color(scheme), label=label(scheme))
+        w = _weights(_P, base, scheme)
+        ax.plot(_P.numpy(), w * (1 - _P.numpy()), color=color(scheme), label=label(scheme))
     _dress(ax, "w (1 - p)", f"Eq. 13 factor w(1 - p), tau_mode='{base.tau_mode}'")
     return fig
 
@@ -237,16 +227,15 @@ def plot_zero_gradient(
 ) -> Figure:
     """Reading 2 (Eq. 9): the clipped w r (or r) against p, the trust band, and where A > 0 / A < 0 get no gradient."""
     fig, ax = _axes(ax)
-    p = _p_grid()
-    w = torch.as_tensor(_weights(p, as_weight_params(params, **fields), "tr"))
-    r = torch.ones_like(p)  # at pi = pi_old
+    w = torch.as_tensor(_weights(_P, as_weight_params(params, **fields), "tr"))
+    r = torch.ones_like(_P)  # at pi = pi_old
     x = (w * r) if placement == "ratio" else r
-    ax.plot(p.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
+    ax.plot(_P.numpy(), x.numpy(), color="k", label="w r" if placement == "ratio" else "r")
     ax.axhspan(1 - eps_low, 1 + eps_high, color="tab:green", alpha=0.12, label="trust band")
     for sign, color, name in ((1.0, "tab:red", "A > 0: no gradient"), (-1.0, "tab:blue", "A < 0: no gradient")):
-        zero = zero_gradient_mask(r, torch.full_like(p, sign), w, eps_low, eps_high, placement).numpy()
+        zero = zero_gradient_mask(r, torch.full_like(_P, sign), w, eps_low, eps_high, placement).numpy()
         if zero.any():
-            ax.fill_between(p.numpy(), 0, 1, where=zero, color=color, alpha=0.15, transform=ax.get_xaxis_transform(),
+            ax.fill_between(_P.numpy(), 0, 1, where=zero, color=color, alpha=0.15, transform=ax.get_xaxis_transform(),
                             label=name)  # fmt: skip
     ax.set_ylim(min(0.7, float(x.min()) - 0.05), max(1.5, float(x.max()) + 0.05))
     _dress(ax, "clipped quantity", f"placement='{placement}', r = 1", loc="lower right")
@@ -280,11 +269,10 @@ def plot_weight_explorer(
     fig = Figure(figsize=(12.0, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
     params = as_weight_params(params, **fields)
-    p = _p_grid()
-    w = _weights(p, params, "tr")
-    axes[0].plot(p.numpy(), _weights(p, DEFAULTS), "k--", lw=1, label="paper default")
-    axes[0].plot(p.numpy(), w, color=color("tr"), lw=2, label="this setting")
-    axes[0].plot(p.numpy(), _weights(p, params, "reverse"), color=color("reverse"), lw=1, label=label("reverse"))
+    w = _weights(_P, params, "tr")
+    axes[0].plot(_P.numpy(), _weights(_P, DEFAULTS), "k--", lw=1, label="paper default")
+    axes[0].plot(_P.numpy(), w, color=color("tr"), lw=2, label="this setting")
+    axes[0].plot(_P.numpy(), _weights(_P, params, "reverse"), color=color("reverse"), lw=1, label=label("reverse"))
     flat = " (w = 1 = 2 - w: lines coincide)" if np.allclose(w, 1.0) else ""
     _dress(axes[0], "w", f"w(p): tau_mode='{params.tau_mode}'{flat}", "p")
     plot_eq13_factor(ax=axes[1], params=params)
@@ -340,8 +328,7 @@ def _save(fig, path: Path | str | None, title: str = ""):
     if not fig.get_constrained_layout():  # a constrained figure lays itself out; once tight, a figure is re-tightened
         fig.tight_layout()
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        save(fig, Path(path).name, Path(path).parent, dpi=150)
     return fig
 
 
@@ -383,20 +370,18 @@ def plot_reward_accuracy(
     return _save(fig, path, title)
 
 
-def plot_grad_norms(
-    groups: dict, labels: Sequence[str], *, smooth: int = 1, path: Path | str | None = None, title: str = ""
-):
+def plot_grad_norms(groups: dict, labels: Sequence[str], *, path: Path | str | None = None, title: str = ""):
     """Figure 3 analog: the pre-clip gradient norm per step, raw and divided by the step's mean token weight."""
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
-    _traces(axes[0], groups, labels, "grad_norm", smooth=smooth)
+    _traces(axes[0], groups, labels, "grad_norm")
     axes[0].set(title="gradient norm (raw)", xlabel="step", ylabel="||grad||")
-    _traces(axes[1], groups, labels, stats.grad_norm_per_mean_weight, smooth=smooth)
+    _traces(axes[1], groups, labels, stats.grad_norm_per_mean_weight)
     axes[1].set(title="gradient norm / mean token weight", xlabel="step", ylabel="||grad|| / mean w")
     axes[1].legend(fontsize=8)
     return _save(fig, path, title)
 
 
-def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins: int = 10):
+def plot_token_grad_norms(record: dict, *, path: Path | str | None = None):
     """Per-token ||grad log pi(o_t)|| against pi(o_t) (Eq. 8), and times the TR / Reverse weights (Eq. 13)."""
     p, g = np.asarray(record["prob"]), np.asarray(record["grad_norm"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -404,10 +389,10 @@ def plot_token_grad_norms(record: dict, *, path: Path | str | None = None, bins:
         f"per-token gradient norm: corr with π {record['corr_prob_grad_norm']:+.2f}\n"
         f"({p.size} tokens, {np.mean(p > 0.9):.0%} of them with π > 0.9)"
     )
-    plot_grad_norm_vs_prob(p, g, bins=bins, fit=False, ax=axes[0], ylabel="||∇θ log π(o_t)||", title=title)
+    plot_grad_norm_vs_prob(p, g, fit=False, ax=axes[0], ylabel="||∇θ log π(o_t)||", title=title)
     for scheme in ("equal", "tr", "reverse"):
         w = token_weights(torch.tensor(p), scheme).numpy()
-        bw = stats.binned_means(p, w / w.mean() * g, bins)
+        bw = stats.binned_means(p, w / w.mean() * g)
         cv = record.get("weighted_spread", {}).get(scheme, {}).get("cv", float("nan"))
         axes[1].plot(
             bw["center"], bw["mean"], marker="o", ms=4, color=color(scheme), label=f"{scheme}: CV of w·||g|| {cv:.2f}"
@@ -541,10 +526,10 @@ def plot_trajectories(
     return _save(fig, None)
 
 
-def plot_accuracy_by_size(records: Sequence[dict], *, ax=None, title: str = "K&K accuracy by number of people"):
+def plot_accuracy_by_size(records: Sequence[dict], *, title: str = "K&K accuracy by number of people"):
     """Figure 2 analog: final accuracy per puzzle size for each variant (mean over seeds)."""
     rows = kk_table(records)
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
     width, x = 0.8 / max(1, len(rows)), np.arange(len(KK_SIZES))
     for i, row in enumerate(rows):
         vals = [row[k] if isinstance(row[k], float) else np.nan for k in KK_SIZES]
@@ -642,7 +627,7 @@ def plot_em_by_type(rows: Sequence[dict[str, Any]], *, title: str = "", path: st
     return _save(fig, path)
 
 
-def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = None, path: Any = None):
+def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = None) -> Figure:
     """The least cosine between GRPO's and TR's update over weights in [L, U] (orthogonal token gradients) against
     U / L, in degrees, with ``samples`` ({"ratio": [...], "degrees": [...]}: random draws) beneath it."""
     from trgrpo.theory import kantorovich_cosine
@@ -662,7 +647,7 @@ def plot_kantorovich(lower: float = DEFAULTS.lower, *, samples: dict | None = No
     ax.set(xlabel="U / L", ylabel="largest angle between g_GRPO and g_TR (°)")
     ax.set_title("How far weights in [L, U] can turn an update (orthogonal token gradients)", fontsize=9)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def plot_leverage(records: dict[str, dict], bound: float, *, names: dict[str, str] | None = None, path: Any = None):
