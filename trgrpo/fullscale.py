@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from trgrpo import experiment
-from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec, read_record
+from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec, read_record, run_name
 from trgrpo.tasks.kk import KK_PAPER_DATA
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
@@ -114,16 +114,24 @@ PARAMETER_DEFAULTS = {
     "KK_EVAL_PATH": KK_PAPER_DATA,
 }
 KK_PEOPLE = [3, 4, 5, 6, 7]
+# Notebook 07's parameters named as an option of :class:`~trgrpo.tasks.search.SearchOptions` in upper case (absent:
+# its default; RETRIEVER_URL: ``url``).
+SEARCH_OPTION_PARAMETERS = ("corpus", "corpus_seed", "train_file", "data_dir", "retriever", "top_k", "template")
+SEARCH_OPTION_PARAMETERS += ("max_tool_calls", "eval_every", "scale")
 
 
-def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
-    """The runs of notebook 05 (``task="kk"``: Tables 1, 4, 7) or 06 (``"math"``: Table 2, base model, temperature
-    1.0) or 07 (``"search"``: Table 3, :func:`trgrpo.search_run.search_specs`) for the values of its parameters
-    cell (upper-case names); the planner reads plans the same way."""
-    if task == "search":
-        from trgrpo.search_run import search_specs
-
-        return search_specs(params, use_vllm=bool(use_vllm))
+def specs_from_parameters(
+    task: str,
+    params: dict,
+    *,
+    use_vllm: bool | None = None,
+    init_model: str | None = None,
+    warm_start: dict | None = None,
+) -> list[RunSpec]:
+    """The runs of notebook 05 (``task="kk"``: Tables 1, 4, 7), 06 (``"math"``: Table 2, base model, temperature
+    1.0) or 07 (``"search"``: Table 3, trained from ``init_model``, a warm start, default ``MODEL``; ``N_EVAL``
+    counts per QA set with Search-R1's data, in total with the synthetic corpus) for the values of its parameters
+    cell (upper-case names); the planner reads plans the same way. ``use_vllm`` None: ``USE_VLLM``'s."""
     p = {**PARAMETER_DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
     model = p["MODEL"]
     common = dict(
@@ -131,7 +139,7 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         model=model,
         steps=p["STEPS"],
         prompts_per_step=p["PROMPTS_PER_STEP"],
-        num_generations=p["GROUP_SIZE"],
+        num_generations=p["NUM_GENERATIONS" if task == "search" else "GROUP_SIZE"],
         max_completion_length=p["MAX_COMPLETION_LENGTH"],
         max_eval_tokens=p.get("MAX_EVAL_TOKENS"),
         micro_batch_size=p["MICRO_BATCH_SIZE"],
@@ -142,8 +150,21 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         save_steps=p["SAVE_STEPS"],
         n_train=p["N_TRAIN"],
         use_vllm=bool(p.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        temperature=float(p["TEMPERATURE"]),
     )
     runs = [(s, seed, {}) for s in p["SCHEMES"] for seed in p["SEEDS"]]
+    if task == "search":
+        from trgrpo.tasks.search import SearchOptions
+        from trgrpo.tasks.search_data import TABLE3_DATASETS
+
+        defaults = SearchOptions().model_dump()
+        options = {name: p.get(name.upper(), defaults[name]) for name in SEARCH_OPTION_PARAMETERS}
+        options["url"] = p.get("RETRIEVER_URL", defaults["url"])
+        options["warm_start"] = {k: v for k, v in (warm_start or {}).items() if k != "losses"} or None
+        n_eval = p["N_EVAL"] * (len(TABLE3_DATASETS) if options["corpus"] == "searchr1" else 1)
+        common.update(model=str(init_model or model), learning_rate=float(p["LEARNING_RATE"]), eval_before=True)
+        common.update(n_eval=n_eval, task_options=options, group=f"search/{options['scale']}")
+        return [RunSpec(**common, scheme=s, seed=seed, name=run_name(task, model, s, seed)) for s, seed, _ in runs]
     if task == "math":
         train = p["TRAIN"]
         options = {"train": train, "eval_sets": list(p["EVAL_SETS"]), "sampled_k": p["SAMPLED_K"]}
@@ -156,7 +177,6 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         n_eval=p["N_EVAL_PER_SIZE"] * len(KK_PEOPLE),
         placement=p["PLACEMENT"],
         tau_mode=p["TAU_MODE"],
-        temperature=float(p["TEMPERATURE"]),
         task_options=options,
     )
     group = f"kk/{short_model_name(model)}"
@@ -266,7 +286,7 @@ def run_command(
         return [*accelerate, "--config_file", str(cfg), "--num_processes", str(gpus), *train]
     if cpu_processes > 1:  # torchrun on CPU: gloo, the processes of the GPU path without a GPU
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(cpu_processes)]
-        return [*torchrun, "--master_port", str(_free_port()), *train]
+        return [*torchrun, "--master_port", str(free_port()), *train]
     return [sys.executable, *train]
 
 
@@ -275,7 +295,8 @@ def _accelerate_config_path(accelerate_config: str) -> Path:
     return cfg if cfg.is_absolute() else ROOT / cfg
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
     import socket
 
     with socket.socket() as sock:
