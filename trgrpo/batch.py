@@ -251,7 +251,7 @@ def parameter_defaults(nb: Path) -> dict:
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
     """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
     Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
-    path = Path(path)
+    path, overrides = Path(path), overrides or {}
     spec = read_config(path, "batch plan")
     unknown = sorted(set(spec) - set(PLAN_KEYS))
     if unknown:
@@ -289,17 +289,14 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
         if bad:
             raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
         check_parameters(params, known, f"{where}.parameters")
+        mine = {k: v for k, v in overrides.items() if k in known}
+        check_parameters(mine, known, f"{path}: --set")
         declared |= set(known)
-        plan.append((nb, smoke, params, known))
-    bad = sorted(set(overrides or {}) - declared - {"SMOKE"})
+        plan.append((nb, smoke, {**params, **mine}))
+    bad = sorted(set(overrides) - declared - {"SMOKE"})
     if bad:
         raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
-    out = []
-    for nb, smoke, params, known in plan:
-        mine = {k: v for k, v in (overrides or {}).items() if k in known}
-        check_parameters(mine, known, f"{path}: --set")
-        out.append((nb, smoke, {**params, **mine}))
-    return name, out
+    return name, plan
 
 
 def main(argv: list[str] | None = None) -> int:

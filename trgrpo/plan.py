@@ -203,6 +203,18 @@ def estimate(
     }
 
 
+def too_long(rows: list[dict], machine: str) -> str | None:
+    """Why a run would never end: the longest of ``rows`` (:func:`estimate`'s, on ``machine``) over
+    :data:`MAX_RUN_HOURS`; None when every one is within it."""
+    long = max(rows, key=lambda r: r["hours"], default=None)
+    if long is None or long["hours"] <= MAX_RUN_HOURS:
+        return None
+    return (
+        f"{long['name']}: estimated {long['hours']:,.0f} h on {machine} (python -m trgrpo.plan), far beyond any plan "
+        f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / n_eval / max_completion_length, or pass --allow-long"
+    )
+
+
 def checkpoint_gb(shape: ModelShape, *, gpus: int, zero: int) -> float:
     """GB of one checkpoint (model and optimizer state, every rank's shard together): one GPU saves fp32 weights 4N
     and AdamW's moments 8N; DeepSpeed saves the bf16 model 2N, fp32 master 4N and moments 8N, and under ZeRO-2 also
@@ -382,7 +394,6 @@ def readme_rows() -> list[dict]:
                 "gpus": gpus,
                 "gpu": GPUS[kind].name,
                 "gpu_mem_gb": mem,
-                "zero": zero,
                 "engine": engine(gpus, zero),
                 "disk_gb": plan_disk_gb(rows),
                 "runs": len(specs),
@@ -421,12 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         text, rows, problems = plan_report(
             specs, gpus=args.gpus, gpu_mem_gb=args.gpu_mem_gb, gpu=gpu, zero=zero, title=str(args.plan)
         )
-        long = max(rows, key=lambda r: r["hours"])
-        if long["hours"] > MAX_RUN_HOURS and not args.allow_long:
-            raise ConfigError(
-                f"{args.plan}: {long['name']}: estimated {long['hours']:,.0f} h per run, far beyond any plan "
-                f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / max_completion_length, or pass --allow-long"
-            )
+        if not args.allow_long and (problem := too_long(rows, f"{args.gpus} x {rows[0]['gpu']}")):
+            raise ConfigError(f"{args.plan}: {problem}")
     except ValueError as e:  # ConfigError, or a model whose shape is unknown: one line, no traceback
         print(f"{ap.prog}: error: {e if isinstance(e, ConfigError) else f'{args.plan}: {e}'}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ a checkpoint resumes. ``--print-config`` prints the batch layout without loading
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -26,6 +27,7 @@ from trgrpo.experiment import (
     train_config_summary,
 )
 from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate
+from trgrpo.plan import too_long as plan_too_long
 from trgrpo.tasks import get_task
 
 
@@ -85,32 +87,23 @@ def main(argv: list[str] | None = None) -> int:
             cpu_processes=cpu,
             isolate=gpus is not None,
         )
-    except (ConfigError, RecordError) as e:  # another run's record or checkpoints, a broken record, a folder not
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)  # writable, a run already running
-        return 2
+    except (ConfigError, RecordError, ConnectionError) as e:  # another run's record or checkpoints, a broken record,
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)  # a folder not writable, a run already running, a service a
+        return 2  # run needs (search: its retrieval server) that does not answer
     except (RuntimeError, DiskFull) as e:  # a run's process failed (its log says why), or its disk is full
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except ConnectionError as e:  # a service a run needs (search: its retrieval server) does not answer
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)
-        return 2
     return 0
 
 
 def too_long(specs: list[RunSpec], gpus: int) -> str | None:
-    """Why a spec would never end: the planner's estimate on ``gpus`` H100s (a CPU is slower still) over
-    :data:`~trgrpo.plan.MAX_RUN_HOURS`; None when every spec is within it or its model's shape is unknown."""
+    """Why a spec would never end (:func:`trgrpo.plan.too_long`) on ``gpus`` H100s (a CPU is slower still); a spec
+    whose model's shape the planner does not know is not estimated."""
+    rows = []
     for spec in specs:
-        try:
-            hours = estimate(spec, gpus=gpus, gpu_mem_gb=80.0, gpu=GPUS["H100"])["hours"]
-        except ValueError:  # a model whose shape the planner does not know
-            continue
-        if hours > MAX_RUN_HOURS:
-            return (
-                f"{spec.name}: estimated {hours:,.0f} h on {gpus} x H100 (python -m trgrpo.plan), far beyond any plan "
-                f"(> {MAX_RUN_HOURS:g} h): check steps / max_completion_length / n_eval, or pass --allow-long"
-            )
-    return None
+        with contextlib.suppress(ValueError):  # a model whose shape the planner does not know
+            rows.append(estimate(spec, gpus=gpus, gpu_mem_gb=80.0, gpu=GPUS["H100"]))
+    return plan_too_long(rows, f"{gpus} x H100")
 
 
 def cpu_processes() -> tuple[int, str | None]:
