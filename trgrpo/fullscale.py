@@ -328,15 +328,6 @@ def launch_engine(gpus: int, cpu_processes: int, accelerate_config: str, isolate
     return {"world_size": max(1, cpu_processes) if not gpus else 1, "deepspeed_stage": None}
 
 
-def done(spec: RunSpec, run_engine: dict, results_dir: Path) -> bool:
-    """Whether ``spec`` has its record; a record of another spec or engine under its name: a ConfigError."""
-    path = results_dir / spec.group / f"{spec.name}.json"
-    if not path.exists():
-        return False
-    experiment.refuse_another_run(experiment.read_record(path), spec, run_engine, path)
-    return True
-
-
 def launch(
     specs: list[RunSpec],
     *,
@@ -358,19 +349,21 @@ def launch(
     gpus = n_devices() if gpus is None else gpus
     isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
     run_engine = launch_engine(gpus, cpu_processes, accelerate_config, isolate)
-    todo = [s for s in specs if force or not done(s, run_engine, results_dir)]  # another run's record: refused
-    if not force:
-        for s in todo:  # checkpoints of another spec or engine: refused before any run starts
-            experiment.check_run_folders(s, run_engine)
+    records = [results_dir / s.group / f"{s.name}.json" for s in specs]
+    todo = [s for s, path in zip(specs, records) if force or not path.exists()]
+    if not force:  # a record or checkpoints of another spec or engine under a run's name: refused before any starts
+        for s, path in zip(specs, records):
+            if path.exists():
+                experiment.refuse_another_run(read_record(path), s, run_engine, path)
+            else:
+                experiment.check_run_folders(s, run_engine)
     where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
     for k, spec in enumerate(todo, 1):
         if not isolate or task_module(spec.task) is None:  # a task defined in __main__: a child cannot import it
-            from trgrpo.experiment import run
-
             print(f"[{k}/{len(todo)}] {spec.name} (in this process)", flush=True)
-            run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
+            experiment.run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
             continue
         cfg = write_specs([spec], log_dir / spec.group / f"{spec.name}.yaml")
         log = cfg.with_suffix(".log")
@@ -396,8 +389,4 @@ def launch(
             failed.append(f"{spec.name} (exit code {proc.returncode}, log {log})")
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
-    return [
-        read_record(results_dir / s.group / f"{s.name}.json")
-        for s in specs
-        if (results_dir / s.group / f"{s.name}.json").exists()
-    ]
+    return [read_record(path) for path in records if path.exists()]
