@@ -226,18 +226,12 @@ PLAN_KEYS = ("name", "smoke", "notebooks")
 ENTRY_KEYS = ("notebook", "smoke", "parameters")
 
 
-def notebook_parameters(nb: Path) -> dict[str, dict]:
-    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run): name ->
-    ``{name, inferred_type_name, default, help}``, ``default`` as its source text (``papermill --help-notebook``)."""
-    import papermill as pm
-
-    return pm.inspect_notebook(str(nb))
-
-
 def parameter_defaults(nb: Path) -> dict:
-    """The notebook's parameters (:func:`notebook_parameters`), each with its literal default (None where the default
-    is an expression, such as ``SMOKE``'s)."""
+    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run; ``papermill
+    --help-notebook``), each with its literal default (None where the default is an expression, such as ``SMOKE``'s)."""
     import ast
+
+    import papermill as pm
 
     def literal(source: str):
         try:
@@ -245,7 +239,7 @@ def parameter_defaults(nb: Path) -> dict:
         except (ValueError, SyntaxError):
             return None
 
-    return {name: literal(p["default"]) for name, p in notebook_parameters(nb).items()}
+    return {name: literal(p["default"]) for name, p in pm.inspect_notebook(str(nb)).items()}
 
 
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
