@@ -202,7 +202,7 @@ def _type_ok(value: Any, default: Any) -> bool:
         return _real(value)
     if isinstance(default, (list, tuple)):
         return isinstance(value, (list, tuple))
-    return isinstance(value, type(default)) and not (isinstance(value, bool) and not isinstance(default, bool))
+    return isinstance(value, type(default)) and not isinstance(value, bool)
 
 
 def check_parameters(values: dict, defaults: dict, where: str) -> None:

@@ -156,7 +156,7 @@ def specs_from_parameters(
         use_vllm=bool(p.get("USE_VLLM")) if use_vllm is None else use_vllm,
         temperature=float(p["TEMPERATURE"]),
     )
-    runs = [(s, seed, {}) for s in p["SCHEMES"] for seed in p["SEEDS"]]
+    main = [(s, seed) for s in p["SCHEMES"] for seed in p["SEEDS"]]
     if task == "search":
         from trgrpo.tasks.search import SearchOptions
         from trgrpo.tasks.search_data import TABLE3_DATASETS
@@ -168,13 +168,13 @@ def specs_from_parameters(
         n_eval = p["N_EVAL"] * (len(TABLE3_DATASETS) if options["corpus"] == "searchr1" else 1)
         common.update(model=str(init_model or model), learning_rate=float(p["LEARNING_RATE"]), eval_before=True)
         common.update(n_eval=n_eval, task_options=options, group=f"search/{options['scale']}")
-        return [RunSpec(**common, scheme=s, seed=seed, name=run_name(task, model, s, seed)) for s, seed, _ in runs]
+        return [RunSpec(**common, scheme=s, seed=seed, name=run_name(task, model, s, seed)) for s, seed in main]
     if task == "math":
         train = p["TRAIN"]
         options = {"train": train, "eval_sets": list(p["EVAL_SETS"]), "sampled_k": p["SAMPLED_K"]}
         common.update(n_eval=p["N_EVAL"], temperature=1.0, task_options=options)
         group = f"math/{short_model_name(model)}/{Path(train).stem}"
-        return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed, _ in runs]
+        return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed in main]
     options = {"n_people": KK_PEOPLE, "eval_n_people": KK_PEOPLE, "prefill_think": bool(p["PREFILL_THINK"])}
     options.update(train_path=p["KK_TRAIN_PATH"], eval_path=p["KK_EVAL_PATH"])
     common.update(
@@ -184,7 +184,7 @@ def specs_from_parameters(
         task_options=options,
     )
     group = f"kk/{short_model_name(model)}"
-    runs = [(s, seed, {"group": f"{group}/main"}) for s, seed, _ in runs]
+    runs = [(s, seed, {"group": f"{group}/main"}) for s, seed in main]
     runs += [("tr", seed, {"tau": float(t), "group": f"{group}/tau"}) for t in p["TAUS"] for seed in p["SEEDS"]]
     runs += [
         ("tr", seed, {"lower": float(lo), "upper": float(up), "group": f"{group}/range"})
@@ -384,7 +384,6 @@ def launch(
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=child_env(gpus), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
-        assert proc.stdout is not None
         with log.open("w") as fh:
             for line in proc.stdout:
                 fh.write(line)
