@@ -324,10 +324,10 @@ def plan_report(
     zero: int = 2,
     title: str = "plan",
 ) -> tuple[str, list[dict], list[str]]:
-    """(text table, per-run estimates, problems with the settings to change); no problems: every run fits."""
+    """(text table, per-run estimates, problems with the settings to change) of one or more specs; no problems:
+    every run fits."""
     gpu = gpu or GPUS["H200" if gpu_mem_gb > 100 else "H100"]
     rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero) for s in specs]
-    total = sum(r["hours"] for r in rows)
     stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(A).items())
     lines = [
         f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), {engine(gpus, zero)}",
@@ -340,29 +340,23 @@ def plan_report(
             f"{r['name'][:58]:<58} {m['train_peak']:>7.1f} {r['rollout_s_per_step']:>9.1f} "
             f"{r['train_s_per_step']:>8.1f} {r['hours']:>6.2f}  {'yes' if r['fits'] else 'NO'}"
         )
-    if rows:
-        m = rows[0]["memory_gb"]
-        lines.append("first run, GB per GPU: " + ", ".join(f"{k} {m[k]:.1f}" for k in PARTS))
-    lines.append(f"total: {total:.1f} h (runs one after another)")
-    if rows:
-        ckpt = max(r["checkpoint_gb"] for r in rows)
-        lines.append(
-            f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state); every "
-            f"run's final checkpoint is kept: {len(rows)} run(s) + one while the newest replaces the previous = "
-            f"{plan_disk_gb(rows):.0f} GB for the whole plan"
-        )
-    problems = []
-    seen_models = set()
+    first, ckpt = rows[0]["memory_gb"], max(r["checkpoint_gb"] for r in rows)
+    lines += [
+        "first run, GB per GPU: " + ", ".join(f"{k} {first[k]:.1f}" for k in PARTS),
+        f"total: {sum(r['hours'] for r in rows):.1f} h (runs one after another)",
+        f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state); every run's "
+        f"final checkpoint is kept: {len(rows)} run(s) + one while the newest replaces the previous = "
+        f"{plan_disk_gb(rows):.0f} GB for the whole plan",
+    ]
+    problems, seen_models = [], set()
     for s, r in zip(specs, rows):
-        if not r["fits"] and s.model not in seen_models:
-            seen_models.add(s.model)
-            fix = (
-                suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero)
-                if any(not p.startswith("evaluation") for p in r["problems"])
-                else []
-            )
-            fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
-            problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
+        if r["fits"] or s.model in seen_models:
+            continue
+        seen_models.add(s.model)
+        memory = [p for p in r["problems"] if not p.startswith("evaluation")]
+        fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero) if memory else []
+        fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
+        problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
     return "\n".join(lines), rows, problems
 
 
