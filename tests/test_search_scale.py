@@ -39,7 +39,7 @@ def corpus():
 @pytest.fixture(scope="module")
 def server_url():
     """scripts/retrieval_server.py on a free port of 127.0.0.1 (BM25 over the generated corpus), stopped afterwards."""
-    with fullscale.retrieval_server(None, "--corpus-seed", "0", wait_s=60) as url:
+    with fullscale.retrieval_server("--corpus-seed", "0", wait_s=60) as url:
         yield url
 
 
@@ -319,6 +319,6 @@ def test_the_server_reads_a_search_r1_corpus_file(tmp_path):
     ]
     corpus = tmp_path / "wiki.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with fullscale.retrieval_server(None, "--corpus", str(corpus)) as url:
+    with fullscale.retrieval_server("--corpus", str(corpus)) as url:
         (hits,) = ServerRetriever(url, timeout=10).batch_search(["who wrote hamlet"], 1)
     assert hits[0]["id"] == "0" and hits[0]["title"] == "Hamlet" and hits[0]["text"].startswith("Hamlet is")

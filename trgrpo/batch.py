@@ -47,7 +47,7 @@ def run_notebook(
     out_nb = out_dir / nb.name
     params = {"SMOKE": bool(smoke), **(parameters or {})}
     t0 = time.time()
-    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": ""}
+    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": "", "output": str(out_nb)}
     try:
         with environment(**HEADLESS_ENV, TRGRPO_SMOKE="1" if smoke else "0"):
             pm.execute_notebook(
@@ -65,7 +65,6 @@ def run_notebook(
     except Exception as exc:  # noqa: BLE001 - a failing notebook must not stop the batch
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
     row["seconds"] = round(time.time() - t0, 1)
-    row["output"] = str(out_nb)
     return row
 
 

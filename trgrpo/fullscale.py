@@ -396,13 +396,12 @@ def launch(
 
 
 @contextlib.contextmanager
-def retrieval_server(port: int | None, *args: str, wait_s: float = 60.0) -> Iterator[str]:
-    """``scripts/retrieval_server.py --port PORT ARGS`` as its own process on 127.0.0.1 (``port`` None: a free one),
-    its health check answered within ``wait_s`` (else a RuntimeError with its output); yields its ``/retrieve`` URL,
-    stops it on exit."""
+def retrieval_server(*args: str, wait_s: float = 60.0) -> Iterator[str]:
+    """``scripts/retrieval_server.py ARGS`` as its own process on a free port of 127.0.0.1, its health check answered
+    within ``wait_s`` (else a RuntimeError with its output); yields its ``/retrieve`` URL, stops it on exit."""
     from trgrpo.tasks.search_data import ServerRetriever
 
-    port = free_port() if port is None else port
+    port = free_port()
     cmd = [sys.executable, str(ROOT / "scripts" / "retrieval_server.py"), "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/retrieve"

@@ -294,7 +294,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
     for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
-        task = next((t for prefix, t in NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
+        task = NOTEBOOK_SPECS.get(nb.name[:3])
         if task is None:
             continue  # notebooks that train nothing (08: tables)
         where = f"{path}: notebooks[{i}]"
