@@ -126,7 +126,6 @@ def memory_gb(
     out["rollout_peak"] = out["train_peak"] - out["activations"] - out["logits"]
     out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - A.vllm_runtime_gb) if spec.use_vllm else 0.0
     out["vllm_kv_needed_one_sequence"] = seq * shape.kv_bytes_per_token / GB if spec.use_vllm else 0.0
-    out["micro_batch_size"] = m
     return out
 
 
