@@ -229,8 +229,7 @@ def is_full_scale(model: str) -> bool:
 def refuse_without_cuda(specs: list[RunSpec]) -> str | None:
     """One line when a full-scale run (:func:`is_full_scale`) would start without CUDA, before any model loads."""
     big = next((s for s in specs if is_full_scale(s.model)), None)
-    problem = cuda_missing() if big is not None else None
-    if problem is None:
+    if big is None or (problem := cuda_missing()) is None:
         return None
     return (
         f"{big.name}: {short_model_name(big.model)} is a full-scale model and {problem}; "
@@ -258,7 +257,7 @@ def write_specs(specs: list[RunSpec], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     grid = [s.model_dump() for s in specs]
     imports = []
-    for module in sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"}):
+    for module in sorted({m for s in specs if (m := task_module(s.task))}):
         file = getattr(sys.modules.get(module), "__file__", None)
         if module.split(".")[0] != "trgrpo" and file:  # a task of a .py file beside a config: copied beside this one
             shutil.copy(file, path.parent / Path(file).name)
