@@ -26,8 +26,7 @@ from trgrpo.experiment import (
     parse_overrides,
     train_config_summary,
 )
-from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate
-from trgrpo.plan import too_long as plan_too_long
+from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
 from trgrpo.tasks import get_task
 
 
@@ -57,8 +56,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**train_config_summary(spec, world), "data": data_options(spec)})
             except ValueError as e:  # the batch does not split over `world` processes
                 raise ConfigError(f"{args.config}: run {i} ({spec.name}): {e}") from None
-        if not args.allow_long and (problem := too_long(specs, args.gpus or 1)):
-            raise ConfigError(f"{args.config}: {problem}")
+        if not args.allow_long:  # a run that would never end: the planner's estimate on --gpus H100s (a CPU is slower)
+            estimates = []
+            for spec in specs:
+                with contextlib.suppress(ValueError):  # a model whose shape the planner does not know
+                    estimates.append(estimate(spec, gpus=args.gpus or 1, gpu_mem_gb=80.0, gpu=GPUS["H100"]))
+            if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
+                raise ConfigError(f"{args.config}: {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
@@ -94,16 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def too_long(specs: list[RunSpec], gpus: int) -> str | None:
-    """Why a spec would never end (:func:`trgrpo.plan.too_long`) on ``gpus`` H100s (a CPU is slower still); a spec
-    whose model's shape the planner does not know is not estimated."""
-    rows = []
-    for spec in specs:
-        with contextlib.suppress(ValueError):  # a model whose shape the planner does not know
-            rows.append(estimate(spec, gpus=gpus, gpu_mem_gb=80.0, gpu=GPUS["H100"]))
-    return plan_too_long(rows, f"{gpus} x H100")
 
 
 def cpu_processes() -> tuple[int, str | None]:
