@@ -89,7 +89,9 @@ def test_batch_set_reaches_every_notebook(tmp_path):
 def test_papermill_reads_every_parameter_a_notebooks_cell_assigns(path):
     """The parameters papermill sees (batch.parameter_defaults) are the names the cell assigns, with the values the
     cell gives them (executed at full scale; None for an expression's default), comments as papermill's help."""
-    from trgrpo.batch import environment, notebook_parameters, parameter_defaults
+    import papermill as pm
+
+    from trgrpo.batch import environment, parameter_defaults
 
     cell = next(c.source for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
     env: dict = {"os": __import__("os")}
@@ -101,4 +103,4 @@ def test_papermill_reads_every_parameter_a_notebooks_cell_assigns(path):
     assert {k: v for k, v in defaults.items() if v is not None} == {
         k: assigned[k] for k, v in defaults.items() if v is not None
     }
-    assert all(isinstance(p["help"], str) for p in notebook_parameters(path).values())
+    assert all(isinstance(p["help"], str) for p in pm.inspect_notebook(str(path)).values())

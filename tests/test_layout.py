@@ -19,7 +19,7 @@ MODULES = sorted(PKG.rglob("*.py"))
 LAYERS = {
     "core": ("trgrpo", "weights", "loss", "trainer", "theory", "readings", "paper", "stats", "models"),
     "tasks": ("tasks",),  # the package trgrpo.tasks and every module in it
-    "runs": ("experiment", "toy", "toy_controls", "search_run", "lm_science", "fullscale", "train", "plan", "batch"),
+    "runs": ("experiment", "toy", "toy_controls", "lm_science", "fullscale", "train", "plan", "batch"),
     "reports": ("tables", "answers", "plots", "token_stats"),
     "teaching": ("notebook", "course"),
     "tooling": ("bench",),

@@ -277,13 +277,13 @@ def test_table3_layout():
 
 def micro_spec(model, **options):
     """A one-step search run spec on the micro ``model`` (CPU seconds), as notebook 07's smoke parameters make it."""
-    from trgrpo import search_run
+    from trgrpo import fullscale
 
     params = dict(MODEL="micro", TEMPLATE="compact", RETRIEVER="bm25", CORPUS="synthetic", SCALE="unit")
     params |= dict(SCHEMES=["tr"], SEEDS=[0], STEPS=1, PROMPTS_PER_STEP=1, NUM_GENERATIONS=2, TEMPERATURE=0.8)
     params |= dict(LEARNING_RATE=1e-4, MAX_COMPLETION_LENGTH=48, MAX_TOOL_CALLS=1, TOP_K=1, N_TRAIN=4, N_EVAL=2)
     params |= dict(GRADIENT_CHECKPOINTING=False, **options)
-    (spec,) = search_run.search_specs(params, init_model=model)
+    (spec,) = fullscale.specs_from_parameters("search", params, init_model=model)
     return spec
 
 

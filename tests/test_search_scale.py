@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trgrpo import search_run
+from trgrpo import fullscale
 from trgrpo.experiment import read_record, run
 from trgrpo.tasks import search as S
 from trgrpo.tasks import search_data
@@ -39,7 +39,7 @@ def corpus():
 @pytest.fixture(scope="module")
 def server_url():
     """scripts/retrieval_server.py on a free port of 127.0.0.1 (BM25 over the generated corpus), stopped afterwards."""
-    with search_run.retrieval_server(None, "--corpus-seed", "0", wait_s=60) as url:
+    with fullscale.retrieval_server("--corpus-seed", "0", wait_s=60) as url:
         yield url
 
 
@@ -299,7 +299,7 @@ def test_a_search_run_on_two_processes_evaluates_on_every_rank(search_micro_mode
     """accelerate launch, 2 CPU processes (as on 2 GPUs): TRL's rollout gathers across ranks, so every rank evaluates
     (the main process alone would wait forever for the others); one record, the evaluation before and after."""
 
-    from trgrpo import experiment, fullscale
+    from trgrpo import experiment
 
     monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -319,6 +319,6 @@ def test_the_server_reads_a_search_r1_corpus_file(tmp_path):
     ]
     corpus = tmp_path / "wiki.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with search_run.retrieval_server(None, "--corpus", str(corpus)) as url:
+    with fullscale.retrieval_server("--corpus", str(corpus)) as url:
         (hits,) = ServerRetriever(url, timeout=10).batch_search(["who wrote hamlet"], 1)
     assert hits[0]["id"] == "0" and hits[0]["title"] == "Hamlet" and hits[0]["text"].startswith("Hamlet is")

@@ -183,6 +183,7 @@ def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
         ("notebooks/05_kk_logic_full_scale.ipynb\n    parameters: {KK_TRAIN_PATH: /nope/train.parquet}", "train_path"),
         ("notebooks/06_math_full_scale.ipynb\n    parameters: {TRAIN: nope/dsr.parquet}", "nope/dsr.parquet"),
         ("notebooks/06_math_full_scale.ipynb\n    parameters: {EVAL_SETS: [math500, aime.jsonl]}", "aime.jsonl"),
+        ("notebooks/07_agentic_search.ipynb\n    parameters: {TRAIN_FILE: nope/train.parquet}", "train_file"),
         ("notebooks/05_kk_missing.ipynb", "05_kk_missing"),
         ("{outside}", "project"),
     ],

@@ -47,7 +47,7 @@ def run_notebook(
     out_nb = out_dir / nb.name
     params = {"SMOKE": bool(smoke), **(parameters or {})}
     t0 = time.time()
-    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": ""}
+    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": "", "output": str(out_nb)}
     try:
         with environment(**HEADLESS_ENV, TRGRPO_SMOKE="1" if smoke else "0"):
             pm.execute_notebook(
@@ -65,7 +65,6 @@ def run_notebook(
     except Exception as exc:  # noqa: BLE001 - a failing notebook must not stop the batch
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
     row["seconds"] = round(time.time() - t0, 1)
-    row["output"] = str(out_nb)
     return row
 
 
@@ -202,7 +201,7 @@ def _type_ok(value: Any, default: Any) -> bool:
         return _real(value)
     if isinstance(default, (list, tuple)):
         return isinstance(value, (list, tuple))
-    return isinstance(value, type(default)) and not (isinstance(value, bool) and not isinstance(default, bool))
+    return isinstance(value, type(default)) and not isinstance(value, bool)
 
 
 def check_parameters(values: dict, defaults: dict, where: str) -> None:
@@ -226,18 +225,12 @@ PLAN_KEYS = ("name", "smoke", "notebooks")
 ENTRY_KEYS = ("notebook", "smoke", "parameters")
 
 
-def notebook_parameters(nb: Path) -> dict[str, dict]:
-    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run): name ->
-    ``{name, inferred_type_name, default, help}``, ``default`` as its source text (``papermill --help-notebook``)."""
-    import papermill as pm
-
-    return pm.inspect_notebook(str(nb))
-
-
 def parameter_defaults(nb: Path) -> dict:
-    """The notebook's parameters (:func:`notebook_parameters`), each with its literal default (None where the default
-    is an expression, such as ``SMOKE``'s)."""
+    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run; ``papermill
+    --help-notebook``), each with its literal default (None where the default is an expression, such as ``SMOKE``'s)."""
     import ast
+
+    import papermill as pm
 
     def literal(source: str):
         try:
@@ -245,13 +238,13 @@ def parameter_defaults(nb: Path) -> dict:
         except (ValueError, SyntaxError):
             return None
 
-    return {name: literal(p["default"]) for name, p in notebook_parameters(nb).items()}
+    return {name: literal(p["default"]) for name, p in pm.inspect_notebook(str(nb)).items()}
 
 
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
     """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
     Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
-    path = Path(path)
+    path, overrides = Path(path), overrides or {}
     spec = read_config(path, "batch plan")
     unknown = sorted(set(spec) - set(PLAN_KEYS))
     if unknown:
@@ -289,17 +282,14 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
         if bad:
             raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
         check_parameters(params, known, f"{where}.parameters")
+        mine = {k: v for k, v in overrides.items() if k in known}
+        check_parameters(mine, known, f"{path}: --set")
         declared |= set(known)
-        plan.append((nb, smoke, params, known))
-    bad = sorted(set(overrides or {}) - declared - {"SMOKE"})
+        plan.append((nb, smoke, {**params, **mine}))
+    bad = sorted(set(overrides) - declared - {"SMOKE"})
     if bad:
         raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
-    out = []
-    for nb, smoke, params, known in plan:
-        mine = {k: v for k, v in (overrides or {}).items() if k in known}
-        check_parameters(mine, known, f"{path}: --set")
-        out.append((nb, smoke, {**params, **mine}))
-    return name, out
+    return name, plan
 
 
 def main(argv: list[str] | None = None) -> int:

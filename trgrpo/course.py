@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo import experiment, toy
-from trgrpo.batch import OFFLINE_ENV, environment, notebook_parameters, run_notebook
+from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
 from trgrpo.experiment import ROOT, git_commit, git_dirty, machine_info, write_json
 from trgrpo.models import sft_step
 from trgrpo.tasks import addition
@@ -539,7 +539,9 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
 
 def parameters_source(path: Path | str) -> dict[str, str]:
     """The defaults (source text) of a notebook's papermill parameters: the settings a time of it was measured with."""
-    return {name: p["default"] for name, p in notebook_parameters(Path(path)).items()}
+    import papermill as pm
+
+    return {name: p["default"] for name, p in pm.inspect_notebook(str(path)).items()}
 
 
 def fingerprint(value: Any) -> str:

@@ -1,19 +1,23 @@
-"""Full-scale runs (Section 4, Table 6): the run specs of notebooks 05 / 06, model shapes, and :func:`launch`."""
+"""Full-scale runs (Section 4, Table 6): the run specs of notebooks 05 / 06 / 07, model shapes, :func:`launch`, and
+notebook 07's local retrieval server process (:func:`retrieval_server`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from trgrpo import experiment
-from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec, read_record
+from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec, read_record, run_name
 from trgrpo.tasks.kk import KK_PAPER_DATA
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
@@ -114,16 +118,24 @@ PARAMETER_DEFAULTS = {
     "KK_EVAL_PATH": KK_PAPER_DATA,
 }
 KK_PEOPLE = [3, 4, 5, 6, 7]
+# Notebook 07's parameters named as an option of :class:`~trgrpo.tasks.search.SearchOptions` in upper case (absent:
+# its default; RETRIEVER_URL: ``url``).
+SEARCH_OPTION_PARAMETERS = ("corpus", "corpus_seed", "train_file", "data_dir", "retriever", "top_k", "template")
+SEARCH_OPTION_PARAMETERS += ("max_tool_calls", "eval_every", "scale")
 
 
-def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = None) -> list[RunSpec]:
-    """The runs of notebook 05 (``task="kk"``: Tables 1, 4, 7) or 06 (``"math"``: Table 2, base model, temperature
-    1.0) or 07 (``"search"``: Table 3, :func:`trgrpo.search_run.search_specs`) for the values of its parameters
-    cell (upper-case names); the planner reads plans the same way."""
-    if task == "search":
-        from trgrpo.search_run import search_specs
-
-        return search_specs(params, use_vllm=bool(use_vllm))
+def specs_from_parameters(
+    task: str,
+    params: dict,
+    *,
+    use_vllm: bool | None = None,
+    init_model: str | None = None,
+    warm_start: dict | None = None,
+) -> list[RunSpec]:
+    """The runs of notebook 05 (``task="kk"``: Tables 1, 4, 7), 06 (``"math"``: Table 2, base model, temperature
+    1.0) or 07 (``"search"``: Table 3, trained from ``init_model``, a warm start, default ``MODEL``; ``N_EVAL``
+    counts per QA set with Search-R1's data, in total with the synthetic corpus) for the values of its parameters
+    cell (upper-case names); the planner reads plans the same way. ``use_vllm`` None: ``USE_VLLM``'s."""
     p = {**PARAMETER_DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
     model = p["MODEL"]
     common = dict(
@@ -131,7 +143,7 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         model=model,
         steps=p["STEPS"],
         prompts_per_step=p["PROMPTS_PER_STEP"],
-        num_generations=p["GROUP_SIZE"],
+        num_generations=p["NUM_GENERATIONS" if task == "search" else "GROUP_SIZE"],
         max_completion_length=p["MAX_COMPLETION_LENGTH"],
         max_eval_tokens=p.get("MAX_EVAL_TOKENS"),
         micro_batch_size=p["MICRO_BATCH_SIZE"],
@@ -142,25 +154,37 @@ def specs_from_parameters(task: str, params: dict, *, use_vllm: bool | None = No
         save_steps=p["SAVE_STEPS"],
         n_train=p["N_TRAIN"],
         use_vllm=bool(p.get("USE_VLLM")) if use_vllm is None else use_vllm,
+        temperature=float(p["TEMPERATURE"]),
     )
-    runs = [(s, seed, {}) for s in p["SCHEMES"] for seed in p["SEEDS"]]
+    main = [(s, seed) for s in p["SCHEMES"] for seed in p["SEEDS"]]
+    if task == "search":
+        from trgrpo.tasks.search import SearchOptions
+        from trgrpo.tasks.search_data import TABLE3_DATASETS
+
+        defaults = SearchOptions().model_dump()
+        options = {name: p.get(name.upper(), defaults[name]) for name in SEARCH_OPTION_PARAMETERS}
+        options["url"] = p.get("RETRIEVER_URL", defaults["url"])
+        options["warm_start"] = {k: v for k, v in (warm_start or {}).items() if k != "losses"} or None
+        n_eval = p["N_EVAL"] * (len(TABLE3_DATASETS) if options["corpus"] == "searchr1" else 1)
+        common.update(model=str(init_model or model), learning_rate=float(p["LEARNING_RATE"]), eval_before=True)
+        common.update(n_eval=n_eval, task_options=options, group=f"search/{options['scale']}")
+        return [RunSpec(**common, scheme=s, seed=seed, name=run_name(task, model, s, seed)) for s, seed in main]
     if task == "math":
         train = p["TRAIN"]
         options = {"train": train, "eval_sets": list(p["EVAL_SETS"]), "sampled_k": p["SAMPLED_K"]}
         common.update(n_eval=p["N_EVAL"], temperature=1.0, task_options=options)
         group = f"math/{short_model_name(model)}/{Path(train).stem}"
-        return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed, _ in runs]
+        return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed in main]
     options = {"n_people": KK_PEOPLE, "eval_n_people": KK_PEOPLE, "prefill_think": bool(p["PREFILL_THINK"])}
     options.update(train_path=p["KK_TRAIN_PATH"], eval_path=p["KK_EVAL_PATH"])
     common.update(
         n_eval=p["N_EVAL_PER_SIZE"] * len(KK_PEOPLE),
         placement=p["PLACEMENT"],
         tau_mode=p["TAU_MODE"],
-        temperature=float(p["TEMPERATURE"]),
         task_options=options,
     )
     group = f"kk/{short_model_name(model)}"
-    runs = [(s, seed, {"group": f"{group}/main"}) for s, seed, _ in runs]
+    runs = [(s, seed, {"group": f"{group}/main"}) for s, seed in main]
     runs += [("tr", seed, {"tau": float(t), "group": f"{group}/tau"}) for t in p["TAUS"] for seed in p["SEEDS"]]
     runs += [
         ("tr", seed, {"lower": float(lo), "upper": float(up), "group": f"{group}/range"})
@@ -205,8 +229,7 @@ def is_full_scale(model: str) -> bool:
 def refuse_without_cuda(specs: list[RunSpec]) -> str | None:
     """One line when a full-scale run (:func:`is_full_scale`) would start without CUDA, before any model loads."""
     big = next((s for s in specs if is_full_scale(s.model)), None)
-    problem = cuda_missing() if big is not None else None
-    if problem is None:
+    if big is None or (problem := cuda_missing()) is None:
         return None
     return (
         f"{big.name}: {short_model_name(big.model)} is a full-scale model and {problem}; "
@@ -234,7 +257,7 @@ def write_specs(specs: list[RunSpec], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     grid = [s.model_dump() for s in specs]
     imports = []
-    for module in sorted({m for s in specs if (m := task_module(s.task)) and m != "trgrpo.experiment"}):
+    for module in sorted({m for s in specs if (m := task_module(s.task))}):
         file = getattr(sys.modules.get(module), "__file__", None)
         if module.split(".")[0] != "trgrpo" and file:  # a task of a .py file beside a config: copied beside this one
             shutil.copy(file, path.parent / Path(file).name)
@@ -266,7 +289,7 @@ def run_command(
         return [*accelerate, "--config_file", str(cfg), "--num_processes", str(gpus), *train]
     if cpu_processes > 1:  # torchrun on CPU: gloo, the processes of the GPU path without a GPU
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(cpu_processes)]
-        return [*torchrun, "--master_port", str(_free_port()), *train]
+        return [*torchrun, "--master_port", str(free_port()), *train]
     return [sys.executable, *train]
 
 
@@ -275,7 +298,8 @@ def _accelerate_config_path(accelerate_config: str) -> Path:
     return cfg if cfg.is_absolute() else ROOT / cfg
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
     import socket
 
     with socket.socket() as sock:
@@ -307,15 +331,6 @@ def launch_engine(gpus: int, cpu_processes: int, accelerate_config: str, isolate
     return {"world_size": max(1, cpu_processes) if not gpus else 1, "deepspeed_stage": None}
 
 
-def done(spec: RunSpec, run_engine: dict, results_dir: Path) -> bool:
-    """Whether ``spec`` has its record; a record of another spec or engine under its name: a ConfigError."""
-    path = results_dir / spec.group / f"{spec.name}.json"
-    if not path.exists():
-        return False
-    experiment.refuse_another_run(experiment.read_record(path), spec, run_engine, path)
-    return True
-
-
 def launch(
     specs: list[RunSpec],
     *,
@@ -337,19 +352,21 @@ def launch(
     gpus = n_devices() if gpus is None else gpus
     isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
     run_engine = launch_engine(gpus, cpu_processes, accelerate_config, isolate)
-    todo = [s for s in specs if force or not done(s, run_engine, results_dir)]  # another run's record: refused
-    if not force:
-        for s in todo:  # checkpoints of another spec or engine: refused before any run starts
-            experiment.check_run_folders(s, run_engine)
+    records = [results_dir / s.group / f"{s.name}.json" for s in specs]
+    todo = [s for s, path in zip(specs, records) if force or not path.exists()]
+    if not force:  # a record or checkpoints of another spec or engine under a run's name: refused before any starts
+        for s, path in zip(specs, records):
+            if path.exists():
+                experiment.refuse_another_run(read_record(path), s, run_engine, path)
+            else:
+                experiment.check_run_folders(s, run_engine)
     where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
     for k, spec in enumerate(todo, 1):
         if not isolate or task_module(spec.task) is None:  # a task defined in __main__: a child cannot import it
-            from trgrpo.experiment import run
-
             print(f"[{k}/{len(todo)}] {spec.name} (in this process)", flush=True)
-            run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
+            experiment.run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
             continue
         cfg = write_specs([spec], log_dir / spec.group / f"{spec.name}.yaml")
         log = cfg.with_suffix(".log")
@@ -366,7 +383,6 @@ def launch(
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=child_env(gpus), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
-        assert proc.stdout is not None
         with log.open("w") as fh:
             for line in proc.stdout:
                 fh.write(line)
@@ -375,8 +391,36 @@ def launch(
             failed.append(f"{spec.name} (exit code {proc.returncode}, log {log})")
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
-    return [
-        read_record(results_dir / s.group / f"{s.name}.json")
-        for s in specs
-        if (results_dir / s.group / f"{s.name}.json").exists()
-    ]
+    return [read_record(path) for path in records if path.exists()]
+
+
+@contextlib.contextmanager
+def retrieval_server(*args: str, wait_s: float = 60.0) -> Iterator[str]:
+    """``scripts/retrieval_server.py ARGS`` as its own process on a free port of 127.0.0.1, its health check answered
+    within ``wait_s`` (else a RuntimeError with its output); yields its ``/retrieve`` URL, stops it on exit."""
+    from trgrpo.tasks.search_data import ServerRetriever
+
+    port = free_port()
+    cmd = [sys.executable, str(ROOT / "scripts" / "retrieval_server.py"), "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/retrieve"
+    try:
+        deadline, error = time.monotonic() + wait_s, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                ServerRetriever(url, timeout=2.0).check()
+                break
+            except ConnectionError as e:
+                error = e
+                time.sleep(0.2)
+        else:
+            out = proc.stdout.read() if proc.poll() is not None else ""
+            raise RuntimeError(f"retrieval server on port {port} not ready in {wait_s:g} s: {error} {out[-400:]}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

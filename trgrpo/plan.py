@@ -5,6 +5,7 @@ GPU by component, hours and checkpoint size, from the model's shape and the stat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -25,6 +26,7 @@ from trgrpo.experiment import (
     vllm_max_model_length,
 )
 from trgrpo.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
+from trgrpo.tasks import get_task
 
 GB = 1e9
 
@@ -124,7 +126,6 @@ def memory_gb(
     out["rollout_peak"] = out["train_peak"] - out["activations"] - out["logits"]
     out["vllm_kv_cache"] = (util * gpu_mem_gb - 2 * n / GB - A.vllm_runtime_gb) if spec.use_vllm else 0.0
     out["vllm_kv_needed_one_sequence"] = seq * shape.kv_bytes_per_token / GB if spec.use_vllm else 0.0
-    out["micro_batch_size"] = m
     return out
 
 
@@ -137,7 +138,8 @@ def _decode_step_s(n: float, batch: int, ctx: float, kv_tok: int, gpu: GPU) -> f
 def generation_seconds(
     sequences: int, shape: ModelShape, spec: RunSpec, gpu: GPU, kv_cache_gb: float
 ) -> tuple[float, float]:
-    """(seconds, tokens/s) for one GPU to generate ``sequences`` completions of the mean length."""
+    """(seconds, tokens/s) for one GPU to generate ``sequences`` completions of the mean length (HF generate without
+    vLLM: :attr:`Assumptions.hf_generate_slowdown` times slower)."""
     ctx = A.mean_prompt_tokens + A.mean_completion_tokens / 2
     kv_tok = shape.kv_bytes_per_token
     fit = int(kv_cache_gb * GB // (ctx * kv_tok)) if kv_cache_gb > 0 else sequences
@@ -145,7 +147,8 @@ def generation_seconds(
     tok_s = batch / _decode_step_s(shape.params, batch, ctx, kv_tok, gpu)
     bulk = sequences * A.mean_completion_tokens / tok_s
     tail = spec.max_completion_length * _decode_step_s(shape.params, 1, ctx, kv_tok, gpu)
-    return max(bulk, tail), tok_s
+    slowdown = 1.0 if spec.use_vllm else A.hf_generate_slowdown
+    return max(bulk, tail) * slowdown, tok_s / slowdown
 
 
 def estimate(
@@ -163,15 +166,11 @@ def estimate(
     completions = lay["global_completions_per_step"]
     kv_gb = mem["vllm_kv_cache"] if spec.use_vllm else gpu_mem_gb - mem["rollout_peak"]
     rollout_s, tok_s = generation_seconds(completions // gpus, shape, spec, gpu, kv_gb)
-    if not spec.use_vllm:
-        rollout_s, tok_s = rollout_s * A.hf_generate_slowdown, tok_s / A.hf_generate_slowdown
     tokens = completions * (A.mean_prompt_tokens + A.mean_completion_tokens)
     flop_per_token = (6 + (2 if spec.gradient_checkpointing else 0) + (2 if spec.beta > 0 else 0)) * shape.params
     train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * A.mfu)
     eval_sequences = spec.n_eval * _eval_multiplier(spec)
     eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb)[0] if eval_sequences else 0.0
-    if not spec.use_vllm:
-        eval_s *= A.hf_generate_slowdown
     hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
     problems = []
     if 3 * eval_s > spec.ddp_timeout_s:
@@ -201,6 +200,18 @@ def estimate(
         "fits": not problems,
         "problems": problems,
     }
+
+
+def too_long(rows: list[dict], machine: str) -> str | None:
+    """Why a run would never end: the longest of ``rows`` (:func:`estimate`'s, on ``machine``) over
+    :data:`MAX_RUN_HOURS`; None when every one is within it."""
+    long = max(rows, key=lambda r: r["hours"], default=None)
+    if long is None or long["hours"] <= MAX_RUN_HOURS:
+        return None
+    return (
+        f"{long['name']}: estimated {long['hours']:,.0f} h on {machine} (python -m trgrpo.plan), far beyond any plan "
+        f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / n_eval / max_completion_length, or pass --allow-long"
+    )
 
 
 def checkpoint_gb(shape: ModelShape, *, gpus: int, zero: int) -> float:
@@ -271,19 +282,18 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> li
 # Plans
 
 
-def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], str]:
-    """The runs a batch plan (only the project's notebooks 05 / 06 are read) or spec file would start, and its
-    accelerate config; every local data file they name must exist. Bad input: a :class:`ConfigError`."""
+def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], int]:
+    """The runs a batch plan (only the project's notebooks 05 / 06 / 07 are read) or spec file would start, and the
+    ZeRO stage of its accelerate config; every local data file they name is read as a spec file's are
+    (``Task.check_data``, from the notebook's folder). Bad input: a :class:`ConfigError`."""
     path = Path(path)
     data = read_config(path)
     if "notebooks" not in data and "smoke" not in data:
-        specs = load_specs(path, overrides)
-        _check_data_files(path, specs, Path.cwd())
-        return specs, "configs/zero2.yaml"
+        return load_specs(path, overrides), 2
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
     for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
-        task = next((t for prefix, t in NOTEBOOK_SPECS.items() if nb.name.startswith(prefix)), None)
+        task = NOTEBOOK_SPECS.get(nb.name[:3])
         if task is None:
             continue  # notebooks that train nothing (08: tables)
         where = f"{path}: notebooks[{i}]"
@@ -294,31 +304,14 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
         use_vllm = params.get("USE_VLLM")
         try:
             built = specs_from_parameters(task, params, use_vllm=True if use_vllm is None else bool(use_vllm))
+            with contextlib.chdir(nb.parent):  # the notebook reads its files from its folder
+                for spec in built:
+                    if (check := get_task(spec.task).check_data) is not None:
+                        check(spec)
         except (ValueError, TypeError, KeyError) as e:
             raise ConfigError(f"{where}.parameters: {e}") from None
-        _check_data_files(path, built, nb.parent)
         specs += built
-    return specs, accel
-
-
-def _check_data_files(path: Path, specs: list[RunSpec], base: Path) -> None:
-    """Every local data file the specs name (relative to ``base``) exists; else a :class:`ConfigError`."""
-    from trgrpo.tasks.kk import KK_GENERATED
-    from trgrpo.tasks.math import MATH_HUB
-
-    for spec in specs:
-        opts = spec.task_options
-        files = {"train_path": opts.get("train_path"), "eval_path": opts.get("eval_path")}
-        if spec.task == "math":
-            files = {"train": opts.get("train"), "eval_sets": opts.get("eval_sets")}
-        for field, value in files.items():
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                if not item or str(item).startswith("hub:") or item == KK_GENERATED:
-                    continue
-                if spec.task == "math" and (item in MATH_HUB or item == "generated"):
-                    continue
-                if not (base / str(item)).exists():
-                    raise ConfigError(f"{path}: {spec.name}: {field} {item!r}: no such file (from {base})")
+    return specs, 3 if "zero3" in accel else 2
 
 
 def plan_report(
@@ -330,10 +323,10 @@ def plan_report(
     zero: int = 2,
     title: str = "plan",
 ) -> tuple[str, list[dict], list[str]]:
-    """(text table, per-run estimates, problems with the settings to change); no problems: every run fits."""
+    """(text table, per-run estimates, problems with the settings to change) of one or more specs; no problems:
+    every run fits."""
     gpu = gpu or GPUS["H200" if gpu_mem_gb > 100 else "H100"]
     rows = [estimate(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, gpu=gpu, zero=zero) for s in specs]
-    total = sum(r["hours"] for r in rows)
     stated = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(A).items())
     lines = [
         f"{title}: {len(specs)} run(s) on {gpus} x {gpu.name} ({gpu_mem_gb:g} GB), {engine(gpus, zero)}",
@@ -346,29 +339,23 @@ def plan_report(
             f"{r['name'][:58]:<58} {m['train_peak']:>7.1f} {r['rollout_s_per_step']:>9.1f} "
             f"{r['train_s_per_step']:>8.1f} {r['hours']:>6.2f}  {'yes' if r['fits'] else 'NO'}"
         )
-    if rows:
-        m = rows[0]["memory_gb"]
-        lines.append("first run, GB per GPU: " + ", ".join(f"{k} {m[k]:.1f}" for k in PARTS))
-    lines.append(f"total: {total:.1f} h (runs one after another)")
-    if rows:
-        ckpt = max(r["checkpoint_gb"] for r in rows)
-        lines.append(
-            f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state); every "
-            f"run's final checkpoint is kept: {len(rows)} run(s) + one while the newest replaces the previous = "
-            f"{plan_disk_gb(rows):.0f} GB for the whole plan"
-        )
-    problems = []
-    seen_models = set()
+    first, ckpt = rows[0]["memory_gb"], max(r["checkpoint_gb"] for r in rows)
+    lines += [
+        "first run, GB per GPU: " + ", ".join(f"{k} {first[k]:.1f}" for k in PARTS),
+        f"total: {sum(r['hours'] for r in rows):.1f} h (runs one after another)",
+        f"disk: a checkpoint every {specs[0].save_steps} steps, {ckpt:.0f} GB (model + optimizer state); every run's "
+        f"final checkpoint is kept: {len(rows)} run(s) + one while the newest replaces the previous = "
+        f"{plan_disk_gb(rows):.0f} GB for the whole plan",
+    ]
+    problems, seen_models = [], set()
     for s, r in zip(specs, rows):
-        if not r["fits"] and s.model not in seen_models:
-            seen_models.add(s.model)
-            fix = (
-                suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero)
-                if any(not p.startswith("evaluation") for p in r["problems"])
-                else []
-            )
-            fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
-            problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
+        if r["fits"] or s.model in seen_models:
+            continue
+        seen_models.add(s.model)
+        memory = [p for p in r["problems"] if not p.startswith("evaluation")]
+        fix = suggestions(s, gpus=gpus, gpu_mem_gb=gpu_mem_gb, zero=zero) if memory else []
+        fix += [p.split(": ", 1)[1] for p in r["problems"] if p.startswith("evaluation")]
+        problems.append(f"DOES NOT FIT: {r['name']}: {'; '.join(r['problems'])}. Change: {'; '.join(fix)}")
     return "\n".join(lines), rows, problems
 
 
@@ -391,8 +378,7 @@ def readme_rows() -> list[dict]:
     """The planner's numbers for each of :data:`README_ROWS` (the README's table)."""
     out = []
     for name, gpus, mem, kind in README_ROWS:
-        specs, accel = plan_specs(ROOT / "experiments" / name)
-        zero = 3 if "zero3" in accel else 2
+        specs, zero = plan_specs(ROOT / "experiments" / name)
         _, rows, problems = plan_report(specs, gpus=gpus, gpu_mem_gb=mem, gpu=GPUS[kind], zero=zero)
         hours = [r["hours"] for r in rows]
         out.append(
@@ -401,7 +387,6 @@ def readme_rows() -> list[dict]:
                 "gpus": gpus,
                 "gpu": GPUS[kind].name,
                 "gpu_mem_gb": mem,
-                "zero": zero,
                 "engine": engine(gpus, zero),
                 "disk_gb": plan_disk_gb(rows),
                 "runs": len(specs),
@@ -432,20 +417,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--gpus {args.gpus}: must be >= 1")
         if not (math.isfinite(args.gpu_mem_gb) and args.gpu_mem_gb > 0):
             raise ConfigError(f"--gpu-mem-gb {args.gpu_mem_gb}: must be a finite number of GB > 0")
-        specs, accel = plan_specs(args.plan, parse_overrides(args.set))
+        specs, plan_zero = plan_specs(args.plan, parse_overrides(args.set))
         if not specs:
             raise ConfigError(f"{args.plan}: the plan has no runs (SCHEMES, SEEDS, TAUS and RANGES give none)")
-        zero = args.zero or (3 if "zero3" in accel else 2)
+        zero = args.zero or plan_zero
         gpu = GPUS[args.gpu_type] if args.gpu_type else None
         text, rows, problems = plan_report(
             specs, gpus=args.gpus, gpu_mem_gb=args.gpu_mem_gb, gpu=gpu, zero=zero, title=str(args.plan)
         )
-        long = max(rows, key=lambda r: r["hours"])
-        if long["hours"] > MAX_RUN_HOURS and not args.allow_long:
-            raise ConfigError(
-                f"{args.plan}: {long['name']}: estimated {long['hours']:,.0f} h per run, far beyond any plan "
-                f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / max_completion_length, or pass --allow-long"
-            )
+        if not args.allow_long and (problem := too_long(rows, f"{args.gpus} x {rows[0]['gpu']}")):
+            raise ConfigError(f"{args.plan}: {problem}")
     except ValueError as e:  # ConfigError, or a model whose shape is unknown: one line, no traceback
         print(f"{ap.prog}: error: {e if isinstance(e, ConfigError) else f'{args.plan}: {e}'}", file=sys.stderr)
         return 2

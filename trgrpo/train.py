@@ -8,6 +8,7 @@ a checkpoint resumes. ``--print-config`` prints the batch layout without loading
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from trgrpo.experiment import (
     parse_overrides,
     train_config_summary,
 )
-from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate
+from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
 from trgrpo.tasks import get_task
 
 
@@ -55,8 +56,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**train_config_summary(spec, world), "data": data_options(spec)})
             except ValueError as e:  # the batch does not split over `world` processes
                 raise ConfigError(f"{args.config}: run {i} ({spec.name}): {e}") from None
-        if not args.allow_long and (problem := too_long(specs, args.gpus or 1)):
-            raise ConfigError(f"{args.config}: {problem}")
+        if not args.allow_long:  # a run that would never end: the planner's estimate on --gpus H100s (a CPU is slower)
+            estimates = []
+            for spec in specs:
+                with contextlib.suppress(ValueError):  # a model whose shape the planner does not know
+                    estimates.append(estimate(spec, gpus=args.gpus or 1, gpu_mem_gb=80.0, gpu=GPUS["H100"]))
+            if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
+                raise ConfigError(f"{args.config}: {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
@@ -85,32 +91,13 @@ def main(argv: list[str] | None = None) -> int:
             cpu_processes=cpu,
             isolate=gpus is not None,
         )
-    except (ConfigError, RecordError) as e:  # another run's record or checkpoints, a broken record, a folder not
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)  # writable, a run already running
-        return 2
+    except (ConfigError, RecordError, ConnectionError) as e:  # another run's record or checkpoints, a broken record,
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)  # a folder not writable, a run already running, a service a
+        return 2  # run needs (search: its retrieval server) that does not answer
     except (RuntimeError, DiskFull) as e:  # a run's process failed (its log says why), or its disk is full
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except ConnectionError as e:  # a service a run needs (search: its retrieval server) does not answer
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)
-        return 2
     return 0
-
-
-def too_long(specs: list[RunSpec], gpus: int) -> str | None:
-    """Why a spec would never end: the planner's estimate on ``gpus`` H100s (a CPU is slower still) over
-    :data:`~trgrpo.plan.MAX_RUN_HOURS`; None when every spec is within it or its model's shape is unknown."""
-    for spec in specs:
-        try:
-            hours = estimate(spec, gpus=gpus, gpu_mem_gb=80.0, gpu=GPUS["H100"])["hours"]
-        except ValueError:  # a model whose shape the planner does not know
-            continue
-        if hours > MAX_RUN_HOURS:
-            return (
-                f"{spec.name}: estimated {hours:,.0f} h on {gpus} x H100 (python -m trgrpo.plan), far beyond any plan "
-                f"(> {MAX_RUN_HOURS:g} h): check steps / max_completion_length / n_eval, or pass --allow-long"
-            )
-    return None
 
 
 def cpu_processes() -> tuple[int, str | None]:
