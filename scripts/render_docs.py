@@ -211,10 +211,12 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
             f"{hist['share_at_upper']:.1%} at U). The grid runs the task with the largest share."
         )
     if "tr-ratio" in rows:
+        ratio = [r for r in toy.load_runs(results_dir, group=CONTROLS_GROUP) if toy.run_label(r) == "tr-ratio"]
+        zero_grad = tables.zero_grad_table({"tr-ratio": ratio}, ["tr-ratio"])[0]["pos"]  # share of A > 0 tokens
         out.append(
             f"- **Reading 2 (where w enters the clip).** TR with w inside the clipped ratio (Eq. 9 as printed): "
             f"{fmt_delta(rows['tr-ratio'])} — {versus(rows['tr-ratio'])}"
-            f"; {tables.zero_grad_share(results_dir):.1%} of the tokens with A > 0 get no policy gradient (mean over "
+            f"; {zero_grad:.1%} of the tokens with A > 0 get no policy gradient (mean over "
             f"steps). With w outside the clip (surrogate): {fmt_delta(rows['tr-surrogate'])}."
         )
     if "const-surrogate" in rows and "tr_norm-surrogate" in rows:

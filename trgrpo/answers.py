@@ -125,18 +125,17 @@ def _not_run(claim: Claim, what: str) -> dict:
     return _row(claim, NOT_RUN, "none", f"no record ({what})", "—")
 
 
-def _scale_of(records: list[dict]) -> str:
-    return scale_label(records) if records else "—"
-
-
 def _toy_scale(records: list[dict]) -> str:
-    """:func:`_scale_of`, with the warm starts of all the runs' seeds (one each) instead of the first record's."""
+    """:func:`~trgrpo.tables.scale_label` ("—" for none), with the warm starts of all the runs' seeds (one each)
+    instead of the first record's."""
+    if not records:
+        return "—"
     steps = sorted({r["warm_start"]["steps"] for r in records if isinstance(r.get("warm_start"), dict)})
     if not steps:
-        return _scale_of(records)
+        return scale_label(records)
     first = str(records[0].get("model"))
     span = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
-    return _scale_of(records).replace(first, f"{first.split(' (')[0]} (one warm start per seed, {span} SFT steps)")
+    return scale_label(records).replace(first, f"{first.split(' (')[0]} (one warm start per seed, {span} SFT steps)")
 
 
 def _cpu_scale(rec: dict) -> str:
@@ -210,7 +209,7 @@ def paper_effect(treatment: str, control: str = "equal") -> float:
 def table1(claim: Claim, root: Path) -> dict:
     if runs := _paper_scale_runs(root / "kk"):
         evidence = f"{len(runs)} K&K run record(s) of the trainer"
-        return _row(claim, "not tested", "see notebook 08's Table 1 beside the paper", evidence, _scale_of(runs))
+        return _row(claim, "not tested", "see notebook 08's Table 1 beside the paper", evidence, scale_label(runs))
     runs, per_run = _lm_runs(root)
     if not runs:
         return _not_run(claim, "no K&K run at any scale")
@@ -222,14 +221,14 @@ def table1(claim: Claim, root: Path) -> dict:
         f"{', '.join(map(str, n_eval))} held-out pairs before → after: {per_run}. "
         "A pipeline check on a different task, with two seeds per scheme: it cannot rank the schemes"
     )
-    return _row(claim, "not tested", "none: no run of the claim's task and model", text, _scale_of(runs))
+    return _row(claim, "not tested", "none: no run of the claim's task and model", text, scale_label(runs))
 
 
 def table2(claim: Claim, root: Path) -> dict:
     runs = _paper_scale_runs(root / "math")
     if not runs:
         return _not_run(claim, "notebook 06 on a GPU server writes results/math/")
-    return _row(claim, "not tested", "see notebook 08's Table 2", f"{len(runs)} math run record(s)", _scale_of(runs))
+    return _row(claim, "not tested", "see notebook 08's Table 2", f"{len(runs)} math run record(s)", scale_label(runs))
 
 
 def table3(claim: Claim, root: Path) -> dict:
@@ -374,7 +373,7 @@ def table8(claim: Claim, root: Path) -> dict:
     """``make bench``'s step record, as :func:`trgrpo.bench.aggregate_step_runs` stored it: TR-GRPO's own work
     (its loss head minus GRPO's, process CPU) as a share of GRPO's step, and the paired step and memory ratios."""
     rec = read_json(root / "bench" / "step.json", "bench_step")
-    if rec is None or "runs" not in rec:
+    if rec is None:
         return _not_run(claim, "make bench writes results/bench/step.json")
     variants = rec["variants"]
     tr = variants["tr_ratio"] if "tr_ratio" in variants else next(v for k, v in variants.items() if k.startswith("tr"))
@@ -382,16 +381,10 @@ def table8(claim: Claim, root: Path) -> dict:
     evidence = (
         f"TR-GRPO's own work {own:+.3%} of a GRPO step (process CPU); whole step x{step['median']:.3f} "
         f"[{step['min']:.3f}-{step['max']:.3f}], peak memory x{tr['ratio_vs_grpo']['peak_rss']['median']:.3f} "
-        f"over {step['n']} repeats"
+        f"over {step['n']} repeats; this tests 'costs little' (TR's own work under 6 % of a step, the step and "
+        "memory ratios beside it), not the paper's +5-6 % training time itself"
     )
-    steps = rec["config"].get("steps", "?") if isinstance(rec.get("config"), dict) else None
-    scale = f"{display_name(rec.get('model'))} on {rec.get('device')}" + (
-        f", {steps} steps per run" if steps is not None else ""
-    )
-    evidence += (
-        "; this tests 'costs little' (TR's own work under 6 % of a step, the step and memory ratios beside it), "
-        "not the paper's +5-6 % training time itself"
-    )
+    scale = f"{display_name(rec['model'])} on {rec['device']}, {rec['config']['steps']} steps per run"
     strength = f"moderate (small cost measured directly; {step['n']} repeats, CPU noise)"
     return _row(claim, "reproduced" if own < 0.06 else "not reproduced", strength, evidence, scale)
 
@@ -491,12 +484,7 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
         elif runs:
             parts = []
             for name, rs in sorted(group_by(runs, keys[sub]).items()):
-                m, s, n = mean_std(
-                    final_metric(r, "greedy_accuracy")
-                    if "greedy_accuracy" in r["final"]
-                    else r["final"].get("avg", r["final"].get("accuracy", math.nan))
-                    for r in rs
-                )
+                m, s, n = mean_std(final_metric(r, "greedy_accuracy") for r in rs)
                 parts.append(f"{name} {m:.3f}" + (f" ± {s:.3f}" if n > 1 else "") + f" (n={n})")
             row["result"] = "; ".join(parts)
         out.append(row)
@@ -556,20 +544,16 @@ def leverage_bounds() -> list[dict]:
     return out
 
 
-def pairs_for_power(
-    sd_diff: float, effect: float, *, alpha: float = 0.05, power: float = 0.8, n_max: int = 100_000
-) -> int:
-    """The least number of seed pairs n whose two-sided paired t-test at ``alpha`` detects a mean difference
-    ``effect`` with ``power``: the least n whose :func:`trgrpo.stats.min_detectable_effect` (the exact noncentral t)
-    is at most ``|effect|``, by bisection (the detectable effect falls with n)."""
+def pairs_for_power(sd_diff: float, effect: float) -> int:
+    """The least number of seed pairs n (up to 100,000) whose two-sided paired t-test at 5 % detects a mean
+    difference ``effect`` with 80 % power: the least n whose :func:`trgrpo.stats.min_detectable_effect` (the exact
+    noncentral t) is at most ``|effect|``, by bisection (the detectable effect falls with n)."""
     if not (sd_diff > 0 and effect != 0):
         raise ValueError(f"need sd_diff > 0 and effect != 0, got {sd_diff}, {effect}")
-    ns = range(2, n_max + 1)
-    i = bisect.bisect_left(
-        ns, True, key=lambda n: min_detectable_effect(sd_diff, n, alpha=alpha, power=power) <= abs(effect)
-    )
+    ns = range(2, 100_001)
+    i = bisect.bisect_left(ns, True, key=lambda n: min_detectable_effect(sd_diff, n) <= abs(effect))
     if i == len(ns):
-        raise ValueError(f"more than {n_max} pairs needed")
+        raise ValueError(f"more than {ns[-1]} pairs needed")
     return ns[i]
 
 
@@ -582,40 +566,38 @@ def power_sizing(results_dir: Path | str) -> dict:
     :data:`POWER_EFFECTS` at 80 % power (alpha 0.05, two-sided), the CPU hours of one 100-step run (from the
     seconds per step of every SmolLM2 two-number-addition record) and of the whole comparison (two runs a pair)."""
     root = Path(results_dir)
-    designs = []
-    for name, folder, control, treatment in (
-        ("addition runs (notebook 03 Part B)", root / "toy" / "lm", "equal", "tr"),
-        ("stress arm (lr 5e-5, collapses)", root / "lm" / "stress", "equal", "tr"),
-    ):
-        runs = [r for r in _records(folder) if r.get("task") == "arith"]
-        by = {(r["scheme"], r["seed"]): r for r in runs}
-        seeds = sorted(s for sch, s in by if sch == treatment and (control, s) in by)
-        if len(seeds) < 2:
-            continue
-        acc = {arm: [by[(arm, s)]["final"]["accuracy"] for s in seeds] for arm in (treatment, control)}
-        sd = paired_t(acc[treatment], acc[control])["sd_diff"]
-        r0 = by[(control, seeds[0])]
-        designs.append(
-            {
-                "design": name,
-                "folder": str(folder.relative_to(root)),
-                "n_pairs": len(seeds),
-                "n_eval": r0["final"].get("n"),
-                "steps": r0["steps"],
-                "sd_diff": sd,
-                "pairs": {e: pairs_for_power(sd, e) if sd > 0 else None for e in POWER_EFFECTS},
-            }
-        )
     sps = [
-        r["seconds_per_step"]
+        x
         for f in ("toy/lm", "lm/stress", "lm/stage0")
         for r in _records(root / f)
         if r.get("task") == "arith" and r["spec"].get("task_options", {}).get("kind", "add") == "add"
+        if (x := r["seconds_per_step"]) and math.isfinite(x)
     ]
-    sps = [x for x in sps if x and math.isfinite(x)]
     hours = (100 * min(sps) / 3600, 100 * max(sps) / 3600) if sps else (math.nan, math.nan)
-    for d in designs:
-        d["cpu_hours"] = {e: (2 * n * hours[0], 2 * n * hours[1]) for e, n in d["pairs"].items() if n}
+    designs = []
+    for name, folder in (
+        ("addition runs (notebook 03 Part B)", "toy/lm"),
+        ("stress arm (lr 5e-5, collapses)", "lm/stress"),
+    ):
+        by = {(r["scheme"], r["seed"]): r for r in _records(root / folder) if r.get("task") == "arith"}
+        seeds = sorted(s for sch, s in by if sch == "tr" and ("equal", s) in by)
+        if len(seeds) < 2:
+            continue
+        tr, eq = ([by[(arm, s)]["final"]["accuracy"] for s in seeds] for arm in ("tr", "equal"))
+        sd = paired_t(tr, eq)["sd_diff"]
+        pairs = {e: pairs_for_power(sd, e) if sd > 0 else None for e in POWER_EFFECTS}
+        designs.append(
+            {
+                "design": name,
+                "folder": folder,
+                "n_pairs": len(seeds),
+                "n_eval": by[("equal", seeds[0])]["final"].get("n"),
+                "steps": by[("equal", seeds[0])]["steps"],
+                "sd_diff": sd,
+                "pairs": pairs,
+                "cpu_hours": {e: (2 * n * hours[0], 2 * n * hours[1]) for e, n in pairs.items() if n},
+            }
+        )
     return {"designs": designs, "seconds_per_step": (min(sps), max(sps)) if sps else None, "hours_per_100": hours}
 
 

@@ -518,14 +518,6 @@ def clip_of(records: list[dict], arm: str | None = None) -> dict:
     )
 
 
-def zero_grad_share(results_dir: Path | str | None = None, arm: str = "tr-ratio") -> float:
-    """Mean over ``arm``'s controls runs of the share of A > 0 tokens that get no policy gradient (the "pos" column
-    of :func:`zero_grad_table`)."""
-    runs = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if run_label(r) == arm]
-    rows = zero_grad_table({arm: runs}, [arm])
-    return rows[0]["pos"] if rows else math.nan
-
-
 def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     """How much the KL term moved the KL at all: eq10's KL (mean over steps 41-60) at the high beta minus at the low
     beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
