@@ -277,11 +277,9 @@ def _tau_arms(root: Path) -> dict[str, dict[int, float]]:
     return {**taus, **{a: {s: v for s, v in ctrl.get(a, {}).items() if s in seeds} for a in (TR_ARM, "equal")}}
 
 
-def _tau_of(arm: str) -> float | None:
-    """The tau of an arm label (``tr-surrogate-tau2`` -> 2; ``tr-surrogate`` -> 9), None for a non-TR arm."""
-    if "-tau" in arm:
-        return float(arm.rsplit("-tau", 1)[1])
-    return DEFAULTS.tau if arm.startswith("tr") else None
+def _tau_of(arm: str) -> float:
+    """The tau of a TR arm label of the tau sweep (``tr-surrogate-tau2`` -> 2; ``tr-surrogate`` -> 9)."""
+    return float(arm.rsplit("-tau", 1)[1]) if "-tau" in arm else DEFAULTS.tau
 
 
 def _paired(metrics: dict[str, dict[int, float]], treatment: str, control: str = "equal") -> tuple[list, list]:
@@ -344,7 +342,7 @@ def table7(claim: Claim, root: Path) -> list[dict] | dict:
     arms = _tau_arms(root)
     if not arms:
         return _not_run(claim, "python -m trgrpo.toy_controls run tau writes results/toy/tau/")
-    taus = sorted((t, a) for a in arms if a != "equal" and (t := _tau_of(a)))
+    taus = sorted((_tau_of(a), a) for a in arms if a != "equal")
     parts = [(f"τ = {t:g} > GRPO", f"τ = {t:g} − GRPO", a, "equal", paper_effect(f"tau{t:g}")) for t, a in taus]
     return _toy_parts(claim, root, "toy/tau", arms, parts)
 

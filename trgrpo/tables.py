@@ -565,15 +565,11 @@ def table3(rows: Sequence[dict[str, Any]]):
     else:
         cols = [("General QA", "one-hop"), ("Multi-hop QA", "two-hop"), ("Multi-hop QA", "comparison")]
         label = {}
-    data, index = [], []
-    for r in rows:
-        by = r.get("em_by_type") or {}
-        vals = [by.get(k, float("nan")) * 100.0 for _, k in cols]
-        present = [v for v in vals if not math.isnan(v)]
-        data.append(vals + [sum(present) / len(present) if present else float("nan")])
-        index.append(r.get("method", "?"))
-    columns = pd.MultiIndex.from_tuples([(g, label.get(k, k)) for g, k in cols] + [("", "Avg.")])
-    return pd.DataFrame(data, index=pd.Index(index, name="method"), columns=columns).round(2)
+    data = [[(r.get("em_by_type") or {}).get(k, math.nan) * 100.0 for _, k in cols] for r in rows]
+    index = pd.Index([r.get("method", "?") for r in rows], name="method")
+    df = pd.DataFrame(data, index=index, columns=pd.MultiIndex.from_tuples([(g, label.get(k, k)) for g, k in cols]))
+    df[("", "Avg.")] = df.mean(axis=1)  # over the columns measured
+    return df.round(2)
 
 
 def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
