@@ -401,7 +401,10 @@ def promote_records(root: Path = ROOT, allow_dirty: bool = False) -> list[Path]:
 
 
 class CheckFailed(AssertionError):
-    """A check's verdict on a wrong answer: what is wrong and a hint, never the answer itself."""
+    """A check's verdict on a wrong answer: what is wrong and its hints (a line each), never the answer itself."""
+
+    def __init__(self, what: str, *hints: str) -> None:
+        super().__init__(what + "".join(f"\nHint: {h}" for h in hints if h))
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback through the library
         return [f"CheckFailed: {self}"]
@@ -410,7 +413,7 @@ class CheckFailed(AssertionError):
 def expect(ok: Any, what: str, hint: str = "") -> None:
     """Raise :class:`CheckFailed` with ``what`` (what is wrong) and ``hint`` unless ``ok``."""
     if not ok:
-        raise CheckFailed(what + (f"\nHint: {hint}" if hint else ""))
+        raise CheckFailed(what, hint)
 
 
 HAND_RTOL = 1e-3  # a hand answer counts as right within 0.1 % (relative), as the exercises' statements say
@@ -527,7 +530,7 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     if hand & set(wrong):
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
     hints = [f"{n}: {hint_of[n]}" for n in wrong if n in hint_of] + [hint_of["hint"]]
-    raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
+    raise CheckFailed(f"Exercise {exercise}: {what}", *hints)
 
 
 def parameters_source(path: Path | str) -> dict[str, str]:
@@ -599,9 +602,8 @@ class check(_CellGuard):  # noqa: N801  (used as ``with course.check("2.1", hint
                 f"checking {subject} raised {exc_type.__name__}: {exc}. Is it of the type and shape the "
                 "statement asks for?"
             )
-        hints = [self.hints[n] for n in named if n in self.hints and self.hints[n] not in what]
-        hints += [self.hint] if self.hint and self.hint not in what else []
-        raise CheckFailed(f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)) from None
+        hints = [h for h in [*(self.hints.get(n) for n in named), self.hint] if h and h not in what]
+        raise CheckFailed(f"Exercise {self.exercise}: {what}", *hints) from None
 
 
 class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
@@ -636,9 +638,7 @@ class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a deriva
             if case
             else "compare yours with the equation above, term by term"
         )
-        raise CheckFailed(
-            f"{names} is not right yet{' for ' + case if case else ''} ({detail})\nHint: {hint}"
-        ) from None
+        raise CheckFailed(f"{names} is not right yet{' for ' + case if case else ''} ({detail})", hint) from None
 
 
 def grade_workbook(path: Path, timeout: int = 600) -> dict:

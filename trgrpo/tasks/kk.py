@@ -458,6 +458,7 @@ def _name_pattern(name_lower: bytes) -> re.Pattern[bytes]:
 # Logic-RL's \s is Unicode white space: on bytes the others become ASCII spaces first, and \x1c-\x1f join the class.
 _SPACE = rb"[\s\x1c-\x1f]"
 _UNICODE_SPACE = re.compile(rb"\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80")
+_UNICODE_SPACE_LEADS = (b"\xc2", b"\xe1\x9a\x80", b"\xe2\x80", b"\xe2\x81\x9f", b"\xe3\x80\x80")
 
 
 _WORD_CHAR = re.compile(rb"\w")
@@ -499,10 +500,9 @@ def _parse_answer_bytes(answer: bytes, names: Sequence[str]) -> dict[str, bool] 
     if low.count(b"knight") + low.count(b"knave") != len(names):
         return None
     parsed = _roles(low, names)
-    if parsed is None and not low.isascii():
+    if parsed is None and not low.isascii() and any(lead in low for lead in _UNICODE_SPACE_LEADS):
         # Unicode white space ("is\u00a0a") as ASCII spaces, read as Logic-RL's str regex does
-        spaced, n_spaces = _UNICODE_SPACE.subn(b" ", low)
-        parsed = _roles(spaced, names) if n_spaces else None
+        parsed = _roles(_UNICODE_SPACE.sub(b" ", low), names)
     return parsed
 
 
