@@ -72,3 +72,4 @@ def test_workbook_cells_carry_nbgrader_metadata():
     assert all(c.metadata["nbgrader"]["solution"] for c in stubs)
     ids = [c.metadata["nbgrader"]["grade_id"] for c in wb.cells if "nbgrader" in c.metadata]
     assert len(ids) == len(set(ids)), "nbgrader's grade ids are unique"
+    assert all(c.metadata["nbgrader"]["schema_version"] == 3 for c in wb.cells if "nbgrader" in c.metadata)

@@ -5,7 +5,7 @@ wall-clock figures, and the inputs that gave them, are printed at the end). The 
 look-alike guard learned combining marks, variation selectors, tag characters and Unicode spaces (issue 16): a
 1 MB answer of astral characters took about 100 ms for the two calls the K&K check makes (parts + total) on
 the 2-core CI machine, idle. Since then the guard's astral scan runs only when the answer's UTF-8 bytes hold a
-first and a second byte of an astral disguise (kk_guard._astral_gate): astral characters such as U+1114B and
+first and a second byte of an astral disguise (kk._disguise): astral characters such as U+1114B and
 non-ASCII BMP text skip it. An answer of emoji (F0 9F ..., the second byte of the enclosed letters) still takes
 the full scan and is the worst K&K shape here: about 125 ms on an idle clean-clone CI run (the UTF-8 text is 4 MB),
 close to the old 150 ms bound, which is therefore 250 ms, so a busy CI machine does not fail a linear cost. A

@@ -27,6 +27,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import nbformat
+
 from trgrpo import experiment, toy
 from trgrpo.batch import OFFLINE_ENV, environment, run_notebook
 from trgrpo.experiment import ROOT, git_commit, git_dirty, machine_info, write_json
@@ -103,14 +105,8 @@ def tags(cell: Any) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def _nbformat():
-    import nbformat
-
-    return nbformat
-
-
 def read(path: Path | str) -> Any:
-    return _nbformat().read(str(path), as_version=4)
+    return nbformat.read(str(path), as_version=4)
 
 
 def main_notebooks() -> list[Path]:
@@ -165,7 +161,7 @@ def student_notebook(nb: Any) -> Any:
         t = set(tags(c))
         if EXPLANATION in t:
             if not (cells and CONCLUSION in tags(cells[-1])):
-                cells.append(_nbformat().v4.new_markdown_cell(CONCLUSION_TEXT, metadata={"tags": [CONCLUSION]}))
+                cells.append(nbformat.v4.new_markdown_cell(CONCLUSION_TEXT, metadata={"tags": [CONCLUSION]}))
         elif SOLUTION not in t:
             if derived and c.cell_type == "code" and '"""' not in c.source and "'''" not in c.source:
                 head = "from trgrpo import course\n\n" if "from trgrpo import course" not in c.source else ""
@@ -208,18 +204,12 @@ def exercise_workbook(nb: Any) -> Any:
         if not solution[i]:
             cells.append(c)
             if exercise_heading(c) and WRITTEN_RE.search(c.source):
-                nbgrader = {
-                    "grade": True,
-                    "solution": True,
-                    "locked": False,
-                    "points": 0,
-                    "grade_id": f"written-{current}",
-                }
-                meta = {"tags": [ANSWER], "nbgrader": {**nbgrader, "schema_version": 3}}
-                cells.append(_nbformat().v4.new_markdown_cell(ANSWER_TEXT + "\n\n", metadata=meta))
+                nbgrader = _nbgrader(f"written-{current}", grade=True, solution=True, locked=False, points=0)
+                meta = {"tags": [ANSWER], "nbgrader": nbgrader}
+                cells.append(nbformat.v4.new_markdown_cell(ANSWER_TEXT + "\n\n", metadata=meta))
             elif CHECK in tags(c) and current is not None:
-                c.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 1,
-                                          "grade_id": f"check-{current}-{i}", "schema_version": 3}  # fmt: skip
+                nbgrader = _nbgrader(f"check-{current}-{i}", grade=True, solution=False, locked=True, points=1)
+                c.metadata["nbgrader"] = nbgrader
             continue
         if i and solution[i - 1]:
             continue  # one stub for each run of solution cells
@@ -235,8 +225,8 @@ def exercise_workbook(nb: Any) -> Any:
             f'raise NotImplementedError("Exercise {current}: replace this cell with your solution, '
             f'then run the check below")'
         )
-        nbgrader = {"grade": False, "solution": True, "locked": False, "grade_id": f"answer-{current}-{i}"}
-        cells.append(_nbformat().v4.new_code_cell(stub, metadata={"tags": ["stub"], "nbgrader": nbgrader}))
+        nbgrader = _nbgrader(f"answer-{current}-{i}", grade=False, solution=True, locked=False)
+        cells.append(nbformat.v4.new_code_cell(stub, metadata={"tags": ["stub"], "nbgrader": nbgrader}))
     out.cells = cells
     if cells and cells[0].cell_type == "markdown":
         title = cells[0].source.splitlines()[0].replace("Solutions", "Exercises", 1)
@@ -246,6 +236,11 @@ def exercise_workbook(nb: Any) -> Any:
             "Terms: [glossary](../../docs/glossary.md)."
         )
     return out
+
+
+def _nbgrader(grade_id: str, **flags: bool | int) -> dict:
+    """nbgrader's metadata of a workbook cell (its schema version 3)."""
+    return {**flags, "grade_id": grade_id, "schema_version": 3}
 
 
 def _answer_checks(source: str) -> list[tuple[str, str | None]]:
@@ -327,9 +322,8 @@ def relink(nb: Any, repo_path: str, solutions: bool = False) -> Any:
     for c in nb.cells:
         if c.cell_type == "markdown":
             c.source = LINK_RE.sub(target, SOLUTIONS_LINE_RE.sub("", c.source))
-        elif (
-            c.cell_type == "code"
-        ):  # no stored output (the checked cells' outputs show values an exercise asks for): the student runs it
+        elif c.cell_type == "code":
+            # no stored output (the checked cells' outputs show values an exercise asks for): the student runs it
             c.outputs, c.execution_count = [], None
     return nb
 
@@ -363,7 +357,7 @@ def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], 
         if changed:
             kept.append(dest)
             dest = dest.with_suffix(".new.ipynb")
-        _nbformat().write(relink(nb, repo_path), str(dest))
+        nbformat.write(relink(nb, repo_path), str(dest))
         written.append(dest)
         if not changed:
             manifest[rel] = _sha(dest)
@@ -384,7 +378,7 @@ def write_instructor_copy(out: Path | str = ROOT / "instructor") -> list[Path]:
     for path in solution_notebooks():
         repo_path = path.relative_to(ROOT).as_posix()
         written.append(out / handout_path(repo_path, solutions=True))
-        _nbformat().write(relink(read(path), repo_path, solutions=True), str(written[-1]))
+        nbformat.write(relink(read(path), repo_path, solutions=True), str(written[-1]))
     return written
 
 
@@ -407,7 +401,10 @@ def promote_records(root: Path = ROOT, allow_dirty: bool = False) -> list[Path]:
 
 
 class CheckFailed(AssertionError):
-    """A check's verdict on a wrong answer: what is wrong and a hint, never the answer itself."""
+    """A check's verdict on a wrong answer: what is wrong and its hints (a line each), never the answer itself."""
+
+    def __init__(self, what: str, *hints: str) -> None:
+        super().__init__(what + "".join(f"\nHint: {h}" for h in hints if h))
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback through the library
         return [f"CheckFailed: {self}"]
@@ -416,7 +413,7 @@ class CheckFailed(AssertionError):
 def expect(ok: Any, what: str, hint: str = "") -> None:
     """Raise :class:`CheckFailed` with ``what`` (what is wrong) and ``hint`` unless ``ok``."""
     if not ok:
-        raise CheckFailed(what + (f"\nHint: {hint}" if hint else ""))
+        raise CheckFailed(what, hint)
 
 
 HAND_RTOL = 1e-3  # a hand answer counts as right within 0.1 % (relative), as the exercises' statements say
@@ -521,11 +518,10 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
             "SMOKE) to check this exercise"
         )
     want = keys["data"][fp]
-    ok = {n: _matches(exercise, n, answers.get(n), k, n in keys["numbers"], n in hand) for n, k in want.items()}
     missing = sorted(set(want) - set(answers))
     if missing:
         raise CheckFailed(f"Exercise {exercise}: pass {', '.join(missing)} to the check as well")
-    wrong = [n for n in want if not ok[n]]
+    wrong = [n for n, k in want.items() if not _matches(exercise, n, answers[n], k, n in keys["numbers"], n in hand)]
     if not wrong:
         print(f"Exercise {exercise} ✓")
         return
@@ -534,7 +530,7 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     if hand & set(wrong):
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
     hints = [f"{n}: {hint_of[n]}" for n in wrong if n in hint_of] + [hint_of["hint"]]
-    raise CheckFailed(f"Exercise {exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints))
+    raise CheckFailed(f"Exercise {exercise}: {what}", *hints)
 
 
 def parameters_source(path: Path | str) -> dict[str, str]:
@@ -606,9 +602,8 @@ class check(_CellGuard):  # noqa: N801  (used as ``with course.check("2.1", hint
                 f"checking {subject} raised {exc_type.__name__}: {exc}. Is it of the type and shape the "
                 "statement asks for?"
             )
-        hints = [self.hints[n] for n in named if n in self.hints and self.hints[n] not in what]
-        hints += [self.hint] if self.hint and self.hint not in what else []
-        raise CheckFailed(f"Exercise {self.exercise}: {what}" + "".join(f"\nHint: {h}" for h in hints)) from None
+        hints = [h for h in [*(self.hints.get(n) for n in named), self.hint] if h and h not in what]
+        raise CheckFailed(f"Exercise {self.exercise}: {what}", *hints) from None
 
 
 class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a derivation: ``with course.derivation("eq11_weight"):``)
@@ -643,9 +638,7 @@ class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a deriva
             if case
             else "compare yours with the equation above, term by term"
         )
-        raise CheckFailed(
-            f"{names} is not right yet{' for ' + case if case else ''} ({detail})\nHint: {hint}"
-        ) from None
+        raise CheckFailed(f"{names} is not right yet{' for ' + case if case else ''} ({detail})", hint) from None
 
 
 def grade_workbook(path: Path, timeout: int = 600) -> dict:
@@ -661,7 +654,7 @@ def grade_workbook(path: Path, timeout: int = 600) -> dict:
     error = ""
     with tempfile.TemporaryDirectory(prefix="trgrpo-grade-", ignore_cleanup_errors=True) as work:
         given, out = Path(work) / "in.ipynb", Path(work) / "out.ipynb"
-        _nbformat().write(nb, str(given))
+        nbformat.write(nb, str(given))
         try:
             done = subprocess.run([*cmd, str(given), str(out)], capture_output=True, text=True, timeout=timeout)
             if not out.is_file():

@@ -19,7 +19,6 @@ from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.common import (
     as_list,
     completion_text,
-    first_present,
     greedy_generate,
     load_from_hub,
     read_table,
@@ -59,19 +58,15 @@ def _disguise_sets() -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
 
 
 @functools.lru_cache(maxsize=1)
-def _disguise_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """(BMP, astral) character classes of the disguising characters (a BMP-only class scans at C speed)."""
+def _disguise() -> tuple[re.Pattern[str], re.Pattern[str], tuple[bytes, ...], tuple[bytes, ...]]:
+    """(BMP, astral) character classes of the disguising characters (a BMP-only class scans at C speed), and the
+    (first bytes, second bytes) of the UTF-8 encodings of the astral ones."""
     bmp, ranges = _disguise_sets()
     bmp_class = "".join(re.escape(chr(cp)) for cp in bmp)
     astral_class = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
-    return re.compile(f"[{bmp_class}]"), re.compile(f"[{astral_class}]")
-
-
-@functools.lru_cache(maxsize=1)
-def _astral_gate() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """(first bytes, second bytes) of the UTF-8 encodings of the astral disguising characters."""
-    encoded = [chr(cp).encode("utf-8") for a, b in _disguise_sets()[1] for cp in range(a, b + 1)]
-    return tuple(sorted({e[:1] for e in encoded})), tuple(sorted({e[1:2] for e in encoded}))
+    encoded = [chr(cp).encode("utf-8") for a, b in ranges for cp in range(a, b + 1)]
+    leads, seconds = sorted({e[:1] for e in encoded}), sorted({e[1:2] for e in encoded})
+    return re.compile(f"[{bmp_class}]"), re.compile(f"[{astral_class}]"), tuple(leads), tuple(seconds)
 
 
 def disguised_letters(answer_text: str, utf8: bytes | None = None) -> bool:
@@ -79,11 +74,10 @@ def disguised_letters(answer_text: str, utf8: bytes | None = None) -> bool:
     invisible character (a role Logic-RL's count does not see). Linear time; ``utf8``: the text's bytes, if known."""
     if answer_text.isascii():
         return False
-    bmp, astral = _disguise_re()
+    bmp, astral, leads, seconds = _disguise()
     if bmp.search(answer_text) is not None:
         return True
     data = answer_text.encode("utf-8", "surrogatepass") if utf8 is None else utf8
-    leads, seconds = _astral_gate()
     if not (any(b in data for b in leads) and any(b in data for b in seconds)):
         return False
     return astral.search(answer_text) is not None
@@ -255,21 +249,33 @@ def normalize_kk_row(row: dict[str, Any]) -> dict[str, Any]:
         raise TypeError(f"a K&K row is a dict, got {type(row).__name__}")
     reward_model = row.get("reward_model")
     ground_truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
-    sol_format = first_present(row, ("solution_text_format",))
+    sol_format = row.get("solution_text_format")
     if sol_format is None and isinstance(ground_truth, dict):
         sol_format = ground_truth.get("solution_text_format")
-    quiz = first_present(row, ("quiz",)) or _quiz_from_prompt(row.get("prompt"))
+    from_format = None if sol_format is None else _parse_solution_text_format(sol_format)
+    quiz = row.get("quiz") or _quiz_from_prompt(row.get("prompt"))
     names, solution = row.get("names"), row.get("solution")
     if names is None or solution is None:
-        if sol_format is None:
+        if from_format is None:
             raise ValueError(f"a K&K row needs names and solution, or solution_text_format; got keys {sorted(row)}")
-        names, solution = _parse_solution_text_format(sol_format)
+        names, solution = from_format
     if quiz is None:
         raise ValueError(f"a K&K row needs a quiz (or a Logic-RL prompt to take it from); got keys {sorted(row)}")
     record = make_record(str(quiz), names, solution)
-    if sol_format is not None and _parse_solution_text_format(sol_format) != (record["names"], record["solution"]):
+    if from_format is not None and from_format != (record["names"], record["solution"]):
         raise ValueError(f"solution_text_format disagrees with names/solution in row: {sol_format!r}")
     return record
+
+
+def _normalized(rows: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """:func:`normalize_kk_row` of each row; an error names ``where`` and the row."""
+    records = []
+    for i, row in enumerate(rows):
+        try:
+            records.append(normalize_kk_row(row))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where}: row {i}: {e}") from e
+    return records
 
 
 def load_kk_files(
@@ -282,13 +288,7 @@ def load_kk_files(
     """K&K records from Logic-RL ``.parquet``/``.jsonl``/``.json`` files (raw or verl rows), filtered by ``n_people``;
     ``n`` keeps at most ``n``, round robin over the sizes. Errors name the file and the row."""
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    records: list[dict[str, Any]] = []
-    for path in items:
-        for i, row in enumerate(read_table(path, allow_empty=allow_empty)):
-            try:
-                records.append(normalize_kk_row(row))
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{path}: row {i}: {e}") from e
+    records = [r for path in items for r in _normalized(read_table(path, allow_empty=allow_empty), str(path))]
     return _select(records, ", ".join(map(str, items)), n=n, n_people=n_people, allow_empty=allow_empty)
 
 
@@ -336,13 +336,11 @@ def load_kk_hub(
         f"Download it where the hub is reachable (the datasets cache), give local Logic-RL files (train_path / "
         f"eval_path, KK_TRAIN_PATH / KK_EVAL_PATH), or {KK_GENERATED!r} for generated puzzles (not the paper's)."
     )
-    records = []
-    for p in _n_people_tuple(n_people, lo=1, hi=10_000):
-        for i, row in enumerate(load_from_hub(repo, split, f"{p}ppl", hint)):
-            try:
-                records.append(normalize_kk_row(row))
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{source} ({split}, {p}ppl): row {i}: {e}") from e
+    records = [
+        r
+        for p in _n_people_tuple(n_people, lo=1, hi=10_000)
+        for r in _normalized(load_from_hub(repo, split, f"{p}ppl", hint), f"{source} ({split}, {p}ppl)")
+    ]
     return _select(records, f"{source} ({split})", n=n, n_people=n_people)
 
 

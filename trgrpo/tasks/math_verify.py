@@ -58,10 +58,6 @@ _MAX_NODES = 5_000
 _LOG10_2 = math.log10(2)
 
 
-class _Blowup(Exception):
-    pass
-
-
 def _is_combinatorial(node: Any) -> bool:
     """factorial, binomial, subfactorial, catalan, fibonacci, gamma, ...: huge values from moderate inputs."""
     if not getattr(node, "is_Function", False):
@@ -83,11 +79,11 @@ def _magnitude(node: Any, depth: int) -> float:
 
 def _digits(node: Any, depth: int = 0) -> float:
     """Upper bound of the number of decimal digits of ``node``'s value (and of its exact numerator/denominator),
-    from the unevaluated tree; raises :class:`_Blowup` when a part is out of bounds."""
+    from the unevaluated tree; raises OverflowError when a part is out of bounds."""
     import sympy
 
     if depth > 200:
-        raise _Blowup("too deep")
+        raise OverflowError("too deep")
     if getattr(node, "is_Integer", False):
         return max(1.0, abs(int(node)).bit_length() * _LOG10_2)
     if getattr(node, "is_Rational", False):
@@ -97,7 +93,7 @@ def _digits(node: Any, depth: int = 0) -> float:
         return 1.0 + abs(exp + bc) * _LOG10_2
     if isinstance(node, sympy.MatrixBase):
         if node.rows * node.cols > (_MAX_MATRIX_AMPERSANDS + 6):
-            raise _Blowup("matrix")
+            raise OverflowError("matrix")
         return max((_digits(x, depth + 1) for x in node), default=1.0)
     args = getattr(node, "args", ())
     if not args:
@@ -110,7 +106,7 @@ def _digits(node: Any, depth: int = 0) -> float:
     elif _is_combinatorial(node):
         n = max((_magnitude(a, depth) for a in args if not getattr(a, "free_symbols", None)), default=1.0)
         if n > _MAX_COUNT:
-            raise _Blowup("factorial-like of a large number")
+            raise OverflowError("factorial-like of a large number")
         for a in args:
             _digits(a, depth + 1)
         size = max(n, 2.0) * math.log10(max(n, 2.0)) + 1.0
@@ -120,7 +116,7 @@ def _digits(node: Any, depth: int = 0) -> float:
             if len(lim) == 3:
                 count *= _magnitude(lim[1], depth) + _magnitude(lim[2], depth) + 1.0
         if count > _MAX_COUNT:
-            raise _Blowup("sum or product of many terms")
+            raise OverflowError("sum or product of many terms")
         inner = _digits(node.function, depth + 1)
         size = inner * count if isinstance(node, sympy.Product) else inner + math.log10(count)
     elif isinstance(node, sympy.Mul):
@@ -128,7 +124,7 @@ def _digits(node: Any, depth: int = 0) -> float:
     else:
         size = max(_digits(a, depth + 1) for a in args) + 1.0
     if size > _MAX_DIGITS:
-        raise _Blowup("too many digits")
+        raise OverflowError("too many digits")
     return size
 
 
@@ -146,7 +142,7 @@ def _is_blowup(expr: Any) -> bool:
                 if count > _MAX_NODES:
                     return True
         _digits(expr)
-    except Exception:  # _Blowup, a comparison with nan/zoo, RecursionError, ...: refuse rather than risk it
+    except Exception:  # OverflowError, a comparison with nan/zoo, RecursionError, ...: refuse rather than risk it
         return True
     return False
 
