@@ -145,24 +145,6 @@ def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
         tokenizer.chat_template = qwen2_5_chat_template
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         add_response_schema(tokenizer)
-    if not getattr(tokenizer, "_trgrpo_lenient_tools", False):
-        _install_lenient_parsing(tokenizer)
-    return tokenizer
-
-
-def _valid_tool_calls(calls: Any) -> bool:
-    if calls is None:
-        return True
-    if not isinstance(calls, list):
-        return False
-    for c in calls:
-        fn = c.get("function", c) if isinstance(c, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
-            return False
-    return True
-
-
-def _install_lenient_parsing(tokenizer: Any) -> None:
     original = tokenizer.parse_response
 
     def parse_response(response, schema=None, *, prefix=None, tools=None):
@@ -186,7 +168,19 @@ def _install_lenient_parsing(tokenizer: Any) -> None:
         return parsed
 
     tokenizer.parse_response = parse_response
-    tokenizer._trgrpo_lenient_tools = True
+    return tokenizer
+
+
+def _valid_tool_calls(calls: Any) -> bool:
+    if calls is None:
+        return True
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
+            return False
+    return True
 
 
 SYSTEM_PROMPT = (
@@ -323,7 +317,7 @@ def trl_rollouts(
     batch_size: int = 32,
 ) -> list[dict[str, Any]]:
     """Greedy rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`): the record,
-    ``prompt_ids``, ``completion_ids``, ``tool_mask``, ``messages``, ``answer``, ``em``, ``tool_calls``."""
+    ``completion_ids``, ``tool_mask``, ``answer``, ``em``, ``tool_calls``."""
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
@@ -343,17 +337,15 @@ def trl_rollouts(
             prompts = [search_messages(r["question"]) for r in chunk]
             trainer._sync_tool_dicts = [dict(by_name) for _ in chunk]
             trainer._async_tool_dicts = [{} for _ in chunk]
-            prompt_ids, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
+            _, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
             for i, r in enumerate(chunk):
                 mask = tool_mask[i] if tool_mask is not None else [1] * len(completion_ids[i])
                 answer = extract_answer(final_text(completions[i]))
                 out.append(
                     {
                         "record": r,
-                        "prompt_ids": list(prompt_ids[i]),
                         "completion_ids": list(completion_ids[i]),
                         "tool_mask": list(mask),
-                        "messages": completions[i],
                         "answer": answer,
                         "em": exact_match(answer, r["answers"]),
                         "tool_calls": sum(
@@ -388,21 +380,16 @@ def summarise_em(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def evaluate_search(
-    trainer: Any,
-    records: Sequence[dict[str, Any]],
-    tools: Sequence[Callable[..., Any]],
-    *,
-    batch_size: int = 32,
-    n_examples: int = 3,
+    trainer: Any, records: Sequence[dict[str, Any]], tools: Sequence[Callable[..., Any]]
 ) -> dict[str, Any]:
-    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, a few example texts and the first
+    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, three example texts and the first
     question's rollout token by token (``example_rollout``)."""
     t0 = time.time()
-    rows = trl_rollouts(trainer, records, tools, batch_size=batch_size)
+    rows = trl_rollouts(trainer, records, tools)
     res = summarise_em(rows)
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
-        for r in rows[:n_examples]
+        for r in rows[:3]
     ]
     if rows:
         first = rows[0]
@@ -689,25 +676,16 @@ def _data(spec: Any) -> tuple[list, list, Callable[..., str], dict]:
     return _search_data(SearchOptions(**spec.task_options).model_dump_json(), spec.n_train, spec.n_eval)
 
 
-def _align_special_tokens(model: Any, tokenizer: Any) -> None:
-    """The tokenizer's PAD / BOS / EOS ids into the model's config and generation config (EOS joins the stop tokens),
-    as ``Trainer.train`` would (warning): the micro model's and Qwen2.5's configs name a BOS their tokenizer lacks."""
-    gen = model.generation_config
-    for key in ("bos_token_id", "pad_token_id"):
-        setattr(model.config, key, getattr(tokenizer, key))
-        setattr(gen, key, getattr(tokenizer, key))
-    model.config.eos_token_id, stops = tokenizer.eos_token_id, gen.eos_token_id
-    stops = [] if stops is None else [stops] if isinstance(stops, int) else list(stops)
-    gen.eos_token_id = stops if tokenizer.eos_token_id in stops else [tokenizer.eos_token_id, *stops]
-
-
 def _trainer_ready(trainer: Any, spec: Any) -> None:
-    """Special tokens aligned; the EM-curve callback (``eval_every``, logged as ``eval_em`` in the trainer state, so
-    a resumed run keeps it); the no-search baseline of the initial model."""
+    """Special tokens aligned now, for the evaluation before training (``Trainer.train`` would align them later: the
+    micro model's and Qwen2.5's configs name a BOS their tokenizer lacks); the EM-curve callback (``eval_every``,
+    logged as ``eval_em`` in the trainer state, so a resumed run keeps it); the no-search baseline of the initial
+    model."""
     from transformers import TrainerCallback
+    from transformers.trainer_utils import align_special_tokens
 
     o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
-    _align_special_tokens(trainer.model, trainer.processing_class)
+    align_special_tokens(trainer.model, trainer.processing_class)
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
