@@ -310,14 +310,10 @@ TRL_ROLLOUT_API = {"trl": "1.16.0", "method": "_generate", "tool_dicts": ("_sync
 
 
 def trl_rollouts(
-    trainer: Any,
-    records: Sequence[dict[str, Any]],
-    tools: Sequence[Callable[..., Any]],
-    *,
-    batch_size: int = 32,
+    trainer: Any, records: Sequence[dict[str, Any]], tools: Sequence[Callable[..., Any]]
 ) -> list[dict[str, Any]]:
-    """Greedy rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`): the record,
-    ``completion_ids``, ``tool_mask``, ``answer``, ``em``, ``tool_calls``."""
+    """Greedy rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`), 32 prompts per
+    call: the record, ``completion_ids``, ``tool_mask``, ``answer``, ``em``, ``tool_calls``."""
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
@@ -332,8 +328,8 @@ def trl_rollouts(
     out: list[dict[str, Any]] = []
     model.eval()
     try:
-        for start in range(0, len(records), batch_size):
-            chunk = list(records[start : start + batch_size])
+        for start in range(0, len(records), 32):
+            chunk = list(records[start : start + 32])
             prompts = [search_messages(r["question"]) for r in chunk]
             trainer._sync_tool_dicts = [dict(by_name) for _ in chunk]
             trainer._async_tool_dicts = [{} for _ in chunk]
@@ -506,13 +502,11 @@ def micro_model(corpus: Corpus, tool: Callable[..., str], *, hidden: int = 128, 
 
 
 def load_tokenizer(path: str | os.PathLike, template: str = "auto") -> Any:
-    """``AutoTokenizer`` + :func:`prepare_tokenizer`; a micro model's word tokenizer keeps its compact template."""
+    """``AutoTokenizer`` + :func:`prepare_tokenizer`; a micro model's word tokenizer keeps the compact template and
+    response template it was saved with (``"auto"`` keeps a template that renders tool calls)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
-    if template == "auto" and tok.chat_template == COMPACT_CHAT_TEMPLATE:
-        template = "compact"
-    return prepare_tokenizer(tok, template=template)
+    return prepare_tokenizer(AutoTokenizer.from_pretrained(path), template=template)
 
 
 def scripted_turns(
@@ -676,16 +670,25 @@ def _data(spec: Any) -> tuple[list, list, Callable[..., str], dict]:
     return _search_data(SearchOptions(**spec.task_options).model_dump_json(), spec.n_train, spec.n_eval)
 
 
+def _align_special_tokens(model: Any, tokenizer: Any) -> None:
+    """The tokenizer's PAD / BOS / EOS ids into the model's config and generation config (EOS joins the stop tokens),
+    as ``Trainer.train`` would (warning): the micro model's and Qwen2.5's configs name a BOS their tokenizer lacks."""
+    gen = model.generation_config
+    for key in ("bos_token_id", "pad_token_id"):
+        setattr(model.config, key, getattr(tokenizer, key))
+        setattr(gen, key, getattr(tokenizer, key))
+    model.config.eos_token_id, stops = tokenizer.eos_token_id, gen.eos_token_id
+    stops = [] if stops is None else [stops] if isinstance(stops, int) else list(stops)
+    gen.eos_token_id = stops if tokenizer.eos_token_id in stops else [tokenizer.eos_token_id, *stops]
+
+
 def _trainer_ready(trainer: Any, spec: Any) -> None:
-    """Special tokens aligned now, for the evaluation before training (``Trainer.train`` would align them later: the
-    micro model's and Qwen2.5's configs name a BOS their tokenizer lacks); the EM-curve callback (``eval_every``,
-    logged as ``eval_em`` in the trainer state, so a resumed run keeps it); the no-search baseline of the initial
-    model."""
+    """Special tokens aligned; the EM-curve callback (``eval_every``, logged as ``eval_em`` in the trainer state, so
+    a resumed run keeps it); the no-search baseline of the initial model."""
     from transformers import TrainerCallback
-    from transformers.trainer_utils import align_special_tokens
 
     o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
-    align_special_tokens(trainer.model, trainer.processing_class)
+    _align_special_tokens(trainer.model, trainer.processing_class)
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
