@@ -30,14 +30,15 @@ def test_corpus_is_deterministic_by_seed():
     assert a.fingerprint() != c.fingerprint()
     types = {q["type"] for q in a.questions["test"]}
     assert types == {"one-hop", "two-hop", "comparison"}
+    passage = {p["id"]: p for p in a.passages}
     for q in a.questions["test"] + a.questions["train"]:  # the answer is written in the gold passages
-        gold_text = " ".join(a.passage(pid)["title"] + " " + a.passage(pid)["text"] for pid in q["gold_ids"])
+        gold_text = " ".join(passage[pid]["title"] + " " + passage[pid]["text"] for pid in q["gold_ids"])
         assert q["answers"][0] in gold_text
     # test questions are about people and organisations no train question names
     train_text = " ".join(q["question"] for q in a.questions["train"])
     for q in a.questions["test"]:
         if q["type"] == "one-hop":
-            assert a.passage(q["gold_ids"][0])["title"] not in train_text
+            assert passage[q["gold_ids"][0]]["title"] not in train_text
 
 
 def test_bm25_finds_the_gold_passage_of_one_hop_questions(corpus):

@@ -329,20 +329,20 @@ def math_source(name: str, size: int) -> dict[str, Any]:
             "size": size,
         }
     return {
-        "name": os.path.splitext(os.path.basename(str(name)))[0],
+        "name": Path(name).stem,
         "source": str(name),
         "substitute": False,
         "size": size,
     }
 
 
-def load_math_hub(name: str, *, split: str | None = None) -> list[dict[str, str]]:
+def load_math_hub(name: str) -> list[dict[str, str]]:
     """A set of :data:`MATH_HUB` from the hub (needs a network; offline a RuntimeError says so)."""
     if name not in MATH_HUB:
         raise ValueError(f"unknown math dataset {name!r}; choose one of {sorted(MATH_HUB)} or use load_math_file")
-    repo, config, default_split, _ = MATH_HUB[name]
+    repo, config, split, _ = MATH_HUB[name]
     hint = "Download it where the hub is reachable and read the file with load_math_file, or use generate_math."
-    return [normalize_math_row(row) for row in load_from_hub(repo, config, split or default_split, hint)]
+    return [normalize_math_row(row) for row in load_from_hub(repo, config, split, hint)]
 
 
 def evaluate_math(
@@ -432,24 +432,16 @@ def _data_source(spec: Any, train_ds, evals) -> dict:
 def _evaluate(model, tokenizer, evals, spec: Any) -> dict:
     """Table 2 layout: greedy accuracy per set; avg@k / pass@k for AMC and AIME; ``accuracy`` = mean of sets."""
     o = MathOptions(**spec.task_options)
-    max_new = spec.max_eval_tokens or spec.max_completion_length
+    kw = {"max_new_tokens": spec.max_eval_tokens or spec.max_completion_length, **o.eval_batch()}
     out: dict[str, Any] = {"by_set": {}}
     for name, records in evals.items():
         if not records:
             continue
         if name.lower().startswith(SAMPLED_MATH_SETS):
-            res = evaluate_math_sampled(
-                model,
-                tokenizer,
-                records,
-                k=o.sampled_k,
-                max_new_tokens=max_new,
-                seed=spec.seed,
-                **o.eval_batch(),
-            )
+            res = evaluate_math_sampled(model, tokenizer, records, k=o.sampled_k, seed=spec.seed, **kw)
             out["by_set"][name] = {key: v for key, v in res.items() if key.startswith(("avg@", "pass@"))}
         else:
-            res = evaluate_math(model, tokenizer, records, max_new_tokens=max_new, **o.eval_batch())
+            res = evaluate_math(model, tokenizer, records, **kw)
             out["by_set"][name] = {"accuracy": res["accuracy"]}
     scores = [next(iter(v.values())) for v in out["by_set"].values()]
     out["accuracy"] = sum(scores) / len(scores) if scores else None

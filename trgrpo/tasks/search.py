@@ -145,24 +145,6 @@ def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
         tokenizer.chat_template = qwen2_5_chat_template
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         add_response_schema(tokenizer)
-    if not getattr(tokenizer, "_trgrpo_lenient_tools", False):
-        _install_lenient_parsing(tokenizer)
-    return tokenizer
-
-
-def _valid_tool_calls(calls: Any) -> bool:
-    if calls is None:
-        return True
-    if not isinstance(calls, list):
-        return False
-    for c in calls:
-        fn = c.get("function", c) if isinstance(c, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
-            return False
-    return True
-
-
-def _install_lenient_parsing(tokenizer: Any) -> None:
     original = tokenizer.parse_response
 
     def parse_response(response, schema=None, *, prefix=None, tools=None):
@@ -186,7 +168,19 @@ def _install_lenient_parsing(tokenizer: Any) -> None:
         return parsed
 
     tokenizer.parse_response = parse_response
-    tokenizer._trgrpo_lenient_tools = True
+    return tokenizer
+
+
+def _valid_tool_calls(calls: Any) -> bool:
+    if calls is None:
+        return True
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
+            return False
+    return True
 
 
 SYSTEM_PROMPT = (
@@ -316,14 +310,10 @@ TRL_ROLLOUT_API = {"trl": "1.16.0", "method": "_generate", "tool_dicts": ("_sync
 
 
 def trl_rollouts(
-    trainer: Any,
-    records: Sequence[dict[str, Any]],
-    tools: Sequence[Callable[..., Any]],
-    *,
-    batch_size: int = 32,
+    trainer: Any, records: Sequence[dict[str, Any]], tools: Sequence[Callable[..., Any]]
 ) -> list[dict[str, Any]]:
-    """Greedy rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`): the record,
-    ``prompt_ids``, ``completion_ids``, ``tool_mask``, ``messages``, ``answer``, ``em``, ``tool_calls``."""
+    """Greedy rollouts through the trainer's own generation and tool loop (:data:`TRL_ROLLOUT_API`), 32 prompts per
+    call: the record, ``completion_ids``, ``tool_mask``, ``answer``, ``em``, ``tool_calls``."""
     model = trainer.model
     was_training = model.training
     saved_config = trainer.generation_config
@@ -338,22 +328,20 @@ def trl_rollouts(
     out: list[dict[str, Any]] = []
     model.eval()
     try:
-        for start in range(0, len(records), batch_size):
-            chunk = list(records[start : start + batch_size])
+        for start in range(0, len(records), 32):
+            chunk = list(records[start : start + 32])
             prompts = [search_messages(r["question"]) for r in chunk]
             trainer._sync_tool_dicts = [dict(by_name) for _ in chunk]
             trainer._async_tool_dicts = [{} for _ in chunk]
-            prompt_ids, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
+            _, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
             for i, r in enumerate(chunk):
                 mask = tool_mask[i] if tool_mask is not None else [1] * len(completion_ids[i])
                 answer = extract_answer(final_text(completions[i]))
                 out.append(
                     {
                         "record": r,
-                        "prompt_ids": list(prompt_ids[i]),
                         "completion_ids": list(completion_ids[i]),
                         "tool_mask": list(mask),
-                        "messages": completions[i],
                         "answer": answer,
                         "em": exact_match(answer, r["answers"]),
                         "tool_calls": sum(
@@ -388,21 +376,16 @@ def summarise_em(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def evaluate_search(
-    trainer: Any,
-    records: Sequence[dict[str, Any]],
-    tools: Sequence[Callable[..., Any]],
-    *,
-    batch_size: int = 32,
-    n_examples: int = 3,
+    trainer: Any, records: Sequence[dict[str, Any]], tools: Sequence[Callable[..., Any]]
 ) -> dict[str, Any]:
-    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, a few example texts and the first
+    """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, three example texts and the first
     question's rollout token by token (``example_rollout``)."""
     t0 = time.time()
-    rows = trl_rollouts(trainer, records, tools, batch_size=batch_size)
+    rows = trl_rollouts(trainer, records, tools)
     res = summarise_em(rows)
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
-        for r in rows[:n_examples]
+        for r in rows[:3]
     ]
     if rows:
         first = rows[0]
@@ -519,13 +502,11 @@ def micro_model(corpus: Corpus, tool: Callable[..., str], *, hidden: int = 128, 
 
 
 def load_tokenizer(path: str | os.PathLike, template: str = "auto") -> Any:
-    """``AutoTokenizer`` + :func:`prepare_tokenizer`; a micro model's word tokenizer keeps its compact template."""
+    """``AutoTokenizer`` + :func:`prepare_tokenizer`; a micro model's word tokenizer keeps the compact template and
+    response template it was saved with (``"auto"`` keeps a template that renders tool calls)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
-    if template == "auto" and tok.chat_template == COMPACT_CHAT_TEMPLATE:
-        template = "compact"
-    return prepare_tokenizer(tok, template=template)
+    return prepare_tokenizer(AutoTokenizer.from_pretrained(path), template=template)
 
 
 def scripted_turns(

@@ -64,9 +64,6 @@ class Corpus:
     passages: list[dict[str, str]]
     questions: dict[str, list[dict[str, Any]]]
 
-    def passage(self, pid: str) -> dict[str, str]:
-        return next(p for p in self.passages if p["id"] == pid)
-
     def fingerprint(self) -> str:
         """A hash of passages and questions (equal for equal seeds and sizes)."""
         blob = json.dumps([self.passages, self.questions], sort_keys=True).encode()
@@ -102,15 +99,15 @@ def make_corpus(seed: int = 0) -> Corpus:
     countries = _unique_words(rng, n_countries, (2, 3), taken)
     rivers = _unique_words(rng, n_cities, (2, 2), taken)
     city_names = _unique_words(rng, n_cities, (2, 3), taken)
-    first_names = _unique_words(rng, max(8, n_people // 2), (2, 2), taken)
-    family_names = _unique_words(rng, max(8, n_people // 2), (2, 3), taken)
+    first_names = _unique_words(rng, n_people // 2, (2, 2), taken)
+    family_names = _unique_words(rng, n_people // 2, (2, 3), taken)
     org_stems = _unique_words(rng, n_orgs, (2, 3), taken)
 
     cities = [
         {
             "id": f"city-{i}",
             "name": name,
-            "country": countries[i % n_countries] if i < n_countries else rng.choice(countries),
+            "country": countries[i] if i < n_countries else rng.choice(countries),  # each country has a city
             "founded": rng.randint(800, 1700),
             "river": rivers[i],
         }
@@ -134,15 +131,12 @@ def make_corpus(seed: int = 0) -> Corpus:
             }
         )
     orgs = []
-    n_test_people = min(n_people - 1, max(1, int(round(test_fraction * n_people))))
-    n_test_orgs = min(n_orgs - 1, max(1, int(round(test_fraction * n_orgs))))
+    n_test_people, n_test_orgs = round(test_fraction * n_people), round(test_fraction * n_orgs)
     # founders of test organisations are test people
-    test_founders = rng.sample(people[:n_test_people], k=min(n_test_orgs, n_test_people))
-    train_founders = rng.sample(people[n_test_people:], k=min(n_orgs - n_test_orgs, n_people - n_test_people))
-    for i, stem in enumerate(org_stems):
+    founders = rng.sample(people[:n_test_people], k=n_test_orgs)
+    founders += rng.sample(people[n_test_people:], k=n_orgs - n_test_orgs)
+    for i, (stem, founder) in enumerate(zip(org_stems, founders)):
         kind = list(ORG_DESCRIPTIONS)[i % len(ORG_DESCRIPTIONS)]
-        pool = test_founders if i < n_test_orgs else train_founders
-        founder = pool[(i if i < n_test_orgs else i - n_test_orgs) % len(pool)]
         orgs.append(
             {
                 "id": f"org-{i}",
