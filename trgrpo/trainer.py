@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import set_seed
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
@@ -109,15 +110,6 @@ def weight_rng_file(args: Any) -> str:
     return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
 
 
-def rollout_seed(seed: int, process_index: int) -> int:
-    """Seed the RNG a process samples its rollouts from (HF generate; vLLM colocated in the process) with the run's
-    seed, one stream per process as TRL's ``set_seed(seed, device_specific=True)``; return that seed."""
-    from accelerate.utils import set_seed
-
-    set_seed(int(seed) + int(process_index))
-    return int(seed) + int(process_index)
-
-
 def _load_to_indexed_cpu() -> None:
     """Several CPU processes (torchrun, gloo): accelerate's device is ``cpu:<rank>`` and transformers resumes the
     optimizer with ``torch.load(map_location=args.device)``, which torch cannot place ("don't know how to restore
@@ -139,8 +131,9 @@ class TRGRPOTrainer(GRPOTrainer):
         if not isinstance(args, TRGRPOConfig):
             raise TypeError("TRGRPOTrainer needs args=TRGRPOConfig(...) (the token-weight options live there)")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        if args.use_vllm:  # TRL seeds vLLM with the process rank, which resets the RNG the rollouts sample from
-            rollout_seed(args.seed, self.accelerator.process_index)
+        if args.use_vllm:  # TRL seeds vLLM with the process rank, which resets the RNG the rollouts sample from:
+            # the run's seed again, one stream per process as TRL's set_seed(seed, device_specific=True)
+            set_seed(int(args.seed) + self.accelerator.process_index)
         if self.accelerator.device.type == "cpu" and self.accelerator.device.index is not None:
             _load_to_indexed_cpu()
         # the random scheme's own generator: the global RNG samples the rollouts
