@@ -1116,8 +1116,6 @@ def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec)
         trainer.vllm_generation.sync_weights()  # collective under ZeRO-3: every rank
         if hasattr(engine, "wake_up") and getattr(trainer.args, "vllm_enable_sleep_mode", False):
             engine.wake_up()
-    if acc.num_processes == 1:
-        return _evaluate(trainer, tokenizer, task, records, spec, engine=engine)
     zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
     # every rank when the evaluation collects across ranks (ZeRO-3's HF generate, TRL's rollouts of a tool task)
     run_here = acc.is_main_process or (zero3 and engine is None) or task.evaluate_with_trainer

@@ -106,8 +106,7 @@ class TRGRPOConfig(GRPOConfig):
 
 def weight_rng_file(args: Any) -> str:
     """The checkpoint file of the random-weight generator's state, one per process (as HF's ``rng_state_{rank}``)."""
-    world = int(getattr(args, "world_size", 1) or 1)
-    return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
+    return "trgrpo_weight_rng.pt" if args.world_size <= 1 else f"trgrpo_weight_rng_{args.process_index}.pt"
 
 
 def _load_to_indexed_cpu() -> None:
