@@ -827,7 +827,7 @@ def checkpoint_problem(ckpt: Path) -> str | None:
 
 def last_checkpoint(output_dir: Path, verbose: bool = True) -> str | None:
     """The newest complete checkpoint; an incomplete newer one (a kill while it was written) is passed over, said."""
-    ckpts = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    ckpts = sorted(output_dir.glob("checkpoint-*"), key=_checkpoint_step, reverse=True)
     for ckpt in ckpts:
         if (problem := checkpoint_problem(ckpt)) is None:
             return str(ckpt)
@@ -918,32 +918,23 @@ class TrainClock:
         return self.before + time.time() - self.t0
 
     def callback(self):
+        """The run's callback: the clock saved into each checkpoint; :class:`_Finished` once train() has loaded a
+        checkpoint of the last step."""
         from transformers import TrainerCallback
 
         clock = self
 
-        class SaveClock(TrainerCallback):
+        class RunClock(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kw):
+                if state.global_step >= state.max_steps:  # train() has loaded the weights and optimizer (any engine)
+                    raise _Finished
+
             def on_save(self, args, state, control, **kw):
                 if state.is_world_process_zero:
                     ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                     write_json(ckpt / clock.FILE, {"train_time_s": clock.total()})
 
-        return SaveClock()
-
-
-class _Finished(Exception):
-    """Raised once train() has loaded a checkpoint of the run's last step: evaluate, no further step."""
-
-
-def _stop_when_finished():
-    from transformers import TrainerCallback
-
-    class StopWhenFinished(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kw):
-            if state.global_step >= state.max_steps:  # train() has loaded the weights and optimizer (any engine)
-                raise _Finished
-
-    return StopWhenFinished()
+        return RunClock()
 
 
 def history_from_log(log_history: list[dict]) -> list[dict]:
@@ -951,6 +942,10 @@ def history_from_log(log_history: list[dict]) -> list[dict]:
     return [
         {k: v for k, v in h.items() if isinstance(v, (int, float))} for h in log_history if "loss" in h and "step" in h
     ]
+
+
+class _Finished(Exception):
+    """Raised once train() has loaded a checkpoint of the run's last step: evaluate, no further step."""
 
 
 def build_trainer(
@@ -1023,7 +1018,8 @@ def run(
         if not resume:  # from scratch: no checkpoint of an earlier run may be resumed or outlive this one's rotation
             shutil.rmtree(out_dir, ignore_errors=True)
         ckpt = last_checkpoint(out_dir, verbose) if resume else None
-        finished = _checkpoint_step(ckpt) >= spec.steps  # killed during the final evaluation: evaluate only
+        start_step = _checkpoint_step(ckpt)
+        finished = start_step >= spec.steps  # killed during the final evaluation: evaluate only
         t0 = time.time()
         if logs is not None:  # transformers' TensorBoard callback reads it when the trainer is built
             os.environ["TENSORBOARD_LOGGING_DIR"] = str(logs)
@@ -1034,7 +1030,7 @@ def run(
             spec,
             task,
             out_dir,
-            callbacks=[*(callbacks or []), clock.callback(), _stop_when_finished()],
+            callbacks=[*(callbacks or []), clock.callback()],
             config_overrides=config_overrides,
             verbose=verbose,
         )
@@ -1063,7 +1059,7 @@ def run(
         main_process = trainer.accelerator.is_main_process
         final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
         history = history_from_log(trainer.state.log_history)
-        steps_run = sum(1 for h in history if h["step"] > _checkpoint_step(ckpt))  # this process's steps only
+        steps_run = sum(1 for h in history if h["step"] > start_step)  # this process's steps only
         train_time = clock.before + (train_s if steps_run else 0.0)  # a finished run's loading is no training
         layout = batch_layout(spec, trainer.accelerator.num_processes)
         record = {
@@ -1107,7 +1103,8 @@ def run(
         return record
 
 
-def _checkpoint_step(ckpt: str | None) -> int:
+def _checkpoint_step(ckpt: Path | str | None) -> int:
+    """The step of a ``checkpoint-<step>`` folder; 0 without one."""
     return int(Path(ckpt).name.split("-")[-1]) if ckpt else 0
 
 
@@ -1119,8 +1116,6 @@ def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec)
         trainer.vllm_generation.sync_weights()  # collective under ZeRO-3: every rank
         if hasattr(engine, "wake_up") and getattr(trainer.args, "vllm_enable_sleep_mode", False):
             engine.wake_up()
-    if acc.num_processes == 1:
-        return _evaluate(trainer, tokenizer, task, records, spec, engine=engine)
     zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
     # every rank when the evaluation collects across ranks (ZeRO-3's HF generate, TRL's rollouts of a tool task)
     run_here = acc.is_main_process or (zero3 and engine is None) or task.evaluate_with_trainer

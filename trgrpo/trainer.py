@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import set_seed
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
@@ -105,17 +106,7 @@ class TRGRPOConfig(GRPOConfig):
 
 def weight_rng_file(args: Any) -> str:
     """The checkpoint file of the random-weight generator's state, one per process (as HF's ``rng_state_{rank}``)."""
-    world = int(getattr(args, "world_size", 1) or 1)
-    return "trgrpo_weight_rng.pt" if world <= 1 else f"trgrpo_weight_rng_{int(args.process_index)}.pt"
-
-
-def rollout_seed(seed: int, process_index: int) -> int:
-    """Seed the RNG a process samples its rollouts from (HF generate; vLLM colocated in the process) with the run's
-    seed, one stream per process as TRL's ``set_seed(seed, device_specific=True)``; return that seed."""
-    from accelerate.utils import set_seed
-
-    set_seed(int(seed) + int(process_index))
-    return int(seed) + int(process_index)
+    return "trgrpo_weight_rng.pt" if args.world_size <= 1 else f"trgrpo_weight_rng_{args.process_index}.pt"
 
 
 def _load_to_indexed_cpu() -> None:
@@ -139,8 +130,9 @@ class TRGRPOTrainer(GRPOTrainer):
         if not isinstance(args, TRGRPOConfig):
             raise TypeError("TRGRPOTrainer needs args=TRGRPOConfig(...) (the token-weight options live there)")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        if args.use_vllm:  # TRL seeds vLLM with the process rank, which resets the RNG the rollouts sample from
-            rollout_seed(args.seed, self.accelerator.process_index)
+        if args.use_vllm:  # TRL seeds vLLM with the process rank, which resets the RNG the rollouts sample from:
+            # the run's seed again, one stream per process as TRL's set_seed(seed, device_specific=True)
+            set_seed(int(args.seed) + self.accelerator.process_index)
         if self.accelerator.device.type == "cpu" and self.accelerator.device.index is not None:
             _load_to_indexed_cpu()
         # the random scheme's own generator: the global RNG samples the rollouts
