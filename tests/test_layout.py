@@ -168,7 +168,7 @@ def test_the_library_writes_no_documentation():
 
 # Issue "clean" asks for <= 10,500 lines in trgrpo/. The library is not there yet: LINE_CEILING is the size at the
 # last change; it only goes down (lower it with each cut; growing the library past it fails).
-GOAL_LINES, LINE_CEILING = 10_500, 13_074
+GOAL_LINES, LINE_CEILING = 10_500, 13_061
 
 
 def test_the_size_the_design_card_asks_for():
