@@ -125,8 +125,6 @@ def _one(spec_dict: dict, eval_steps: list[int], out: str, deadline: float) -> d
 def run(plan: dict, out: Path, *, workers: int, budget_s: float, plan_path: str) -> dict:
     """Every run of ``plan`` without a record in ``out``, seed-major, ``workers`` at a time, none started after
     ``budget_s``; writes and returns ``out/device_grid.json``."""
-    import dataclasses
-
     import torch
 
     from trgrpo import lm_science
@@ -141,7 +139,7 @@ def run(plan: dict, out: Path, *, workers: int, budget_s: float, plan_path: str)
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [
-            pool.submit(_one, dataclasses.asdict(s), plan["eval_steps"], str(out), deadline) for s in specs
+            pool.submit(_one, s.model_dump(), plan["eval_steps"], str(out), deadline) for s in specs
         ]  # submitted in the plan's seed-major order: workers take them in that order
         done = [f.result() for f in futures]
     summary = {

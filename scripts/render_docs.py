@@ -212,7 +212,8 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
         )
     if "tr-ratio" in rows:
         ratio = [r for r in toy.load_runs(results_dir, group=CONTROLS_GROUP) if toy.run_label(r) == "tr-ratio"]
-        zero_grad = tables.zero_grad_table({"tr-ratio": ratio}, ["tr-ratio"])[0]["pos"]  # share of A > 0 tokens
+        rows_zero = tables.zero_grad_table({"tr-ratio": ratio}, ["tr-ratio"])  # "pos": the share of A > 0 tokens
+        zero_grad = rows_zero[0]["pos"] if rows_zero else math.nan  # no tr-ratio runs beside the summary
         out.append(
             f"- **Reading 2 (where w enters the clip).** TR with w inside the clipped ratio (Eq. 9 as printed): "
             f"{fmt_delta(rows['tr-ratio'])} — {versus(rows['tr-ratio'])}"

@@ -45,6 +45,18 @@ def test_split_wheels_join_back(tmp_path):
     assert device_grid.join_parts(tmp_path) == []  # already joined
 
 
+def test_past_its_budget_the_grid_hands_every_spec_to_a_worker_and_starts_none(tmp_path, tiny_model_dir):
+    """The submit path without training (budget 0): every spec reaches a spawned worker, which skips it."""
+    out = tmp_path / "out"
+    r = _device_grid(
+        "run", PLAN, "--out", str(out), "--set", f"model={tiny_model_dir}", "--seeds", "0", "--workers", "1",
+        "--budget-s", "0",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((out / "device_grid.json").read_text())
+    assert summary["n_ran"] == 0 and len(summary["runs"]) == 3, summary
+
+
 @pytest.mark.slow
 def test_the_grid_runs_on_a_cpu_at_two_steps_and_two_seeds(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
