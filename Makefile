@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 model: $(STAMP)
-	$(VPY) -m trgrpo.models
+	$(VPY) -m trgrpo model
 
 lint: $(STAMP)
 	$(VPY) -m ruff check trgrpo tests
@@ -67,7 +67,7 @@ book: $(STAMP)
 
 # the committed records change only here: the notebooks' last full-mode headlines (of a clean tree) and figures
 records: $(STAMP)
-	$(VPY) -m trgrpo.course records
+	$(VPY) -m trgrpo records
 
 # outputs, counts and papermill metadata go; cells with metadata keep_output (those tagged `nbval-check-output`) keep
 # their outputs, which nbval compares
@@ -75,7 +75,7 @@ strip: $(STAMP)
 	$(VPY) -m nbstripout --extra-keys "metadata.papermill cell.metadata.papermill cell.metadata.execution" notebooks/*.ipynb notebooks/solutions/*.ipynb 2>/dev/null || true
 
 bench: $(STAMP)
-	OMP_NUM_THREADS=1 $(VPY) -m trgrpo.bench
+	OMP_NUM_THREADS=1 $(VPY) -m trgrpo bench
 
 # Every generated block of README.md and docs/syllabus.md, from the records (tests/test_quoted_numbers.py keeps them
 # equal): the course times, the cost table, the toy findings, the planner's table, the exercise list.
@@ -99,7 +99,7 @@ browser:
 # The student copy: notebooks without long explanations, workbooks without solutions or answers (answer keys as
 # salted hashes), links retargeted to its own docs/ (docs/syllabus.md). A workbook the student changed is kept.
 student: $(STAMP)
-	$(VPY) -m trgrpo.course student --out student
+	$(VPY) -m trgrpo course student --out student
 
 # Grade a folder of submitted workbooks (one per student, or a folder per student): each executed headless, at most
 # GRADE_TIMEOUT seconds, into a table student x exercise (✓/✗ and points) and SUBMISSIONS/grades.csv with the written
@@ -107,12 +107,12 @@ student: $(STAMP)
 SUBMISSIONS ?= submissions
 GRADE_TIMEOUT ?= 600
 grade: $(STAMP)
-	$(VPY) -m trgrpo.course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT)
+	$(VPY) -m trgrpo course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT)
 
 # The instructor's copy: the solutions notebooks, executed (reference answers from course/answers.py)
 INSTRUCTOR_DIR ?= instructor
 instructor: $(STAMP)
-	$(VPY) -m trgrpo.course instructor --out $(INSTRUCTOR_DIR)
+	$(VPY) -m trgrpo course instructor --out $(INSTRUCTOR_DIR)
 
 clean:
 	rm -rf $(VENV) runs student instructor

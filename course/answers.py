@@ -1,4 +1,4 @@
-"""The reference answers of the exercises checked by ``trgrpo.course.check_answers``: course data, read by the
+"""The reference answers of the exercises checked by ``trgrpo.exercises.check_answers``: course data, read by the
 instructor's build (``make student`` turns them into salted hashes in the student's workbooks) and by the tests; not
 part of the library a student imports.
 

@@ -91,7 +91,7 @@ def install(wheels: Path) -> list[str]:
 
 def load_plan(path: str, overrides: dict, seeds: list[int] | None) -> dict:
     """The plan with ``overrides`` on its ``base`` and ``seeds`` instead of its own; each spec checked."""
-    from trgrpo import lm_science
+    from trgrpo.runs import lm_science
 
     p = Path(path)
     if not p.is_file():
@@ -110,8 +110,8 @@ def _one(spec_dict: dict, eval_steps: list[int], out: str, deadline: float) -> d
     """One run in a worker process (skipped past the deadline): its name, seconds and whether it ran."""
     import torch
 
-    from trgrpo import lm_science
-    from trgrpo.experiment import RunSpec
+    from trgrpo.runs import lm_science
+    from trgrpo.runs.spec import RunSpec
 
     if time.time() > deadline:
         return {"name": spec_dict["name"], "ran": False}
@@ -127,9 +127,9 @@ def run(plan: dict, out: Path, *, workers: int, budget_s: float, plan_path: str)
     ``budget_s``; writes and returns ``out/device_grid.json``."""
     import torch
 
-    from trgrpo import lm_science
-    from trgrpo.experiment import machine_info, provenance
+    from trgrpo.files import machine_info, provenance
     from trgrpo.models import embedded_model_path
+    from trgrpo.runs import lm_science
 
     t0 = time.time()
     if plan["base"].get("model") in (None, "embedded"):
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.plan).is_file():  # before the heavy imports
         print(f"device_grid: plan {args.plan}: no such file", file=sys.stderr)
         return 2
-    from trgrpo.experiment import ConfigError, parse_overrides
+    from trgrpo.config import ConfigError
+    from trgrpo.runs.spec import parse_overrides
 
     try:
         plan = load_plan(args.plan, parse_overrides(args.set), args.seeds)

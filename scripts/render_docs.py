@@ -1,8 +1,8 @@
 """``make docs``: render every generated block of README.md and docs/{syllabus,gpu,cost}.md from the records.
 
 A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
-each NAME. The numbers and tables come from the library (:mod:`trgrpo.tables`, :mod:`trgrpo.course`,
-:mod:`trgrpo.bench`, :mod:`trgrpo.plan`); the sentences around them are written here, none typed by hand.
+each NAME. The numbers and tables come from the library (:mod:`trgrpo.reports.tables`, :mod:`course.workbooks`,
+:mod:`trgrpo.runs.bench`, :mod:`trgrpo.runs.plan`); the sentences around them are written here, none typed by hand.
 ``tests/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when a
 file is stale, write nothing.
 """
@@ -18,10 +18,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trgrpo import bench, course, plan, tables, toy  # noqa: E402
-from trgrpo.experiment import RECORD_SCHEMA, RESULTS_DIR, RecordError, read_json, read_record  # noqa: E402
-from trgrpo.tables import delta_text, label, num, row_mde  # noqa: E402
-from trgrpo.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
+from course import workbooks  # noqa: E402
+from trgrpo.arms import label  # noqa: E402
+from trgrpo.files import RESULTS_DIR  # noqa: E402
+from trgrpo.reports import tables  # noqa: E402
+from trgrpo.reports.tables import delta_text, num, row_mde  # noqa: E402
+from trgrpo.runs import bench, plan, toy_grid  # noqa: E402
+from trgrpo.runs.records import RECORD_SCHEMA, RecordError, read_json, read_record  # noqa: E402
+from trgrpo.runs.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 
 README = ROOT / "README.md"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
@@ -178,7 +182,7 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
 
     s = _read(CONTROLS_GROUP, "summary", results_dir, "controls_summary")
     if s is None:
-        return "_No controls summary yet: run `python -m trgrpo.toy_controls run controls`, then `summary`._"
+        return "_No controls summary yet: run `trgrpo toy run controls`, then `summary`._"
     rows = {r["arm"]: r for r in s["rows"]}
     cost = s["cost"]
     cpu_min = (cost["runs_cpu_s"] + cost["warm_cpu_s"]) / 60
@@ -211,7 +215,8 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
             f"{hist['share_at_upper']:.1%} at U). The grid runs the task with the largest share."
         )
     if "tr-ratio" in rows:
-        ratio = [r for r in toy.load_runs(results_dir, group=CONTROLS_GROUP) if toy.run_label(r) == "tr-ratio"]
+        runs = toy_grid.load_runs(results_dir, group=CONTROLS_GROUP)
+        ratio = [r for r in runs if toy_grid.run_label(r) == "tr-ratio"]
         rows_zero = tables.zero_grad_table({"tr-ratio": ratio}, ["tr-ratio"])  # "pos": the share of A > 0 tokens
         zero_grad = rows_zero[0]["pos"] if rows_zero else math.nan  # no tr-ratio runs beside the summary
         out.append(
@@ -227,7 +232,7 @@ def toy_verdict(results_dir: Path | str | None = None) -> str:
             f"{fmt_delta(rows['tr_norm-surrogate'])}. Reverse (2 − w): {fmt_delta(rows['reverse-surrogate'])}. "
             f"**What TR-GRPO's effect at this scale is made of: {made_of(rows)}.**"
         )
-        clip = tables.clip_of(toy.load_runs(results_dir, group=CONTROLS_GROUP), "equal")
+        clip = tables.clip_of(toy_grid.load_runs(results_dir, group=CONTROLS_GROUP), "equal")
         if clip["n_steps"]:
             out.append(
                 f"- **What this optimiser setting can test.** The gradient is clipped to norm "
@@ -261,12 +266,12 @@ def _share(x: float) -> str:
 
 def stage0_sentence(results_dir: Path | str | None = None) -> str:
     """Stage 0's rule, all its clauses, and what each candidate measured against them."""
-    from trgrpo import answers
+    from trgrpo.reports import answers
 
     root = Path(results_dir or RESULTS_DIR)
     rows = answers.stage0_checks(root)
     if rows is None:
-        return "_Stage 0 has no decision yet (`python -m trgrpo.lm_science stage0 results/lm/stage0/plan.yaml`)._"
+        return "_Stage 0 has no decision yet (`trgrpo lm stage0 results/lm/stage0/plan.yaml`)._"
     acc, before, after = rows[0]["checks"]
     steps = read_record(root / "lm" / "stage0" / f"probe-{rows[0]['id']}.json")["steps"]
     rule = (
@@ -298,7 +303,7 @@ def stage0_sentence(results_dir: Path | str | None = None) -> str:
 
 def leverage_sentence(results_dir: Path | str | None = None) -> str:
     """How far TR can turn one update: the orthogonal bound and the measured shares and gradient cosines."""
-    from trgrpo import answers
+    from trgrpo.reports import answers
 
     root = Path(results_dir or RESULTS_DIR)
     (b14, b0515) = answers.leverage_bounds()
@@ -361,7 +366,7 @@ def leverage_sentence(results_dir: Path | str | None = None) -> str:
 
 def power_sentence(results_dir: Path | str | None = None) -> str:
     """What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need, from the records."""
-    from trgrpo import answers
+    from trgrpo.reports import answers
 
     p = answers.power_sizing(results_dir or RESULTS_DIR)
     if not p["designs"]:
@@ -434,8 +439,8 @@ def readme_times_table(record: dict) -> str:
     """The README's first-screen table: each notebook, its first heading and its measured time."""
     by_name = {Path(r["notebook"]).name: r for r in record["rows"]}
     lines = ["| notebook | what | time on a 2-core CPU |", "|---|---|---|"]
-    for path in course.main_notebooks():
-        title = course.read(path).cells[0].source.splitlines()[0].lstrip("# ").split(" — ", 1)[-1].strip()
+    for path in workbooks.main_notebooks():
+        title = workbooks.read(path).cells[0].source.splitlines()[0].lstrip("# ").split(" — ", 1)[-1].strip()
         row = by_name.get(path.name)
         when = "—" if row is None else f"{_minutes(row)} ({row['mode']})"
         lines.append(f"| [{path.stem[:2]}](notebooks/{path.name}) | {title} | {when} |")
@@ -445,9 +450,9 @@ def readme_times_table(record: dict) -> str:
 def exercises_table() -> str:
     """The syllabus' list of exercises (markdown), read from the notebooks' ``exercise`` cells."""
     lines = ["| exercise | kind | difficulty | time | title | notebook |", "|---|---|---|---|---|---|"]
-    for path in course.main_notebooks():
-        for cell in course.read(path).cells:
-            if (ex := course.exercise_heading(cell)) is None:
+    for path in workbooks.main_notebooks():
+        for cell in workbooks.read(path).cells:
+            if (ex := workbooks.exercise_heading(cell)) is None:
                 continue
             meta = exercise_meta(cell)
             lines.append(
@@ -458,13 +463,13 @@ def exercises_table() -> str:
 
 
 def _times_record() -> dict | None:
-    return read_json(course.TIMES_PATH, "course_times")
+    return read_json(workbooks.TIMES_PATH, "course_times")
 
 
 def readme_times() -> str:
     rec = _times_record()
     return (
-        f"{readme_times_table(rec)}\n\nTimes measured {rec['measured_at']} by `python -m trgrpo.course times` "
+        f"{readme_times_table(rec)}\n\nTimes measured {rec['measured_at']} by `trgrpo course times` "
         f"(commit {str(rec.get('git_commit'))[:10]}); details in the syllabus."
     )
 
@@ -473,7 +478,7 @@ def syllabus_times() -> str:
     rec = _times_record()
     m = rec["machine"]
     return (
-        f"{times_table(rec)}\n\nMeasured {rec['measured_at']} by `python -m trgrpo.course times`, one notebook "
+        f"{times_table(rec)}\n\nMeasured {rec['measured_at']} by `trgrpo course times`, one notebook "
         f"at a time, on the project's CPU machine ({m.get('cpu_count', '?')} cores, "
         f"{m.get('processor') or m.get('platform', '?')}; no GPU), commit {str(rec.get('git_commit'))[:10]}"
         f"{' with uncommitted changes' if rec.get('dirty') else ''}."
@@ -625,7 +630,8 @@ README_PHASES = ("step", "loss_backward", "loss_head")
 
 
 def cost_table() -> str:
-    """The README's cost table: paper Table 8, then ours (:mod:`trgrpo.bench`'s records, the phases that matter)."""
+    """The README's cost table: paper Table 8, then ours (:mod:`trgrpo.runs.bench`'s records, the phases that
+    matter)."""
     res = bench_records()
     parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", paper_table()]
     if "step" in res:
@@ -659,7 +665,7 @@ def bench_table() -> str:
     parts = ["## Cost of TR-GRPO against GRPO (paper Table 8, App. C.2)", paper_table()]
     if step:
         parts += ["### Training step by phase (s/step)", _bench_ours(step), step_table(step)]
-        parts += [f"Method: `python -m trgrpo.bench` (its docstring). {_machine_line(step)}"]
+        parts += [f"Method: `trgrpo bench` (its docstring). {_machine_line(step)}"]
     if pair:
         parts.append(_bench_pair(pair, bench.STEP_PHASES))
     if loss:
@@ -668,8 +674,8 @@ def bench_table() -> str:
             f"### The loss alone: forward + backward, ms per call (process CPU), on {loss['device']}",
             f"Goal: TR-GRPO at most {goal:.2f}x the same computation with w = 1 ('equal'). Ratio columns: median "
             "[min–max] of per-block paired ratios (process CPU); wall-clock ratio after the slash. Inputs: "
-            "`trgrpo.bench.loss_inputs`; the CPU heap kept freed memory (`trgrpo.bench.steady_allocator`), as a "
-            "GPU caching allocator would.",
+            "`trgrpo.runs.bench.loss_inputs`; the CPU heap kept freed memory (`trgrpo.runs.bench.steady_allocator`), "
+            "as a GPU caching allocator would.",
             loss_table(loss),
             _machine_line(loss),
         ]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trgrpo.experiment import ROOT  # noqa: E402
+from trgrpo.files import ROOT  # noqa: E402
 
 
 def main() -> int:
-    from trgrpo.batch import run_notebooks
+    from trgrpo.runs.batch import run_notebooks
 
     out = ROOT / "runs" / "make-run"
     nbs = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

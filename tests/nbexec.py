@@ -1,5 +1,5 @@
 """Notebook executions outside nbval: the student copy's smoke runs (tests/test_course.py, papermill, as
-``trgrpo.batch`` runs notebooks) and refreshing the stored outputs of checked cells on purpose.
+``trgrpo.runs.batch`` runs notebooks) and refreshing the stored outputs of checked cells on purpose.
 
 Refresh: ``python -m tests.nbexec refresh notebooks/02_token_weight_function.ipynb [...]`` (or ``make
 refresh-checked NB=...``) executes the notebook in smoke mode, as `make test` does, stores the new output of
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import batch
-from trgrpo.batch import environment
+from trgrpo.runs import batch
+from trgrpo.runs.batch import environment
 
 from .nbval_harness import is_checked, smoke_env, time_limit
 

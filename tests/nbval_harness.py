@@ -6,7 +6,7 @@ in the code) with the output stored in the committed notebook (after the regexes
 This plugin (loaded by the top-level ``conftest.py``, so it also applies to ``pytest notebooks/02_*.ipynb``) adds:
 
 * the smoke environment: the kernel starts with ``TRGRPO_SMOKE=1``, headless (no live widgets) and offline, as
-  ``trgrpo.batch`` runs notebooks (:func:`smoke_env`);
+  ``trgrpo.runs.batch`` runs notebooks (:func:`smoke_env`);
 * a time limit per notebook (kernel start included, :data:`TIME_LIMITS`): each cell gets what is left of it as
   its timeout, and a notebook that finishes late fails;
 * clean output: a cell whose stdout/stderr holds a ``FutureWarning`` or a Python traceback fails, except in the
@@ -48,8 +48,8 @@ class StaleAllowListWarning(UserWarning):
 
 
 def smoke_env() -> dict[str, str]:
-    """The environment of a smoke execution: ``TRGRPO_SMOKE=1``, headless and offline (as ``trgrpo.batch``)."""
-    from trgrpo import batch
+    """The environment of a smoke execution: ``TRGRPO_SMOKE=1``, headless and offline (as ``trgrpo.runs.batch``)."""
+    from trgrpo.runs import batch
 
     return {"TRGRPO_SMOKE": "1", **batch.HEADLESS_ENV, **batch.OFFLINE_ENV}
 
@@ -136,7 +136,7 @@ def pytest_runtest_setup(item: pytest.Item):
     # the first cell of a notebook: nbval starts the kernel in this setup, with our environment
     _RUN.start[_key(item)] = time.monotonic()
     _RUN.noisy[_key(item)] = False
-    from trgrpo import batch
+    from trgrpo.runs import batch
 
     with batch.environment(**smoke_env()):
         return (yield)

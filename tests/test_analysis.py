@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from trgrpo import stats
+from trgrpo.reports import metrics
 
 
 def test_mean_std_by_hand():
@@ -52,14 +53,14 @@ def _rec(seed, grad, weight, acc=None, scheme="equal"):
 def test_series_stack_band_and_per_mean_weight():
     a = _rec(0, [2.0, 4.0, 6.0], [1.0, 2.0, 2.0])
     b = _rec(1, [1.0, 1.0], [1.0, 1.0])
-    s, v = stats.grad_norm_per_mean_weight(a)
+    s, v = metrics.grad_norm_per_mean_weight(a)
     assert s.tolist() == [1, 2, 3] and v.tolist() == [2.0, 2.0, 3.0]
-    steps, m = stats.stack([a, b], "grad_norm")
+    steps, m = metrics.stack([a, b], "grad_norm")
     assert steps.tolist() == [1, 2, 3]
     assert m[0].tolist() == [2, 4, 6] and m[1, :2].tolist() == [1, 1] and math.isnan(m[1, 2])
-    med, lo, hi = stats.band(m, 0.0, 1.0)
+    med, lo, hi = metrics.band(m, 0.0, 1.0)
     assert med.tolist() == [1.5, 2.5, 6.0] and lo.tolist() == [1, 1, 6] and hi.tolist() == [2, 4, 6]
-    steps, m = stats.stack([a], stats.grad_norm_per_mean_weight)
+    steps, m = metrics.stack([a], metrics.grad_norm_per_mean_weight)
     assert m[0].tolist() == [2.0, 2.0, 3.0]
 
 
@@ -68,8 +69,8 @@ def test_spread_over_steps_and_rolling():
     st = stats.spread_stats(x)
     assert st["mean"] == pytest.approx(sum(x) / 8) and st["cv"] == pytest.approx(np.std(x, ddof=1) / np.mean(x))
     assert math.isnan(stats.spread_stats([2.0])["cv"])  # no spread of a single value
-    assert stats.rolling_mean([1, 2, 3, 4], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
-    assert stats.rolling_mean([1, 2, 3, 4], 3).tolist() == [1.0, 1.5, 2.0, 3.0]
+    assert metrics.rolling_mean([1, 2, 3, 4], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    assert metrics.rolling_mean([1, 2, 3, 4], 3).tolist() == [1.0, 1.5, 2.0, 3.0]
 
 
 def test_binned_means_by_hand():
@@ -95,7 +96,7 @@ def test_one_spread_convention_is_ddof_one():
 
 
 def test_comparison_table_pairs_by_seed():
-    groups = stats.group_by(
+    groups = metrics.group_by(
         [
             _rec(0, [1], [1], 0.5),
             _rec(1, [1], [1], 0.6),
@@ -105,12 +106,14 @@ def test_comparison_table_pairs_by_seed():
         ],
         key=lambda r: r["scheme"],
     )
-    rows = stats.comparison_table(groups, {"acc": stats.final_metric}, compare="acc", digits=2, order=["equal", "tr"])
+    rows = metrics.comparison_table(
+        groups, {"acc": metrics.final_metric}, compare="acc", digits=2, order=["equal", "tr"]
+    )
     assert rows[0] == {"run": "equal", "n": 3, "acc": "0.60 ± 0.10"}
     assert rows[1]["n"] == 2 and rows[1]["acc"] == "0.70 ± 0.14"
     assert rows[1]["Δ acc vs equal [95% t-interval]"].startswith("+0.15 [")  # seeds 0, 1 only: (0.1 + 0.2) / 2
     assert rows[1]["Δ acc vs equal [95% t-interval]"].endswith("(2/2 up)")
-    assert stats.history_mean(groups["tr"][0], "reward") == 0.5
+    assert metrics.history_mean(groups["tr"][0], "reward") == 0.5
 
 
 def test_paired_t_by_hand():
@@ -172,10 +175,10 @@ def test_holm_is_the_step_down_by_hand_on_random_families():
 
 
 def test_rolling_mean_trails_and_keeps_missing_steps_missing():
-    assert stats.rolling_mean([1.0, 2.0, 3.0, 4.0], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
-    out = stats.rolling_mean([1.0, 3.0, float("nan")], 3)
+    assert metrics.rolling_mean([1.0, 2.0, 3.0, 4.0], 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    out = metrics.rolling_mean([1.0, 3.0, float("nan")], 3)
     assert out[:2].tolist() == [1.0, 2.0] and math.isnan(out[2])
-    assert stats.rolling_mean([5.0, 7.0], 1).tolist() == [5.0, 7.0]
+    assert metrics.rolling_mean([5.0, 7.0], 1).tolist() == [5.0, 7.0]
 
 
 def test_sign_count_ties_apart():
@@ -184,9 +187,9 @@ def test_sign_count_ties_apart():
 
 def test_clip_share_and_family_alpha():
     recs = [{"history": [{"grad_norm": 0.5}, {"grad_norm": 3.0}]}, {"history": [{"grad_norm": 2.0}, {"loss": 1.0}]}]
-    out = stats.clip_share(recs, 1.0)
+    out = metrics.clip_share(recs, 1.0)
     assert out == {"n_steps": 3, "share_clipped": pytest.approx(2 / 3), "median_norm": 2.0, "max_grad_norm": 1.0}
-    assert math.isnan(stats.clip_share([], 1.0)["share_clipped"])
+    assert math.isnan(metrics.clip_share([], 1.0)["share_clipped"])
     assert stats.family_alpha(5) == pytest.approx(0.01)
     with pytest.raises(ValueError):
         stats.family_alpha(0)

@@ -1,5 +1,5 @@
 """The answer page (notebook 08): one verdict per claim of the paper, computed from records
-(trgrpo/answers.py)."""
+(trgrpo/reports/answers.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trgrpo import answers, lm_science
+from trgrpo.reports import answers
+from trgrpo.runs import lm_science
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -79,8 +80,9 @@ def test_toy_extras_read_kl_tau_lm_records_when_present(tmp_path):
 def test_paper_vs_ours_has_one_row_per_printed_row(table, task):
     """Notebook 08's tables (moved here from an assert of the notebook): every printed row of the paper's table,
     with the committed records or none, each cell 'paper / ours'."""
-    from trgrpo import paper, tables
-    from trgrpo.experiment import load_results
+    from trgrpo import paper
+    from trgrpo.reports import tables
+    from trgrpo.runs.records import load_results
 
     for records in (load_results(task, str(RESULTS)), []):
         rows = tables.paper_vs_ours(table, records)
@@ -128,7 +130,7 @@ def _primary(record: dict) -> float:
 
 
 def _by_arm(folder: Path) -> dict[str, dict[int, float]]:
-    from trgrpo.toy import run_label
+    from trgrpo.runs.toy_grid import run_label
 
     out: dict[str, dict[int, float]] = {}
     for path in folder.glob("addition-micro-*.json"):
@@ -248,7 +250,7 @@ def test_figure1_two_samples_that_disagree_are_inconclusive(tmp_path):
 
 
 def test_forest_rows_cover_every_toy_arm_with_the_papers_effect():
-    from trgrpo.toy_controls import ARMS
+    from trgrpo.runs.toy_controls import ARMS
 
     rows = answers.forest_rows(RESULTS)
     ctrl = [r for r in rows if r["group"] == "toy/controls"]
@@ -309,7 +311,7 @@ def test_prompt_bootstrap_resamples_prompts():
     """Figure 1's cluster bootstrap: whole prompts are resampled; a structural token that only one prompt's
     samples carry at the high end gives a wide interval, and the observed difference is the plain count's."""
     from trgrpo import token_stats as ts
-    from trgrpo.tasks.common import TokenOccurrences
+    from trgrpo.tasks.generation import TokenOccurrences
 
     rng = np.random.default_rng(0)
     texts, probs, comp = [], [], []

@@ -1,12 +1,12 @@
-"""trgrpo.batch: notebooks run with papermill into runs/<name>/, a failure does not stop the batch."""
+"""trgrpo.runs.batch: notebooks run with papermill into runs/<name>/, a failure does not stop the batch."""
 
 import json
 
 import nbformat
 import pytest
 
-from trgrpo.batch import load_plan, main
-from trgrpo.experiment import ROOT
+from trgrpo.files import ROOT
+from trgrpo.runs.batch import load_plan, main
 
 
 def _nb(path, code):
@@ -52,7 +52,7 @@ def test_plan_errors_name_the_field(tmp_path):
 def test_shipped_experiment_files_parse():
     from pathlib import Path
 
-    from trgrpo.experiment import load_specs
+    from trgrpo.runs.spec import load_specs
 
     root = Path(__file__).resolve().parents[1] / "experiments"
     for path in root.glob("*.yaml"):
@@ -65,7 +65,7 @@ def test_shipped_experiment_files_parse():
 
 
 def test_set_overrides_parse_as_yaml_and_name_bad_items():
-    from trgrpo.experiment import parse_overrides
+    from trgrpo.runs.spec import parse_overrides
 
     assert parse_overrides(["STEPS=10", "SEEDS=[0, 1]", "MODEL=Qwen/Qwen2.5-3B-Instruct"]) == {
         "STEPS": 10,
@@ -91,7 +91,8 @@ def test_papermill_reads_every_parameter_a_notebooks_cell_assigns(path):
     cell gives them (executed at full scale; None for an expression's default), comments as papermill's help."""
     import papermill as pm
 
-    from trgrpo.batch import environment, parameter_defaults
+    from trgrpo.notebook import parameter_defaults
+    from trgrpo.runs.batch import environment
 
     cell = next(c.source for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
     env: dict = {"os": __import__("os")}

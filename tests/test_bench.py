@@ -1,4 +1,4 @@
-"""trgrpo.bench at a tiny size: the machinery runs, the JSON keeps its schema, the table renders from it."""
+"""trgrpo.runs.bench at a tiny size: the machinery runs, the JSON keeps its schema, the table renders from it."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from scripts import render_docs
-from trgrpo import bench
+from trgrpo.runs import bench
 
 
 def _check_summary(s, n):

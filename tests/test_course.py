@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from course import workbooks
 from scripts import render_docs
-from trgrpo import course
+from trgrpo import exercises
 
 from .nbexec import execute_smoke
 from .nbval_harness import noise
@@ -21,7 +22,7 @@ nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parents[1]
 WITH_EXERCISES = ("00_", "01_", "02_", "03_", "04_", "07_")
-MAINS = [p for p in course.main_notebooks() if p.name.startswith(WITH_EXERCISES)]
+MAINS = [p for p in workbooks.main_notebooks() if p.name.startswith(WITH_EXERCISES)]
 
 
 def _nb(cells):
@@ -52,16 +53,16 @@ def test_taught_policy_splits_the_wrong_half_among_the_offsets():
     answers = ["6 8", "6 9", "6 7"]
     for offsets, expected in (((1,), [0.5, 0.5, 0.0]), ((1, -1), [0.5, 0.25, 0.25])):
         torch.manual_seed(0)
-        model, tok = course.taught_policy(row, seed=0, offsets=offsets)
-        logps, mask, _ = course.completion_logps(model, tok, row["prompt"], answers)
+        model, tok = exercises.taught_policy(row, seed=0, offsets=offsets)
+        logps, mask, _ = exercises.completion_logps(model, tok, row["prompt"], answers)
         last = logps.exp()[:, 1].tolist()  # the answer's second digit
         assert last == pytest.approx(expected, abs=0.05)
 
 
 def test_expected_names():
-    assert course.expected_names("# expects: a, b_2\nassert a") == ["a", "b_2"]
-    assert course.expected_names("assert a") == []
-    assert course.expected_names("") == []
+    assert exercises.expected_names("# expects: a, b_2\nassert a") == ["a", "b_2"]
+    assert exercises.expected_names("assert a") == []
+    assert exercises.expected_names("") == []
 
 
 def test_workbook_replaces_each_solution_run_by_one_stub_and_keeps_checks():
@@ -78,10 +79,10 @@ def test_workbook_replaces_each_solution_run_by_one_stub_and_keeps_checks():
             _code("# expects: b\nassert b == 2", "check"),
         ]
     )
-    wb = course.exercise_workbook(nb)
+    wb = workbooks.exercise_workbook(nb)
     sources = [c.source for c in wb.cells]
-    assert not any("solution" in course.tags(c) for c in wb.cells)
-    stubs = [c for c in wb.cells if "stub" in course.tags(c)]
+    assert not any("solution" in workbooks.tags(c) for c in wb.cells)
+    stubs = [c for c in wb.cells if "stub" in workbooks.tags(c)]
     assert len(stubs) == 2
     assert "expects: a." in stubs[0].source and 'NotImplementedError("Exercise 9.1' in stubs[0].source
     assert "expects: b." in stubs[1].source and "Exercise 9.2" in stubs[1].source
@@ -92,9 +93,11 @@ def test_workbook_replaces_each_solution_run_by_one_stub_and_keeps_checks():
 
 def test_workbook_refuses_a_solution_without_check_or_exercise():
     with pytest.raises(ValueError, match="not followed by a check"):
-        course.exercise_workbook(_nb([_md("### Exercise 9.1 · predict · one", "exercise"), _code("a = 1", "solution")]))
+        workbooks.exercise_workbook(
+            _nb([_md("### Exercise 9.1 · predict · one", "exercise"), _code("a = 1", "solution")])
+        )
     with pytest.raises(ValueError, match="before any exercise"):
-        course.exercise_workbook(_nb([_code("a = 1", "solution"), _code("# expects: a", "check")]))
+        workbooks.exercise_workbook(_nb([_code("a = 1", "solution"), _code("# expects: a", "check")]))
 
 
 def test_student_notebook_drops_explanations_and_solutions_only():
@@ -108,14 +111,14 @@ def test_student_notebook_drops_explanations_and_solutions_only():
             _md("end"),
         ]
     )
-    st = course.student_notebook(nb)
-    assert [c.source for c in st.cells] == ["intro", course.CONCLUSION_TEXT, "x = 1", "end"]
-    assert course.tags(st.cells[1]) == ["conclusion"], "one 'write your conclusion' cell per run of explanations"
+    st = workbooks.student_notebook(nb)
+    assert [c.source for c in st.cells] == ["intro", workbooks.CONCLUSION_TEXT, "x = 1", "end"]
+    assert workbooks.tags(st.cells[1]) == ["conclusion"], "one 'write your conclusion' cell per run of explanations"
 
 
 def test_write_student_copy_refuses_to_overwrite_the_notebooks(tmp_path):
     with pytest.raises(ValueError, match="folder of its own"):
-        course.write_student_copy(course.NOTEBOOKS)
+        workbooks.write_student_copy(workbooks.NOTEBOOKS)
 
 
 # ---------------------------------------------------------------- the committed exercises and solutions
@@ -127,54 +130,56 @@ def test_notebooks_with_exercises_exist():
 
 @pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
 def test_exercises_numbered_and_graded(path):
-    ex = course.exercises(course.read(path))
+    ex = workbooks.exercises(workbooks.read(path))
     n = str(int(path.name[:2]))
     assert 3 <= len(ex) <= 5, f"{path.name}: {len(ex)} exercises (want 3-5 with headings '### Exercise {n}.k · ...')"
     assert [e["id"] for e in ex] == [f"{n}.{k}" for k in range(1, len(ex) + 1)]
-    kinds = [course.KINDS.index(e["kind"]) for e in ex]
+    kinds = [workbooks.KINDS.index(e["kind"]) for e in ex]
     assert kinds[0] == min(kinds), f"{path.name}: start with the easiest kind"
     assert max(kinds) >= 2, f"{path.name}: at least one exercise should ask to derive or implement"
-    nb = course.read(path)
-    first_ex = next(i for i, c in enumerate(nb.cells) if "exercise" in course.tags(c))
+    nb = workbooks.read(path)
+    first_ex = next(i for i, c in enumerate(nb.cells) if "exercise" in workbooks.tags(c))
     assert all(c.cell_type == "markdown" for c in nb.cells[first_ex:]), f"{path.name}: exercises are markdown only"
-    assert all(c.cell_type == "markdown" for c in nb.cells if "explanation" in course.tags(c))
+    assert all(c.cell_type == "markdown" for c in nb.cells if "explanation" in workbooks.tags(c))
 
 
 @pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
 def test_solutions_match_statements_and_are_checked(path):
-    sol_path = course.solutions_path(path)
+    sol_path = workbooks.solutions_path(path)
     assert sol_path.exists(), f"missing {sol_path.relative_to(ROOT)}"
-    main_ex = course.exercises(course.read(path))
-    sol = course.read(sol_path)
-    sol_ex = course.exercises(sol)
+    main_ex = workbooks.exercises(workbooks.read(path))
+    sol = workbooks.read(sol_path)
+    sol_ex = workbooks.exercises(sol)
     assert [e["source"] for e in sol_ex] == [e["source"] for e in main_ex], (
         f"{sol_path.name}: the exercise statements must be byte-identical to those of {path.name}"
     )
     # after each statement: at least one solution cell, then exactly one check cell declaring what it expects
     cells = sol.cells
-    starts = [i for i, c in enumerate(cells) if "exercise" in course.tags(c) and course.HEADING_RE.search(c.source)]
+    starts = [
+        i for i, c in enumerate(cells) if "exercise" in workbooks.tags(c) and workbooks.HEADING_RE.search(c.source)
+    ]
     for k, i in enumerate(starts):
         block = cells[i + 1 : starts[k + 1] if k + 1 < len(starts) else len(cells)]
         kinds = [
-            ("solution" if "solution" in course.tags(c) else "check" if "check" in course.tags(c) else "-")
+            ("solution" if "solution" in workbooks.tags(c) else "check" if "check" in workbooks.tags(c) else "-")
             for c in block
         ]
         ex_id = main_ex[k]["id"]
         assert kinds and kinds[0] == "solution", f"{sol_path.name} Exercise {ex_id}: the solution follows the statement"
         assert kinds.count("check") == 1, f"{sol_path.name} Exercise {ex_id}: exactly one check cell"
         check = block[kinds.index("check")]
-        assert check.cell_type == "code" and course.expected_names(check.source), (
+        assert check.cell_type == "code" and exercises.expected_names(check.source), (
             f"{sol_path.name} Exercise {ex_id}: the check cell's first line is '# expects: name, ...'"
         )
-        assert re.search(r"assert|course\.expect|course\.check_answers\(", check.source), (
+        assert re.search(r"assert|exercises\.expect|exercises\.check_answers\(", check.source), (
             f"{sol_path.name} Exercise {ex_id}: the check asserts"
         )
         solution_code = "\n".join(c.source for c in block[: kinds.index("check")] if c.cell_type == "code")
-        for name in course.expected_names(check.source):
+        for name in exercises.expected_names(check.source):
             assert re.search(rf"\b{re.escape(name)}\b", solution_code), (
                 f"{sol_path.name} Exercise {ex_id}: the solution never defines {name!r}"
             )
-    course.exercise_workbook(sol)  # builds without error
+    workbooks.exercise_workbook(sol)  # builds without error
 
 
 # ---------------------------------------------------------------- the student copy
@@ -183,23 +188,23 @@ def test_solutions_match_statements_and_are_checked(path):
 @pytest.fixture(scope="module")
 def student_copy(tmp_path_factory):
     out = tmp_path_factory.mktemp("course") / "student"
-    written, _ = course.write_student_copy(out)
+    written, _ = workbooks.write_student_copy(out)
     return out, written
 
 
 def test_student_copy_layout(student_copy):
     out, written = student_copy
     mains = sorted(p.name for p in out.glob("[0-9][0-9]_*.ipynb"))
-    assert mains == [p.name for p in course.main_notebooks()]
-    workbooks = sorted(p.name for p in (out / "exercises").glob("*.ipynb"))
-    assert workbooks == [p.name.replace("_solutions", "_exercises") for p in course.solution_notebooks()]
+    assert mains == [p.name for p in workbooks.main_notebooks()]
+    books = sorted(p.name for p in (out / "exercises").glob("*.ipynb"))
+    assert books == [p.name.replace("_solutions", "_exercises") for p in workbooks.solution_notebooks()]
     assert (out / "README.md").exists()
     for path in written:
-        nb = course.read(path)
-        assert not any({"solution", "explanation"} & set(course.tags(c)) for c in nb.cells), path.name
-    for orig in course.main_notebooks():  # a conclusion cell wherever explanations were removed
-        n_expl = sum("explanation" in course.tags(c) for c in course.read(orig).cells)
-        n_concl = sum("conclusion" in course.tags(c) for c in course.read(out / orig.name).cells)
+        nb = workbooks.read(path)
+        assert not any({"solution", "explanation"} & set(workbooks.tags(c)) for c in nb.cells), path.name
+    for orig in workbooks.main_notebooks():  # a conclusion cell wherever explanations were removed
+        n_expl = sum("explanation" in workbooks.tags(c) for c in workbooks.read(orig).cells)
+        n_concl = sum("conclusion" in workbooks.tags(c) for c in workbooks.read(out / orig.name).cells)
         assert (n_concl > 0) == (n_expl > 0) and n_concl <= n_expl, orig.name
 
 
@@ -207,19 +212,21 @@ def test_student_copy_keeps_every_code_cell(student_copy):
     """Only markdown is removed from the main notebooks and only ``derivation`` cells change (to stubs), so the rest
     executes exactly as the originals (tested in tests/test_notebooks.py); their exercise statements are all there."""
     out, _ = student_copy
-    for orig in course.main_notebooks():
-        nb, st = course.read(orig), course.read(out / orig.name)
+    for orig in workbooks.main_notebooks():
+        nb, st = workbooks.read(orig), workbooks.read(out / orig.name)
         assert [
-            _unwrap(c.source) for c in st.cells if c.cell_type == "code" and course.DERIVATION not in course.tags(c)
-        ] == [c.source for c in nb.cells if c.cell_type == "code" and course.DERIVATION not in course.tags(c)], (
+            _unwrap(c.source)
+            for c in st.cells
+            if c.cell_type == "code" and workbooks.DERIVATION not in workbooks.tags(c)
+        ] == [c.source for c in nb.cells if c.cell_type == "code" and workbooks.DERIVATION not in workbooks.tags(c)], (
             orig.name
         )
-        assert course.exercises(st) == course.exercises(nb)
+        assert workbooks.exercises(st) == workbooks.exercises(nb)
 
 
 def _unwrap(source: str) -> str:
-    """A derivation's check as the notebook has it: without the student copy's ``with course.derivation(...):``."""
-    m = re.match(r"(from trgrpo import course\n\n)?with course\.derivation\([^)]*\):\n", source)
+    """A derivation's check as the notebook has it: without the student copy's ``with exercises.derivation(...):``."""
+    m = re.match(r"(from trgrpo import exercises\n\n)?with exercises\.derivation\([^)]*\):\n", source)
     return "\n".join(ln[4:] for ln in source[m.end() :].split("\n")) if m else source
 
 
@@ -235,8 +242,8 @@ def test_student_copy_of_02_executes(student_copy, tmp_path, monkeypatch):
     with pytest.raises(pm.PapermillExecutionError) as info:
         _execute(out / "02_token_weight_function.ipynb", tmp_path / "02.ipynb", monkeypatch)
     assert info.value.ename == "CheckFailed" and "not written yet" in info.value.evalue, info.value
-    code = [c for c in course.read(tmp_path / "02.ipynb").cells if c.cell_type == "code"]
-    first_check = next(i for i, c in enumerate(code) if course.DERIVATION in course.tags(c)) + 1
+    code = [c for c in workbooks.read(tmp_path / "02.ipynb").cells if c.cell_type == "code"]
+    first_check = next(i for i, c in enumerate(code) if workbooks.DERIVATION in workbooks.tags(c)) + 1
     assert all(c.execution_count is not None for c in code[:first_check]), "a cell above the first check did not run"
     assert [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)] == [first_check]
 
@@ -245,7 +252,7 @@ def test_student_copy_of_02_executes(student_copy, tmp_path, monkeypatch):
 # in the slow tier (the same mechanism, make student)
 WORKBOOKS = [
     pytest.param(name, marks=[] if name.startswith(("00_", "02_")) else [pytest.mark.slow])
-    for name in (p.name.replace("_solutions", "_exercises") for p in course.solution_notebooks())
+    for name in (p.name.replace("_solutions", "_exercises") for p in workbooks.solution_notebooks())
 ]
 
 
@@ -257,12 +264,12 @@ def test_workbook_executes_up_to_its_first_exercise(student_copy, name, tmp_path
     out, _ = student_copy
     with pytest.raises(pm.PapermillExecutionError) as info:
         _execute(out / "exercises" / name, tmp_path / name, monkeypatch)
-    first_id = course.exercises(course.read(out / "exercises" / name))[0]["id"]
+    first_id = workbooks.exercises(workbooks.read(out / "exercises" / name))[0]["id"]
     assert info.value.ename == "NotImplementedError", info.value
     assert f"Exercise {first_id}" in info.value.evalue
-    done = course.read(tmp_path / name)
+    done = workbooks.read(tmp_path / name)
     code = [c for c in done.cells if c.cell_type == "code"]
-    first_stub = next(i for i, c in enumerate(code) if "stub" in course.tags(c))
+    first_stub = next(i for i, c in enumerate(code) if "stub" in workbooks.tags(c))
     assert all(c.execution_count is not None for c in code[:first_stub]), "a cell above the first exercise did not run"
     errors = [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)]
     assert errors == [first_stub]
@@ -282,13 +289,13 @@ def test_workbook_executes_up_to_its_first_exercise(student_copy, name, tmp_path
 def test_a_derivation_slip_in_the_student_copy_names_the_case_with_a_hint(old, new, case):
     """The student copy of 02 wraps each derivation's check: a typical slip gives one CheckFailed naming the case
     (which tau reading, which placement) and a hint, not torch's "Tensor-likes are not close!" traceback."""
-    nb = course.read(ROOT / "notebooks" / "02_token_weight_function.ipynb")
-    st = course.student_notebook(nb)
-    pairs = [(i, c) for i, c in enumerate(nb.cells) if course.DERIVATION in course.tags(c) and old in c.source]
+    nb = workbooks.read(ROOT / "notebooks" / "02_token_weight_function.ipynb")
+    st = workbooks.student_notebook(nb)
+    pairs = [(i, c) for i, c in enumerate(nb.cells) if workbooks.DERIVATION in workbooks.tags(c) and old in c.source]
     ((i, derivation_cell),) = pairs
-    k = next(j for j, c in enumerate(st.cells) if c.source == course.derivation_stub(derivation_cell.source))
+    k = next(j for j, c in enumerate(st.cells) if c.source == workbooks.derivation_stub(derivation_cell.source))
     check = st.cells[k + 1].source
-    assert "with course.derivation(" in check
+    assert "with exercises.derivation(" in check
     import torch
 
     from trgrpo.weights import token_weights
@@ -299,7 +306,7 @@ def test_a_derivation_slip_in_the_student_copy_names_the_case_with_a_hint(old, n
     import linecache
 
     linecache.cache["<check>"] = (len(check), None, check.splitlines(True), "<check>")
-    with pytest.raises(course.CheckFailed) as info:
+    with pytest.raises(exercises.CheckFailed) as info:
         exec(compile(check, "<check>", "exec"), ns)
     msg = str(info.value)
     assert f"for {case}" in msg and "\nHint: " in msg, msg
@@ -316,7 +323,7 @@ def _texts(folder: Path) -> dict[str, str]:
 def test_the_library_holds_no_reference_answer():
     """The recipes of the reference answers are course data (course/answers.py), not in trgrpo/."""
     recipes = re.findall(r"^def (\w+)\(", (ROOT / "course" / "answers.py").read_text(), re.M)
-    assert recipes and not hasattr(course, "ANSWERS")
+    assert recipes and not hasattr(exercises, "ANSWERS")
     library = "\n".join(p.read_text() for p in (ROOT / "trgrpo").rglob("*.py"))
     assert [r for r in recipes if re.search(rf"\b{r}\b", library)] == []
 
@@ -328,17 +335,17 @@ def test_the_handout_holds_no_solution_and_no_answer_value(student_copy):
     assert "Solutions (executed" not in blob and "_solutions.ipynb" not in blob and "solutions/" not in blob
     solved = {
         ln.strip()
-        for p in course.solution_notebooks()
-        for c in course.read(p).cells
-        if "solution" in course.tags(c)
+        for p in workbooks.solution_notebooks()
+        for c in workbooks.read(p).cells
+        if "solution" in workbooks.tags(c)
         for ln in c.source.splitlines()
         if len(ln.strip()) > 30 and not ln.strip().startswith("#")
     }
     shown = "\n".join(
-        c.source for p in course.main_notebooks() for c in course.read(p).cells
+        c.source for p in workbooks.main_notebooks() for c in workbooks.read(p).cells
     )  # lines the notebooks show
     assert solved and [ln for ln in solved if ln in blob and ln not in shown] == []
-    for exercise, spec in course.load_answers().items():
+    for exercise, spec in workbooks.load_answers().items():
         try:
             want = spec["reference"]({})
         except KeyError:  # needs the notebook's data
@@ -359,24 +366,24 @@ def test_the_handout_holds_no_solution_and_no_answer_value(student_copy):
 def test_a_keyed_check_of_the_handout_accepts_the_answer_and_names_a_slip(student_copy, capsys):
     """The student copy's check of 2.2 registers salted hashes and judges as the instructor's recipes do."""
     out, _ = student_copy
-    nb = course.read(out / "exercises" / "02_token_weight_function_exercises.ipynb")
-    src = next(c.source for c in nb.cells if "course.use_keys('2.2'" in c.source)
-    register = next(ln for ln in src.splitlines() if ln.startswith("course.use_keys("))
+    nb = workbooks.read(out / "exercises" / "02_token_weight_function_exercises.ipynb")
+    src = next(c.source for c in nb.cells if "exercises.use_keys('2.2'" in c.source)
+    register = next(ln for ln in src.splitlines() if ln.startswith("exercises.use_keys("))
     assert "0.0176" not in register and "0.0177" not in register and "0.0231" not in register
     try:
-        exec(register, {"course": course})
-        course.check_answers("2.2", **KL)
+        exec(register, {"exercises": exercises})
+        exercises.check_answers("2.2", **KL)
         assert "Exercise 2.2 ✓" in capsys.readouterr().out
-        course.check_answers("2.2", **{**KL, "kl_offset_12": 0.017685})  # within 0.1 %
-        with pytest.raises(course.CheckFailed) as info:
-            course.check_answers("2.2", **{**KL, "kl_offset_08": 0.0232})
+        exercises.check_answers("2.2", **{**KL, "kl_offset_12": 0.017685})  # within 0.1 %
+        with pytest.raises(exercises.CheckFailed) as info:
+            exercises.check_answers("2.2", **{**KL, "kl_offset_08": 0.0232})
         assert str(info.value).startswith("Exercise 2.2: `kl_offset_08` is not right yet") and "Hint:" in str(
             info.value
         )
-        with pytest.raises(course.CheckFailed, match="`kl_offset_12`"):
-            course.check_answers("2.2", **{**KL, "kl_offset_12": 0.0180})  # 1.8 % off
+        with pytest.raises(exercises.CheckFailed, match="`kl_offset_12`"):
+            exercises.check_answers("2.2", **{**KL, "kl_offset_12": 0.0180})  # 1.8 % off
     finally:
-        course._KEYS.clear()
+        exercises._KEYS.clear()
 
 
 def test_a_keyed_check_accepts_a_list_in_any_order_as_the_recipes_do(capsys):
@@ -384,13 +391,13 @@ def test_a_keyed_check_accepts_a_list_in_any_order_as_the_recipes_do(capsys):
     writes them) accept a list in any order, as the instructor's check always did (the keys used to reject one)."""
     taus = dict(tau_star_scale=1.099, tau_star_divide=0.9102, identity_taus_scale=[0.5])
     try:
-        course.use_keys("2.1", json.loads(json.dumps(course.keys_for("2.1", [{}]))))
-        course.check_answers("2.1", **taus, identity_taus_divide=[20.0, 10.0, 9.0, 7.0, 2.0])
+        exercises.use_keys("2.1", json.loads(json.dumps(workbooks.keys_for("2.1", [{}]))))
+        exercises.check_answers("2.1", **taus, identity_taus_divide=[20.0, 10.0, 9.0, 7.0, 2.0])
         assert "Exercise 2.1 ✓" in capsys.readouterr().out
-        with pytest.raises(course.CheckFailed, match="`identity_taus_divide` is not right yet"):
-            course.check_answers("2.1", **taus, identity_taus_divide=[20.0, 10.0, 9.0, 2.0])
+        with pytest.raises(exercises.CheckFailed, match="`identity_taus_divide` is not right yet"):
+            exercises.check_answers("2.1", **taus, identity_taus_divide=[20.0, 10.0, 9.0, 2.0])
     finally:
-        course._KEYS.clear()
+        exercises._KEYS.clear()
 
 
 def _md_links(nb) -> list[str]:
@@ -398,7 +405,7 @@ def _md_links(nb) -> list[str]:
         m.group(2)
         for c in nb.cells
         if c.cell_type == "markdown"
-        for m in course.LINK_RE.finditer(c.source)
+        for m in workbooks.LINK_RE.finditer(c.source)
         if "://" not in m.group(2) and not m.group(2).startswith("mailto:")
     ]
 
@@ -409,7 +416,7 @@ def test_every_link_resolves_from_the_folder_jupyterlab_serves(student_copy):
     out, _ = student_copy
     for served, folder in ((ROOT, ROOT / "notebooks"), (out, out)):
         for path in sorted(folder.rglob("*.ipynb")):
-            for link in _md_links(course.read(path)):
+            for link in _md_links(workbooks.read(path)):
                 target = (path.parent / link).resolve()
                 assert target.is_file() and target.is_relative_to(served.resolve()), f"{path}: {link}"
     lab = subprocess.run(["make", "-n", "-W", "pyproject.toml", "lab"], cwd=ROOT, capture_output=True, text=True)
@@ -422,33 +429,33 @@ def test_every_link_resolves_from_the_folder_jupyterlab_serves(student_copy):
 def test_every_notebook_is_timed():
     """The syllabus' time table (rendered by `make docs`, tests/test_quoted_numbers.py) covers every notebook."""
 
-    record = json.loads(course.TIMES_PATH.read_text())
+    record = json.loads(workbooks.TIMES_PATH.read_text())
     timed = {Path(r["notebook"]).name for r in record["rows"]}
-    wanted = {p.name for p in course.main_notebooks()} | {p.name for p in course.solution_notebooks()}
+    wanted = {p.name for p in workbooks.main_notebooks()} | {p.name for p in workbooks.solution_notebooks()}
     assert wanted <= timed, f"not timed: {sorted(wanted - timed)}"
     assert all(r["ok"] for r in record["rows"]), [r["notebook"] for r in record["rows"] if not r["ok"]]
 
 
 def test_each_time_was_measured_with_the_notebooks_parameters_on_a_clean_tree():
     """A time holds for the parameters cell it was measured with: change a notebook's defaults, and its time must be
-    measured again (`python -m trgrpo.course times`, then `make docs`)."""
-    record = json.loads(course.TIMES_PATH.read_text())
+    measured again (`trgrpo course times`, then `make docs`)."""
+    record = json.loads(workbooks.TIMES_PATH.read_text())
     assert record["dirty"] is False, "the times were measured on an uncommitted tree"
     stale = [
         r["notebook"]
         for r in record["rows"]
-        if r.get("parameters") != course.fingerprint(course.parameters_source(ROOT / r["notebook"]))
+        if r.get("parameters") != exercises.fingerprint(workbooks.parameters_source(ROOT / r["notebook"]))
     ]
     assert not stale, f"parameters changed since their time was measured: {stale}"
 
 
 def test_the_parameters_fingerprint_sees_a_changed_default(tmp_path):
     nb = json.loads((ROOT / "notebooks" / "04_token_probabilities.ipynb").read_text())
-    before = course.fingerprint(course.parameters_source(ROOT / "notebooks" / "04_token_probabilities.ipynb"))
+    before = exercises.fingerprint(workbooks.parameters_source(ROOT / "notebooks" / "04_token_probabilities.ipynb"))
     cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
     cell["source"] = "".join(cell["source"]).replace("=", "= 1 +", 1)
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
-    assert course.fingerprint(course.parameters_source(tmp_path / "nb.ipynb")) != before
+    assert exercises.fingerprint(workbooks.parameters_source(tmp_path / "nb.ipynb")) != before
 
 
 def _clone(tmp_path: Path) -> Path:
@@ -467,7 +474,7 @@ def _times(clone: Path, timeout: int):
 
     env = {**os.environ, "PYTHONPATH": str(clone)}
     return subprocess.run(
-        [sys.executable, "-m", "trgrpo.course", "times"],
+        [sys.executable, "-m", "trgrpo", "course", "times"],
         cwd=clone,
         env=env,
         capture_output=True,
@@ -478,7 +485,7 @@ def _times(clone: Path, timeout: int):
 
 def test_times_as_typed_refuses_an_uncommitted_tree_and_writes_nothing(tmp_path):
     clone = _clone(tmp_path)
-    times = clone / course.TIMES_PATH.relative_to(ROOT)
+    times = clone / workbooks.TIMES_PATH.relative_to(ROOT)
     before = times.read_bytes()
     (clone / "notebooks" / "00_grpo_primer.ipynb").write_text("{}")  # an edit not committed
     done = _times(clone, timeout=120)
@@ -493,18 +500,18 @@ def test_times_as_typed_refuses_an_uncommitted_tree_and_writes_nothing(tmp_path)
 
 @pytest.mark.slow
 def test_times_as_typed_on_a_clean_clone_measures_every_notebook(tmp_path):
-    """The README's `python -m trgrpo.course times`, in a fresh clone (about 10 minutes on 2 cores)."""
+    """The README's `trgrpo course times`, in a fresh clone (about 10 minutes on 2 cores)."""
     clone = _clone(tmp_path)
     done = _times(clone, timeout=3600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    record = json.loads((clone / course.TIMES_PATH.relative_to(ROOT)).read_text())
+    record = json.loads((clone / workbooks.TIMES_PATH.relative_to(ROOT)).read_text())
     assert record["dirty"] is False and record["git_commit"] == _head(clone)
     assert {r["notebook"] for r in record["rows"]} == {
-        r["notebook"] for r in json.loads(course.TIMES_PATH.read_text())["rows"]
+        r["notebook"] for r in json.loads(workbooks.TIMES_PATH.read_text())["rows"]
     }
     assert all(r["ok"] and r["wall_s"] > 0 for r in record["rows"])
     for r in record["rows"]:
-        assert r["parameters"] == course.fingerprint(course.parameters_source(clone / r["notebook"]))
+        assert r["parameters"] == exercises.fingerprint(workbooks.parameters_source(clone / r["notebook"]))
 
 
 def _head(clone: Path) -> str:
@@ -517,23 +524,23 @@ def _head(clone: Path) -> str:
 
 
 def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
-    src = "# expects: x\nwith course.check('9.1', hint='think again', x='x is a count'):\n    assert x == 3\n"
+    src = "# expects: x\nwith exercises.check('9.1', hint='think again', x='x is a count'):\n    assert x == 3\n"
     import linecache
 
     linecache.cache["<check 9.1>"] = (len(src), None, src.splitlines(True), "<check 9.1>")
     code = compile(src, "<check 9.1>", "exec")
-    exec(code, {"course": course, "x": 3})  # right: silent
-    with pytest.raises(course.CheckFailed) as info:
-        exec(code, {"course": course, "x": 4})
+    exec(code, {"exercises": exercises, "x": 3})  # right: silent
+    with pytest.raises(exercises.CheckFailed) as info:
+        exec(code, {"exercises": exercises, "x": 4})
     msg = str(info.value)
     assert msg.startswith("Exercise 9.1: `x` is not right yet") and "Hint: x is a count" in msg and "think again" in msg
     assert "3" not in msg, "the message must not show the expected value"
-    with pytest.raises(course.CheckFailed, match="run your solution cell"):
-        exec(code, {"course": course})
-    with pytest.raises(course.CheckFailed, match="raised TypeError"):
+    with pytest.raises(exercises.CheckFailed, match="run your solution cell"):
+        exec(code, {"exercises": exercises})
+    with pytest.raises(exercises.CheckFailed, match="raised TypeError"):
         exec(
-            compile("# expects: x\nwith course.check('9.2'):\n    assert len(x) == 3\n", "<c>", "exec"),
-            {"course": course, "x": 4},
+            compile("# expects: x\nwith exercises.check('9.2'):\n    assert len(x) == 3\n", "<c>", "exec"),
+            {"exercises": exercises, "x": 4},
         )
 
 
@@ -541,16 +548,16 @@ KL = dict(kl_offset_12=0.01768, kl_offset_08=0.02314, kl_slope_12=-0.2, kl_push_
 
 
 def test_check_answers_accepts_hand_answers_within_the_stated_tolerance(capsys):
-    course.check_answers("2.2", **KL)
+    exercises.check_answers("2.2", **KL)
     assert "Exercise 2.2 ✓" in capsys.readouterr().out
-    course.check_answers("2.1", tau_star_scale=1.099, tau_star_divide=0.9102, identity_taus_scale=[0.5],
+    exercises.check_answers("2.1", tau_star_scale=1.099, tau_star_divide=0.9102, identity_taus_scale=[0.5],
                          identity_taus_divide=[20.0, 10.0, 9.0, 7.0, 2.0])  # fmt: skip
 
 
 @pytest.mark.parametrize("wrong", [{"kl_offset_08": 0.0232}, {"kl_offset_12": 0.0180, "kl_push_12": -1}])
 def test_check_answers_names_every_wrong_item_and_only_those(wrong):
-    with pytest.raises(course.CheckFailed) as info:
-        course.check_answers("2.2", **{**KL, **wrong})
+    with pytest.raises(exercises.CheckFailed) as info:
+        exercises.check_answers("2.2", **{**KL, **wrong})
     msg = str(info.value)
     head = msg.splitlines()[0]
     assert head.startswith("Exercise 2.2: ") and "\nHint: " in msg
@@ -561,39 +568,41 @@ def test_check_answers_names_every_wrong_item_and_only_those(wrong):
 
 
 def test_check_answers_refuses_a_missing_answer_and_a_non_number():
-    with pytest.raises(course.CheckFailed, match="pass kl_push_12"):
-        course.check_answers("2.2", **{k: v for k, v in KL.items() if k != "kl_push_12"})
-    with pytest.raises(course.CheckFailed, match="`kl_slope_12` is not"):
-        course.check_answers("2.2", **{**KL, "kl_slope_12": "-0.2"})
+    with pytest.raises(exercises.CheckFailed, match="pass kl_push_12"):
+        exercises.check_answers("2.2", **{k: v for k, v in KL.items() if k != "kl_push_12"})
+    with pytest.raises(exercises.CheckFailed, match="`kl_slope_12` is not"):
+        exercises.check_answers("2.2", **{**KL, "kl_slope_12": "-0.2"})
 
 
 def test_every_hand_answer_exercise_states_its_tolerance():
-    for ex_id in [e for e, spec in course.load_answers().items() if spec.get("hand")]:
+    for ex_id in [e for e, spec in workbooks.load_answers().items() if spec.get("hand")]:
         path = next(p for p in MAINS if p.name.startswith(f"0{ex_id.split('.')[0]}_"))
-        statement = next(e["source"] for e in course.exercises(course.read(path)) if e["id"] == ex_id)
+        statement = next(e["source"] for e in workbooks.exercises(workbooks.read(path)) if e["id"] == ex_id)
         assert "within 0.1 % (relative)" in statement, f"Exercise {ex_id} does not state the tolerance"
 
 
 def test_fingerprint_is_stable_and_discriminates():
-    assert course.fingerprint([0.5, 1]) == course.fingerprint((0.5000000001, 1.0))
-    assert course.fingerprint({"a": 1}) != course.fingerprint({"a": 2})
+    assert exercises.fingerprint([0.5, 1]) == exercises.fingerprint((0.5000000001, 1.0))
+    assert exercises.fingerprint({"a": 1}) != exercises.fingerprint({"a": 2})
 
 
-SOLUTIONS = course.solution_notebooks()
+SOLUTIONS = workbooks.solution_notebooks()
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
 def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
-    nb = course.read(path)
-    checks = [c for c in nb.cells if "check" in course.tags(c)]
+    nb = workbooks.read(path)
+    checks = [c for c in nb.cells if "check" in workbooks.tags(c)]
     assert checks and all(_wrong_answer(c) for c in checks), f"{path.name}: a check cell has no wrong_answer"
-    assert all(re.search(r"course\.check(_answers)?\(", c.source) for c in checks), f"{path.name}: use course.check"
+    assert all(re.search(r"exercises\.check(_answers)?\(", c.source) for c in checks), (
+        f"{path.name}: use exercises.check"
+    )
     if path.name.startswith("02_"):  # exercise 2.1 used to print ln 3 and 1/ln 3 in its check
         src = next(c.source for c in checks if "'2.1'" in c.source)
         assert "log(3)" not in src and "[0.5]" not in src
         for ex_id in ("2.2", "2.3"):  # 2.2 computed the KL offsets in plain sight, 2.3/2.4's hints the inversion
             src = next(c.source for c in checks if f"'{ex_id}'" in c.source)
-            assert len(src.splitlines()) <= 5 and "course.check_answers(" in src and "log" not in src
+            assert len(src.splitlines()) <= 5 and "exercises.check_answers(" in src and "log" not in src
         src = next(c.source for c in checks if "'2.4'" in c.source)
         assert "logit" not in src and "sigmoid(z) =" not in src
     if path.name.startswith("03_"):  # exercise 3.2 used to echo the library's summary and answer its own question
@@ -601,9 +610,9 @@ def test_every_check_declares_a_wrong_answer_and_hides_known_answers(path):
         assert "loses on every seed" not in src and "(label, summary)" not in src and "v < 0" not in src
     if path.name.startswith("07_"):  # 7.2 listed the tool's replies, 7.5 a hand-computed F1 list: now hashes
         src = next(c.source for c in checks if "'7.2'" in c.source)
-        assert "Error:" not in src and "[1, 1, 1" not in src and "course.fingerprint(" in src
+        assert "Error:" not in src and "[1, 1, 1" not in src and "exercises.fingerprint(" in src
         src = next(c.source for c in checks if "'7.5'" in c.source)
-        assert "2 / 3" not in src and "0.8" not in src and "1 / 3" not in src and "course.fingerprint(" in src
+        assert "2 / 3" not in src and "0.8" not in src and "1 / 3" not in src and "exercises.fingerprint(" in src
 
 
 def _wrong_answer(cell) -> str | None:
@@ -621,12 +630,12 @@ def wrong_answer_notebook(nb, record: Path | str):
     current = None
     for cell in out.cells:
         cells.append(cell)
-        heading = course.exercise_heading(cell)
+        heading = workbooks.exercise_heading(cell)
         current = heading["id"] if heading else current
-        if "check" not in course.tags(cell):
+        if "check" not in workbooks.tags(cell):
             continue
         wrong = _wrong_answer(cell)
-        names = course.expected_names(cell.source)
+        names = exercises.expected_names(cell.source)
         probe = (
             "import linecache as _lc\n"
             f"_saved = {{_n: globals().get(_n) for _n in {names!r}}}\n"
@@ -663,16 +672,16 @@ def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeyp
     what is wrong and a hint, never a bare AssertionError."""
     record = tmp_path / "wrong.json"
     probe = tmp_path / path.name
-    nbformat.write(wrong_answer_notebook(course.read(path), record), str(probe))
+    nbformat.write(wrong_answer_notebook(workbooks.read(path), record), str(probe))
     out = tmp_path / "out.ipynb"
     execute_smoke(probe, out, monkeypatch, timeout=300)
-    done = [c for c in course.read(out).cells if c.cell_type == "code"]
+    done = [c for c in workbooks.read(out).cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in done), "a cell of the solutions did not run"
     noisy = [f"cell {i}: {n}" for i, c in enumerate(done) for n in noise(c.outputs)]
     assert not noisy, f"{path.name} prints {noisy}"
 
     rows = json.loads(record.read_text())
-    ids = [e["id"] for e in course.exercises(course.read(path))]
+    ids = [e["id"] for e in workbooks.exercises(workbooks.read(path))]
     assert [r["exercise"] for r in rows] == ids
     for r in rows:
         assert r["raised"] == "CheckFailed", f"Exercise {r['exercise']}: {r['wrong_answer']!r} raised {r['raised']}"
@@ -685,15 +694,17 @@ LINK_RE = re.compile(r"\]\(([^)#]+)(?:#[^)]*)?\)")
 
 
 def test_primer_derives_eq_1_to_6_each_checked_against_the_library():
-    nb = course.read(course.NOTEBOOKS / "00_grpo_primer.ipynb")
+    nb = workbooks.read(workbooks.NOTEBOOKS / "00_grpo_primer.ipynb")
     cells = nb.cells
-    derivations = [i for i, c in enumerate(cells) if "derivation" in course.tags(c)]
+    derivations = [i for i, c in enumerate(cells) if "derivation" in workbooks.tags(c)]
     assert len(derivations) >= 5, "one derivation cell per step: rewards, advantages, log-probs, ratio/clip, k3"
     for i in derivations:
         assert len(cells[i].source.strip().splitlines()) <= 12, f"derivation cell {i} is not 'a few lines'"
         nxt = cells[i + 1]
-        assert "derivation-check" in course.tags(nxt) and "course.check(" in nxt.source, f"cell {i + 1} checks {i}"
-        assert re.search(r"\b(loss|addition|course)\.\w+\(", nxt.source), f"cell {i + 1} compares with the library"
+        assert "derivation-check" in workbooks.tags(nxt) and "exercises.check(" in nxt.source, (
+            f"cell {i + 1} checks {i}"
+        )
+        assert re.search(r"\b(loss|addition|exercises)\.\w+\(", nxt.source), f"cell {i + 1} compares with the library"
     text = "\n".join(c.source for c in cells)
     for eq in ("Eq. 1", "Eq. 4", "Eq. 3", "Eq. 5", "Eq. 6", "k3", "clip-higher"):
         assert eq in text, eq
@@ -709,10 +720,10 @@ def _links(source: str, base: Path) -> list[Path]:
     return [(base / m).resolve() for m in LINK_RE.findall(source) if not m.startswith("http")]
 
 
-@pytest.mark.parametrize("path", course.main_notebooks(), ids=[p.stem for p in course.main_notebooks()])
+@pytest.mark.parametrize("path", workbooks.main_notebooks(), ids=[p.stem for p in workbooks.main_notebooks()])
 def test_notebook_links_glossary_previous_and_next(path):
-    mains = course.main_notebooks()
-    nb = course.read(path)
+    mains = workbooks.main_notebooks()
+    nb = workbooks.read(path)
     mds = [c for c in nb.cells if c.cell_type == "markdown"]
     first, last = mds[0].source, mds[-1].source
     k = mains.index(path)
@@ -727,9 +738,9 @@ def test_notebook_links_glossary_previous_and_next(path):
         assert not missing, f"{path.name}: broken links {missing}"
 
 
-@pytest.mark.parametrize("path", course.solution_notebooks(), ids=[p.stem for p in course.solution_notebooks()])
+@pytest.mark.parametrize("path", workbooks.solution_notebooks(), ids=[p.stem for p in workbooks.solution_notebooks()])
 def test_solutions_link_the_glossary(path):
-    src = course.read(path).cells[0].source
+    src = workbooks.read(path).cells[0].source
     assert "../../docs/glossary.md" in src and not [p for p in _links(src, path.parent) if not p.exists()]
     assert "Previous: [" in src and "Next: [" in src, f"{path.name}: previous / next links in the first cell"
     assert f"(../{path.name.replace('_solutions', '')})" in src, f"{path.name}: links the notebook it solves"
@@ -737,12 +748,12 @@ def test_solutions_link_the_glossary(path):
 
 @pytest.mark.parametrize("path", MAINS, ids=[p.stem for p in MAINS])
 def test_every_exercise_has_difficulty_and_time_in_both_copies(path):
-    for nb in (course.read(path), course.read(course.solutions_path(path))):
-        metas = [render_docs.exercise_meta(c) for c in nb.cells if course.exercise_heading(c)]
+    for nb in (workbooks.read(path), workbooks.read(workbooks.solutions_path(path))):
+        metas = [render_docs.exercise_meta(c) for c in nb.cells if workbooks.exercise_heading(c)]
         assert metas and all(m["difficulty"] in render_docs.DIFFICULTIES and 5 <= m["minutes"] <= 120 for m in metas)
-    main = [render_docs.exercise_meta(c) for c in course.read(path).cells if course.exercise_heading(c)]
-    sol_nb = course.read(course.solutions_path(path))
-    sol = [render_docs.exercise_meta(c) for c in sol_nb.cells if course.exercise_heading(c)]
+    main = [render_docs.exercise_meta(c) for c in workbooks.read(path).cells if workbooks.exercise_heading(c)]
+    sol_nb = workbooks.read(workbooks.solutions_path(path))
+    sol = [render_docs.exercise_meta(c) for c in sol_nb.cells if workbooks.exercise_heading(c)]
     assert main == sol, f"{path.name}: difficulty/time differ between the notebook and its solutions"
 
 

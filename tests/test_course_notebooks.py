@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course
+from course import workbooks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,13 +41,13 @@ def _shown(cell) -> str:
 def test_no_checked_output_of_a_notebook_shows_an_exercise_answer():
     """What a student sees running a notebook (its nbval-checked outputs) holds none of its exercises' reference
     values: 02's KL table used to print Exercise 2.2's answer (0.0635)."""
-    for exercise, spec in course.load_answers().items():
+    for exercise, spec in workbooks.load_answers().items():
         try:
             want = spec["reference"]({})
         except KeyError:  # computed from the notebook's data: those are not printed by the notebook's own cells
             continue
-        path = next(p for p in course.main_notebooks() if p.name.startswith(f"{int(exercise.split('.')[0]):02d}_"))
-        shown = "\n".join(_shown(c) for c in course.read(path).cells if c.cell_type == "code")
+        path = next(p for p in workbooks.main_notebooks() if p.name.startswith(f"{int(exercise.split('.')[0]):02d}_"))
+        shown = "\n".join(_shown(c) for c in workbooks.read(path).cells if c.cell_type == "code")
         for name, v in want.items():
             if isinstance(v, float) and v != round(v, 2):
                 assert f"{v:.4f}" not in shown, f"{path.name} prints Exercise {exercise}'s {name} ({v:.4f})"
@@ -56,26 +56,26 @@ def test_no_checked_output_of_a_notebook_shows_an_exercise_answer():
 def _filled_workbook(wrong: dict[str, str]):
     """Notebook 00's workbook as ``make student`` writes it (answer keys, no course/answers.py needed), each stub
     filled with the solution's code; ``wrong`` maps an exercise id to code run after it (a student's slip)."""
-    sol = course.read(course.solutions_path(ROOT / "notebooks" / "00_grpo_primer.ipynb"))
+    sol = workbooks.read(workbooks.solutions_path(ROOT / "notebooks" / "00_grpo_primer.ipynb"))
     runs, current = {}, None
     for c in sol.cells:
-        current = (course.exercise_heading(c) or {}).get("id", current)
-        if "solution" in course.tags(c) and c.cell_type == "code":
+        current = (workbooks.exercise_heading(c) or {}).get("id", current)
+        if "solution" in workbooks.tags(c) and c.cell_type == "code":
             runs.setdefault(current, []).append(c.source)
-    wb = course.with_answer_keys(course.exercise_workbook(sol))
-    stubs = [c for c in wb.cells if "stub" in course.tags(c)]
+    wb = workbooks.with_answer_keys(workbooks.exercise_workbook(sol))
+    stubs = [c for c in wb.cells if "stub" in workbooks.tags(c)]
     assert len(stubs) == len(runs) == 3
     for stub, (exercise, code) in zip(stubs, runs.items()):
         stub.source = "\n".join(code + [wrong.get(exercise, "")])
     for c in wb.cells:
-        if course.ANSWER in course.tags(c):
+        if workbooks.ANSWER in workbooks.tags(c):
             c.source += "A rare success is a surprise."
     return wb
 
 
 @pytest.mark.slow  # two kernels: about 40 s on 2 busy cores
 def test_grading_notebook_00_a_right_and_a_wrong_workbook(tmp_path):
-    """`python -m trgrpo.course grade` as typed, on two filled-in copies of 00's workbook: one right, one with
+    """`trgrpo course grade` as typed, on two filled-in copies of 00's workbook: one right, one with
     Exercise 0.1's typical slip (the population std); each exercise scored, the written answers collected."""
     import csv
     import os
@@ -89,7 +89,7 @@ def test_grading_notebook_00_a_right_and_a_wrong_workbook(tmp_path):
         (folder / student).mkdir(parents=True)
         nbformat.write(_filled_workbook(wrong), str(folder / student / "00_grpo_primer_exercises.ipynb"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_HEADLESS": "1", "TRGRPO_SMOKE": "1"}
-    r = subprocess.run([sys.executable, "-m", "trgrpo.course", "grade", str(folder), "--timeout", "120"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "trgrpo", "course", "grade", str(folder), "--timeout", "120"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     rows = {row["student"]: row for row in csv.DictReader((folder / "grades.csv").open())}

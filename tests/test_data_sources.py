@@ -8,9 +8,11 @@ import pytest
 import yaml
 from datasets import Dataset
 
-from trgrpo.experiment import ROOT, RunSpec, run
-from trgrpo.fullscale import specs_from_parameters
-from trgrpo.tasks import Task, get_task, kk, register_task
+from trgrpo.files import ROOT
+from trgrpo.runs.experiment import run
+from trgrpo.runs.fullscale import specs_from_parameters
+from trgrpo.runs.spec import RunSpec
+from trgrpo.tasks import Task, get_task, kk, kk_puzzles, register_task
 from trgrpo.tasks import math as tm
 
 TABLE2_EVAL_SETS = ("olympiadbench", "minerva", "math500", "amc", "aime24")
@@ -73,7 +75,7 @@ def test_the_prompt_reproduces_the_logic_rl_rows_exactly(logic_rl_parquet, tiny_
     records = kk.load_kk_files(logic_rl_parquet)
     ds = kk.kk_dataset(records, prefill_think=True, tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
     assert [p for p in ds["prompt"]] == [r["prompt"][0]["content"] for r in rows]
-    assert kk.KK_SYSTEM_PROMPT == LOGIC_RL_SYSTEM
+    assert kk_puzzles.KK_SYSTEM_PROMPT == LOGIC_RL_SYSTEM
 
 
 def test_raw_kk_schema_parquet_loads(tmp_path):
@@ -173,7 +175,7 @@ def test_record_carries_data_source(tiny_model_dir, tmp_path):
 
 
 def test_full_scale_kk_prefills_think_and_says_so():
-    from trgrpo.batch import parameter_defaults
+    from trgrpo.notebook import parameter_defaults
 
     defaults = parameter_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
     specs = specs_from_parameters(
@@ -208,12 +210,14 @@ def test_prefill_appears_in_the_prompt(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    record = kk.make_record(QUIZ3, ["Zoey", "Oliver", "Ava"], [True, False, True])
+    record = kk_puzzles.make_record(QUIZ3, ["Zoey", "Oliver", "Ava"], [True, False, True])
     ds = kk.kk_dataset([record], prefill_think=True, tokenizer=tok)
     prompt = ds[0]["prompt"]
     assert isinstance(prompt, str) and prompt.rstrip().endswith("<think>")
     assert prompt.endswith("<|im_start|>assistant\n<think>")  # the assistant turn is open, not closed
-    assert prompt.count("<think>") == kk.KK_SYSTEM_PROMPT.count("<think>") + 1  # the system prompt names the tag
+    assert (
+        prompt.count("<think>") == kk_puzzles.KK_SYSTEM_PROMPT.count("<think>") + 1
+    )  # the system prompt names the tag
     plain = kk.kk_dataset([record], prefill_think=False, tokenizer=tok)[0]["prompt"]
     assert not plain.rstrip().endswith("<think>")
 
@@ -293,8 +297,8 @@ def test_aime_and_amc_from_any_file_name_are_scored_avg_and_pass_at_k(monkeypatc
 def test_table2_sets_are_evaluated_whole():
     """OlympiadBench has 675 rows (the largest Table 2 set): neither the plan's default nor notebook 06's cuts it."""
 
-    from trgrpo import fullscale
-    from trgrpo.batch import parameter_defaults
+    from trgrpo.notebook import parameter_defaults
+    from trgrpo.runs import fullscale
 
     defaults = parameter_defaults(Path(__file__).parents[1] / "notebooks/06_math_full_scale.ipynb")
     assert min(s.n_eval for s in fullscale.specs_from_parameters("math", defaults)) >= 675
@@ -374,8 +378,8 @@ def test_kk_hub_offline_says_what_to_do(tmp_path, monkeypatch):
 
 
 def _full_scale_kk_config(tmp_path) -> Path:
-    from trgrpo.batch import parameter_defaults as notebook_defaults
-    from trgrpo.fullscale import write_specs
+    from trgrpo.notebook import parameter_defaults as notebook_defaults
+    from trgrpo.runs.fullscale import write_specs
 
     defaults = notebook_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
     specs = specs_from_parameters("kk", {**defaults, "SEEDS": [0], "SCHEMES": ["tr"]}, use_vllm=False)
@@ -386,10 +390,10 @@ PAPER_DATA = {"train_path": "hub:K-and-K/knights-and-knaves", "eval_path": "hub:
 
 
 def test_print_config_names_each_runs_data(tmp_path, capsys):
-    """`python -m trgrpo.train --print-config` (its main) on notebook 05's full-scale specs names the data."""
+    """`trgrpo train --print-config` (its main) on notebook 05's full-scale specs names the data."""
     import json
 
-    from trgrpo.train import main
+    from trgrpo.runs.train import main
 
     assert main(["--config", str(_full_scale_kk_config(tmp_path)), "--print-config", "--world-size", "8"]) == 0
     assert json.loads(capsys.readouterr().out)["data"] == PAPER_DATA
@@ -402,15 +406,15 @@ def test_print_config_names_each_runs_data_as_typed(tmp_path):
     import sys
 
     cfg = _full_scale_kk_config(tmp_path)
-    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(cfg), "--print-config", "--world-size", "8"]
+    cmd = [sys.executable, "-m", "trgrpo", "train", "--config", str(cfg), "--print-config", "--world-size", "8"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["data"] == PAPER_DATA
 
 
 def test_kk_data_parameters_take_a_source_or_files():
-    from trgrpo.batch import check_parameters
-    from trgrpo.experiment import ConfigError
+    from trgrpo.config import ConfigError
+    from trgrpo.notebook import check_values as check_parameters
 
     defaults = {"KK_TRAIN_PATH": kk.KK_PAPER_DATA}
     for ok in (kk.KK_GENERATED, "data/kk/3ppl/train.parquet", ["a.parquet", "b.parquet"]):

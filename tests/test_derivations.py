@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trgrpo import course
+from course import workbooks
 from trgrpo.weights import token_weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +23,10 @@ EXPECTED = {"eq11_weight": "token_weights", "eq9_loss": "tr_grpo_loss"}  # deriv
 
 def _pairs() -> list[tuple[str, str]]:
     """(derivation source, check source) for every derivation cell of notebook 02, in order."""
-    cells = course.read(NB02).cells
+    cells = workbooks.read(NB02).cells
     out = []
     for i, c in enumerate(cells):
-        if course.DERIVATION in course.tags(c):
+        if workbooks.DERIVATION in workbooks.tags(c):
             assert c.cell_type == "code", f"cell {i}: a derivation is a code cell"
             assert i + 1 < len(cells) and cells[i + 1].cell_type == "code", f"cell {i}: no check cell follows"
             out.append((c.source, cells[i + 1].source))
@@ -80,7 +80,7 @@ def test_a_wrong_derivation_fails_its_check(k, old, new):
 @pytest.mark.parametrize("k", range(len(EXPECTED)))
 def test_student_stub_keeps_the_signature_and_fails_its_check(k):
     src, check = _pairs()[k]
-    stub = course.derivation_stub(src)
+    stub = workbooks.derivation_stub(src)
     full, short = _namespace(), _namespace()
     exec(src, full)
     exec(stub, short)
@@ -92,13 +92,13 @@ def test_student_stub_keeps_the_signature_and_fails_its_check(k):
 
 
 def test_student_notebook_stubs_derivations_only():
-    nb = course.read(NB02)
-    st = course.student_notebook(nb)
-    derivations = [c.source for c in nb.cells if course.DERIVATION in course.tags(c)]
-    stubs = [c.source for c in st.cells if course.DERIVATION in course.tags(c)]
-    assert stubs == [course.derivation_stub(s) for s in derivations] and stubs != derivations
+    nb = workbooks.read(NB02)
+    st = workbooks.student_notebook(nb)
+    derivations = [c.source for c in nb.cells if workbooks.DERIVATION in workbooks.tags(c)]
+    stubs = [c.source for c in st.cells if workbooks.DERIVATION in workbooks.tags(c)]
+    assert stubs == [workbooks.derivation_stub(s) for s in derivations] and stubs != derivations
 
 
 def test_derivation_stub_needs_a_function():
     with pytest.raises(ValueError, match="define at least one"):
-        course.derivation_stub("# Eq. 1\nx = 1")
+        workbooks.derivation_stub("# Eq. 1\nx = 1")

@@ -1,4 +1,4 @@
-"""trgrpo.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
+"""trgrpo.runs.experiment: a run writes its record; a killed run resumes to the same metrics (App. B.2
 checkpoints)."""
 
 import json
@@ -8,7 +8,10 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from trgrpo.experiment import RunSpec, load_results, run
+from trgrpo.runs import checkpoints
+from trgrpo.runs.experiment import run
+from trgrpo.runs.records import load_results
+from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks import Task, register_task
 
 PROMPTS = [f"Count to {i}:" for i in range(16)]
@@ -154,9 +157,9 @@ def test_unknown_field_in_dict():
 
 def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, monkeypatch):
     """Smoke runs of notebooks 05/06 pass keep_checkpoints=False: a finished run leaves its result, no checkpoint."""
-    from trgrpo import experiment, fullscale
+    from trgrpo.runs import fullscale
 
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
     specs = [spec(tiny_model_dir, "dropped", steps=2), spec(tiny_model_dir, "kept", steps=2)]
     fullscale.launch(specs[:1], gpus=0, results_dir=tmp_path / "res", keep_checkpoints=False)
     fullscale.launch(specs[1:], gpus=0, results_dir=tmp_path / "res")

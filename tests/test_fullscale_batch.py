@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import fullscale
-from trgrpo.experiment import RunSpec, batch_layout, make_config, vllm_max_model_length
-from trgrpo.train import main as train_main
+from trgrpo.runs import checkpoints, fullscale
+from trgrpo.runs.experiment import make_config
+from trgrpo.runs.spec import RunSpec, batch_layout, vllm_max_model_length
+from trgrpo.runs.train import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_KK = ROOT / "experiments" / "train_kk_qwen3b.yaml"
@@ -67,7 +68,7 @@ def test_make_config_sets_vllm_length_and_checkpointing(tmp_path):
 
 def full_scale(task: str, **params) -> list[RunSpec]:
     """The runs of notebook 05 (kk) or 06 (math) at its full-scale defaults, ``params`` changed."""
-    from trgrpo.batch import parameter_defaults
+    from trgrpo.notebook import parameter_defaults
 
     nb = {"kk": "05_kk_logic_full_scale", "math": "06_math_full_scale"}[task]
     defaults = parameter_defaults(Path(__file__).parents[1] / "notebooks" / f"{nb}.ipynb")
@@ -105,7 +106,7 @@ def test_make_config_sets_ddp_timeout_and_importance_sampling(tmp_path):
 
 
 def test_planner_flags_an_evaluation_longer_than_the_timeout_and_states_the_disk():
-    from trgrpo import plan
+    from trgrpo.runs import plan
 
     spec = full_scale("kk", SCHEMES=["tr"], USE_VLLM=False)[0]
     text, rows, problems = plan.plan_report([spec], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
@@ -137,7 +138,7 @@ def test_run_command_paths_are_absolute(tmp_path, monkeypatch):
     assert cmd[cmd.index("--config_file") + 1] == str(ROOT / "configs" / "zero3.yaml")
     assert cmd[cmd.index("--num_processes") + 1] == "8"
     one = fullscale.run_command("spec.yaml", results_dir="r", gpus=1)
-    assert one[:3] == [sys.executable, "-m", "trgrpo.train"]
+    assert one[:4] == [sys.executable, "-m", "trgrpo", "train"]
 
 
 # 35 s on the idle 2-core VM: in the slow tier (make test-slow), which keeps make test under 15 minutes; the batch
@@ -146,9 +147,8 @@ def test_run_command_paths_are_absolute(tmp_path, monkeypatch):
 def test_launch_two_cpu_processes(tiny_model_dir, tmp_path, monkeypatch):
     """accelerate launch, 2 processes on CPU (gloo), 2 steps: the global batch is the spec's, not 2x it, and the
     record lands where launch() reads it (an absolute results path given as a relative one)."""
-    from trgrpo import experiment
 
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = RunSpec(
@@ -185,8 +185,8 @@ def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkey
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trgrpo.experiment import VLLMGenerate
-    from trgrpo.tasks.common import generate_completions
+    from trgrpo.runs.experiment import VLLMGenerate
+    from trgrpo.tasks.generation import generate_completions
 
     class SamplingParams:
         def __init__(self, **kw):
@@ -217,7 +217,7 @@ def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkey
 
 
 def test_live_logs_sit_beside_the_record(tmp_path):
-    from trgrpo.experiment import live_log_dir
+    from trgrpo.runs.checkpoints import live_log_dir
 
     assert live_log_dir(kk(), tmp_path) is None  # report_to="none"
     spec = kk(report_to="tensorboard", group="g", name="r")

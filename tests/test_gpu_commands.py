@@ -52,13 +52,13 @@ def _no_cuda():
 
 @pytest.mark.slow  # 26 s; the default tier runs the CLI's processes in test_torchrun and nb 07
 def test_train_config_runs_one_process_per_spec(tiny_model_dir, tmp_path):
-    """`python -m trgrpo.train --config FILE` with two specs: this process trains nothing, each spec trains in its own
-    `python -m trgrpo.train` process (which sees one spec) and writes one record."""
+    """`trgrpo train --config FILE` with two specs: this process trains nothing, each spec trains in its own
+    `trgrpo train` process (which sees one spec) and writes one record."""
     data = yaml.safe_load(TRAIN_KK.read_text())
     data["grid"] = data["grid"][:2]  # equal and tr, seed 0
     cfg = tmp_path / "two.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    r = _python_m(["trgrpo.train", "--config", str(cfg), "--set", f"model={tiny_model_dir}", *CPU_SCALE], tmp_path)
+    r = _python_m(["trgrpo", "train", "--config", str(cfg), "--set", f"model={tiny_model_dir}", *CPU_SCALE], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     children = re.findall(r"^  \$ (\S+) -m trgrpo\.train --config (\S+)", r.stdout, re.M)
     assert len(children) == 2 and all(exe == sys.executable for exe, _ in children)
@@ -78,7 +78,7 @@ def test_full_scale_without_cuda_stops_with_one_line(tmp_path):
     """The README's full-scale training command on a machine without CUDA: one line naming CUDA and the driver, no
     traceback, nothing written (no results, checkpoints or logs)."""
     _no_cuda()
-    r = _python_m(["trgrpo.train", "--config", str(TRAIN_KK.relative_to(ROOT))], tmp_path)
+    r = _python_m(["trgrpo", "train", "--config", str(TRAIN_KK.relative_to(ROOT))], tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "CUDA" in lines[0] and "Qwen2.5-3B-Instruct" in lines[0], r.stderr
@@ -89,9 +89,9 @@ def test_full_scale_without_cuda_stops_with_one_line(tmp_path):
 def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypatch):
     """Without a launcher's WORLD_SIZE, several visible GPUs are refused (TRL's device_map="auto" would pipeline one
     model over them); under a launcher, several specs are; --gpus N launches each spec on N GPUs."""
-    from trgrpo import fullscale
-    from trgrpo.experiment import RunSpec
-    from trgrpo.train import processes
+    from trgrpo.runs import fullscale
+    from trgrpo.runs.spec import RunSpec
+    from trgrpo.runs.train import processes
 
     one, two = [RunSpec(task="kk", name="a")], [RunSpec(task="kk", name="a"), RunSpec(task="kk", name="b")]
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -114,8 +114,8 @@ def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypat
 # already (nbval); the command itself is checked here, in the slow tier
 @pytest.mark.slow
 def test_batch_smoke_plan(tmp_path):
-    """`python -m trgrpo.batch experiments/smoke.yaml` as typed: both notebooks run, the summary says so."""
-    r = _python_m(["trgrpo.batch", "experiments/smoke.yaml"], tmp_path, TRGRPO_FIGURES=str(tmp_path / "figures"))
+    """`trgrpo batch experiments/smoke.yaml` as typed: both notebooks run, the summary says so."""
+    r = _python_m(["trgrpo", "batch", "experiments/smoke.yaml"], tmp_path, TRGRPO_FIGURES=str(tmp_path / "figures"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = json.loads((tmp_path / "runs" / "smoke" / "summary.json").read_text())
     assert [row["notebook"] for row in rows] == ["05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb"]

@@ -1,4 +1,4 @@
-"""Grading (issue "course"): ``python -m trgrpo.course grade FOLDER`` executes each submitted workbook headless
+"""Grading (issue "course"): ``trgrpo course grade FOLDER`` executes each submitted workbook headless
 (papermill, a time limit per notebook) and writes a table student x exercise with ✓/✗ and points, and a CSV; the
 written answers' cells are collected with it. Kept fast: two small workbooks of two exercises each."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course
+from course import workbooks
 
 nbformat = pytest.importorskip("nbformat")
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,16 +32,18 @@ def _workbook(answer_a: int, answer_b: str) -> object:
         ),  # fmt: skip
         v4.new_code_cell("a = 3", metadata={"tags": ["solution"]}),
         v4.new_code_cell(
-            "# expects: a\nwith course.check('9.1', a='a counts'):\n    assert a == 3", metadata={"tags": ["check"]}
+            "# expects: a\nwith exercises.check('9.1', a='a counts'):\n    assert a == 3", metadata={"tags": ["check"]}
         ),  # fmt: skip
         v4.new_markdown_cell("### Exercise 9.2 · implement · a word", metadata={"tags": ["exercise"]}),
         v4.new_code_cell("b = 'x'", metadata={"tags": ["solution"]}),
-        v4.new_code_cell("# expects: b\nwith course.check('9.2'):\n    assert b == 'x'", metadata={"tags": ["check"]}),
+        v4.new_code_cell(
+            "# expects: b\nwith exercises.check('9.2'):\n    assert b == 'x'", metadata={"tags": ["check"]}
+        ),
     ]
-    wb = course.exercise_workbook(solutions)
-    stubs = [c for c in wb.cells if "stub" in course.tags(c)]
+    wb = workbooks.exercise_workbook(solutions)
+    stubs = [c for c in wb.cells if "stub" in workbooks.tags(c)]
     stubs[0].source, stubs[1].source = f"a = {answer_a}", f"b = {answer_b!r}"
-    (answer,) = [c for c in wb.cells if course.ANSWER in course.tags(c)]
+    (answer,) = [c for c in wb.cells if workbooks.ANSWER in workbooks.tags(c)]
     answer.source += "Because three." if answer_a == 3 else "No idea."
     return wb
 
@@ -53,7 +55,7 @@ def test_grade_a_folder_with_one_right_and_one_wrong_workbook(tmp_path):
         (folder / student).mkdir(parents=True)
         nbformat.write(_workbook(a, b), str(folder / student / "99_tiny_exercises.ipynb"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_HEADLESS": "1"}
-    r = subprocess.run([sys.executable, "-m", "trgrpo.course", "grade", str(folder), "--timeout", "120"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "trgrpo", "course", "grade", str(folder), "--timeout", "120"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     rows = {row["student"]: row for row in csv.DictReader((folder / "grades.csv").open())}
@@ -66,9 +68,9 @@ def test_grade_a_folder_with_one_right_and_one_wrong_workbook(tmp_path):
 
 def test_workbook_cells_carry_nbgrader_metadata():
     wb = _workbook(3, "x")
-    checks = [c for c in wb.cells if "check" in course.tags(c)]
+    checks = [c for c in wb.cells if "check" in workbooks.tags(c)]
     assert all(c.metadata["nbgrader"]["grade"] and c.metadata["nbgrader"]["points"] == 1 for c in checks)
-    stubs = [c for c in wb.cells if "stub" in course.tags(c)]
+    stubs = [c for c in wb.cells if "stub" in workbooks.tags(c)]
     assert all(c.metadata["nbgrader"]["solution"] for c in stubs)
     ids = [c.metadata["nbgrader"]["grade_id"] for c in wb.cells if "nbgrader" in c.metadata]
     assert len(ids) == len(set(ids)), "nbgrader's grade ids are unique"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trgrpo import tables
+from trgrpo.reports import tables
 from trgrpo.tasks import arith
 
 
@@ -88,7 +88,7 @@ def test_reward_funcs_are_logged_apart_and_need_the_answer_column():
 
 
 def test_task_is_registered_with_temperature_one():
-    from trgrpo.experiment import RunSpec
+    from trgrpo.runs.spec import RunSpec
     from trgrpo.tasks import task_names
 
     assert "arith" in task_names()
@@ -145,7 +145,8 @@ def test_first_last_and_run_summary_by_hand():
 def test_committed_smollm2_runs_learn():
     """Issue 14: results/toy/lm holds SmolLM2 runs of GRPO and TR-GRPO, >= 2 seeds each, each with a higher mean
     reward over its last 5 logged steps than over its first 5, made on a clean committed tree."""
-    from trgrpo.experiment import ROOT, load_results
+    from trgrpo.files import ROOT
+    from trgrpo.runs.records import load_results
 
     records = [r for r in load_results("toy/lm", ROOT / "results") if r["task"] == "arith"]
     seeds = {s: {r["seed"] for r in records if r["scheme"] == s} for s in ("equal", "tr")}
@@ -160,8 +161,8 @@ def test_committed_smollm2_runs_learn():
 def test_committed_token_histogram_follows_the_schema():
     import json
 
-    from trgrpo.experiment import ROOT
-    from trgrpo.toy_controls import weight_shares
+    from trgrpo.files import ROOT
+    from trgrpo.token_stats import weight_shares
 
     rec = json.loads((ROOT / "results" / "toy" / "lm" / "token_hist.json").read_text())
     assert set(weight_shares([0.5])) <= set(rec) and rec["task"] == "arith" and rec["n_tokens"] > 500
@@ -175,7 +176,7 @@ def test_stage0_plan_builds_its_probes_and_rule():
 
     import yaml
 
-    from trgrpo import lm_science
+    from trgrpo.runs import lm_science
 
     plan = yaml.safe_load((Path(__file__).parents[1] / "results/lm/stage0/plan.yaml").read_text())
     specs = [lm_science.probe_spec(plan, c) for c in plan["candidates"]]
@@ -188,7 +189,7 @@ def test_stage0_plan_builds_its_probes_and_rule():
 
 
 def test_grid_specs_go_seed_by_seed_with_the_arms_settings():
-    from trgrpo import lm_science
+    from trgrpo.runs import lm_science
 
     plan = {
         "group": "lm/x",
@@ -208,7 +209,7 @@ def _stress_record(arm, seed, rewards, accs):
 
 
 def test_collapse_rule_and_stress_summary_by_hand():
-    from trgrpo import tables
+    from trgrpo.reports import tables
 
     rule = {"final_below_start": True, "reward_floor": 0.05, "floor_steps": 10}
     floor = [0.3] * 5 + [0.0] * 10 + [0.3] * 5  # steps 6-15 at the floor
@@ -234,8 +235,8 @@ def test_stage0_table_and_figure_from_the_committed_records():
     matplotlib.use("Agg")
     import yaml
 
-    from trgrpo import lm_science as runs
-    from trgrpo import plots, tables
+    from trgrpo.reports import plots, tables
+    from trgrpo.runs import lm_science as runs
 
     base = Path(__file__).parents[1] / "results/lm/stage0"
     plan, decision = yaml.safe_load((base / "plan.yaml").read_text()), json.loads((base / "decision.json").read_text())
@@ -254,8 +255,8 @@ def test_stress_table_and_figure_from_the_committed_records():
     matplotlib.use("Agg")
     import yaml
 
-    from trgrpo import plots, tables
-    from trgrpo.experiment import load_results
+    from trgrpo.reports import plots, tables
+    from trgrpo.runs.records import load_results
 
     root = Path(__file__).parents[1] / "results"
     plan = yaml.safe_load((root / "lm/stress/plan.yaml").read_text())
@@ -270,10 +271,10 @@ def test_stress_table_and_figure_from_the_committed_records():
 
 
 def test_registered_evaluation_scores_its_greedy_completions(tiny_model_dir):
-    """The run task's evaluation (what `python -m trgrpo.train` and the grid call): greedy completions of the
+    """The run task's evaluation (what `trgrpo train` and the grid call): greedy completions of the
     pre-filled prompts, scored by the two rewards, means over the items."""
-    from trgrpo.experiment import RunSpec
     from trgrpo.models import load_model_and_tokenizer
+    from trgrpo.runs.spec import RunSpec
     from trgrpo.tasks import get_task
 
     model, tok = load_model_and_tokenizer(tiny_model_dir)

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course, notebook
+from course import workbooks
+from trgrpo import notebook
 from trgrpo.notebook import Notebook, find_root, setup, versions
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = course.main_notebooks() + course.solution_notebooks()
+NOTEBOOKS = workbooks.main_notebooks() + workbooks.solution_notebooks()
 
 
 @pytest.mark.parametrize(
@@ -146,7 +147,7 @@ OLD_BOILERPLATE = {
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_no_notebook_keeps_the_old_boilerplate(path):
-    cells = [c for c in course.read(path).cells if c.cell_type == "code"]
+    cells = [c for c in workbooks.read(path).cells if c.cell_type == "code"]
     probes = [c.get("metadata", {}).get("wrong_answer") or "" for c in cells]  # the checks' wrong answers too
     code = "\n".join([c.source for c in cells] + probes)
     found = [what for what, pattern in OLD_BOILERPLATE.items() if pattern.search(code)]
@@ -168,7 +169,7 @@ def test_show_table_displays_a_rendered_table_checked_as_its_markdown_text(monke
     """Floats rounded to ``digits`` (-0.0 as 0.0), None '-', booleans yes / no; text/plain is the Markdown source."""
     import IPython.display
 
-    from trgrpo.tables import markdown_table
+    from trgrpo.notebook import markdown_table
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))

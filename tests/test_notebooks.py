@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course
+from course import workbooks
 
 from .nbval_harness import CHECK_TAG, has_check_comment, is_checked
 
@@ -64,11 +64,11 @@ def test_no_def_or_class_in_notebook_cells(path):
     bad = []
     kind = None
     for i, cell in enumerate(nb.cells):
-        heading = course.exercise_heading(cell)
+        heading = workbooks.exercise_heading(cell)
         kind = heading["kind"] if heading else kind
-        if cell.cell_type != "code" or (kind == "implement" and "solution" in course.tags(cell)):
+        if cell.cell_type != "code" or (kind == "implement" and "solution" in workbooks.tags(cell)):
             continue
-        if course.DERIVATION in course.tags(cell):
+        if workbooks.DERIVATION in workbooks.tags(cell):
             continue
         try:
             tree = ast.parse(_python_source(cell.source))

@@ -1,4 +1,4 @@
-"""trgrpo.plan: memory per GPU and hours against numbers worked out by hand from the pinned libraries' source
+"""trgrpo.runs.plan: memory per GPU and hours against numbers worked out by hand from the pinned libraries' source
 (docs/gpu.md, "Memory per GPU") and the stated assumptions; the Table 1 plan fits 8 x 80 GB and is refused on
 1 x 16 GB with the setting to change named; bad planner input is refused in one line (exit 2)."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import batch, fullscale, plan
-from trgrpo.experiment import RunSpec
+from trgrpo import notebook
+from trgrpo.runs import fullscale, plan
+from trgrpo.runs.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 # Qwen2.5-3B's config.json: 36 layers, hidden 2048, 16 heads, 2 KV heads (128 wide), MLP 11008, tied vocab 151936
@@ -162,7 +163,7 @@ def test_json_gives_the_derived_counts_and_the_whole_plans_disk(capsys):
 @pytest.mark.slow
 def test_json_as_typed():
     for name, override, gpus, mem, *want in DERIVED:
-        cmd = [sys.executable, "-m", "trgrpo.plan", f"experiments/{name}", "--gpus", gpus, "--gpu-mem-gb", mem]
+        cmd = [sys.executable, "-m", "trgrpo", "plan", f"experiments/{name}", "--gpus", gpus, "--gpu-mem-gb", mem]
         proc = subprocess.run(
             [*cmd, "--set", override, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env()
         )
@@ -185,7 +186,7 @@ def test_table9_models_are_planned(tmp_path, capsys):
     }
     for model, billions in want.items():
         assert fullscale.model_shape(model).params / 1e9 == pytest.approx(billions, abs=1e-3)
-        specs = fullscale.specs_from_parameters("kk", {**batch.parameter_defaults(NB05), "MODEL": model})
+        specs = fullscale.specs_from_parameters("kk", {**notebook.parameter_defaults(NB05), "MODEL": model})
         _, rows, _ = plan.plan_report(specs, gpus=8, gpu_mem_gb=80, zero=3)
         assert rows[0]["memory_gb"]["train_peak"] < 80, model
 
@@ -220,7 +221,7 @@ def test_bad_planner_input_is_one_line_exit_2(capsys, monkeypatch):
 @pytest.mark.slow
 def test_bad_planner_input_as_typed():
     for extra, named in BAD_INPUTS:
-        cmd = [sys.executable, "-m", "trgrpo.plan", *_bad_args(extra)]
+        cmd = [sys.executable, "-m", "trgrpo", "plan", *_bad_args(extra)]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
         assert proc.returncode == 2 and proc.stdout == "", (extra, proc.stdout)
         assert len(proc.stderr.strip().splitlines()) == 1 and named in proc.stderr, (extra, proc.stderr)
@@ -229,5 +230,5 @@ def test_bad_planner_input_as_typed():
 def test_notebooks_vllm_share_is_the_planners_default():
     """Notebooks 05 / 06's literal parameters cells (papermill) carry the planner's one value."""
     for nb in ("05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb"):
-        got = batch.parameter_defaults(ROOT / "notebooks" / nb)["VLLM_GPU_MEMORY"]
+        got = notebook.parameter_defaults(ROOT / "notebooks" / nb)["VLLM_GPU_MEMORY"]
         assert got == fullscale.PARAMETER_DEFAULTS["VLLM_GPU_MEMORY"] == 0.5, nb

@@ -1,5 +1,5 @@
 """A newcomer's `make run` prints progress and results, not warnings: papermill parses every parameters cell, and
-the kernels that trgrpo.batch starts do not warn about TCP without encryption."""
+the kernels that trgrpo.runs.batch starts do not warn about TCP without encryption."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import batch, course
+from course import workbooks
+from trgrpo.runs import batch
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
@@ -21,7 +22,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
 def test_papermill_parses_every_parameters_cell(path, caplog):
     """papermill skips (and warns about) a parameters-cell line with more than one '=', comments included."""
     translators = pytest.importorskip("papermill.translators")
-    cell = next(c for c in course.read(path).cells if "parameters" in course.tags(c))
+    cell = next(c for c in workbooks.read(path).cells if "parameters" in workbooks.tags(c))
     with caplog.at_level(logging.WARNING, logger="papermill"):
         params = translators.PythonTranslator.inspect(cell)
     assert not [r.getMessage() for r in caplog.records if "Unable to parse" in r.getMessage()]

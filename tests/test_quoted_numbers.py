@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from scripts import render_docs
-from trgrpo import toy_controls as tc
+from trgrpo.runs import toy_controls as tc
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -206,8 +206,8 @@ def test_readme_findings_quote_these_record_values_exactly():
     assert all(not lo <= c["before"]["sampled_accuracy"] <= hi for c in stage0["candidates"])
     assert stage0["accepted"] is None and "No candidate met the plan's rule" in readme
     assert "sit at the cap U, where TR's weight is" not in readme and "are regulated at all" not in readme
-    from trgrpo import tables
-    from trgrpo.experiment import load_results
+    from trgrpo.reports import tables
+    from trgrpo.runs.records import load_results
 
     stress_plan = yaml.safe_load((ROOT / "results" / "lm" / "stress" / "plan.yaml").read_text())
     st = tables.stress_summary(load_results("lm/stress", ROOT / "results"), stress_plan)

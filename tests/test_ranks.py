@@ -9,8 +9,8 @@ from collections import defaultdict
 import pytest
 import torch
 
-from trgrpo.experiment import run
 from trgrpo.loss import METRIC_KEYS
+from trgrpo.runs.experiment import run
 from trgrpo.tasks import Task, register_task
 from trgrpo.trainer import TRGRPOTrainer
 from trgrpo.weights import WeightParams
@@ -54,7 +54,7 @@ def test_vllm_engine_seeded_by_rank_does_not_decide_the_rollouts(tiny_model_dir,
 
     monkeypatch.setattr(grpo, "VLLMGeneration", RankSeededEngine)
     monkeypatch.setattr(grpo, "is_vllm_available", lambda *a, **k: True, raising=False)
-    from trgrpo.experiment import build_trainer
+    from trgrpo.runs.experiment import build_trainer
     from trgrpo.tasks import get_task
 
     draws = []

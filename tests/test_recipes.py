@@ -4,7 +4,8 @@ import importlib
 import sys
 import textwrap
 
-from trgrpo.experiment import RunSpec, run
+from trgrpo.runs.experiment import run
+from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks import get_task, task_names
 
 # Recipe "add a task", step 1: one module that builds the data, scores completions, evaluates, and registers.

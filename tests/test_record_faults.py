@@ -1,5 +1,5 @@
 """Issue 38, records: every unreadable or inconsistent file under results/ stops the answer page (notebook 08,
-``trgrpo.answers``) and ``make docs`` (scripts/render_docs.py) with one line naming the file and the field; none
+``trgrpo.reports.answers``) and ``make docs`` (scripts/render_docs.py) with one line naming the file and the field; none
 drops out of a count, a missing file stays "not run yet". Each case corrupts one file of a copy of results/."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import answers, course
-from trgrpo.experiment import RecordError
+from course import workbooks
+from trgrpo.reports import answers
+from trgrpo.runs.records import RecordError
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -200,7 +201,7 @@ def test_make_docs_bench_readers_name_the_file_and_field(tmp_path, render, file,
 
 def test_make_docs_course_times_reader_names_the_file_and_field(tmp_path, render, monkeypatch):
     times = tmp_path / "notebook_times.json"
-    monkeypatch.setattr(course, "TIMES_PATH", times)
+    monkeypatch.setattr(workbooks, "TIMES_PATH", times)
     shutil.copy(RESULTS / "course" / "notebook_times.json", times)
     _edit(times, lambda r: _set(r, rows=[{**r["rows"][0], "wall_s": None}]))
     with pytest.raises(RecordError, match=r"notebook_times.json: field 'rows\[0\].wall_s'"):

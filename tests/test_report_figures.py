@@ -1,4 +1,4 @@
-"""Training-curve figures keep every variant visible (trgrpo.plots.plot_trajectories, issue 17)."""
+"""Training-curve figures keep every variant visible (trgrpo.reports.plots.plot_trajectories, issue 17)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from trgrpo import plots
+from trgrpo import figures
+from trgrpo.reports import plots
 
 
 def _rec(scheme: str, seed: int) -> dict:
@@ -38,7 +39,8 @@ def test_leverage_figures_draw_the_records_and_the_bound(tmp_path):
     import math
     from pathlib import Path
 
-    from trgrpo import answers, theory
+    from trgrpo import theory
+    from trgrpo.reports import answers
 
     recs = answers.leverage_records(Path(__file__).resolve().parents[1] / "results")
     bound = theory.kantorovich_cosine()
@@ -47,7 +49,7 @@ def test_leverage_figures_draw_the_records_and_the_bound(tmp_path):
     assert len(left.get_xticklabels()) == 2 * len(recs)
     assert any(abs(line.get_ydata()[0] - bound) < 1e-12 for line in right.get_lines() if line.get_linestyle() == "--")
     assert (tmp_path / "lev.png").stat().st_size > 0
-    fig = plots.plot_kantorovich(1.0)
+    fig = figures.plot_kantorovich(1.0)
     curve = next(line for line in fig.axes[0].get_lines() if "bound" in line.get_label())
     x, y = curve.get_xdata(), curve.get_ydata()
     i = int(abs(x - 1.4).argmin())

@@ -15,8 +15,9 @@ import pytest
 import torch
 import yaml
 
-from trgrpo import experiment
-from trgrpo.experiment import run
+from trgrpo import config
+from trgrpo.runs import checkpoints
+from trgrpo.runs.experiment import run
 
 from .test_experiment import Crash, StepLog, comparable, spec
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def kk_config(tmp_path: Path, model, **kw) -> Path:
-    """A one-run YAML for ``python -m trgrpo.train``: the K&K task on the tiny model (offline generator data)."""
+    """A one-run YAML for ``trgrpo train``: the K&K task on the tiny model (offline generator data)."""
     fields = dict(
         task="kk",
         model=str(model),
@@ -48,8 +49,8 @@ def kk_config(tmp_path: Path, model, **kw) -> Path:
 
 
 def train_cli(config: Path, tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``python -m trgrpo.train --config ...`` as typed, its checkpoints under tmp_path/ckpt."""
-    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(config), "--results", str(tmp_path / "res"), *args]
+    """``trgrpo train --config ...`` as typed, its checkpoints under tmp_path/ckpt."""
+    cmd = [sys.executable, "-m", "trgrpo", "train", "--config", str(config), "--results", str(tmp_path / "res"), *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt"), **(env or {})}
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
@@ -82,12 +83,12 @@ def test_a_changed_spec_is_refused_over_a_record_and_over_a_checkpoint(tiny_mode
 def test_a_broken_record_of_the_run_is_named_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """A record cut short where the run's record lies: ``train`` stops in one line naming the file (old code: a
     RecordError traceback from the "already done" check), and leaves the file as it was."""
-    from trgrpo.train import main
+    from trgrpo.runs.train import main
 
     record = tmp_path / "res" / "restart" / "kk.json"
     record.parent.mkdir(parents=True)
     record.write_text('{"kind": "run", "scheme": "tr", "fin')
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
     rc = main(["--config", str(kk_config(tmp_path, tiny_model_dir)), "--results", str(tmp_path / "res")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and f"{record}: not valid JSON" in err, err
@@ -139,7 +140,7 @@ def test_a_full_disk_is_said_and_the_restart_resumes(tiny_model_dir, tmp_path, m
         return real_save(obj, f, *a, **kw)
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with pytest.raises(experiment.DiskFull, match=r"disk full .*unit/cut: a checkpoint needs about [0-9.]+ GB"):
+    with pytest.raises(checkpoints.DiskFull, match=r"disk full .*unit/cut: a checkpoint needs about [0-9.]+ GB"):
         run(two_steps(tiny_model_dir, "cut"), results_dir=res, checkpoint_dir=ck, verbose=False)
     monkeypatch.setattr(torch, "save", real_save)
     log = StepLog()
@@ -152,7 +153,7 @@ def test_a_second_process_on_a_running_run_is_refused(tiny_model_dir, tmp_path):
     """Fault 3: the run's lock is held (here by this test's process): the second process stops in one line naming
     the running process's pid, exit 2, before training."""
     cfg = kk_config(tmp_path, tiny_model_dir)
-    with experiment.run_lock(tmp_path / "ckpt" / "restart" / "kk"):
+    with checkpoints.run_lock(tmp_path / "ckpt" / "restart" / "kk"):
         second = train_cli(cfg, tmp_path)
     assert second.returncode == 2, second.stderr[-2000:]
     assert f"restart/kk is running in another process (pid {os.getpid()})" in second.stderr
@@ -162,7 +163,7 @@ def test_a_second_process_on_a_running_run_is_refused(tiny_model_dir, tmp_path):
 def test_an_unwritable_results_folder_is_refused_before_training(tiny_model_dir, tmp_path):
     """Fault 4: a read-only results folder (/sys is read-only) is found before any training: one line, exit 2."""
     cfg = kk_config(tmp_path, tiny_model_dir)
-    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(cfg), "--results", "/sys/trgrpo-results"]
+    cmd = [sys.executable, "-m", "trgrpo", "train", "--config", str(cfg), "--results", "/sys/trgrpo-results"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt")}
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "/sys/trgrpo-results is not writable" in out.stderr
@@ -172,15 +173,15 @@ def test_an_unwritable_results_folder_is_refused_before_training(tiny_model_dir,
 def test_spec_json_keeps_the_spec_and_engine_a_checkpoint_was_trained_with(tiny_model_dir, tmp_path):
     """Scale 3: the engine is part of a run's identity: a checkpoint folder written on 1 process is refused on 2."""
     s = spec(tiny_model_dir, "eng", steps=1)
-    folder = experiment.checkpoint_folder(s, tmp_path)
+    folder = checkpoints.checkpoint_folder(s, tmp_path)
     folder.mkdir(parents=True)
     one = {"world_size": 1, "deepspeed_stage": None}
     (folder / "spec.json").write_text(json.dumps({"spec": s.model_dump(), "engine": one}))
-    experiment.check_run_folders(s, one, tmp_path)  # the same run: no refusal
-    with pytest.raises(experiment.ConfigError, match=r"engine.world_size \(1 stored, 2 now\)"):
-        experiment.check_run_folders(s, {"world_size": 2, "deepspeed_stage": None}, tmp_path)
-    with pytest.raises(experiment.ConfigError, match=r"engine.deepspeed_stage \(None stored, 3 now\)"):
-        experiment.check_run_folders(s, {"world_size": 1, "deepspeed_stage": 3}, tmp_path)
+    checkpoints.check_run_folders(s, one, tmp_path)  # the same run: no refusal
+    with pytest.raises(config.ConfigError, match=r"engine.world_size \(1 stored, 2 now\)"):
+        checkpoints.check_run_folders(s, {"world_size": 2, "deepspeed_stage": None}, tmp_path)
+    with pytest.raises(config.ConfigError, match=r"engine.deepspeed_stage \(None stored, 3 now\)"):
+        checkpoints.check_run_folders(s, {"world_size": 1, "deepspeed_stage": 3}, tmp_path)
 
 
 def test_a_finished_run_restarts_through_train_when_parameters_are_placeholders(tiny_model_dir, tmp_path, monkeypatch):

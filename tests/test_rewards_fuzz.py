@@ -5,7 +5,7 @@ wall-clock figures, and the inputs that gave them, are printed at the end). The 
 look-alike guard learned combining marks, variation selectors, tag characters and Unicode spaces (issue 16): a
 1 MB answer of astral characters took about 100 ms for the two calls the K&K check makes (parts + total) on
 the 2-core CI machine, idle. Since then the guard's astral scan runs only when the answer's UTF-8 bytes hold a
-first and a second byte of an astral disguise (kk._disguise): astral characters such as U+1114B and
+first and a second byte of an astral disguise (kk_puzzles._disguise): astral characters such as U+1114B and
 non-ASCII BMP text skip it. An answer of emoji (F0 9F ..., the second byte of the enclosed letters) still takes
 the full scan and is the worst K&K shape here: about 125 ms on an idle clean-clone CI run (the UTF-8 text is 4 MB),
 close to the old 150 ms bound, which is therefore 250 ms, so a busy CI machine does not fail a linear cost. A
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trgrpo.tasks import kk
+from trgrpo.tasks import kk, kk_puzzles
 from trgrpo.tasks import math as mt
 from trgrpo.tasks.search import search_reward
 
@@ -51,7 +51,7 @@ BIG = settings(max_examples=20, **COMMON)
 
 ODD_CHARS = ["\x00", "\x1b[31m", "\r\n", "\t", "\u202e", "\u200b", "\ufeff", "\ud800", "\udfff", "İ", "ß", "💥", "\\"]
 TAG_PIECES = [
-    *kk.TAGS,
+    *kk_puzzles.TAGS,
     "<think",
     "think>",
     "</answer",
@@ -120,9 +120,9 @@ box_soup = st.lists(st.one_of(st.sampled_from(BOX_PIECES), st.text(max_size=6)),
 
 
 def kk_check(text, prefilled: bool = False) -> float:
-    fmt, ans = kk.kk_reward_parts(text, NAMES, SOLUTION, prefilled_think=prefilled)
-    total = kk.kk_reward(text, NAMES, SOLUTION, prefilled_think=prefilled)
-    assert fmt in KK_FORMAT and ans in KK_ANSWER and total == fmt + ans and total in kk.KK_REWARD_VALUES
+    fmt, ans = kk_puzzles.kk_reward_parts(text, NAMES, SOLUTION, prefilled_think=prefilled)
+    total = kk_puzzles.kk_reward(text, NAMES, SOLUTION, prefilled_think=prefilled)
+    assert fmt in KK_FORMAT and ans in KK_ANSWER and total == fmt + ans and total in kk_puzzles.KK_REWARD_VALUES
     return total
 
 
@@ -156,7 +156,7 @@ def timed(name: str, case: str, fn, *args, **kwargs):
 def warm_up():
     """Import sympy/math-verify and compile the regexes before anything is timed."""
     mt.math_reward("\\boxed{41}", "42")
-    kk.kk_reward(KK_GOLD, NAMES, SOLUTION)
+    kk_puzzles.kk_reward(KK_GOLD, NAMES, SOLUTION)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def _big_cases() -> dict[str, str]:
         "gold after 1 MB of text": "x" * MB + "\\boxed{42}",
         "many </think>": "</think>" * (MB // 8) + "\\boxed{42}",
         "many <think>": "<think>" * (MB // 7),
-        "every tag many times": "".join(kk.TAGS) * (MB // 32),
+        "every tag many times": "".join(kk_puzzles.TAGS) * (MB // 32),
         "well-formed, 1 MB thinking": "<think>"
         + "knight knave " * (MB // 13)
         + "</think><answer>"

@@ -6,7 +6,7 @@ import torch
 
 from trgrpo import theory
 from trgrpo import theory as sampling
-from trgrpo.tasks import common
+from trgrpo.tasks import generation
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_theory_and_token_stats_sample_the_same_tokens(model_tok):
     seed = 11
     first = int(torch.randint(0, 2**31 - 1, (1,), generator=torch.Generator().manual_seed(seed)))
     batch = theory.sample_completions(model, tok, ["count: one two"], max_new_tokens=5, temperature=0.9, seed=first)
-    occ = common.sample_token_probabilities(
+    occ = generation.sample_token_probabilities(
         model, tok, ["count: one two"], samples_per_prompt=1, max_new_tokens=5, temperature=0.9, seed=seed
     )
     ids = batch.input_ids[0, batch.prompt_length :][batch.completion_mask[0, batch.prompt_length :].bool()].tolist()

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trgrpo import tables
-from trgrpo.experiment import RunSpec
+from trgrpo.reports import tables
+from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks import search as S
 from trgrpo.tasks import search_data
 from trgrpo.tasks.search_data import load_qa, make_corpus
@@ -123,7 +123,7 @@ def test_tool_tokens_get_no_gradient(corpus, tool, tiny_model_dir, tmp_path, mon
     import trgrpo.trainer as trainer_module
 
     records = [q for q in corpus.questions["train"] if q["type"] == "one-hop"][:2]
-    from trgrpo.experiment import build_trainer
+    from trgrpo.runs.experiment import build_trainer
     from trgrpo.tasks import get_task
 
     spec = RunSpec(
@@ -278,7 +278,7 @@ def test_table3_layout():
 
 def micro_spec(model, **options):
     """A one-step search run spec on the micro ``model`` (CPU seconds), as notebook 07's smoke parameters make it."""
-    from trgrpo import fullscale
+    from trgrpo.runs import fullscale
 
     params = dict(MODEL="micro", TEMPLATE="compact", RETRIEVER="bm25", CORPUS="synthetic", SCALE="unit")
     params |= dict(SCHEMES=["tr"], SEEDS=[0], STEPS=1, PROMPTS_PER_STEP=1, NUM_GENERATIONS=2, TEMPERATURE=0.8)
@@ -289,17 +289,21 @@ def micro_spec(model, **options):
 
 
 def test_a_search_run_writes_one_record_of_the_common_schema(search_micro_model, tmp_path, monkeypatch):
-    """A search run is a RunSpec of the task ``search`` trained by trgrpo.experiment.run: one record of the common
+    """A search run is a RunSpec of the task ``search`` trained by trgrpo.runs.experiment.run: one record of the common
     schema, written once, with the task's fields (EM curve, example rollout, the no-search baseline through the run's
     engine, the data's sources) and a checkpoint every save_steps."""
     from pathlib import Path
 
-    from trgrpo import experiment as R
+    from trgrpo import files
+    from trgrpo.runs import experiment as R
+    from trgrpo.runs import records
 
     spec = micro_spec(search_micro_model, SAVE_STEPS=1)
     writes: list[Path] = []
-    real = R.write_json
-    monkeypatch.setattr(R, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
+    real = files.write_json
+    spy = lambda p, rec: (writes.append(Path(p)), real(p, rec))[1]  # noqa: E731
+    monkeypatch.setattr(R, "write_json", spy)  # the checkpoints' clock
+    monkeypatch.setattr(records, "write_json", spy)  # the record
     warnings, seen = logging.getLogger("transformers"), logging.Handler(logging.WARNING)
     seen.emit = lambda r: messages.append(r.getMessage())
     messages: list[str] = []
@@ -312,20 +316,20 @@ def test_a_search_run_writes_one_record_of_the_common_schema(search_micro_model,
     path = tmp_path / "search/unit" / f"{spec.name}.json"
     assert [w for w in writes if not w.is_relative_to(tmp_path / "ckpt")] == [path], (writes, path)  # the record, once
     assert spec.name == "search-micro-tr-seed0"
-    saved = R.read_record(path)
+    saved = records.read_record(path)
     assert (saved["task"], saved["scheme"], saved["kind"]) == ("search", "tr", "run")
     assert [e["step"] for e in saved["eval_curve"]] == [0, 1] and saved["example_rollout"]["completion_ids"]
     assert saved["baseline_no_search"]["engine"] == "hf" and saved["baseline_no_search"]["n"] == 2
     assert saved["data_source"]["corpus"] == "synthetic" and "fallback" in saved["data_source"]
     assert saved["spec"]["task_options"]["scale"] == "unit" and saved["batch"]["global_completions_per_step"] == 2
     assert (tmp_path / "ckpt" / "search/unit" / spec.name / "checkpoint-1" / "trainer_state.json").exists()
-    assert [r["name"] for r in R.load_results("search/unit", tmp_path)] == [rec["name"]]
+    assert [r["name"] for r in records.load_results("search/unit", tmp_path)] == [rec["name"]]
 
 
 def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
     """A search spec's config is experiment.make_config's plus the task's tool-call budget: equal to TRL's own
     config for the same settings (checkpoints every save_steps, bf16 and gradient checkpointing from the spec)."""
-    from trgrpo.experiment import make_config
+    from trgrpo.runs.experiment import make_config
     from trgrpo.tasks import get_task
     from trgrpo.trainer import TRGRPOConfig
 
@@ -378,7 +382,7 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
 
 
 def test_search_is_a_registered_run_task():
-    """``task: search`` in a run spec (python -m trgrpo.train) builds the offline corpus, its questions and the tool
+    """``task: search`` in a run spec (trgrpo train) builds the offline corpus, its questions and the tool
     from ``task_options``; an unknown corpus is named."""
     from trgrpo.tasks import get_task
 

@@ -20,8 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from trgrpo import fullscale
-from trgrpo.experiment import read_record, run
+from trgrpo.runs import checkpoints, fullscale
+from trgrpo.runs.experiment import run
+from trgrpo.runs.records import read_record
 from trgrpo.tasks import search as S
 from trgrpo.tasks import search_data
 from trgrpo.tasks.search_data import ServerRetriever, make_corpus
@@ -127,20 +128,20 @@ def test_a_server_down_slow_or_answering_garbage_gives_one_line_fast(body, messa
 
 
 def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_path, monkeypatch, capsys):
-    """``python -m trgrpo.train`` (its main, in this process): exit 2, one line naming the URL, nothing written."""
-    from trgrpo import experiment, train
+    """``trgrpo train`` (its main, in this process): exit 2, one line naming the URL, nothing written."""
+    from trgrpo.runs import train
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve"
     spec = micro_spec(search_micro_model, RETRIEVER="server", RETRIEVER_URL=url, SCALE="down")
-    from trgrpo.fullscale import write_specs
+    from trgrpo.runs.fullscale import write_specs
 
     cfg = write_specs([spec], tmp_path / "spec.yaml")
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
     assert train.main(["--config", str(cfg), "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"python -m trgrpo.train: error: retrieval server {url}: no answer ([Errno 111] Connection refused; "
+        f"trgrpo train: error: retrieval server {url}: no answer ([Errno 111] Connection refused; "
         "timeout 30 s); start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
     ]
     assert not (tmp_path / "ckpt").exists() and not list(tmp_path.rglob("*.json"))
@@ -148,9 +149,9 @@ def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_pa
 
 @pytest.mark.parametrize(("plan", "gpus", "mem"), [("search_qwen3b.yaml", 8, 80), ("search_qwen3b_1gpu.yaml", 1, 141)])
 def test_the_planner_plans_the_search_runs(plan, gpus, mem, capsys, monkeypatch):
-    """``python -m trgrpo.plan experiments/search_qwen3b.yaml --gpus 8 --gpu-mem-gb 80`` (its main, here): Table 3's
+    """``trgrpo plan experiments/search_qwen3b.yaml --gpus 8 --gpu-mem-gb 80`` (its main, here): Table 3's
     runs, 256 completions per step (32 prompts x 8), both fit; the one-GPU variant fits on one H200 (141 GB)."""
-    from trgrpo import plan as planner
+    from trgrpo.runs import plan as planner
 
     monkeypatch.chdir(ROOT)
     assert planner.main([f"experiments/{plan}", "--gpus", str(gpus), "--gpu-mem-gb", str(mem), "--json"]) == 0
@@ -164,8 +165,8 @@ def test_the_planner_plans_the_search_runs(plan, gpus, mem, capsys, monkeypatch)
 
 
 def test_the_training_spec_file_matches_the_notebook_plan():
-    """experiments/train_search_qwen3b.yaml (python -m trgrpo.train) holds the runs notebook 07 plans."""
-    from trgrpo.plan import plan_specs
+    """experiments/train_search_qwen3b.yaml (trgrpo train) holds the runs notebook 07 plans."""
+    from trgrpo.runs.plan import plan_specs
 
     nb_specs, _ = plan_specs(ROOT / "experiments" / "search_qwen3b.yaml")
     file_specs, _ = plan_specs(ROOT / "experiments" / "train_search_qwen3b.yaml")
@@ -225,14 +226,14 @@ def test_trl_still_has_the_rollout_api_the_adapter_was_read_from():
 
 @pytest.mark.slow
 def test_a_search_run_killed_after_a_checkpoint_resumes_to_the_same_record(search_micro_model, tmp_path):
-    """``python -m trgrpo.train`` as notebook 07 launches it; SIGKILL once a checkpoint is on disk; the same command
+    """``trgrpo train`` as notebook 07 launches it; SIGKILL once a checkpoint is on disk; the same command
     again resumes and ends with the record of an uninterrupted run."""
-    from trgrpo.fullscale import write_specs
+    from trgrpo.runs.fullscale import write_specs
 
     spec = micro_spec(search_micro_model, STEPS=12, SAVE_STEPS=2, SCALE="resume")
     cfg = write_specs([spec], tmp_path / "spec.yaml")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt")}
-    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(cfg), "--results", str(tmp_path / "res")]
+    cmd = [sys.executable, "-m", "trgrpo", "train", "--config", str(cfg), "--results", str(tmp_path / "res")]
     ckpt_dir, record = tmp_path / "ckpt" / spec.group / spec.name, tmp_path / "res" / spec.group / f"{spec.name}.json"
     child = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -299,9 +300,8 @@ def test_a_search_run_on_two_processes_evaluates_on_every_rank(search_micro_mode
     """accelerate launch, 2 CPU processes (as on 2 GPUs): TRL's rollout gathers across ranks, so every rank evaluates
     (the main process alone would wait forever for the others); one record, the evaluation before and after."""
 
-    from trgrpo import experiment
 
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = micro_spec(search_micro_model, STEPS=1, PROMPTS_PER_STEP=2, MICRO_BATCH_SIZE=1, SCALE="two")
     spec = spec.replace(ddp_timeout_s=120)

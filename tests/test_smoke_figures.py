@@ -1,10 +1,10 @@
-"""Smoke-run figures say so (trgrpo.plots.mark_smoke, issue 17)."""
+"""Smoke-run figures say so (trgrpo.figures.mark_smoke, issue 17)."""
 
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from trgrpo.plots import mark_smoke
+from trgrpo.figures import mark_smoke
 
 
 def test_mark_smoke_titles_the_figure(tmp_path):
@@ -33,7 +33,7 @@ def test_mark_smoke_leaves_full_scale_figures_alone():
 
 def test_the_smoke_line_never_covers_an_axes_title():
     """A figure laid out once (tight) is laid out again when mark_smoke adds its line: it sits above the titles."""
-    from trgrpo import plots
+    from trgrpo.reports import plots
 
     history = [{"step": t, "reward": 0.1 * t, "grad_norm": 1.0} for t in (1, 2)]
     runs = [{"scheme": s, "seed": 0, "weight": {}, "history": history} for s in ("equal", "tr")]

@@ -1,5 +1,5 @@
-"""Bad training configs are refused at load (issue "hardening"): `python -m trgrpo.train --config FILE` exits 2 with
-one line naming the file and the field, and writes nothing. Most classes go through `trgrpo.train.main` in this
+"""Bad training configs are refused at load (issue "hardening"): `trgrpo train --config FILE` exits 2 with
+one line naming the file and the field, and writes nothing. Most classes go through `trgrpo.runs.train.main` in this
 process (the same loader); two run as typed, as subprocesses."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import experiment
-from trgrpo.train import main
+from trgrpo import config
+from trgrpo.runs import checkpoints, spec
+from trgrpo.runs.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 KK = "task: kk\nmodel: embedded\nsteps: 1\n"
@@ -62,7 +63,7 @@ BAD = {  # config -> (the text, what the one line must name)
     "prefill_no": (KK + "task_options: {prefill_think: 'no'}\n", "task_options.prefill_think must be a valid boolean"),
     "bool_for_count": (KK.replace("steps: 1", "steps: true"), "steps must be a valid integer"),
     "model_missing": (KK.replace("embedded", "/nonexistent"), "the folder /nonexistent does not exist"),
-    "steps_1e9": (KK.replace("steps: 1", "steps: 1000000000"), "h on 1 x H100 (python -m trgrpo.plan), far beyond"),
+    "steps_1e9": (KK.replace("steps: 1", "steps: 1000000000"), "h on 1 x H100 (trgrpo plan), far beyond"),
     "length_1e9": (KK + "max_completion_length: 1000000000\n", "far beyond any plan (> 720 h)"),
     "n_train_1e9": (KK + "n_train: 1000000000\n", "n_train must be an integer in [1, 10,000,000]"),
 }
@@ -96,7 +97,7 @@ def test_bad_math_or_search_data_is_refused_at_load(case, tmp_path, monkeypatch,
     text, key = _other_data(tmp_path)[case]
     path = tmp_path / f"{case}.yaml"
     path.write_text(text)
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "checkpoints")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "checkpoints")
     rc = main(["--config", str(path), "--results", str(tmp_path / "results")])
     err = capsys.readouterr().err
     _check_refused(path, rc, err, f"task_options.{key}: ", tmp_path)
@@ -108,7 +109,7 @@ def test_bad_config_is_refused_at_load_in_one_line(case, tmp_path, monkeypatch, 
     text, expected = BAD.get(case) or (_data(tmp_path)[case], "task_options.train_path: ")
     path = tmp_path / f"{case}.yaml"
     path.write_text(text)
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "checkpoints")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "checkpoints")
     rc = main(["--config", str(path), "--results", str(tmp_path / "results")])
     err = capsys.readouterr().err
     _check_refused(path, rc, err, expected, tmp_path)
@@ -123,7 +124,7 @@ def test_bad_data_file_is_refused_at_load_as_typed(case, expected, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_RESULTS": str(tmp_path / "results")}
     env["TRGRPO_CHECKPOINTS"] = str(tmp_path / "checkpoints")
     r = subprocess.run(
-        [sys.executable, "-m", "trgrpo.train", "--config", str(path)],
+        [sys.executable, "-m", "trgrpo", "train", "--config", str(path)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -134,11 +135,11 @@ def test_bad_data_file_is_refused_at_load_as_typed(case, expected, tmp_path):
 
 
 def test_a_key_twice_in_a_set_override_or_an_alias_inside_bounds_is_read():
-    assert experiment.parse_overrides(["task_options={a: &x [1, 2], b: *x}"]) == {
+    assert spec.parse_overrides(["task_options={a: &x [1, 2], b: *x}"]) == {
         "task_options": {"a": [1, 2], "b": [1, 2]}
     }
-    with pytest.raises(experiment.ConfigError, match="--set steps"):
-        experiment.parse_overrides(["steps={a: 1, a: 2}"])
+    with pytest.raises(config.ConfigError, match="--set steps"):
+        spec.parse_overrides(["steps={a: 1, a: 2}"])
 
 
 def test_a_long_run_trains_with_allow_long(tmp_path, capsys):

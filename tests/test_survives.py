@@ -1,6 +1,6 @@
 """Work that survives (issue "course"): a notebook at its defaults rewrites no tracked file (its headline and
 figures go to the git-ignored runs/, with the commit and a clean-tree flag), the committed records change only
-through ``python -m trgrpo.course records``, and ``make student`` keeps a workbook the student changed."""
+through ``trgrpo records``, and ``make student`` keeps a workbook the student changed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import course
+from course import workbooks
+from trgrpo.runs import records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +60,7 @@ def _fake_checkout(root: Path, dirty: bool) -> None:
 
 def test_records_promotes_full_mode_headlines_and_figures_only(tmp_path):
     _fake_checkout(tmp_path, dirty=False)
-    copied = course.promote_records(tmp_path)
+    copied = records.promote_records(tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in copied) == [
         "figures/01_f.png",
         "results/notebooks/01_a.json",
@@ -70,22 +71,22 @@ def test_records_promotes_full_mode_headlines_and_figures_only(tmp_path):
 def test_records_refuses_a_headline_of_an_uncommitted_tree(tmp_path):
     _fake_checkout(tmp_path, dirty=True)
     with pytest.raises(ValueError, match="01_a.json"):
-        course.promote_records(tmp_path)
+        records.promote_records(tmp_path)
     assert not (tmp_path / "results").exists() and not (tmp_path / "figures").exists(), "nothing copied"
-    assert len(course.promote_records(tmp_path, allow_dirty=True)) == 2
+    assert len(records.promote_records(tmp_path, allow_dirty=True)) == 2
 
 
 @pytest.mark.slow  # 16 s on 2 busy cores: the command as typed, in a subprocess
 def test_make_student_keeps_a_changed_workbook_and_says_so(tmp_path):
     out = tmp_path / "student"
-    assert course.write_student_copy(out)[1] == [], "a fresh folder: nothing kept"
+    assert workbooks.write_student_copy(out)[1] == [], "a fresh folder: nothing kept"
     mine = out / "exercises" / "02_token_weight_function_exercises.ipynb"
     nb = json.loads(mine.read_text())
     nb["cells"][1]["source"] = "my answer"
     mine.write_text(json.dumps(nb))
     untouched = out / "01_gradient_norm_theorem.ipynb"
     untouched.write_text(untouched.read_text())  # rewritten byte for byte: not a change
-    second = _run(["-m", "trgrpo.course", "student", "--out", str(out)])
+    second = _run(["-m", "trgrpo", "course", "student", "--out", str(out)])
     assert second.returncode == 0, second.stderr[-2000:]
     assert f"kept your changed {mine}" in second.stdout and second.stdout.count("kept") == 1, second.stdout
     assert json.loads(mine.read_text())["cells"][1]["source"] == "my answer"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trgrpo.tasks import kk
+from trgrpo.tasks import kk, kk_puzzles
 
 NAMES = ["Emma", "Liam", "Olivia"]
 SOLUTION = [True, False, False]
@@ -18,11 +18,11 @@ def completion(answer: str = GOLD_ANSWER, think: str = "Emma tells the truth, so
 
 
 def reward(text, **kw):
-    return kk.kk_reward(text, NAMES, SOLUTION, **kw)
+    return kk_puzzles.kk_reward(text, NAMES, SOLUTION, **kw)
 
 
 def parts(text, **kw):
-    return kk.kk_reward_parts(text, NAMES, SOLUTION, **kw)
+    return kk_puzzles.kk_reward_parts(text, NAMES, SOLUTION, **kw)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ def parts(text, **kw):
 
 
 def test_reward_values_are_table5_sums():
-    assert kk.KK_REWARD_VALUES == {3.0, -0.5, -1.0, -3.0}
+    assert kk_puzzles.KK_REWARD_VALUES == {3.0, -0.5, -1.0, -3.0}
 
 
 def test_gold_answer_scores_the_maximum():
@@ -40,7 +40,7 @@ def test_gold_answer_scores_the_maximum():
 
 
 def test_gold_solution_text_of_a_record_scores_the_maximum():
-    record = kk.make_record("quiz", NAMES, SOLUTION)
+    record = kk_puzzles.make_record("quiz", NAMES, SOLUTION)
     assert record["solution_text"] == GOLD_ANSWER
     assert reward(completion(record["solution_text"])) == 3.0
 
@@ -54,14 +54,14 @@ def test_answer_on_one_line_is_correct():
     assert reward(completion("Emma is a knight, Liam is a knave, and Olivia is a knave.")) == 3.0
 
 
-@pytest.mark.parametrize("tag", kk.TAGS)
+@pytest.mark.parametrize("tag", kk_puzzles.TAGS)
 def test_missing_tag_fails_format(tag):
     text = completion().replace(tag, "", 1)
     assert parts(text) == (-1.0, -2.0)
     assert reward(text) == -3.0
 
 
-@pytest.mark.parametrize("tag", kk.TAGS)
+@pytest.mark.parametrize("tag", kk_puzzles.TAGS)
 def test_duplicated_tag_fails_format(tag):
     text = completion() + "\n" + tag
     assert parts(text) == (-1.0, -2.0)
@@ -124,8 +124,8 @@ def test_name_must_stand_alone_as_a_word():
 def test_first_statement_of_a_name_counts():
     # a name stated twice: the first "Name is a ..." is the answer (but the count of roles must still match)
     text = "Emma is a knave, Emma is a knight, Liam is a knave"
-    assert kk.parse_kk_answer(text, ["Emma", "Liam"]) is None  # three roles for two people
-    assert kk.parse_kk_answer("Emma is a knave and Liam is a knight", ["Emma", "Liam"]) == {
+    assert kk_puzzles.parse_kk_answer(text, ["Emma", "Liam"]) is None  # three roles for two people
+    assert kk_puzzles.parse_kk_answer("Emma is a knave and Liam is a knight", ["Emma", "Liam"]) == {
         "Emma": False,
         "Liam": True,
     }
@@ -148,8 +148,8 @@ DISGUISED_KNAVE = {
 @pytest.mark.parametrize("kind", sorted(DISGUISED_KNAVE))
 def test_disguised_second_role_is_unparseable(kind):
     hedge = f"Emma is a {DISGUISED_KNAVE[kind]}. {GOLD_ANSWER}"
-    assert kk.disguised_letters(hedge)
-    assert kk.parse_kk_answer(hedge, NAMES) is None
+    assert kk_puzzles.disguised_letters(hedge)
+    assert kk_puzzles.parse_kk_answer(hedge, NAMES) is None
     assert parts(completion(hedge)) == (1.0, -2.0)
     assert reward(completion(hedge)) == -1.0  # was 3.0
     assert parts(completion(GOLD_ANSWER)) == (1.0, 2.0)  # the plain answer still scores the maximum
@@ -167,7 +167,7 @@ def test_kelvin_sign_reads_as_k_like_logic_rl():
     "extra", ["\u2014 all checked \u2714", " (caf\u00e9, na\u00efve: \U0001f4a5)", "\u00a0", " \u0130"]
 )
 def test_ordinary_non_ascii_text_in_the_answer_is_fine(extra):
-    assert not kk.disguised_letters(GOLD_ANSWER + extra)
+    assert not kk_puzzles.disguised_letters(GOLD_ANSWER + extra)
     assert parts(completion(GOLD_ANSWER + extra)) == (1.0, 2.0)
 
 
@@ -177,15 +177,15 @@ ASTRAL_JUNK = "\U0001114b"  # F0 91 85 8B: astral, yet no second byte of a disgu
 
 
 def test_byte_gate_lets_every_astral_disguise_through():
-    leads, seconds = kk._disguise()[2:]
-    for lo, hi in kk._disguise_sets()[1]:
+    leads, seconds = kk_puzzles._disguise()[2:]
+    for lo, hi in kk_puzzles._disguise_sets()[1]:
         for cp in range(lo, hi + 1):
             enc = chr(cp).encode()
             assert enc[:1] in leads and enc[1:2] in seconds, hex(cp)
             text = f"{ASTRAL_JUNK}Emma is a kn{chr(cp)}ave"
-            assert kk.disguised_letters(text) and kk.disguised_letters(text, text.encode()), hex(cp)
+            assert kk_puzzles.disguised_letters(text) and kk_puzzles.disguised_letters(text, text.encode()), hex(cp)
     # the one tag character U+E0041 behind a BMP-only prefix: found through the gate, also at the very end
-    assert kk.disguised_letters("\u0130" * 1000 + "kn\U000e0041ave")
+    assert kk_puzzles.disguised_letters("\u0130" * 1000 + "kn\U000e0041ave")
     assert parts(completion(f"Emma is a kn\U000e0041ave. {GOLD_ANSWER}")) == (1.0, -2.0)
 
 
@@ -193,10 +193,14 @@ def test_byte_gate_lets_every_astral_disguise_through():
     "junk", [ASTRAL_JUNK, "\U0001f4a5", "\U0001d7ff", "\U000e01f0", "\U0001d3ff", "\U0001f146", "\U0010ffff", "\ud835"]
 )
 def test_byte_gate_agrees_with_the_full_scan(junk):
-    bmp, astral = kk._disguise()[:2]
+    bmp, astral = kk_puzzles._disguise()[:2]
     for text in (junk * 50 + GOLD_ANSWER, GOLD_ANSWER + junk, f"{junk}\u0130{junk} {GOLD_ANSWER}"):
         full = bmp.search(text) is not None or astral.search(text) is not None
-        assert kk.disguised_letters(text) is full is kk.disguised_letters(text, text.encode("utf-8", "surrogatepass"))
+        assert (
+            kk_puzzles.disguised_letters(text)
+            is full
+            is kk_puzzles.disguised_letters(text, text.encode("utf-8", "surrogatepass"))
+        )
         assert not full  # none of these is a disguise
         assert parts(completion(text)) == (1.0, 2.0)
 
@@ -228,7 +232,7 @@ def test_prefilled_think_completion_that_reopens_think_fails_format():
     assert parts(completion(), prefilled_think=True) == (-1.0, -2.0)
 
 
-@pytest.mark.parametrize("tag", kk.TAGS[1:])
+@pytest.mark.parametrize("tag", kk_puzzles.TAGS[1:])
 def test_prefilled_think_missing_or_duplicated_tag_fails_format(tag):
     text = completion()[len("<think>") :]
     assert parts(text.replace(tag, "", 1), prefilled_think=True) == (-1.0, -2.0)
@@ -253,8 +257,8 @@ def test_non_string_completion_scores_the_minimum(bad):
 
 def test_gold_may_be_knight_knave_strings_or_numpy_bools():
     np = pytest.importorskip("numpy")
-    assert kk.kk_reward(completion(), np.array(NAMES), np.array(SOLUTION)) == 3.0
-    assert kk.kk_reward(completion(), NAMES, ["knight", "knave", "knave"]) == 3.0
+    assert kk_puzzles.kk_reward(completion(), np.array(NAMES), np.array(SOLUTION)) == 3.0
+    assert kk_puzzles.kk_reward(completion(), NAMES, ["knight", "knave", "knave"]) == 3.0
 
 
 @pytest.mark.parametrize(
@@ -263,7 +267,7 @@ def test_gold_may_be_knight_knave_strings_or_numpy_bools():
 )
 def test_malformed_gold_raises_clear_error(names, solution):
     with pytest.raises((ValueError, TypeError)):
-        kk.kk_reward(completion(), names, solution)
+        kk_puzzles.kk_reward(completion(), names, solution)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -306,7 +310,7 @@ def test_trl_reward_funcs_need_the_dataset_columns():
 
 @pytest.fixture(scope="module")
 def generated():
-    return kk.generate_kk(10, seed=0)
+    return kk_puzzles.generate_kk(10, seed=0)
 
 
 def test_generated_records_have_the_normalised_fields(generated):
@@ -319,9 +323,9 @@ def test_generated_records_have_the_normalised_fields(generated):
         assert r["quiz"].endswith("So who is a knight and who is a knave?")
         assert "Format your answer" not in r["quiz"]
         assert all(name in r["quiz"] for name in r["names"])
-        assert r["solution_text"] == kk.solution_text(r["names"], r["solution"])
+        assert r["solution_text"] == kk_puzzles.solution_text(r["names"], r["solution"])
         # the gold answer scores the maximum
-        assert kk.kk_reward(completion(r["solution_text"]), r["names"], r["solution"]) == 3.0
+        assert kk_puzzles.kk_reward(completion(r["solution_text"]), r["names"], r["solution"]) == 3.0
 
 
 def test_generated_puzzles_have_the_stated_unique_solution(generated):
@@ -341,13 +345,13 @@ def test_generated_puzzles_have_the_stated_unique_solution(generated):
 
 
 def test_generation_is_deterministic_by_seed(generated):
-    assert kk.generate_kk(10, seed=0) == generated
-    other = kk.generate_kk(10, seed=1)
+    assert kk_puzzles.generate_kk(10, seed=0) == generated
+    other = kk_puzzles.generate_kk(10, seed=1)
     assert [r["quiz"] for r in other] != [r["quiz"] for r in generated]
 
 
 def test_generation_single_size_and_distinct():
-    recs = kk.generate_kk(12, n_people=2, seed=3)
+    recs = kk_puzzles.generate_kk(12, n_people=2, seed=3)
     assert {r["n_people"] for r in recs} == {2}
     assert len({r["quiz"] for r in recs}) == 12
 
@@ -355,13 +359,13 @@ def test_generation_single_size_and_distinct():
 @pytest.mark.parametrize("bad", [1, 8, (), (3, 9), "3", True])
 def test_generation_rejects_bad_sizes(bad):
     with pytest.raises(ValueError):
-        kk.generate_kk(2, n_people=bad)
+        kk_puzzles.generate_kk(2, n_people=bad)
 
 
 def test_streams_are_deterministic_and_distinct():
-    train = kk.generate_kk(6, n_people=(2, 3), stream="train")
-    assert train == kk.generate_kk(6, n_people=(2, 3), stream="train") and len({r["quiz"] for r in train}) == 6
-    assert kk.generate_kk(6, n_people=(2, 3), stream="test") != train
+    train = kk_puzzles.generate_kk(6, n_people=(2, 3), stream="train")
+    assert train == kk_puzzles.generate_kk(6, n_people=(2, 3), stream="train") and len({r["quiz"] for r in train}) == 6
+    assert kk_puzzles.generate_kk(6, n_people=(2, 3), stream="test") != train
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,7 +395,7 @@ KK_ROWS = [
 
 
 def _expected(row):
-    return kk.make_record(row["quiz"], row["names"], row["solution"])
+    return kk_puzzles.make_record(row["quiz"], row["names"], row["solution"])
 
 
 def test_load_parquet_in_logic_rl_schema(tmp_path):
@@ -464,13 +468,13 @@ def test_loader_errors_are_clear(tmp_path):
 
 
 def test_prompt_is_logic_rl_instruct_messages(generated):
-    msgs = kk.kk_prompt(generated[0])
+    msgs = kk_puzzles.kk_prompt(generated[0])
     assert [m["role"] for m in msgs] == ["system", "user"]
     system = msgs[0]["content"]
     for needle in ("<think> </think>", "<answer> </answer>", "<answer> (1) Zoey is a knight\n(2) ... </answer>."):
         assert needle in system
     assert msgs[1]["content"] == generated[0]["quiz"] + "\n"  # Logic-RL's rows end each turn with a newline
-    pre = kk.kk_prompt(generated[0], prefill_think=True)
+    pre = kk_puzzles.kk_prompt(generated[0], prefill_think=True)
     assert pre[:2] == msgs and pre[2] == {"role": "assistant", "content": "<think>"}
 
 
@@ -553,8 +557,8 @@ def test_accuracy_of_gold_answers_is_one(monkeypatch, generated):
 
 
 def test_accuracy_layout_by_number_of_people():
-    recs = [kk.make_record("q3a", NAMES, SOLUTION), kk.make_record("q3b", NAMES, SOLUTION)]
-    recs += [kk.make_record(f"q2{i}", ["Ava", "Jack"], [False, True]) for i in range(4)]
+    recs = [kk_puzzles.make_record("q3a", NAMES, SOLUTION), kk_puzzles.make_record("q3b", NAMES, SOLUTION)]
+    recs += [kk_puzzles.make_record(f"q2{i}", ["Ava", "Jack"], [False, True]) for i in range(4)]
     good3, good2 = completion(), completion("(1) Ava is a knave\n(2) Jack is a knight")
     comps = [good3, "no tags", good2, completion("(1) Ava is a knight\n(2) Jack is a knight"), "x", "y"]
     res = kk.kk_accuracy(comps, recs)
@@ -582,5 +586,5 @@ def test_kk_options_are_what_the_task_reads():
     no files: the generator), so each default is written once."""
     o = kk.KKOptions(n_people=3)
     assert (o.n_people, o.eval_n_people, o.train_path, o.prefill_think) == (3, 3, "", False)
-    assert kk.KKOptions().eval_n_people == kk.DEFAULT_N_PEOPLE and o.eval_batch() == {}
+    assert kk.KKOptions().eval_n_people == kk_puzzles.DEFAULT_N_PEOPLE and o.eval_batch() == {}
     assert kk.KKOptions(eval_batch_size=4).eval_batch() == {"batch_size": 4}

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo.tasks import common, math_verify
+from trgrpo.runs import checkpoints
+from trgrpo.tasks import generation, math_verify
 from trgrpo.tasks import math as mt
 
 from .test_tasks_kk import build_tiny_lm
@@ -443,7 +444,7 @@ def test_hub_names_and_offline_error(monkeypatch):
     ],
 )
 def test_pass_at_k_hand_values(n, c, k, expected):
-    assert common.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-15)
+    assert generation.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-15)
 
 
 def test_pass_at_k_matches_brute_force():
@@ -453,24 +454,24 @@ def test_pass_at_k_matches_brute_force():
             for k in range(1, n + 1):
                 subsets = list(itertools.combinations(range(n), k))
                 brute = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
-                assert common.pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
+                assert generation.pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
 
 
 def test_pass_at_k_large_n_and_bad_arguments():
-    assert common.pass_at_k(2000, 1, 1000) == pytest.approx(0.5)
-    assert 0.0 < common.pass_at_k(10_000, 3, 16) < 1.0
+    assert generation.pass_at_k(2000, 1, 1000) == pytest.approx(0.5)
+    assert 0.0 < generation.pass_at_k(10_000, 3, 16) < 1.0
     for args in [(4, 5, 1), (4, 1, 5), (4, 1, 0), (0, 0, 1), (4, -1, 1)]:
         with pytest.raises(ValueError):
-            common.pass_at_k(*args)
+            generation.pass_at_k(*args)
 
 
 def test_mean_avg_and_pass_at_k():
     correct = [[True] * 4 + [False] * 12, [False] * 16]
-    assert common.mean_avg_at_k(correct) == pytest.approx(0.125)
-    assert common.mean_pass_at_k(correct, 16) == pytest.approx(0.5)
-    assert common.mean_pass_at_k(correct, 1) == pytest.approx(0.125)
+    assert generation.mean_avg_at_k(correct) == pytest.approx(0.125)
+    assert generation.mean_pass_at_k(correct, 16) == pytest.approx(0.5)
+    assert generation.mean_pass_at_k(correct, 1) == pytest.approx(0.125)
     with pytest.raises(ValueError):
-        common.mean_avg_at_k([])
+        generation.mean_avg_at_k([])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -518,11 +519,11 @@ def test_evaluate_with_a_tiny_model(tiny_lm):
 def test_generate_rejects_bad_settings(tiny_lm):
     model, tok = tiny_lm
     with pytest.raises(ValueError):
-        common.generate_completions(model, tok, ["x"], num_return_sequences=2)
+        generation.generate_completions(model, tok, ["x"], num_return_sequences=2)
     with pytest.raises(ValueError):
-        common.generate_completions(model, tok, ["x"], batch_size=0)
+        generation.generate_completions(model, tok, ["x"], batch_size=0)
     with pytest.raises(TypeError):
-        common.generate_completions(model, tok, [[]])
+        generation.generate_completions(model, tok, [[]])
 
 
 def test_the_verifier_logs_as_the_task():
@@ -537,10 +538,10 @@ def test_math_reward_in_two_accelerate_ranks(tiny_model_dir, tmp_path, monkeypat
     forked worker has its rank's command line)."""
     import psutil
 
-    from trgrpo import experiment, fullscale
-    from trgrpo.experiment import RunSpec
+    from trgrpo.runs import fullscale
+    from trgrpo.runs.spec import RunSpec
 
-    monkeypatch.setattr(experiment, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = RunSpec(
@@ -566,6 +567,6 @@ def test_math_reward_in_two_accelerate_ranks(tiny_model_dir, tmp_path, monkeypat
     left = [
         p
         for p in psutil.process_iter(["cmdline", "status"])
-        if p.pid not in before and "trgrpo.train" in " ".join(p.info["cmdline"] or []) and p.info["status"] != "zombie"
+        if p.pid not in before and "trgrpo train" in " ".join(p.info["cmdline"] or []) and p.info["status"] != "zombie"
     ]
     assert not left, left

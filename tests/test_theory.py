@@ -1,12 +1,13 @@
 """Theorem 3.1 / 3.2 numerics (trgrpo.theory), notebook 02's tables (trgrpo.readings) and the figures
-(trgrpo.plots)."""
+(trgrpo.reports.plots)."""
 
 import math
 
 import pytest
 import torch
 
-from trgrpo import plots, readings, stats, theory
+from trgrpo import figures, readings, stats, theory
+from trgrpo.runs import lm_science
 from trgrpo.theory import TokenBatch
 from trgrpo.weights import WeightParams
 
@@ -337,47 +338,47 @@ def test_plots_return_figures_and_save_small_pngs(tmp_path):
     p = torch.rand(300, generator=torch.Generator().manual_seed(0))
     g = 3 * (1 - p) + 0.1
     figs = {
-        "bounds": plots.plot_theorem31_bounds(theory.theorem31_samples(n=10, vocab_sizes=(2, 50))),
-        "scatter": plots.plot_grad_norm_vs_prob(p, g),
-        "spread": plots.plot_theorem32_spread(g, p),
-        "w": plots.plot_weight_function([{}, {"tau": 2.0}]),
-        "schemes": plots.plot_schemes(),
-        "eq13": plots.plot_eq13_factor(),
-        "zero": plots.plot_zero_gradient(lower=0.5, upper=1.5),
-        "zero_s": plots.plot_zero_gradient(placement="surrogate"),
-        "kl": plots.plot_kl_offset(),
-        "explorer": plots.plot_weight_explorer(tau=2.0, placement="surrogate"),
+        "bounds": figures.plot_theorem31_bounds(theory.theorem31_samples(n=10, vocab_sizes=(2, 50))),
+        "scatter": figures.plot_grad_norm_vs_prob(p, g),
+        "spread": figures.plot_theorem32_spread(g, p),
+        "w": figures.plot_weight_function([{}, {"tau": 2.0}]),
+        "schemes": figures.plot_schemes(),
+        "eq13": figures.plot_eq13_factor(),
+        "zero": figures.plot_zero_gradient(lower=0.5, upper=1.5),
+        "zero_s": figures.plot_zero_gradient(placement="surrogate"),
+        "kl": figures.plot_kl_offset(),
+        "explorer": figures.plot_weight_explorer(tau=2.0, placement="surrogate"),
     }
     for name, fig in figs.items():
         assert isinstance(fig, Figure), name
-        path = plots.save(fig, f"t_{name}", tmp_path)
+        path = figures.save(fig, f"t_{name}", tmp_path)
         assert path == tmp_path / f"t_{name}.png" and 1000 < path.stat().st_size < 200_000
     fig = Figure()
     ax = fig.add_subplot()
-    assert plots.plot_schemes(ax=ax) is fig  # draws into a given axes
+    assert figures.plot_schemes(ax=ax) is fig  # draws into a given axes
 
 
 def test_figures_dir_env(monkeypatch, tmp_path):
     monkeypatch.setenv("TRGRPO_FIGURES", str(tmp_path / "f"))
-    assert plots.figures_dir() == tmp_path / "f"
+    assert figures.figures_dir() == tmp_path / "f"
     monkeypatch.delenv("TRGRPO_FIGURES")
-    assert plots.figures_dir().name == "figures"
+    assert figures.figures_dir().name == "figures"
 
 
 def test_weight_explorer_widget_redraws():
     pytest.importorskip("ipywidgets")
     calls = []
-    real = plots.plot_weight_explorer
+    real = figures.plot_weight_explorer
     try:
-        plots.plot_weight_explorer = lambda **kw: calls.append(kw) or real(**kw)
-        box = plots.weight_explorer()
+        figures.plot_weight_explorer = lambda **kw: calls.append(kw) or real(**kw)
+        box = figures.weight_explorer()
         n0 = len(calls)
         box.controls["tau"].value = 2.0
         box.controls["tau_mode"].value = "divide"
         box.controls["placement"].value = "surrogate"
         box.controls["upper"].value = 0.6  # L > U: message, no figure
     finally:
-        plots.plot_weight_explorer = real
+        figures.plot_weight_explorer = real
     assert n0 >= 1 and len(calls) == n0 + 3
     assert calls[-1]["params"] == WeightParams(tau=2.0, tau_mode="divide") and calls[-1]["placement"] == "surrogate"
     assert set(box.controls) == {"alpha", "mu", "tau", "lower", "upper", "tau_mode", "placement"}
@@ -386,11 +387,11 @@ def test_weight_explorer_widget_redraws():
 def test_weight_explorer_tau_slider_holds_the_given_tau_exactly():
     """A log slider snapped tau = 9 to 8.91 in the browser; the slider's values hold Table 7's taus and the default."""
     pytest.importorskip("ipywidgets")
-    box = plots.weight_explorer()
+    box = figures.weight_explorer()
     assert box.controls["tau"].value == 9.0
     values = [v for _, v in box.controls["tau"].options]
     assert {0.5, 2.0, 7.0, 9.0, 10.0, 20.0} <= set(values) and values == sorted(values)
-    assert plots.weight_explorer(tau=4.2).controls["tau"].value == 4.2
+    assert figures.weight_explorer(tau=4.2).controls["tau"].value == 4.2
 
 
 def test_head_terms_chunking_is_exact():
@@ -477,7 +478,7 @@ def test_bound_holds_for_orthogonal_gradients_and_is_attained(bounds):
 def test_leverage_shares_hand_values():
     # two tokens below U (p 0.1, 0.2), one at U (p 0.9); ||pi||^2 given
     p, sq, w = [0.1, 0.2, 0.9], [0.1, 0.2, 0.82], [1.0, 1.2, 1.4]
-    s = theory.leverage_shares(p, sq, w, upper=1.4)
+    s = lm_science.leverage_shares(p, sq, w, upper=1.4)
     assert s["share_tokens_below_upper"] == pytest.approx(2 / 3)
     assert s["share_one_minus_p_below_upper"] == pytest.approx(1.7 / 1.8)
     logit = [math.sqrt(1 - 0.2 + 0.1), math.sqrt(1 - 0.4 + 0.2), math.sqrt(1 - 1.8 + 0.82)]
@@ -493,7 +494,7 @@ def test_update_leverage_on_a_tiny_model(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     texts = ["1 + 2 =", "3 + 4 ="]
     reward = lambda i, t: float(len(t) % 2)  # noqa: E731 - any reward that differs within a group
-    same = theory.update_leverage(
+    same = lm_science.update_leverage(
         model,
         tok,
         texts,
@@ -508,7 +509,7 @@ def test_update_leverage_on_a_tiny_model(tiny_model_dir):
     assert same["reward"].size == 8 and set(same["completion"]) <= set(range(8))
     assert (1 - 2 * same["prob"] + same["prob_sq_sum"] >= -1e-6).all()
     assert same["grad_cosine"].size >= 1 and same["grad_cosine"] == pytest.approx(1.0, abs=1e-6)
-    spread = theory.update_leverage(
+    spread = lm_science.update_leverage(
         model,
         tok,
         texts,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trgrpo.tasks.common import sample_token_probabilities
+from trgrpo.tasks.generation import sample_token_probabilities
 from trgrpo.token_stats import (
     average_probabilities,
     category_shares,
@@ -92,7 +92,7 @@ def test_word_cloud_is_deterministic():
 
 
 def test_weight_shares_by_hand():
-    from trgrpo.toy_controls import weight_shares
+    from trgrpo.token_stats import weight_shares
 
     # Eq. 11 with the defaults: w = clip(2 (sigmoid(9 p) - 0.25), 1, 1.4): p = 0.05 -> 0.72 -> L; p = 0.2 -> 1.216
     # (between); p = 0.9, 0.99 -> U.
@@ -161,7 +161,7 @@ def test_batched_sampling_probabilities_equal_an_unbatched_forward(tiny_model_di
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trgrpo.tasks.common import render_prompt
+    from trgrpo.tasks.generation import render_prompt
     from trgrpo.token_stats import sample_occurrences
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)

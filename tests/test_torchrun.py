@@ -1,4 +1,4 @@
-"""The several-process CPU tier (issue "scale"): ``python -m trgrpo.train``, the GPU path's entry point, with each
+"""The several-process CPU tier (issue "scale"): ``trgrpo train``, the GPU path's entry point, with each
 run under ``torchrun --nproc_per_node 2`` on CPU (gloo) by ``TRGRPO_CPU_PROCESSES=2`` (docs/gpu.md). A finished
 2-process run started again only evaluates (same record), evaluation runs on the main process while the other rank
 waits, a spec changed by ``--set`` is refused; in the slow tier, a run killed with SIGKILL after a checkpoint and
@@ -95,7 +95,7 @@ def train(base: Path, config: Path, *args: str, hang_at: int = 0) -> subprocess.
         "HANG_AT_CALL": str(hang_at),
         "HANG_MARK": str(base / "hang"),
     }
-    cmd = [sys.executable, "-m", "trgrpo.train", "--config", str(config), "--results", str(base / "res"), *args]
+    cmd = [sys.executable, "-m", "trgrpo", "train", "--config", str(config), "--results", str(base / "res"), *args]
     return subprocess.Popen(
         cmd, cwd=base, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -156,7 +156,7 @@ def test_a_killed_two_process_run_restarts_to_the_uninterrupted_record(finished)
     time.sleep(0.5)  # both pids written
     for rank in (base / "hang").iterdir():  # torchrun starts its workers in sessions of their own
         os.kill(int(rank.read_text()), signal.SIGKILL)
-    os.killpg(proc.pid, signal.SIGKILL)  # python -m trgrpo.train and torchrun
+    os.killpg(proc.pid, signal.SIGKILL)  # trgrpo train and torchrun
     proc.wait(60)
     assert not (base / "res" / "ranks" / "killed.json").exists()
     code, out = finish(train(base, cfg))

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import stats, tables, toy
-from trgrpo.experiment import RunSpec
+from trgrpo import toy
+from trgrpo.reports import metrics, tables
+from trgrpo.runs import toy_grid
+from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks import addition
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
@@ -99,19 +101,20 @@ def test_tasks_are_registered():
 
 
 def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monkeypatch):
-    from trgrpo import experiment as records
+    from trgrpo import files
+    from trgrpo.runs import records
 
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path / "ws", model_overrides=TINY)
-    spec = toy.toy_spec("tr", 0, placement="ratio", steps=2, prompts_per_step=2, num_generations=4, n_eval=16)
+    spec = toy_grid.toy_spec("tr", 0, placement="ratio", steps=2, prompts_per_step=2, num_generations=4, n_eval=16)
     writes: list[Path] = []
-    real = records.write_json
+    real = files.write_json
     monkeypatch.setattr(records, "write_json", lambda p, rec: (writes.append(Path(p)), real(p, rec))[1])
-    rec = toy.run_toy(spec, results_dir=tmp_path / "res", warm_kwargs=warm, eval_every=1)
+    rec = toy_grid.run_toy(spec, results_dir=tmp_path / "res", warm_kwargs=warm, eval_every=1)
     path = tmp_path / "res" / "toy" / "micro" / f"{spec['name']}.json"
     # one pipeline: the record is written once, complete (no second edit-and-rewrite); spec.json is the checkpoint's
     assert [w for w in writes if w.name != "spec.json"] == [path]
     saved = records.read_record(path)  # validated against the schema
-    assert saved == json.loads(json.dumps(records.jsonable(rec))) and saved["kind"] == "run"
+    assert saved == json.loads(json.dumps(files.jsonable(rec))) and saved["kind"] == "run"
     assert saved["name"] == rec["name"] == "addition-micro-tr-ratio-seed0"
     assert (saved["scheme"], saved["seed"], saved["steps"], saved["spec"]["placement"]) == ("tr", 0, 2, "ratio")
     assert saved["model"].startswith("micro-qwen2") and saved["machine"]["cpu_count"] >= 1
@@ -122,15 +125,15 @@ def test_two_step_run_writes_a_valid_record_and_the_grid_skips_it(tmp_path, monk
     assert 0.0 <= saved["final"]["accuracy"] <= 1.0 and "sampled_accuracy" in saved["final"]
     assert [e["step"] for e in saved["eval_history"]] == [0, 1, 2]
     assert saved["wall_time_s"] > 0 and saved["cpu_time_s"] > 0
-    assert toy.run_label(saved) == "tr-ratio"
-    assert [r["name"] for r in toy.load_runs(tmp_path / "res")] == [saved["name"]]
+    assert toy_grid.run_label(saved) == "tr-ratio"
+    assert [r["name"] for r in toy_grid.load_runs(tmp_path / "res")] == [saved["name"]]
 
-    summary = toy.run_grid([spec], results_dir=tmp_path / "res", warm_kwargs=warm, progress=False, threads=1)
+    summary = toy_grid.run_grid([spec], results_dir=tmp_path / "res", warm_kwargs=warm, progress=False, threads=1)
     assert (summary["n_run"], summary["n_skipped"]) == (0, 1)
 
 
 def test_toy_spec_names_carry_the_run_label():
-    specs = [toy.toy_spec("tr", 0, placement="surrogate", tau=0.5), toy.toy_spec("equal", 1, reward="random")]
+    specs = [toy_grid.toy_spec("tr", 0, placement="surrogate", tau=0.5), toy_grid.toy_spec("equal", 1, reward="random")]
     assert [s["name"] for s in specs] == [
         "addition-micro-tr-surrogate-tau0.5-seed0",
         "addition-micro-equal-randomreward-seed1",
@@ -140,18 +143,18 @@ def test_toy_spec_names_carry_the_run_label():
 
 def test_toy_spec_is_a_validated_run_spec():
     """A toy spec is a RunSpec's fields: a bad value or an unknown field stops at the spec, naming the field."""
-    assert toy.toy_spec("tr", 0) == RunSpec.from_dict(toy.toy_spec("tr", 0)).model_dump()
+    assert toy_grid.toy_spec("tr", 0) == RunSpec.from_dict(toy_grid.toy_spec("tr", 0)).model_dump()
     with pytest.raises(ValueError, match=r"^tau must be > 0"):
-        toy.toy_spec("tr", 0, tau=-1.0)
+        toy_grid.toy_spec("tr", 0, tau=-1.0)
     with pytest.raises(ValueError, match=r"^stpes is not a known field; known: \['alpha', "):
-        toy.toy_spec("tr", 0, stpes=3)
+        toy_grid.toy_spec("tr", 0, stpes=3)
 
 
 def test_token_grad_norms_fall_with_probability(tmp_path):
     import numpy as np
 
     warm = dict(threshold=0.0, max_steps=4, check_every=2, cache=tmp_path, model_overrides=TINY, verbose=False)
-    rec = toy.token_grad_analysis("addition", 0, n_prompts=8, warm_kwargs=warm, results_dir=tmp_path / "res")
+    rec = toy_grid.token_grad_analysis("addition", 0, n_prompts=8, warm_kwargs=warm, results_dir=tmp_path / "res")
     p, g = np.asarray(rec["prob"]), np.asarray(rec["grad_norm"])
     assert p.size == g.size == rec["n_tokens"] > 8
     assert ((p > 0) & (p <= 1)).all() and (g > 0).all()
@@ -174,7 +177,7 @@ def test_summary_tables_from_records():
     recs += [_fake("tr", s, 0.625 + 0.125 * s, placement="ratio", zpos=0.9, w=1.4) for s in range(3)]
     recs += [_fake("tr", s, 0.375 + 0.125 * s, tau=2.0) for s in range(2)]
     recs += [_fake("equal", 0, 0.1, reward="random")]
-    groups = stats.group_by(recs, toy.run_label)
+    groups = metrics.group_by(recs, toy_grid.run_label)
     assert set(groups) == {"equal", "tr-ratio", "tr-surrogate-tau2", "equal-randomreward"}
     zero = {r["run"]: r for r in tables.zero_grad_table(groups, ["equal", "tr-ratio"])}
     assert zero["tr-ratio"]["pos"] == pytest.approx(0.9) and zero["equal"]["pos"] == 0.0

@@ -1,4 +1,4 @@
-"""The controls experiments (trgrpo.toy_controls): grids, metrics, and the committed summaries recomputed
+"""The controls experiments (trgrpo.runs.toy_controls): grids, metrics, and the committed summaries recomputed
 independently from the records they name (scipy only, no trgrpo.stats)."""
 
 import json
@@ -10,8 +10,9 @@ import pytest
 from scipy import stats
 
 from scripts import render_docs
-from trgrpo import tables
-from trgrpo import toy_controls as tc
+from trgrpo import token_stats
+from trgrpo.reports import tables
+from trgrpo.runs import toy_controls as tc
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -64,7 +65,7 @@ def test_primary_metric_by_hand():
 
 def test_weight_shares_by_hand():
     # w = 1 for p <= ln(3)/9 = 0.122, w = 1.4 for p >= ln(19)/9 = 0.327 (Eq. 11, sigma(9 p))
-    h = tc.weight_shares([0.0, 0.1, 0.2, 0.3, 0.5, 0.9, 1.0, 0.15])
+    h = token_stats.weight_shares([0.0, 0.1, 0.2, 0.3, 0.5, 0.9, 1.0, 0.15])
     assert (h["share_at_lower"], h["share_between"], h["share_at_upper"]) == pytest.approx((2 / 8, 3 / 8, 3 / 8))
     assert sum(h["prob_counts"]) == sum(h["weight_counts"]) == h["n_tokens"] == 8
     assert len(h["bins"]) == len(h["prob_counts"]) + 1 and len(h["weight_bins"]) == len(h["weight_counts"]) + 1
@@ -167,7 +168,7 @@ def test_tau_summary_recomputes_from_its_records():
 
 def _fake_records(tmp_path, rng_seed=0):
     """Records shaped like run_toy's, with synthetic accuracies: enough to exercise summaries and prose."""
-    from trgrpo.experiment import write_result
+    from trgrpo.runs.records import write_result
 
     rng = np.random.default_rng(rng_seed)
     shift = {

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from trgrpo.tasks import kk
+from trgrpo.tasks import kk, kk_puzzles
 
 
 def shell(answer: str) -> str:
@@ -33,8 +33,8 @@ HIDERS = {
 def test_a_hidden_second_role_is_not_scored(hider):
     """The answer "Zoey is a kn?ave. Zoey is a knight." states two roles; the count sees one. It scored 3.0."""
     hedge = f"Zoey is a kn{hider}ave. Zoey is a knight."
-    assert kk.kk_reward(shell(hedge), ["Zoey"], [True]) == -1.0  # format ok, answer unparseable
-    assert kk.kk_reward(shell("Zoey is a knight."), ["Zoey"], [True]) == 3.0
+    assert kk_puzzles.kk_reward(shell(hedge), ["Zoey"], [True]) == -1.0  # format ok, answer unparseable
+    assert kk_puzzles.kk_reward(shell("Zoey is a knight."), ["Zoey"], [True]) == 3.0
 
 
 def logic_rl_parse(answer: str, names: list[str]) -> dict[str, bool] | None:
@@ -58,14 +58,14 @@ def test_unicode_white_space_reads_as_logic_rl_reads_it(space):
     answer = f"(1) Zoey is{space}a knight\n(2) Oliver{space}is a{space}knave"
     names = ["Zoey", "Oliver"]
     assert logic_rl_parse(answer, names) == {"Zoey": True, "Oliver": False}
-    assert kk.parse_kk_answer(answer, names) == {"Zoey": True, "Oliver": False}
-    assert kk.kk_reward(shell(answer), names, [True, False]) == 3.0
+    assert kk_puzzles.parse_kk_answer(answer, names) == {"Zoey": True, "Oliver": False}
+    assert kk_puzzles.kk_reward(shell(answer), names, [True, False]) == 3.0
 
 
 def test_zero_width_space_is_still_refused():
     # U+200B is not white space for Logic-RL either, and it can hide inside a word
     answer = "(1) Zoey is\u200ba knight"
-    assert logic_rl_parse(answer, ["Zoey"]) is None and kk.parse_kk_answer(answer, ["Zoey"]) is None
+    assert logic_rl_parse(answer, ["Zoey"]) is None and kk_puzzles.parse_kk_answer(answer, ["Zoey"]) is None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from trgrpo.tasks import kk, search_data
 from trgrpo.tasks import math as mt
-from trgrpo.tasks.common import read_table
+from trgrpo.tasks.rows import read_table
 
 MATH_ROW = {"problem": "1+1?", "answer": "2"}
 KK_ROW = {"quiz": "Knights and knaves ...", "names": ["Ann", "Bob"], "solution": [True, False]}

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trgrpo.experiment import RunSpec
 from trgrpo.loss import tr_grpo_loss
+from trgrpo.runs.spec import RunSpec
 from trgrpo.trainer import TRGRPOConfig
 from trgrpo.weights import WeightParams, token_weights
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from transformers import Trainer, TrainerCallback
 
-from trgrpo.experiment import run
+from trgrpo.runs.experiment import run
 
 from .test_experiment import comparable, spec
 
@@ -31,7 +31,7 @@ CHILD = f"""
 import pathlib, sys, time
 from transformers import TrainerCallback
 from tests.test_experiment import spec
-from trgrpo.experiment import run
+from trgrpo.runs.experiment import run
 
 model, results, checkpoints, marker = sys.argv[1:5]
 

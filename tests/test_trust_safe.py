@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
-from trgrpo import experiment
-from trgrpo.experiment import ROOT, RunSpec, write_result
+from trgrpo.files import ROOT
+from trgrpo.runs import checkpoints
+from trgrpo.runs.records import write_result
+from trgrpo.runs.spec import RunSpec
 
 
 @pytest.mark.parametrize(
@@ -46,7 +48,7 @@ def test_no_rmtree_outside_the_checkpoints_root_even_for_a_reassigned_spec(tmp_p
     spec = RunSpec(group="g", name="n")
     spec.group = str(outside)  # a dataclass field reassigned after the spec was checked
     with pytest.raises(ValueError, match="group"):
-        experiment.checkpoint_folder(spec, tmp_path / "ckpt")
+        checkpoints.checkpoint_folder(spec, tmp_path / "ckpt")
     with pytest.raises(ValueError, match="group"):
         write_result(spec.group, spec.name, {"kind": "note"}, tmp_path / "res")
     assert outside.exists() and not (tmp_path / "res").exists()
@@ -96,7 +98,7 @@ KK = "task: kk\nmodel: embedded\n"
 def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):
     import sys
 
-    from trgrpo.train import main
+    from trgrpo.runs.train import main
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text(text)
@@ -107,7 +109,7 @@ def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):
 
 
 def test_train_refuses_a_missing_file_and_a_bad_set(tmp_path, capsys):
-    from trgrpo.train import main
+    from trgrpo.runs.train import main
 
     refused(capsys, main(["--config", str(tmp_path / "nope.yaml")]), "nope.yaml", "no such")
     cfg = tmp_path / "run.yaml"
@@ -118,7 +120,7 @@ def test_train_refuses_a_missing_file_and_a_bad_set(tmp_path, capsys):
 
 
 def test_train_imports_a_module_next_to_the_config(tmp_path, capsys):
-    from trgrpo.train import main
+    from trgrpo.runs.train import main
 
     (tmp_path / "my_task.py").write_text(
         "from trgrpo.tasks import Task, register_task\n"
@@ -157,7 +159,7 @@ def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):
     ],
 )
 def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field):
-    from trgrpo.batch import main
+    from trgrpo.runs.batch import main
 
     nb = _notebook(tmp_path / "a.ipynb")
     cfg = tmp_path / "plan.yaml"
@@ -167,7 +169,8 @@ def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field
 
 
 def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
-    from trgrpo.batch import load_plan, parameter_defaults
+    from trgrpo.notebook import parameter_defaults
+    from trgrpo.runs.batch import load_plan
 
     nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA = 1\nB = [2,\n     3]  # a list\nC: int = 3\nD = os.sep")
     assert parameter_defaults(nb) == {"SMOKE": False, "A": 1, "B": [2, 3], "C": 3, "D": None}
@@ -189,7 +192,7 @@ def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
     ],
 )
 def test_the_planner_refuses_unknown_parameters_missing_files_and_foreign_notebooks(tmp_path, capsys, entry, field):
-    from trgrpo import plan
+    from trgrpo.runs import plan
 
     outside = _notebook(tmp_path / "05_evil.ipynb", "SMOKE = False\nMODEL = 'x'")
     cfg = tmp_path / "plan.yaml"
@@ -200,7 +203,7 @@ def test_the_planner_refuses_unknown_parameters_missing_files_and_foreign_notebo
 
 @pytest.mark.parametrize("text,field", [("", "empty"), ("name: kk_qwen3b\n", "task"), ("a: [\n", "YAML at line")])
 def test_the_planner_refuses_empty_files_and_plans_without_notebooks(tmp_path, capsys, text, field):
-    from trgrpo import plan
+    from trgrpo.runs import plan
 
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(text)
@@ -229,7 +232,7 @@ BAD_VALUES = [  # (notebook, parameters, the parameter the one line names)
 
 @pytest.mark.parametrize("notebook,params,field", BAD_VALUES)
 def test_batch_refuses_bad_parameter_values_at_load(tmp_path, capsys, notebook, params, field):
-    from trgrpo.batch import main
+    from trgrpo.runs.batch import main
 
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(f"notebooks:\n  - notebook: notebooks/{notebook}.ipynb\n    parameters: {params}\n")
@@ -241,7 +244,7 @@ def test_batch_refuses_bad_parameter_values_at_load(tmp_path, capsys, notebook, 
 def test_batch_refuses_a_bad_set_value_as_typed(tmp_path):
     cfg = tmp_path / "plan.yaml"
     cfg.write_text("notebooks:\n  - notebook: notebooks/05_kk_logic_full_scale.ipynb\n")
-    cmd = [sys.executable, "-m", "trgrpo.batch", str(cfg), "--runs", str(tmp_path / "runs"), "--set", "STEPS=-5"]
+    cmd = [sys.executable, "-m", "trgrpo", "batch", str(cfg), "--runs", str(tmp_path / "runs"), "--set", "STEPS=-5"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "STEPS" in p.stderr and "--set" in p.stderr
@@ -249,7 +252,8 @@ def test_batch_refuses_a_bad_set_value_as_typed(tmp_path):
 
 
 def test_every_notebook_default_meets_the_parameter_rules():
-    from trgrpo.batch import check_parameters, parameter_defaults
+    from trgrpo.notebook import check_values as check_parameters
+    from trgrpo.notebook import parameter_defaults
 
     for nb in sorted((ROOT / "notebooks").glob("**/*.ipynb")):
         defaults = parameter_defaults(nb)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trgrpo import experiment
-from trgrpo.experiment import write_json
+from trgrpo import files
+from trgrpo.files import write_json
 
 
 def test_two_writers_never_share_a_temporary_file(tmp_path, monkeypatch):
@@ -61,10 +61,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
 
 
 def test_batch_summary_is_written_atomically(tmp_path, monkeypatch):
-    from trgrpo import batch
+    from trgrpo.runs import batch
 
     calls: list[Path] = []
-    real = experiment.write_json
+    real = files.write_json
     monkeypatch.setattr(batch, "write_json", lambda path, rec: (calls.append(Path(path)), real(path, rec))[1])
     monkeypatch.setattr(
         batch,

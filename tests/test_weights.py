@@ -200,18 +200,19 @@ def test_bad_outputs_raise_naming_the_scheme(monkeypatch, fn, match):
 
 
 def test_config_runspec_and_toy_accept_a_registered_scheme(registry, tmp_path):
-    from trgrpo import TRGRPOConfig, toy
-    from trgrpo.experiment import RunSpec
+    from trgrpo import TRGRPOConfig
+    from trgrpo.runs import toy_grid
+    from trgrpo.runs.spec import RunSpec
 
     with pytest.raises(ValueError, match="weight_scheme"):
         TRGRPOConfig(output_dir=str(tmp_path), weight_scheme="nope", report_to="none", use_cpu=True)
     cfg = TRGRPOConfig(output_dir=str(tmp_path), weight_scheme="lopti", report_to="none", use_cpu=True)
     assert cfg.weight_scheme == "lopti"
     assert RunSpec(task="addition", model="m", scheme="lopti").scheme == "lopti"
-    spec = toy.toy_spec("lopti", 3, placement="surrogate")
+    spec = toy_grid.toy_spec("lopti", 3, placement="surrogate")
     assert spec["scheme"] == "lopti" and spec["name"] == "addition-micro-lopti-surrogate-seed3"
-    assert toy.run_label({"scheme": "lopti", "spec": spec}) == "lopti-surrogate"
-    assert toy.toy_spec("lopti", 3, placement="ratio")["name"] != spec["name"]  # two placements, two result files
+    assert toy_grid.run_label({"scheme": "lopti", "spec": spec}) == "lopti-surrogate"
+    assert toy_grid.toy_spec("lopti", 3, placement="ratio")["name"] != spec["name"]  # two placements, two result files
 
 
 def test_trainer_trains_with_a_registered_scheme(registry, tiny_model_dir, tmp_path):
@@ -247,16 +248,16 @@ def test_trainer_trains_with_a_registered_scheme(registry, tiny_model_dir, tmp_p
 
 
 def test_registered_scheme_runs_through_the_toy_grid(registry, tmp_path):
-    """toy.run_grid runs in this process, so a scheme registered here trains there (tiny model, 1 step)."""
-    from trgrpo import toy
+    """toy_grid.run_grid runs in this process, so a scheme registered here trains there (tiny model, 1 step)."""
+    from trgrpo.runs import toy_grid
 
     tiny = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
     warm = dict(threshold=0.0, max_steps=2, check_every=2, cache=tmp_path / "ws", model_overrides=tiny)
-    spec = toy.toy_spec("lopti", 0, steps=1, prompts_per_step=2, num_generations=4, n_eval=8)
-    summary = toy.run_grid([spec], results_dir=tmp_path / "res", warm_kwargs=warm, progress=False, threads=1)
+    spec = toy_grid.toy_spec("lopti", 0, steps=1, prompts_per_step=2, num_generations=4, n_eval=8)
+    summary = toy_grid.run_grid([spec], results_dir=tmp_path / "res", warm_kwargs=warm, progress=False, threads=1)
     assert summary["n_run"] == 1
-    (rec,) = toy.load_runs(tmp_path / "res")
-    assert rec["scheme"] == "lopti" and toy.run_label(rec) == "lopti-surrogate" and len(rec["history"]) == 1
+    (rec,) = toy_grid.load_runs(tmp_path / "res")
+    assert rec["scheme"] == "lopti" and toy_grid.run_label(rec) == "lopti-surrogate" and len(rec["history"]) == 1
     h = rec["history"][0]
     assert 0.7 <= h["tr/weight_min"] <= h["tr/weight_mean"] <= h["tr/weight_max"] <= 1.0
 
@@ -305,12 +306,13 @@ def test_batch_scheme_weight_ranges():
 
 
 def test_config_and_toy_accept_batch_schemes():
-    from trgrpo import TRGRPOConfig, toy
+    from trgrpo import TRGRPOConfig
+    from trgrpo.runs import toy_grid
 
     for scheme in ("const", "tr_norm"):
         cfg = TRGRPOConfig(output_dir="/tmp/x", weight_scheme=scheme, use_cpu=True, report_to="none")
         assert cfg.weight_scheme == scheme
-        spec = toy.toy_spec(scheme, 3, placement="surrogate")
+        spec = toy_grid.toy_spec(scheme, 3, placement="surrogate")
         assert spec["name"] == f"addition-micro-{scheme}-surrogate-seed3"
 
 

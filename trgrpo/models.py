@@ -181,5 +181,12 @@ def sft_step(model: Any, optimizer: Any, batch: tuple[Any, Any, Any], *, clip_no
     return loss.item()
 
 
-if __name__ == "__main__":  # python -m trgrpo.models: convert the embedded model (once) and print its folder
+def main(argv: list[str] | None = None) -> int:
+    """``trgrpo model``: convert the embedded model (once) and print its folder."""
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="trgrpo model", description="Convert the embedded model once; print its folder"
+    ).parse_args(argv)
     print(embedded_model_path())
+    return 0

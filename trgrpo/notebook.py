@@ -1,21 +1,25 @@
 """The few lines every notebook needs: ``nb = setup("01_gradient_norm_theorem", SMOKE)``.
 
 :func:`setup` also makes the output readable: the dependencies' FutureWarnings filtered, progress bars off in a
-headless run (``TRGRPO_HEADLESS=1``, set by ``trgrpo.batch`` and the tests), where a saved bar would stay at "0%".
+headless run (``TRGRPO_HEADLESS=1``, set by ``trgrpo.runs.batch`` and the tests), where a saved bar would stay at "0%".
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import os
 import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from trgrpo.experiment import ROOT, ConfigError, provenance, write_json
+from trgrpo.config import ConfigError
+from trgrpo.files import ROOT, provenance, write_json
 
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
 
@@ -80,7 +84,7 @@ def show_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     under ``title`` in bold if given, with the Markdown source as the plain text that nbval compares."""
     from IPython.display import display
 
-    from trgrpo.tables import markdown_table
+    from trgrpo.notebook import markdown_table
 
     md = (f"**{title}**\n\n" if title else "") + markdown_table(rows, columns, digits=digits)
     display({"text/markdown": md, "text/plain": md}, raw=True)
@@ -111,7 +115,7 @@ class Notebook:
 
     @property
     def figures(self) -> Path:
-        """``$TRGRPO_FIGURES``, else ``runs/figures/`` (git-ignored; ``python -m trgrpo.course records`` promotes a
+        """``$TRGRPO_FIGURES``, else ``runs/figures/`` (git-ignored; ``trgrpo records`` promotes a
         run's figures into the committed ``figures/``); created if missing."""
         folder = Path(os.environ.get("TRGRPO_FIGURES") or self.root / "runs" / "figures")
         folder.mkdir(parents=True, exist_ok=True)
@@ -120,7 +124,7 @@ class Notebook:
     @property
     def headline_path(self) -> Path:
         """``runs/notebooks/NAME[_smoke].json``: git-ignored, so a run rewrites no tracked file; the committed
-        ``results/notebooks/`` changes only through ``python -m trgrpo.course records``."""
+        ``results/notebooks/`` changes only through ``trgrpo records``."""
         return self.root / "runs" / "notebooks" / f"{self.name}{self.tag}.json"
 
     def elapsed(self) -> float:
@@ -129,7 +133,7 @@ class Notebook:
 
     def save_headline(self, headline: dict, keys: list[str] | None = None, *, quiet: bool = False) -> Path:
         """Write ``headline`` with its ``provenance`` (git commit, clean-tree flag, machine, versions:
-        :func:`trgrpo.experiment.provenance`) to :attr:`headline_path` (atomic JSON, NaN -> null) and, unless
+        :func:`trgrpo.files.provenance`) to :attr:`headline_path` (atomic JSON, NaN -> null) and, unless
         ``quiet`` (a hidden bookkeeping cell), print a ``saved to PATH`` line, then ``key: value`` for at most eight
         top-level scalar entries (those named in ``keys``, in that order, else the first ones; nested entries are in
         the file, not on screen)."""
@@ -151,6 +155,156 @@ class Notebook:
         return self.headline_path
 
 
+_MAX_SEED = 2**32  # numpy's and torch's seed range
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(v: Any, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < _MAX_SEED
+
+
+def _ints(v: Any, low: int) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) > 0 and all(_int(x, low) for x in v)
+
+
+def _pair(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_real(x) and x > 0 for x in v) and v[0] <= v[1]
+
+
+_COUNT = (lambda v: _int(v, 1), "an integer >= 1")
+_INDEX = (lambda v: _int(v, 0), "an integer >= 0 (below 2**32)")
+_POSITIVE = (lambda v: _real(v) and v > 0, "a finite number > 0")
+_NONNEGATIVE = (lambda v: _real(v) and v >= 0, "a finite number >= 0")
+_FRACTION = (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]")
+_NAMES = (
+    lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, str) and x for x in v),
+    "a non-empty list of names",
+)
+# name -> (test, what it must be); a parameter without a rule must have its default's type. None passes where the
+# notebook's default is None (it means "the default of the run").
+PARAMETER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(
+        (
+            "STEPS",
+            "PROMPTS_PER_STEP",
+            "GROUP_SIZE",
+            "G",
+            "MICRO_BATCH_SIZE",
+            "MAX_COMPLETION_LENGTH",
+            "MAX_EVAL_TOKENS",
+            "MAX_NEW_TOKENS",
+            "N_TRAIN",
+            "N_EVAL",
+            "N_EVAL_PER_SIZE",
+            "SAMPLED_K",
+            "NUM_GENERATIONS",
+            "MAX_TOOL_CALLS",
+            "TOP_K",
+            "WARM_START_BATCH",
+            "N_PROMPTS",
+            "N_KK_PROMPTS",
+            "N_MATH_PROMPTS",
+            "SAMPLES_PER_PROMPT",
+            "MIN_COUNT",
+            "N_BOOT",
+            "N_DISTRIBUTIONS",
+            "LAST_K_BLOCKS",
+            "INNER_STEPS",
+            "LM_STEPS",
+            "LOPTI_STEPS",
+            "N_TOKENS",
+            "N_SPEARMAN",
+            "N_DIRICHLET",
+            "N_BOUNDS",
+            "V_LARGE",
+            "N_PEOPLE",
+            "GPUS",
+        ),
+        _COUNT,
+    ),
+    **dict.fromkeys(("SEED", "CORPUS_SEED", "LOPTI_SEED", "THREADS", "EVAL_EVERY"), _INDEX),
+    "SEEDS": (lambda v: _ints(v, 0), "a non-empty list of integers >= 0 (below 2**32)"),
+    "SCHEMES": _NAMES,
+    "EVAL_SETS": _NAMES,
+    "WARM_START_STEPS": (lambda v: _int(v, 0) or _ints(v, 0), "an integer >= 0 or a list of them (phases)"),
+    "WARM_START_LR": (
+        lambda v: (_real(v) and v > 0) or (isinstance(v, list) and v and all(_real(x) and x > 0 for x in v)),
+        "a number > 0 or a list of them (phases)",
+    ),
+    **dict.fromkeys(("VLLM_GPU_MEMORY", "END_SHARE", "WARM_THRESHOLD"), _FRACTION),
+    **dict.fromkeys(
+        ("TEMPERATURE", "LEARNING_RATE", "GPU_MEM_GB", "INNER_LR", "TAU", "ALPHA", "DIRICHLET_A", "LOWER", "UPPER"),
+        _POSITIVE,
+    ),
+    **dict.fromkeys(("BETA", "EPS_LOW", "EPS_HIGH"), _NONNEGATIVE),
+    **dict.fromkeys(
+        ("KK_TRAIN_PATH", "KK_EVAL_PATH"),
+        (
+            lambda v: (
+                (isinstance(v, str) and v != "")
+                or (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))
+            ),
+            '"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them',
+        ),
+    ),
+    "TAUS": (lambda v: isinstance(v, (list, tuple)) and all(_real(x) and x > 0 for x in v), "a list of numbers > 0"),
+    **dict.fromkeys(
+        ("RANGES", "LU_RANGES"),
+        (lambda v: isinstance(v, (list, tuple)) and all(_pair(x) for x in v), "a list of [L, U] pairs, 0 < L <= U"),
+    ),
+}
+
+
+def _type_ok(value: Any, default: Any) -> bool:
+    """``value`` has the type of the notebook's ``default`` (an int passes for a float; None and non-literal
+    defaults accept anything)."""
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, float):
+        return _real(value)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default)) and not isinstance(value, bool)
+
+
+def check_values(values: dict, defaults: dict, where: str) -> None:
+    """Each of ``values`` by the rules a notebook applies: :data:`PARAMETER_RULES`, else its default's type (a
+    string must not be empty). The first bad one is a :class:`ConfigError` naming ``where`` and the parameter."""
+    for name, value in values.items():
+        default = defaults.get(name)
+        rule = PARAMETER_RULES.get(name)
+        if rule is not None:
+            ok, what = rule
+            if value is None and default is None or ok(value):
+                continue
+        else:
+            what = f"a {type(default).__name__} (as its default {default!r:.40})"
+            if _type_ok(value, default) and value != "":
+                continue
+        raise ConfigError(f"{where}: parameter {name} must be {what}, got {value!r:.80}")
+
+
+def parameter_defaults(nb: Path) -> dict:
+    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run; ``papermill
+    --help-notebook``), each with its literal default (None where the default is an expression, such as ``SMOKE``'s)."""
+    import ast
+
+    import papermill as pm
+
+    def literal(source: str):
+        try:
+            return ast.literal_eval(source)
+        except (ValueError, SyntaxError):
+            return None
+
+    return {name: literal(p["default"]) for name, p in pm.inspect_notebook(str(nb)).items()}
+
+
 class ParameterError(ConfigError):
     """A bad notebook parameter: IPython shows its one line, not a traceback through the library."""
 
@@ -160,11 +314,8 @@ class ParameterError(ConfigError):
 
 def check_parameters(nb: Notebook, namespace: dict) -> None:
     """The values in ``namespace`` of the parameters the notebook's file declares, by the rules a batch plan's
-    values meet (:func:`trgrpo.batch.check_parameters`), before smoke mode shrinks them. A copy of a notebook without
+    values meet (:func:`trgrpo.notebook.check_values`), before smoke mode shrinks them. A copy of a notebook without
     its file beside the project (a student's) is not checked."""
-    from trgrpo.batch import check_parameters as check
-    from trgrpo.batch import parameter_defaults
-
     folders = (nb.root / "notebooks", nb.root / "notebooks" / "solutions", Path.cwd())
     files = [f for f in (p / f"{nb.name}.ipynb" for p in folders) if f.is_file()]
     if not files:
@@ -183,7 +334,7 @@ def check_parameters(nb: Notebook, namespace: dict) -> None:
     if unknown:
         raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")
     try:
-        check({k: namespace[k] for k in defaults if k in namespace}, defaults, nb.name)
+        check_values({k: namespace[k] for k in defaults if k in namespace}, defaults, nb.name)
     except ConfigError as e:
         raise ParameterError(str(e)) from None
 
@@ -198,3 +349,24 @@ def setup(name: str, smoke: bool | None = None, *, root: str | os.PathLike | Non
     check_parameters(nb, sys._getframe(1).f_globals)  # the caller is the cell right after the parameters cell
     print(f"{name}: {'smoke mode (a fast pipeline check: its numbers mean nothing)' if nb.smoke else 'full mode'}")
     return nb
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None, *, digits: int | None = None) -> str:
+    """Render a list of dicts as a Markdown table (for notebooks, the README and issue notes); with ``digits``,
+    floats are rounded to that many decimals, None is '-' and booleans are 'yes' / 'no' (else each cell is ``str``)."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(rows[0])
+
+    def cell(v: Any) -> str:
+        if digits is None:
+            return str(v)
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        return f"{round(v, digits) + 0.0:.{digits}f}" if isinstance(v, float) else str(v)  # + 0.0: -0.0 is 0.0
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)

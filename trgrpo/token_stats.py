@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from trgrpo.tasks.common import TokenOccurrences, sample_token_probabilities
+from trgrpo.tasks.generation import TokenOccurrences, sample_token_probabilities
 
 CATEGORIES = ("operator", "bracket", "number", "name", "tag/format", "punctuation", "word", "other")
 _OPERATORS = set("+-*/=<>^%|&!~") | {"==", "!=", "<=", ">=", "->", "=>", "×", "÷", "±", "≤", "≥", "≠", "∧", "∨", "¬"}
@@ -243,7 +243,7 @@ def sample_occurrences(
     """
     import torch
 
-    from trgrpo.tasks.common import render_prompt
+    from trgrpo.tasks.generation import render_prompt
 
     k = samples_per_prompt
     if k < 1 or max_new_tokens < 1 or not temperature > 0:
@@ -304,11 +304,11 @@ def arith_token_histogram(
     max_new_tokens: int = 8,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """:func:`trgrpo.toy_controls.weight_shares` of a chat model's own sampled tokens (T = 1) on ``n_prompts``
+    """:func:`trgrpo.token_stats.weight_shares` of a chat model's own sampled tokens (T = 1) on ``n_prompts``
     training pairs of the addition task, before RL (notebook 03, Part B)."""
     from trgrpo.models import load_model_and_tokenizer
     from trgrpo.tasks import arith
-    from trgrpo.toy_controls import weight_shares
+    from trgrpo.token_stats import weight_shares
 
     model, tokenizer = load_model_and_tokenizer(model_name)
     prompts = [arith.arith_prompt(p) for p in arith.make_problems(n_prompts, seed=seed)]
@@ -405,3 +405,35 @@ def prompt_bootstrap(
             "n_prompts": n_prompts,
         }
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Task choice: how many sampled tokens the weight has to act on
+
+PROB_BINS = [i / 20 for i in range(21)]  # 0, 0.05, ..., 1
+WEIGHT_BINS = [1.0 + i * 0.02 for i in range(21)]  # L = 1 ... U = 1.4
+
+
+def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4, atol: float = 0.0) -> dict:
+    """Histograms of sampled-token probabilities and their Eq. 11 weights (paper defaults), and the shares of
+    tokens with w = L, L < w < U and w = U, within ``atol`` (the schema of ``results/toy/*/token_hist.json``)."""
+    import numpy as np
+    import torch
+
+    from trgrpo.weights import token_weights
+
+    p = np.asarray(probs, dtype=float)
+    w = token_weights(torch.tensor(p, dtype=torch.float64), "tr", lower=lower, upper=upper).numpy()
+    n = int(p.size)
+    at_lo = int((w <= lower + atol).sum())
+    at_hi = int((w >= upper - atol).sum())
+    return {
+        "bins": PROB_BINS,
+        "prob_counts": np.histogram(p, bins=PROB_BINS)[0].tolist(),
+        "weight_bins": WEIGHT_BINS,
+        "weight_counts": np.histogram(np.clip(w, lower, upper), bins=WEIGHT_BINS)[0].tolist(),
+        "share_at_lower": at_lo / n,
+        "share_between": (n - at_lo - at_hi) / n,
+        "share_at_upper": at_hi / n,
+        "n_tokens": n,
+    }

@@ -7,48 +7,18 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from typing import Any, Literal, Self, get_args
+from typing import Any, Literal, get_args
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, field_validator, model_validator
+
+from trgrpo.config import Checked
 
 TauMode = Literal["scale", "divide"]
 TAU_MODES = get_args(TauMode)
 RANDOM_RANGE = (0.5, 1.5)  # Table 4: "sampled uniformly from [0.5, 1.5]"
 _FLOAT32_MAX = 3.4028234663852886e38  # the weights are float32 tensors: a larger value becomes inf there
-
-
-def error_line(err: ValidationError, known: Any = ()) -> str:
-    """pydantic's first error as one line naming the field: ``steps must be a valid integer, got 'x'``; a rule
-    a model states itself (a ``ValueError`` in a validator) keeps its own words; an unknown field lists ``known``."""
-    e = err.errors(include_url=False)[0]
-    field = str(e["loc"][0]) if e["loc"] else "value"  # later parts name a member of a union or an index
-    if e["type"] == "value_error":
-        return str(e["ctx"]["error"])
-    if e["type"] == "extra_forbidden":
-        return f"{field} is not a known field; known: {sorted(known)}"
-    want = re.sub(r"^(Input|String|Value|Dictionary|List|Tuple) should (be )?", "", e["msg"])
-    return f"{field} must {'' if want.startswith('have') else 'be '}{want}, got {e['input']!r:.80}"
-
-
-class Checked(BaseModel):
-    """A pydantic model whose bad input is a ``ValueError`` of one line naming the field (:func:`error_line`):
-    strict types (no bool for a number, no ``"no"`` for a bool), no unknown field, finite floats."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, str_min_length=1)
-
-    def __init__(self, **fields: Any) -> None:
-        try:
-            super().__init__(**fields)
-        except ValidationError as e:
-            raise ValueError(error_line(e, type(self).model_fields)) from None
-
-    def replace(self, **fields: Any) -> Self:
-        """A copy with ``fields`` changed, validated (as ``dataclasses.replace``: every other field stays, a default
-        derived when the original was made too)."""
-        return type(self)(**{**self.model_dump(), **fields})
 
 
 class WeightParams(Checked):

@@ -1,6 +1,6 @@
 """The task registry: each module of this package registers its tasks (data, rewards, evaluation) under the names a
 run spec's ``task`` uses; :func:`get_task` and :func:`task_names` import them on first use. A task never builds a
-trainer: :func:`trgrpo.experiment.run` does.
+trainer: :func:`trgrpo.runs.experiment.run` does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from trgrpo.weights import Checked
+from trgrpo.config import Checked
 
 
 class TaskOptions(Checked):
@@ -22,7 +22,7 @@ class TaskOptions(Checked):
     the wrong type is refused when the spec is made; the task reads this model's values, so an absent option takes
     the default written here."""
 
-    max_prompt_tokens: int = 1024  # vLLM's prompt budget (trgrpo.experiment.vllm_max_model_length)
+    max_prompt_tokens: int = 1024  # vLLM's prompt budget (trgrpo.runs.spec.vllm_max_model_length)
     eval_batch_size: int | None = None  # None: the batch size of the task's evaluation function
 
     @field_validator("max_prompt_tokens", "eval_batch_size")

@@ -1,5 +1,5 @@
 """The toy's task, two-digit addition (notebook 03, Part A): data, prompts, rewards, generation and held-out
-accuracy, registered as the run tasks ``addition`` and ``addition_trace`` for :func:`trgrpo.experiment.run`.
+accuracy, registered as the run tasks ``addition`` and ``addition_trace`` for :func:`trgrpo.runs.experiment.run`.
 
 ``addition``: prompt ``"1 2 + 3 4 ="``, completion ``"4 6"``. ``addition_trace``: completion
 ``"2 + 4 = 6 ; 1 + 3 + 0 = 4 ; 4 6"``, a worked column sum (~19 tokens, mostly confident copies plus a few uncertain

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from trgrpo.tasks import Task, TaskOptions, register_task
-from trgrpo.tasks.common import completion_text, greedy_generate, render_prompt
+from trgrpo.tasks.generation import greedy_generate, render_prompt
+from trgrpo.tasks.rows import completion_text
 
 SYSTEM = "You are a calculator."
 DEFAULT_RANGE = (10, 49)  # two-digit operands: SmolLM2-135M gets about a third right at temperature 1

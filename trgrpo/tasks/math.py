@@ -20,18 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo.tasks import Task, TaskOptions, register_task
-from trgrpo.tasks.common import (
-    as_list,
-    completion_text,
-    first_present,
-    generate_completions,
-    greedy_generate,
-    load_from_hub,
-    mean_avg_at_k,
-    mean_pass_at_k,
-    read_table,
-)
+from trgrpo.tasks.generation import generate_completions, greedy_generate, mean_avg_at_k, mean_pass_at_k
 from trgrpo.tasks.math_verify import extract_boxed_answer, logger, start, verify
+from trgrpo.tasks.rows import as_list, completion_text, first_present, load_from_hub, read_table
 
 DEFAULT_TIMEOUT_S = 1.0  # CPU seconds of sympy's parse + verify per completion (its worker's own clock)
 MAX_NESTING = 10  # deeper {[( nesting scores 0: latex2sympy's ANTLR parser is exponential in brace depth

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from trgrpo.tasks import Task, TaskOptions, register_task
-from trgrpo.tasks.common import greedy_generate
+from trgrpo.tasks.generation import greedy_generate
 from trgrpo.tasks.search_data import (
     FLASHRAG_REPO,
     RETRIEVERS,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trgrpo.tasks.common import as_list, first_present, load_from_hub, read_table
+from trgrpo.tasks.rows import as_list, first_present, load_from_hub, read_table
 
 QUESTION_TYPES = ("one-hop", "two-hop", "comparison")
 # Table 3's seven QA sets: (column label, split). Search-R1 evaluates on the FlashRAG copies: the test split where

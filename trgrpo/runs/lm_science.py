@@ -2,23 +2,32 @@
 ``results/lm/<stage>/plan.yaml``: ``stage0`` (task calibration: a GRPO probe per candidate, then ``decision.json``) or
 ``grid`` (the plan's arms x seeds, seed-major) or ``leverage`` (the GRPO-vs-TR gradient measurement before and after a
 GRPO run, per-token samples beside the record). A restarted stage skips the records it has.
-``python -m trgrpo.lm_science {stage0,grid,leverage} PLAN``."""
+``trgrpo lm {stage0,grid,leverage} PLAN``."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 
 from trgrpo import theory
-from trgrpo.experiment import RESULTS_DIR, RunSpec, git_commit, git_dirty, read_record, run, write_json
+from trgrpo.files import RESULTS_DIR, git_commit, git_dirty, write_json
+from trgrpo.runs.experiment import run
+from trgrpo.runs.records import read_record
+from trgrpo.runs.spec import RunSpec
+from trgrpo.stats import to_numpy
 from trgrpo.tasks import arith, get_task
-from trgrpo.tasks.common import render_prompt, sample_token_probabilities
-from trgrpo.toy_controls import weight_shares
+from trgrpo.tasks.generation import render_prompt, sample_token_probabilities
+from trgrpo.theory import pad_token_id, sample_batch
+from trgrpo.token_stats import weight_shares
+from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
 
 def measure(model: Any, tokenizer: Any, problems: list[dict], m: dict) -> dict[str, Any]:
@@ -209,7 +218,7 @@ def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
 
 
 def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
-    """Per candidate without a record: :func:`theory.update_leverage` before and after the plan's GRPO run; the
+    """Per candidate without a record: :func:`update_leverage` before and after the plan's GRPO run; the
     per-token samples go to ``<group>/tokens-<id>.npz`` (keys ``before_*``, ``after_*``), the summary into the
     record. A candidate with ``task: addition`` is the toy: its seed's warm start and the toy controls' GRPO arm."""
     plan = yaml.safe_load(Path(plan_path).read_text())
@@ -221,7 +230,8 @@ def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> No
 
 
 def _toy_spec(plan: dict, cand: dict) -> RunSpec:
-    from trgrpo import toy, toy_controls
+    from trgrpo import toy
+    from trgrpo.runs import toy_controls
 
     seed = plan["probe"]["seed"]
     (base,) = [s for s in toy_controls.grid("controls", [seed]) if s["scheme"] == "equal"]
@@ -244,12 +254,12 @@ def _prompts(plan: dict, cand: dict, tokenizer: Any) -> tuple[list[str], Any]:
 
 
 def leverage_summary(sample: dict[str, np.ndarray], upper: float) -> dict[str, Any]:
-    """The shares below U (:func:`theory.leverage_shares`), the sampled accuracy and the gradient cosines (None without
-    a batch with a nonzero advantage) of one :func:`theory.update_leverage` sample."""
+    """The shares below U (:func:`leverage_shares`), the sampled accuracy and the gradient cosines (None without
+    a batch with a nonzero advantage) of one :func:`update_leverage` sample."""
     cos = sample["grad_cosine"]
     stat = {f"grad_cosine_{f}": float(getattr(np, f)(cos)) if cos.size else None for f in ("mean", "min", "max")}
     return {
-        **theory.leverage_shares(sample["prob"], sample["prob_sq_sum"], sample["weight"], upper),
+        **leverage_shares(sample["prob"], sample["prob_sq_sum"], sample["weight"], upper),
         "sampled_accuracy": float(sample["reward"].mean()),
         "n_completions": int(sample["reward"].size),
         "grad_batches": int(cos.size),
@@ -265,7 +275,7 @@ def _leverage_run(plan: dict, cand: dict, spec: RunSpec, results: Path) -> None:
     def measure_into(when: str) -> None:
         trainer = held["trainer"]
         texts, reward = _prompts(plan, cand, trainer.processing_class)
-        out = theory.update_leverage(
+        out = update_leverage(
             trainer.model,
             trainer.processing_class,
             texts,
@@ -310,7 +320,9 @@ def _fmt(m: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="The real-LM experiment, one stage from its committed plan")
+    ap = argparse.ArgumentParser(
+        prog="trgrpo lm", description="The real-LM experiment, one stage from its committed plan"
+    )
     ap.add_argument("stage", choices=["stage0", "grid", "leverage"])
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
@@ -321,3 +333,113 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def leverage_shares(probs, prob_sq_sum, weights, upper: float = 1.4, *, atol: float = 1e-6) -> dict[str, float]:
+    """Shares carried by the tokens whose weight is below U (w < U - atol): of the tokens, of sum(1 - p), and of the
+    exact logit-gradient norm sum ||e_k - pi|| = sum sqrt(1 - 2 p + ||pi||^2) (``prob_sq_sum`` = ||pi||^2)."""
+    p, sq, w = (np.asarray(to_numpy(x), float) for x in (probs, prob_sq_sum, weights))
+    below = w < upper - atol
+    logit = np.sqrt(np.clip(1.0 - 2.0 * p + sq, 0.0, None))
+    return {
+        "n_tokens": int(p.size),
+        "share_tokens_below_upper": float(below.mean()),
+        "share_one_minus_p_below_upper": float((1 - p)[below].sum() / (1 - p).sum()),
+        "share_logit_grad_norm_below_upper": float(logit[below].sum() / logit.sum()),
+    }
+
+
+def update_leverage(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    reward: Any,
+    *,
+    group_size: int = 8,
+    prompts_per_batch: int = 2,
+    grad_batches: int = 8,
+    max_new_tokens: int = 6,
+    temperature: float = 1.0,
+    seed: int = 0,
+    params: WeightParams | str = "tr",
+) -> dict[str, np.ndarray]:
+    """Sample ``group_size`` completions of each prompt (``texts``, rendered), ``prompts_per_batch`` prompts a batch
+    (one training step's rollouts), score them with ``reward(prompt_index, text)``. Returns per completion token
+    ``prob`` pi(o_t), ``prob_sq_sum`` ||pi||^2, ``weight`` (Eq. 11), ``advantage`` (Eq. 4), ``batch``, ``completion``;
+    per completion its ``reward``; and, for the first ``grad_batches`` batches with a nonzero advantage,
+    ``grad_cosine`` between the actual parameter gradients of the GRPO loss (w = 1) and the TR-GRPO loss (w of
+    Eq. 11) on the same rollouts (on-policy, surrogate placement, beta 0), ``grad_norm_grpo``, ``grad_norm_tr`` and
+    ``grad_batch``."""
+    from trgrpo.loss import group_advantages, tr_grpo_loss
+
+    wp = as_weight_params(params)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    names = ("prob", "prob_sq_sum", "weight", "advantage", "batch", "completion")
+    tokens: dict[str, list] = {k: [] for k in names}
+    grads: dict[str, list] = {k: [] for k in ("grad_cosine", "grad_norm_grpo", "grad_norm_tr", "grad_batch", "reward")}
+    gen = torch.Generator().manual_seed(seed)
+    theta = [p for p in model.parameters() if p.requires_grad]
+    was_training = model.training
+    model.eval()
+    try:
+        for b, start in enumerate(range(0, len(texts), prompts_per_batch)):
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+            chunk = list(texts[start : start + prompts_per_batch])
+            enc, seqs = sample_batch(
+                model,
+                tokenizer,
+                chunk,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                num_return_sequences=group_size,
+            )
+            s = enc["input_ids"].shape[1]
+            comp = seqs[:, s:]
+            pad, is_eos = pad_token_id(tokenizer), comp == tokenizer.eos_token_id
+            mask = ((is_eos.cumsum(1) - is_eos.long()) == 0) & ((comp != pad) | is_eos)  # up to the first EOS
+            attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), mask.long()], dim=1)
+            decoded = tokenizer.batch_decode(torch.where(mask, comp, pad), skip_special_tokens=True)
+            rewards = torch.tensor(
+                [reward(start + i // group_size, t) for i, t in enumerate(decoded)], dtype=torch.float32
+            )
+            adv = group_advantages(rewards, group_size)
+            grads["reward"].extend(rewards.tolist())
+            want_grad = len(grads["grad_batch"]) < grad_batches and bool((adv != 0).any())
+            with torch.set_grad_enabled(want_grad):
+                logits = model(input_ids=seqs, attention_mask=attn).logits[:, s - 1 : -1].float() / temperature
+                logp_all = torch.log_softmax(logits, dim=-1)
+                logp = logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+            with torch.no_grad():
+                p = logp.exp()
+                sq = logp_all.exp().square().sum(-1)
+                w = token_weights(p.clamp(0, 1), **vars(wp.replace(scheme="tr")))
+            sel = mask.bool()
+            rows = torch.arange(comp.shape[0]).unsqueeze(1).expand_as(comp)
+            for k, v in zip(
+                names, (p, sq, w, adv.unsqueeze(1).expand_as(comp), torch.full_like(comp, b), rows + start * group_size)
+            ):
+                tokens[k].append(v[sel].detach().numpy())
+            if want_grad:
+                fm = mask.float()
+                g = [
+                    torch.autograd.grad(
+                        tr_grpo_loss(logp, None, adv, fm, wt, placement="surrogate").loss,
+                        theta,
+                        retain_graph=True,
+                        allow_unused=True,
+                    )
+                    for wt in (torch.ones_like(p), w)
+                ]
+                dot = sum(float((x.double() * y.double()).sum()) for x, y in zip(*g) if x is not None)
+                n0, n1 = (math.sqrt(sum(float(x.double().square().sum()) for x in gi if x is not None)) for gi in g)
+                grads["grad_cosine"].append(dot / (n0 * n1))
+                grads["grad_norm_grpo"].append(n0)
+                grads["grad_norm_tr"].append(n1)
+                grads["grad_batch"].append(b)
+                del g, logits, logp_all
+    finally:
+        model.train(was_training)
+    out = {k: np.concatenate(v) for k, v in tokens.items()}
+    out.update({k: np.asarray(v) for k, v in grads.items()})
+    return out

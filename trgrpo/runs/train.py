@@ -1,9 +1,9 @@
-"""``python -m trgrpo.train --config experiments/<name>.yaml [--set key=value ...]``: train and evaluate the runs of a
-YAML file, one run spec (:class:`trgrpo.experiment.RunSpec` fields) or ``base`` + a ``grid`` of overrides.
+"""``trgrpo train --config experiments/<name>.yaml [--set key=value ...]``: train and evaluate the runs of a
+YAML file, one run spec (:class:`trgrpo.runs.spec.RunSpec` fields) or ``base`` + a ``grid`` of overrides.
 
 One spec trains in this process; several specs, or ``--gpus N``, start one process per spec
-(:func:`trgrpo.fullscale.launch`). Existing results are skipped unless ``--force`` (re-run from scratch); a run with
-a checkpoint resumes. ``--print-config`` prints the batch layout without loading a model."""
+(:func:`trgrpo.runs.fullscale.launch`). Existing results are skipped unless ``--force`` (re-run from scratch); a run
+with a checkpoint resumes. ``--print-config`` prints the batch layout without loading a model."""
 
 from __future__ import annotations
 
@@ -14,26 +14,18 @@ import os
 import sys
 from pathlib import Path
 
-from trgrpo import fullscale
-from trgrpo.experiment import (
-    RESULTS_DIR,
-    ConfigError,
-    DiskFull,
-    RecordError,
-    RunSpec,
-    env_world_size,
-    load_specs,
-    parse_overrides,
-    train_config_summary,
-)
-from trgrpo.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
+from trgrpo.config import ConfigError
+from trgrpo.files import RESULTS_DIR
+from trgrpo.runs import fullscale
+from trgrpo.runs.checkpoints import DiskFull
+from trgrpo.runs.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
+from trgrpo.runs.records import RecordError
+from trgrpo.runs.spec import RunSpec, env_world_size, load_specs, parse_overrides, train_config_summary
 from trgrpo.tasks import get_task
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m trgrpo.train", description="Train and evaluate TR-GRPO runs from a YAML spec"
-    )
+    ap = argparse.ArgumentParser(prog="trgrpo train", description="Train and evaluate TR-GRPO runs from a YAML spec")
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override spec fields")
     ap.add_argument(
@@ -133,7 +125,7 @@ def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str |
         if len(specs) > 1:
             return None, (
                 f"{len(specs)} specs under a launcher (WORLD_SIZE={os.environ['WORLD_SIZE']}), one per launch: "
-                "`python -m trgrpo.train --config FILE --gpus N` launches each spec on N GPUs"
+                "`trgrpo train --config FILE --gpus N` launches each spec on N GPUs"
             )
         return None, None
     if gpus is not None and not 1 <= gpus <= visible:
@@ -147,7 +139,3 @@ def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str |
     if len(specs) == 1 and (gpus or visible) == visible and visible <= 1:
         return None, None
     return (visible if gpus is None else gpus), None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

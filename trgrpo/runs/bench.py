@@ -1,4 +1,4 @@
-"""What TR-GRPO costs against GRPO (paper App. C.2, Table 8): ``python -m trgrpo.bench``.
+"""What TR-GRPO costs against GRPO (paper App. C.2, Table 8): ``trgrpo bench``.
 
 Part 1 (``step``) times a training step of TRGRPOTrainer against TRL's GRPOTrainer phase by phase, each (variant,
 repeat) a fresh subprocess in alternating order, learning_rate=0 so every variant sees the same rollouts. Part 2
@@ -14,7 +14,6 @@ import multiprocessing
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -23,11 +22,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from trgrpo import experiment
-from trgrpo.experiment import write_json
-from trgrpo.weights import Checked
+from trgrpo import files
+from trgrpo.config import Checked
+from trgrpo.files import write_json
 
-RESULTS_DIR = experiment.RESULTS_DIR / "bench"  # TRGRPO_RESULTS moves it with the rest
+RESULTS_DIR = files.RESULTS_DIR / "bench"  # TRGRPO_RESULTS moves it with the rest
 SCHEMA_VERSION = 1
 
 # variant -> (its label, TR-GRPO's (weight_scheme, weight_placement)); None: TRL's GRPO (its trainer, or its loss's
@@ -94,9 +93,9 @@ def _record(benchmark: str, cfg: Any, t0: float) -> dict[str, Any]:
     return {
         "benchmark": benchmark,
         "schema": SCHEMA_VERSION,
-        "machine": {**experiment.machine_info(), "load_average": [round(x, 2) for x in os.getloadavg()]},
-        "versions": experiment.package_versions(),
-        "git_commit": experiment.git_commit(),
+        "machine": {**files.machine_info(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "versions": files.package_versions(),
+        "git_commit": files.git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": cfg.model_dump(),
         "runtime_s": time.perf_counter() - t0,
@@ -526,8 +525,8 @@ def run_loss_bench(cfg: LossBenchConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trgrpo.bench``: parts 1 and 2, the records to ``--out``."""
-    ap = argparse.ArgumentParser(prog="python -m trgrpo.bench", description=__doc__.split("\n\n")[0])
+    """``trgrpo bench``: parts 1 and 2, the records to ``--out``."""
+    ap = argparse.ArgumentParser(prog="trgrpo bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", choices=("step", "loss"), default=["step", "loss"])
     ap.add_argument("--repeats", type=int, help="step benchmark repeats per variant")
     ap.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), help="step variants")
@@ -543,7 +542,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {write_json(out / 'loss.json', rec)} ({rec['runtime_s']:.0f} s)")
     print("`make docs` renders results/bench/table.md and the README's cost table from the records")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

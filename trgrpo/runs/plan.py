@@ -1,4 +1,4 @@
-"""``python -m trgrpo.plan PLAN --gpus N --gpu-mem-gb M``: per run of a batch plan or spec file, peak memory per
+"""``trgrpo plan PLAN --gpus N --gpu-mem-gb M``: per run of a batch plan or spec file, peak memory per
 GPU by component, hours and checkpoint size, from the model's shape and the stated :class:`Assumptions`
 (estimates; ``make gpu-check`` measures them). Exit 0 when every run fits, else 1 with the settings to change."""
 
@@ -14,18 +14,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo.batch import load_plan, parameter_defaults
-from trgrpo.experiment import (
-    ROOT,
-    ConfigError,
-    RunSpec,
-    batch_layout,
-    load_specs,
-    parse_overrides,
-    read_config,
-    vllm_max_model_length,
-)
-from trgrpo.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
+from trgrpo.config import ConfigError
+from trgrpo.files import ROOT
+from trgrpo.notebook import parameter_defaults
+from trgrpo.runs.batch import load_plan
+from trgrpo.runs.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
+from trgrpo.runs.spec import RunSpec, batch_layout, load_specs, parse_overrides, read_config, vllm_max_model_length
 from trgrpo.tasks import get_task
 
 GB = 1e9
@@ -209,7 +203,7 @@ def too_long(rows: list[dict], machine: str) -> str | None:
     if long is None or long["hours"] <= MAX_RUN_HOURS:
         return None
     return (
-        f"{long['name']}: estimated {long['hours']:,.0f} h on {machine} (python -m trgrpo.plan), far beyond any plan "
+        f"{long['name']}: estimated {long['hours']:,.0f} h on {machine} (trgrpo plan), far beyond any plan "
         f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / n_eval / max_completion_length, or pass --allow-long"
     )
 
@@ -400,16 +394,14 @@ def readme_rows() -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m trgrpo.plan", description="Estimate peak GPU memory and hours of a plan's runs"
-    )
+    ap = argparse.ArgumentParser(prog="trgrpo plan", description="Estimate peak GPU memory and hours of a plan's runs")
     ap.add_argument("plan", help="experiments/<name>.yaml (batch plan or training spec file)")
     ap.add_argument("--gpus", type=int, required=True)
     ap.add_argument("--gpu-mem-gb", type=float, required=True)
     ap.add_argument("--gpu-type", default=None, choices=sorted(GPUS), help="default: H200 above 100 GB, else H100")
     ap.add_argument("--zero", type=int, choices=(2, 3), default=None, help="ZeRO stage (default: the plan's)")
     ap.add_argument("--json", action="store_true", help="print the estimates as JSON")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="as trgrpo.batch --set")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="as trgrpo.runs.batch --set")
     ap.add_argument("--allow-long", action="store_true", help=f"plan runs estimated over {MAX_RUN_HOURS:g} h each")
     args = ap.parse_args(argv)
     try:
@@ -439,7 +431,3 @@ def main(argv: list[str] | None = None) -> int:
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from trgrpo import experiment
-from trgrpo.experiment import RESULTS_DIR, ROOT, RUNS_DIR, RunSpec, read_record, run_name
+from trgrpo import files
+from trgrpo.files import RESULTS_DIR, ROOT, RUNS_DIR
+from trgrpo.runs import checkpoints, experiment
+from trgrpo.runs.records import read_record, run_name
+from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks.kk import KK_PAPER_DATA
 
 # A model of at least this many parameters is a full-scale run: without CUDA it is refused, never trained on a CPU.
@@ -233,7 +236,7 @@ def refuse_without_cuda(specs: list[RunSpec]) -> str | None:
         return None
     return (
         f"{big.name}: {short_model_name(big.model)} is a full-scale model and {problem}; "
-        "on a CPU run smoke mode instead: python -m trgrpo.batch experiments/smoke.yaml"
+        "on a CPU run smoke mode instead: trgrpo batch experiments/smoke.yaml"
     )
 
 
@@ -252,7 +255,7 @@ def task_module(task: str) -> str | None:
 
 
 def write_specs(specs: list[RunSpec], path: Path) -> Path:
-    """A YAML file that ``python -m trgrpo.train --config`` reads (base + grid, and the task modules to import: a
+    """A YAML file that ``trgrpo train --config`` reads (base + grid, and the task modules to import: a
     module of a .py file is copied beside it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     grid = [s.model_dump() for s in specs]
@@ -279,8 +282,8 @@ def run_command(
     keep_checkpoints: bool = True,
 ) -> list[str]:
     """The command that trains one spec file in its own process: ``accelerate launch`` with the DeepSpeed config
-    (``gpus > 1``), ``torchrun`` on CPU (``cpu_processes > 1``, tests), else ``python -m trgrpo.train``."""
-    train = ["-m", "trgrpo.train", "--config", str(Path(spec_file).resolve())]
+    (``gpus > 1``), ``torchrun`` on CPU (``cpu_processes > 1``, tests), else ``trgrpo train``."""
+    train = ["-m", "trgrpo", "train", "--config", str(Path(spec_file).resolve())]
     train += ["--results", str(Path(results_dir).resolve())]
     train += (["--force"] if force else []) + ([] if keep_checkpoints else ["--no-keep-checkpoints"])
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
@@ -311,7 +314,7 @@ def child_env(gpus: int = 0) -> dict:
     """The environment of a run's process: this one's, with the checkpoint folder, the repository on PYTHONPATH and,
     for a one-GPU run on a machine with several, only the first GPU visible."""
     env = dict(os.environ)
-    env["TRGRPO_CHECKPOINTS"] = str(Path(experiment.CHECKPOINT_DIR).resolve())
+    env["TRGRPO_CHECKPOINTS"] = str(Path(files.CHECKPOINT_DIR).resolve())
     if gpus == 1 and n_devices() > 1:
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
@@ -319,9 +322,9 @@ def child_env(gpus: int = 0) -> dict:
 
 
 def launch_engine(gpus: int, cpu_processes: int, accelerate_config: str, isolate: bool) -> dict:
-    """The engine (:func:`trgrpo.experiment.engine`) the runs of :func:`launch` train on."""
+    """The engine (:func:`trgrpo.runs.checkpoints.engine`) the runs of :func:`launch` train on."""
     if not isolate:
-        return experiment.engine()
+        return checkpoints.engine()
     if gpus > 1:
         cfg = yaml.safe_load(_accelerate_config_path(accelerate_config).read_text())
         stage = (
@@ -357,9 +360,9 @@ def launch(
     if not force:  # a record or checkpoints of another spec or engine under a run's name: refused before any starts
         for s, path in zip(specs, records):
             if path.exists():
-                experiment.refuse_another_run(read_record(path), s, run_engine, path)
+                checkpoints.refuse_another_run(read_record(path), s, run_engine, path)
             else:
-                experiment.check_run_folders(s, run_engine)
+                checkpoints.check_run_folders(s, run_engine)
     where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []

@@ -13,13 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trgrpo import lm_science, paper, theory
-from trgrpo.experiment import RecordError, read_json, run_records
+from trgrpo import paper, theory
+from trgrpo.arms import label
 from trgrpo.models import display_name
-from trgrpo.stats import family_alpha, final_metric, group_by, holm, mean_std, min_detectable_effect, paired_t
-from trgrpo.tables import label, num, primary_metric, scale_label, variant
-from trgrpo.toy import load_runs, run_label
-from trgrpo.toy_controls import ARMS, EVAL_STEPS
+from trgrpo.reports.metrics import final_metric, group_by
+from trgrpo.reports.tables import num, primary_metric, scale_label, variant
+from trgrpo.runs import lm_science
+from trgrpo.runs.records import RecordError, read_json, run_records
+from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
+from trgrpo.runs.toy_grid import load_runs, run_label
+from trgrpo.stats import family_alpha, holm, mean_std, min_detectable_effect, paired_t
 from trgrpo.weights import DEFAULTS
 
 NOT_RUN = "not run yet"
@@ -103,7 +106,7 @@ class Claim:
 
 
 def _records(folder: Path) -> list[dict]:
-    """The run records anywhere under ``folder`` (:func:`trgrpo.experiment.run_records`)."""
+    """The run records anywhere under ``folder`` (:func:`trgrpo.runs.records.run_records`)."""
     return list(run_records(folder).values())
 
 
@@ -126,7 +129,7 @@ def _not_run(claim: Claim, what: str) -> dict:
 
 
 def _toy_scale(records: list[dict]) -> str:
-    """:func:`~trgrpo.tables.scale_label` ("—" for none), with the warm starts of all the runs' seeds (one each)
+    """:func:`~trgrpo.reports.tables.scale_label` ("—" for none), with the warm starts of all the runs' seeds (one each)
     instead of the first record's."""
     if not records:
         return "—"
@@ -328,7 +331,7 @@ TR_ARM = "tr-surrogate"
 def table4(claim: Claim, root: Path) -> list[dict] | dict:
     metrics = toy_metrics(root, "toy/controls")
     if not metrics:
-        return _not_run(claim, "python -m trgrpo.toy_controls run controls writes results/toy/controls/")
+        return _not_run(claim, "trgrpo toy run controls writes results/toy/controls/")
     if TR_ARM not in metrics:
         return _not_run(claim, f"no {TR_ARM} runs in results/toy/controls/")
     parts = [(n, f"{TR_ARM} − {a}", TR_ARM, a, paper_effect("tr", s)) for n, a, s in TABLE4_PARTS if a in metrics]
@@ -341,7 +344,7 @@ def table7(claim: Claim, root: Path) -> list[dict] | dict:
     """Each tau of the toy sweep minus GRPO on the same seeds, judged against Table 7's own tau - GRPO."""
     arms = _tau_arms(root)
     if not arms:
-        return _not_run(claim, "python -m trgrpo.toy_controls run tau writes results/toy/tau/")
+        return _not_run(claim, "trgrpo toy run tau writes results/toy/tau/")
     taus = sorted((_tau_of(a), a) for a in arms if a != "equal")
     parts = [(f"τ = {t:g} > GRPO", f"τ = {t:g} − GRPO", a, "equal", paper_effect(f"tau{t:g}")) for t, a in taus]
     return _toy_parts(claim, root, "toy/tau", arms, parts)
@@ -368,7 +371,7 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
 
 
 def table8(claim: Claim, root: Path) -> dict:
-    """``make bench``'s step record, as :func:`trgrpo.bench.aggregate_step_runs` stored it: TR-GRPO's own work
+    """``make bench``'s step record, as :func:`trgrpo.runs.bench.aggregate_step_runs` stored it: TR-GRPO's own work
     (its loss head minus GRPO's, process CPU) as a share of GRPO's step, and the paired step and memory ratios."""
     rec = read_json(root / "bench" / "step.json", "bench_step")
     if rec is None:
@@ -511,7 +514,7 @@ LEVERAGE_RUNS = {"add2": "SmolLM2-135M-Instruct, two-digit addition", "toy": "th
 
 
 def stage0_checks(results_dir: Path | str) -> list[dict] | None:
-    """Stage 0's decision with the plan's rule clause by clause (:func:`trgrpo.lm_science.rule_checks`) per
+    """Stage 0's decision with the plan's rule clause by clause (:func:`trgrpo.runs.lm_science.rule_checks`) per
     candidate: ``[{"id", "accepted", "checks": [...]}]``; None without the records."""
     root = Path(results_dir) / "lm" / "stage0"
     decision, plan = read_json(root / "decision.json"), (root / "plan.yaml")
@@ -600,7 +603,7 @@ def power_sizing(results_dir: Path | str) -> dict:
 
 
 _NB01 = "papermill notebooks/01_gradient_norm_theorem.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct -p N_PROMPTS 64"
-_BATCH = "python -m trgrpo.batch experiments/"
+_BATCH = "trgrpo batch experiments/"
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "Theorem 3.1",

@@ -1,6 +1,6 @@
 """The toy controls (notebook 03, Part A; Section 4.3, Tables 4 and 7): the task, the metric and the grids
 (:data:`GRIDS`: ``controls`` = :data:`ARMS` paired by seed; ``kl`` = Reading 3 of docs/design.md; ``tau`` = Table 7),
-all fixed before any run, and ``python -m trgrpo.toy_controls run <grid>``."""
+all fixed before any run, and ``trgrpo toy run <grid>``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo import toy
-from trgrpo.experiment import git_commit, git_dirty, run_name, write_result
+from trgrpo.files import git_commit, git_dirty
+from trgrpo.runs import toy_grid
+from trgrpo.runs.records import run_name, write_result
 from trgrpo.tasks import addition
+from trgrpo.token_stats import weight_shares
 
 TASK = "addition"
 CONTROLS_GROUP = "toy/controls"
@@ -28,7 +31,7 @@ PRIMARY_METRIC = (
     "(400 test items each, same items for every run)"
 )
 
-# arm label (trgrpo.toy.run_label) -> toy_spec settings
+# arm label (trgrpo.runs.toy_grid.run_label) -> toy_spec settings
 ARMS: dict[str, dict] = {
     "equal": dict(scheme="equal"),
     "tr-surrogate": dict(scheme="tr", placement="surrogate"),
@@ -59,7 +62,8 @@ GRIDS: dict[str, tuple[str, Sequence[int], list[tuple[str, dict]]]] = {
 
 
 def grid(name: str, seeds: Sequence[int] | None = None) -> list[dict]:
-    """The :func:`trgrpo.toy.toy_spec` dicts of a grid of :data:`GRIDS` (on ``seeds``, default the grid's own)."""
+    """The :func:`trgrpo.runs.toy_grid.toy_spec` dicts of a grid of :data:`GRIDS` (on ``seeds``, default the grid's
+    own)."""
     group, default_seeds, variants = GRIDS[name]
     variants = variants or [(arm, {}) for arm in ARMS]
     fixed = dict(task=TASK, group=group, steps=STEPS, n_eval=N_EVAL)
@@ -69,40 +73,8 @@ def grid(name: str, seeds: Sequence[int] | None = None) -> list[dict]:
             if "kl_weighting" in extra:  # the run label does not carry the KL settings: the name does
                 label = f"{arm}-kl{extra['kl_weighting']}-beta{extra['beta']:g}"
                 extra = {**extra, "name": run_name(TASK, "micro", label, seed)}
-            specs.append(toy.toy_spec(seed=seed, **fixed, **ARMS[arm], **extra))
+            specs.append(toy_grid.toy_spec(seed=seed, **fixed, **ARMS[arm], **extra))
     return specs
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Task choice: how many sampled tokens the weight has to act on
-
-PROB_BINS = [i / 20 for i in range(21)]  # 0, 0.05, ..., 1
-WEIGHT_BINS = [1.0 + i * 0.02 for i in range(21)]  # L = 1 ... U = 1.4
-
-
-def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4, atol: float = 0.0) -> dict:
-    """Histograms of sampled-token probabilities and their Eq. 11 weights (paper defaults), and the shares of
-    tokens with w = L, L < w < U and w = U, within ``atol`` (the schema of ``results/toy/*/token_hist.json``)."""
-    import numpy as np
-    import torch
-
-    from trgrpo.weights import token_weights
-
-    p = np.asarray(probs, dtype=float)
-    w = token_weights(torch.tensor(p, dtype=torch.float64), "tr", lower=lower, upper=upper).numpy()
-    n = int(p.size)
-    at_lo = int((w <= lower + atol).sum())
-    at_hi = int((w >= upper - atol).sum())
-    return {
-        "bins": PROB_BINS,
-        "prob_counts": np.histogram(p, bins=PROB_BINS)[0].tolist(),
-        "weight_bins": WEIGHT_BINS,
-        "weight_counts": np.histogram(np.clip(w, lower, upper), bins=WEIGHT_BINS)[0].tolist(),
-        "share_at_lower": at_lo / n,
-        "share_between": (n - at_lo - at_hi) / n,
-        "share_at_upper": at_hi / n,
-        "n_tokens": n,
-    }
 
 
 def token_histogram(
@@ -165,7 +137,7 @@ def task_choice(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m trgrpo.toy_controls", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="trgrpo toy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a grid (resumable, seed by seed)")
     r.add_argument("grid", choices=sorted(GRIDS))
@@ -178,16 +150,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("the tree has uncommitted changes: commit first (or pass --allow-dirty)")
     if a.cmd == "run":
         kw = dict(eval_every=EVAL_EVERY, threads=1, progress=False, eval_sampled=False)
-        print(json.dumps(toy.run_grid(grid(a.grid), results_dir=a.results_dir, **kw)))
+        print(json.dumps(toy_grid.run_grid(grid(a.grid), results_dir=a.results_dir, **kw)))
         return
     toy.quiet()
-    toy.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
+    toy_grid.token_grad_analysis(TASK, 0, n_prompts=128, group=CONTROLS_GROUP)  # Theorem 3.1 on the warm start
     for t, hst in task_choice()["candidates"].items():
         print(
             f"{t}: {hst['n_tokens']} tokens, at L {hst['share_at_lower']:.3f}, between "
             f"{hst['share_between']:.3f}, at U {hst['share_at_upper']:.3f}"
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,18 +1,20 @@
-"""``python -m trgrpo.batch experiments/<name>.yaml``: execute the notebooks a plan lists (``name``, ``smoke``,
+"""``trgrpo batch experiments/<name>.yaml``: execute the notebooks a plan lists (``name``, ``smoke``,
 ``notebooks: [{notebook, parameters, smoke}]``) with papermill into ``runs/<name>/``, past failures, with a summary."""
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from trgrpo.experiment import ROOT, RUNS_DIR, ConfigError, check_folder_name, parse_overrides, read_config, write_json
+from trgrpo.config import ConfigError
+from trgrpo.files import ROOT, RUNS_DIR, write_json
+from trgrpo.notebook import check_values, parameter_defaults
+from trgrpo.runs.records import check_folder_name
+from trgrpo.runs.spec import parse_overrides, read_config
 
 if TYPE_CHECKING:
     from traitlets.config import Config
@@ -84,161 +86,8 @@ def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[di
     return rows
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Parameter values: one set of rules for a batch plan (checked at load) and a notebook's own first cell (notebook.setup)
-
-_MAX_SEED = 2**32  # numpy's and torch's seed range
-
-
-def _real(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _int(v: Any, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v < _MAX_SEED
-
-
-def _ints(v: Any, low: int) -> bool:
-    return isinstance(v, (list, tuple)) and len(v) > 0 and all(_int(x, low) for x in v)
-
-
-def _pair(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_real(x) and x > 0 for x in v) and v[0] <= v[1]
-
-
-_COUNT = (lambda v: _int(v, 1), "an integer >= 1")
-_INDEX = (lambda v: _int(v, 0), "an integer >= 0 (below 2**32)")
-_POSITIVE = (lambda v: _real(v) and v > 0, "a finite number > 0")
-_NONNEGATIVE = (lambda v: _real(v) and v >= 0, "a finite number >= 0")
-_FRACTION = (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]")
-_NAMES = (
-    lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, str) and x for x in v),
-    "a non-empty list of names",
-)
-# name -> (test, what it must be); a parameter without a rule must have its default's type. None passes where the
-# notebook's default is None (it means "the default of the run").
-PARAMETER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **dict.fromkeys(
-        (
-            "STEPS",
-            "PROMPTS_PER_STEP",
-            "GROUP_SIZE",
-            "G",
-            "MICRO_BATCH_SIZE",
-            "MAX_COMPLETION_LENGTH",
-            "MAX_EVAL_TOKENS",
-            "MAX_NEW_TOKENS",
-            "N_TRAIN",
-            "N_EVAL",
-            "N_EVAL_PER_SIZE",
-            "SAMPLED_K",
-            "NUM_GENERATIONS",
-            "MAX_TOOL_CALLS",
-            "TOP_K",
-            "WARM_START_BATCH",
-            "N_PROMPTS",
-            "N_KK_PROMPTS",
-            "N_MATH_PROMPTS",
-            "SAMPLES_PER_PROMPT",
-            "MIN_COUNT",
-            "N_BOOT",
-            "N_DISTRIBUTIONS",
-            "LAST_K_BLOCKS",
-            "INNER_STEPS",
-            "LM_STEPS",
-            "LOPTI_STEPS",
-            "N_TOKENS",
-            "N_SPEARMAN",
-            "N_DIRICHLET",
-            "N_BOUNDS",
-            "V_LARGE",
-            "N_PEOPLE",
-            "GPUS",
-        ),
-        _COUNT,
-    ),
-    **dict.fromkeys(("SEED", "CORPUS_SEED", "LOPTI_SEED", "THREADS", "EVAL_EVERY"), _INDEX),
-    "SEEDS": (lambda v: _ints(v, 0), "a non-empty list of integers >= 0 (below 2**32)"),
-    "SCHEMES": _NAMES,
-    "EVAL_SETS": _NAMES,
-    "WARM_START_STEPS": (lambda v: _int(v, 0) or _ints(v, 0), "an integer >= 0 or a list of them (phases)"),
-    "WARM_START_LR": (
-        lambda v: (_real(v) and v > 0) or (isinstance(v, list) and v and all(_real(x) and x > 0 for x in v)),
-        "a number > 0 or a list of them (phases)",
-    ),
-    **dict.fromkeys(("VLLM_GPU_MEMORY", "END_SHARE", "WARM_THRESHOLD"), _FRACTION),
-    **dict.fromkeys(
-        ("TEMPERATURE", "LEARNING_RATE", "GPU_MEM_GB", "INNER_LR", "TAU", "ALPHA", "DIRICHLET_A", "LOWER", "UPPER"),
-        _POSITIVE,
-    ),
-    **dict.fromkeys(("BETA", "EPS_LOW", "EPS_HIGH"), _NONNEGATIVE),
-    **dict.fromkeys(
-        ("KK_TRAIN_PATH", "KK_EVAL_PATH"),
-        (
-            lambda v: (
-                (isinstance(v, str) and v != "")
-                or (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))
-            ),
-            '"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them',
-        ),
-    ),
-    "TAUS": (lambda v: isinstance(v, (list, tuple)) and all(_real(x) and x > 0 for x in v), "a list of numbers > 0"),
-    **dict.fromkeys(
-        ("RANGES", "LU_RANGES"),
-        (lambda v: isinstance(v, (list, tuple)) and all(_pair(x) for x in v), "a list of [L, U] pairs, 0 < L <= U"),
-    ),
-}
-
-
-def _type_ok(value: Any, default: Any) -> bool:
-    """``value`` has the type of the notebook's ``default`` (an int passes for a float; None and non-literal
-    defaults accept anything)."""
-    if default is None:
-        return True
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, float):
-        return _real(value)
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple))
-    return isinstance(value, type(default)) and not isinstance(value, bool)
-
-
-def check_parameters(values: dict, defaults: dict, where: str) -> None:
-    """Each of ``values`` by the rules a notebook applies: :data:`PARAMETER_RULES`, else its default's type (a
-    string must not be empty). The first bad one is a :class:`ConfigError` naming ``where`` and the parameter."""
-    for name, value in values.items():
-        default = defaults.get(name)
-        rule = PARAMETER_RULES.get(name)
-        if rule is not None:
-            ok, what = rule
-            if value is None and default is None or ok(value):
-                continue
-        else:
-            what = f"a {type(default).__name__} (as its default {default!r:.40})"
-            if _type_ok(value, default) and value != "":
-                continue
-        raise ConfigError(f"{where}: parameter {name} must be {what}, got {value!r:.80}")
-
-
 PLAN_KEYS = ("name", "smoke", "notebooks")
 ENTRY_KEYS = ("notebook", "smoke", "parameters")
-
-
-def parameter_defaults(nb: Path) -> dict:
-    """The parameters papermill reads in the notebook's cell tagged ``parameters`` (never run; ``papermill
-    --help-notebook``), each with its literal default (None where the default is an expression, such as ``SMOKE``'s)."""
-    import ast
-
-    import papermill as pm
-
-    def literal(source: str):
-        try:
-            return ast.literal_eval(source)
-        except (ValueError, SyntaxError):
-            return None
-
-    return {name: literal(p["default"]) for name, p in pm.inspect_notebook(str(nb)).items()}
 
 
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
@@ -281,9 +130,9 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
         bad = sorted(set(params) - set(known) - {"SMOKE"})
         if bad:
             raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
-        check_parameters(params, known, f"{where}.parameters")
+        check_values(params, known, f"{where}.parameters")
         mine = {k: v for k, v in overrides.items() if k in known}
-        check_parameters(mine, known, f"{path}: --set")
+        check_values(mine, known, f"{path}: --set")
         declared |= set(known)
         plan.append((nb, smoke, {**params, **mine}))
     bad = sorted(set(overrides) - declared - {"SMOKE"})
@@ -293,9 +142,7 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m trgrpo.batch", description="Execute notebooks with papermill into runs/<name>/"
-    )
+    ap = argparse.ArgumentParser(prog="trgrpo batch", description="Execute notebooks with papermill into runs/<name>/")
     ap.add_argument("config", help="YAML file listing notebooks and parameters")
     ap.add_argument("--smoke", action="store_true", help="force smoke mode for every notebook")
     ap.add_argument("--runs", default=str(RUNS_DIR), help="default: $TRGRPO_RUNS or runs/")
@@ -312,7 +159,3 @@ def main(argv: list[str] | None = None) -> int:
         plan = [(nb, True, p) for nb, _, p in plan]
     rows = run_notebooks(plan, Path(args.runs) / name)
     return 0 if all(r["ok"] for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,40 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo import paper, stats
-from trgrpo import toy_controls as tc
-from trgrpo.experiment import write_result
-from trgrpo.fullscale import short_model_name
+from trgrpo.arms import label
 from trgrpo.models import display_name
-from trgrpo.toy import load_runs, run_label
+from trgrpo.reports import metrics
+from trgrpo.runs import toy_controls as tc
+from trgrpo.runs.fullscale import short_model_name
+from trgrpo.runs.records import write_result
+from trgrpo.runs.toy_grid import load_runs, run_label
 from trgrpo.weights import DEFAULTS
 
 NO_RUN = "no run"
-
-# Display names: record["scheme"], the toy arms (trgrpo.toy.run_label), the LM arms, the KL weightings
-LABELS = {
-    "equal": "GRPO",
-    "grpo": "GRPO",
-    "tr": "TR-GRPO",
-    "tr-surrogate": "TR (surrogate)",
-    "tr-ratio": "TR (ratio, Eq. 9 as printed)",
-    "const-surrogate": "const (scale only)",
-    "tr_norm-surrogate": "tr_norm (regulation only)",
-    "reverse": "Reverse (2 − w)",
-    "reverse-surrogate": "Reverse",
-    "random": "Random (surrogate)",
-    "equal-randomreward": "GRPO, random reward",
-    "eq10": "KL inside the weight (Eq. 10)",
-    "outside": "KL outside the weight",
-    "plain": "plain KL (Eq. 6)",
-}
-
-
-def label(key: str) -> str:
-    """The display name of a scheme or arm id (``tr-surrogate-tau2`` -> ``TR (surrogate), τ = 2``)."""
-    if "-tau" in key:
-        base, tau = key.split("-tau", 1)
-        return f"{LABELS.get(base, base)}, τ = {tau}"
-    return LABELS.get(key, key)
 
 
 def variant(record: dict) -> str:
@@ -77,34 +53,13 @@ def scale_label(records: list[dict]) -> str:
     )
 
 
-def markdown_table(rows: list[dict], columns: list[str] | None = None, *, digits: int | None = None) -> str:
-    """Render a list of dicts as a Markdown table (for notebooks, the README and issue notes); with ``digits``,
-    floats are rounded to that many decimals, None is '-' and booleans are 'yes' / 'no' (else each cell is ``str``)."""
-    if not rows:
-        return "(no rows)"
-    columns = columns or list(rows[0])
-
-    def cell(v: Any) -> str:
-        if digits is None:
-            return str(v)
-        if v is None:
-            return "-"
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        return f"{round(v, digits) + 0.0:.{digits}f}" if isinstance(v, float) else str(v)  # + 0.0: -0.0 is 0.0
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 # The paper's tables (notebooks 05, 06, 08)
 
 
 def kk_table(records: Iterable[dict]) -> list[dict]:
     """Table 1 / 4 / 7 / 9 layout: accuracy by number of people (mean over seeds) and the average."""
     rows = []
-    for (model, name), runs in stats.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
+    for (model, name), runs in metrics.group_by(records, lambda r: (str(r.get("model")), variant(r))).items():
         row = {"model": model, "variant": name, "n_seeds": len(runs), "label": scale_label(runs)}
         finals = [r["final"] for r in runs if r.get("final")]
         for k in paper.KK_SIZES:
@@ -120,7 +75,7 @@ def kk_table(records: Iterable[dict]) -> list[dict]:
 def cost_table(records: Iterable[dict]) -> list[dict]:
     """Table 8 layout from training runs: seconds per step and peak memory, GRPO vs TR-GRPO, per model."""
     rows = []
-    for model, model_runs in stats.group_by(records, lambda r: str(r.get("model"))).items():
+    for model, model_runs in metrics.group_by(records, lambda r: str(r.get("model"))).items():
         row = {"model": model}
         for scheme in ("equal", "tr"):
             runs = [r for r in model_runs if r["scheme"] == scheme]
@@ -231,7 +186,7 @@ def arm_rows(arms: dict[str, list[dict]], baseline: str, order: Sequence[str], v
         m, s, n = stats.mean_std([value(r) for r in runs])
         row = {"arm": arm, "runs": [r["name"] for r in runs], "n": n, "mean": m, "std": s}
         if arm != baseline:
-            t, c, seeds = stats.paired_by_seed(runs, arms.get(baseline, []), value)
+            t, c, seeds = metrics.paired_by_seed(runs, arms.get(baseline, []), value)
             res = stats.paired_t(t, c)
             row.update(
                 n_pairs=res["n"],
@@ -295,7 +250,7 @@ def controls_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVA
     """``results/toy/controls/summary.json``: the primary metric per arm, paired against GRPO."""
     recs = load_runs(results_dir, group=tc.CONTROLS_GROUP)
     rows = arm_rows(
-        stats.group_by(recs, run_label), tc.BASELINE, list(tc.ARMS), value=lambda r: primary_metric(r, eval_steps)
+        metrics.group_by(recs, run_label), tc.BASELINE, list(tc.ARMS), value=lambda r: primary_metric(r, eval_steps)
     )
     metric = tc.PRIMARY_METRIC if tuple(eval_steps) == tc.EVAL_STEPS else f"mean greedy accuracy at {eval_steps}"
     body = {"kind": "controls_summary", "primary_metric": metric, "eval_steps": list(eval_steps)}
@@ -340,7 +295,7 @@ def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STE
     """Table 7 at toy scale: every tau against GRPO on the same seeds (tau = 9 and GRPO from the controls grid)."""
     recs = load_runs(results_dir, group=tc.TAU_GROUP)
     ctrl = [r for r in load_runs(results_dir, group=tc.CONTROLS_GROUP) if r["seed"] in set(tc.TAU_SEEDS)]
-    arms = stats.group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
+    arms = metrics.group_by([r for r in ctrl if run_label(r) in ("equal", "tr-surrogate")] + recs, run_label)
     taus = sorted({*tc.TAUS, DEFAULTS.tau})
     order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != DEFAULTS.tau else "tr-surrogate" for t in taus]
     rows = arm_rows(arms, tc.BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
@@ -356,13 +311,13 @@ def write_summaries(results_dir: Path | str | None = None, **kw) -> list:
 def grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
     """Figure 3 numbers: mean grad norm, mean token weight, grad norm / mean weight, its step-to-step CV (paired
     against GRPO)."""
-    metrics = {
-        "grad norm": lambda r: stats.history_mean(r, "grad_norm"),
-        "mean w": lambda r: stats.history_mean(r, "tr/weight_mean"),
-        "grad norm / mean w": lambda r: stats.mean_std(stats.grad_norm_per_mean_weight(r)[1])[0],
-        "CV over steps of grad/mean w": lambda r: stats.spread_stats(stats.grad_norm_per_mean_weight(r)[1])["cv"],
+    columns = {
+        "grad norm": lambda r: metrics.history_mean(r, "grad_norm"),
+        "mean w": lambda r: metrics.history_mean(r, "tr/weight_mean"),
+        "grad norm / mean w": lambda r: stats.mean_std(metrics.grad_norm_per_mean_weight(r)[1])[0],
+        "CV over steps of grad/mean w": lambda r: stats.spread_stats(metrics.grad_norm_per_mean_weight(r)[1])["cv"],
     }
-    return stats.comparison_table(groups, metrics, baseline="equal", compare="grad norm / mean w", order=labels)
+    return metrics.comparison_table(groups, columns, baseline="equal", compare="grad norm / mean w", order=labels)
 
 
 def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
@@ -375,7 +330,7 @@ def zero_grad_table(groups: dict, labels: Sequence[str]) -> list[dict]:
     }
     return [
         {"run": lb, "n": len(groups[lb])}
-        | {k: stats.mean_std([stats.history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
+        | {k: stats.mean_std([metrics.history_mean(r, key) for r in groups[lb]])[0] for k, key in keys.items()}
         for lb in labels
         if groups.get(lb)
     ]
@@ -509,11 +464,12 @@ def controls_table(summary: dict) -> str:
 
 
 def clip_of(records: list[dict], arm: str | None = None) -> dict:
-    """:func:`trgrpo.stats.clip_share` of ``arm``'s records (all when None) at TRGRPOConfig's default clip norm."""
+    """:func:`trgrpo.reports.metrics.clip_share` of ``arm``'s records (all when None) at TRGRPOConfig's default clip
+    norm."""
 
     from trgrpo.trainer import TRGRPOConfig
 
-    return stats.clip_share(
+    return metrics.clip_share(
         [r for r in records if arm is None or run_label(r) == arm], float(TRGRPOConfig.max_grad_norm)
     )
 
@@ -523,7 +479,7 @@ def kl_grip(results_dir: Path | str | None = None) -> dict | None:
     beta on the same seeds (:func:`trgrpo.stats.paired_t`); None when either arm has no record."""
     arms = kl_arms(results_dir)
     hi, lo = (arms.get(f"{beta(tc.KL_BETAS):g}", {}).get("eq10", []) for beta in (max, min))
-    hi, lo, seeds = stats.paired_by_seed(hi, lo, kl_window)
+    hi, lo, seeds = metrics.paired_by_seed(hi, lo, kl_window)
     return stats.paired_t(hi, lo) if seeds else None
 
 
