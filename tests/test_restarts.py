@@ -224,3 +224,37 @@ def test_a_finished_run_restarts_through_train_when_parameters_are_placeholders(
     assert again["final"]["loglik"] == pytest.approx(full["final"]["loglik"], rel=1e-6)
     assert again["seconds_per_step"] >= 0.5 * full["seconds_per_step"]  # not the reload's ~0
     assert again["train_time_s"] >= 0.5 * full["train_time_s"]
+
+
+def test_the_planners_memory_fixes_are_the_same_run(tiny_model_dir, tmp_path):
+    """Issue "engines" (2): `--set gradient_checkpointing=true vllm_gpu_memory_utilization=0.25 micro_batch_size=...`,
+    the planner's out-of-memory fixes, were refused as "another spec" (old code: ConfigError), so an OOM fix restarted
+    the run from step 0. They change memory, not what is learned: the run resumes and the record lists them."""
+    trained = spec(tiny_model_dir, "oom", micro_batch_size=4)
+    folder = checkpoints.checkpoint_folder(trained, tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "spec.json").write_text(json.dumps({"spec": trained.model_dump(), "engine": checkpoints.engine()}))
+    fixed = trained.replace(gradient_checkpointing=True, vllm_gpu_memory_utilization=0.25, micro_batch_size=2)
+    checkpoints.check_run_folders(fixed, checkpoints.engine(), tmp_path)  # no ConfigError: the same run
+    assert checkpoints.memory_changes(fixed, tmp_path) == {
+        "gradient_checkpointing": [False, True],
+        "vllm_gpu_memory_utilization": [trained.vllm_gpu_memory_utilization, 0.25],
+        "micro_batch_size": [4, 2],
+    }
+    with pytest.raises(config.ConfigError, match=r"learning_rate \(0.005 stored, 0.01 now\)"):
+        checkpoints.check_run_folders(fixed.replace(learning_rate=0.01), checkpoints.engine(), tmp_path)
+
+
+@pytest.mark.slow  # ~20 s: a killed run, then its restart with the planner's memory fixes
+def test_a_killed_run_resumes_with_the_planners_memory_fixes(tiny_model_dir, tmp_path):
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(spec(tiny_model_dir, "oom"), results_dir=res, checkpoint_dir=ck, callbacks=[Crash(3)], verbose=False)
+    fixed = spec(tiny_model_dir, "oom", gradient_checkpointing=True, vllm_gpu_memory_utilization=0.25)
+    rec = run(fixed, results_dir=res, checkpoint_dir=ck, verbose=False)
+    assert rec["resumed_from"] and rec["resumed_from"].endswith("checkpoint-2"), rec["resumed_from"]
+    assert rec["changed_on_resume"] == {
+        "gradient_checkpointing": [False, True],
+        "vllm_gpu_memory_utilization": [0.3, 0.25],
+    }
+    assert [h["step"] for h in rec["history"]][-2:] == [3, 4]

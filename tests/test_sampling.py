@@ -1,4 +1,4 @@
-"""trgrpo.theory's sampler: seeded, left-padded, the policy's own distribution; the theory and tasks.common's token
+"""trgrpo.theory's sampler: seeded, left-padded, the policy's own distribution; the theory and tasks.generation's token
 statistics draw the same tokens through it."""
 
 import pytest
@@ -41,7 +41,7 @@ def test_sample_batch_rejects_bad_settings_by_name(model_tok, field, kwargs):
 
 
 def test_theory_and_token_stats_sample_the_same_tokens(model_tok):
-    """One sampler for both: with the same seed and prompt, Theorem 3.1's batch and tasks.common's token statistics
+    """One sampler for both: with the same seed and prompt, Theorem 3.1's batch and tasks.generation's token statistics
     see the same completion (token_stats seeds each chunk from its own generator: reproduce its first seed)."""
     model, tok = model_tok
     seed = 11

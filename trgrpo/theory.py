@@ -1,4 +1,4 @@
-"""Theorem 3.1 and 3.2 numerically (Section 3, App. D), and the sampler tasks.common shares (:func:`sample_batch`:
+"""Theorem 3.1 and 3.2 numerically (Section 3, App. D), and the sampler tasks.generation shares (:func:`sample_batch`:
 temperature only, no top-k/top-p, as Theorem 3.1 and Figure 1 are about tokens the policy samples itself)."""
 
 from __future__ import annotations

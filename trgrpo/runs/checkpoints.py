@@ -31,6 +31,9 @@ def checkpoint_folder(spec: RunSpec, checkpoint_dir: Path | str | None = None) -
 
 # Spec fields that do not change a run's result: a record or checkpoint whose spec differs only in them is reused.
 BOOKKEEPING_FIELDS = ("group", "name", "report_to", "ddp_timeout_s", "save_steps")
+# Settings that change a run's memory, not what it learns: the planner's fixes for an out-of-memory run
+# (trgrpo.runs.plan.suggestions: the same effective batch), so a run restarted with them resumes; its record lists them.
+MEMORY_FIELDS = ("gradient_checkpointing", "vllm_gpu_memory_utilization", "micro_batch_size")
 
 
 def engine() -> dict:
@@ -55,7 +58,7 @@ def refuse_another_run(stored: dict, spec: RunSpec, run_engine: dict, where: Pat
         diff = [
             f"{k} ({then.get(k)!r:.60} stored, {now[k]!r:.60} now)"
             for k in now
-            if k not in BOOKKEEPING_FIELDS and jsonable(then.get(k)) != jsonable(now[k])
+            if k not in BOOKKEEPING_FIELDS + MEMORY_FIELDS and jsonable(then.get(k)) != jsonable(now[k])
         ]
     if diff:
         raise ConfigError(
@@ -79,6 +82,17 @@ def check_run_folders(spec: RunSpec, run_engine: dict, checkpoint_dir: Path | st
             f"{out_dir}: checkpoints without spec.json: which spec trained them is unknown; start over with --force "
             "or give this run another name"
         )
+
+
+def memory_changes(spec: RunSpec, checkpoint_dir: Path | str | None = None) -> dict:
+    """``{field: [trained with, now]}`` for each of :data:`MEMORY_FIELDS` that ``spec`` changes against the spec its
+    checkpoints were trained with (their ``spec.json``); empty for a run without checkpoints."""
+    stored = checkpoint_folder(spec, checkpoint_dir) / "spec.json"
+    if not stored.exists():
+        return {}
+    then = json.loads(stored.read_text())
+    then, now = then.get("spec", then), spec.model_dump()
+    return {k: [then[k], now[k]] for k in MEMORY_FIELDS if k in then and then[k] != now[k]}
 
 
 def checkpoint_problem(ckpt: Path) -> str | None:

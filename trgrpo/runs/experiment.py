@@ -17,6 +17,7 @@ from trgrpo.runs.checkpoints import (
     _checkpoint_step,
     check_run_folders,
     check_writable,
+    memory_changes,
     checkpoint_folder,
     disk_full,
     engine,
@@ -183,6 +184,7 @@ def run(
     run_engine = engine()
     if resume:  # checkpoints of another spec or engine are never resumed
         check_run_folders(spec, run_engine, checkpoint_dir)
+    changed = memory_changes(spec, checkpoint_dir) if resume else {}
     logs = live_log_dir(spec, results_dir)
     check_writable(Path(results_dir or RESULTS_DIR), out_dir, *([logs] if logs else []))
     with run_lock(out_dir):
@@ -248,6 +250,7 @@ def run(
                 "reading": BATCH_READING,
             },
             "resumed_from": ckpt,
+            "changed_on_resume": changed,
             "live_logs": str(logs) if logs is not None else None,
             "train_time_s": train_time,
             "seconds_per_step": train_time / max(1, len(history)),
