@@ -235,3 +235,19 @@ def test_a_run_whose_data_fails_leaves_no_checkpoint_folder(tiny_model_dir, tmp_
             verbose=False,
         )
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "res").exists()
+
+
+def test_a_finished_restart_keeps_the_training_time_and_peak_memory(tiny_model_dir, tmp_path):
+    """Issue "engines" (5): the run's clock started before the trainer was built, so a restarted run counted model
+    loading, set-up and evaluation as training (Table 8's seconds per step, 1.06 -> 3.33 s on ZeRO-2), and a finished
+    restart recorded its evaluation process's peak memory as training's. The clock runs from train's first step to
+    its last; a restart that only evaluates keeps the time and the peak memory its checkpoint saved."""
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    first = run(spec(tiny_model_dir, "clock", steps=2, save_steps=2), results_dir=res, checkpoint_dir=ck, verbose=False)
+    saved = json.loads((ck / "unit" / "clock" / "checkpoint-2" / "trgrpo_train_time.json").read_text())
+    assert 0 < saved["train_time_s"] <= first["train_time_s"] and saved["peak_memory"]["rss_peak_mb"] > 0
+    (res / "unit" / "clock.json").unlink()  # killed during its final evaluation: the restart evaluates only
+    again = run(spec(tiny_model_dir, "clock", steps=2, save_steps=2), results_dir=res, checkpoint_dir=ck, verbose=False)
+    assert again["steps_run"] == 0 and again["resumed_from"].endswith("checkpoint-2")
+    assert again["train_time_s"] == saved["train_time_s"]  # old code: + the restart's model loading and set-up
+    assert again["peak_memory"] == saved["peak_memory"]

@@ -77,15 +77,20 @@ def git_dirty() -> bool | None:
     return bool(out.stdout.strip()) if out is not None and out.returncode == 0 else None
 
 
-def provenance() -> dict:
-    """Where and how a record was made: peak memory, machine, package versions, git commit, time."""
+def peak_memory() -> dict:
+    """This process's peak resident memory and, on a GPU, torch's peak allocation (MB)."""
     import torch
 
     peak = {"rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if torch.cuda.is_available():
         peak["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return peak
+
+
+def provenance() -> dict:
+    """Where and how a record was made: peak memory, machine, package versions, git commit, time."""
     return {
-        "peak_memory": peak,
+        "peak_memory": peak_memory(),
         "machine": machine_info(),
         "versions": package_versions(),
         "git_commit": git_commit(),

@@ -12,17 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trgrpo.files import RESULTS_DIR, provenance, write_json
+from trgrpo.files import RESULTS_DIR, peak_memory, provenance, write_json
 from trgrpo.runs.checkpoints import (
     _checkpoint_step,
     check_run_folders,
     check_writable,
-    memory_changes,
     checkpoint_folder,
     disk_full,
     engine,
     last_checkpoint,
     live_log_dir,
+    memory_changes,
     run_lock,
 )
 from trgrpo.runs.records import RUN_KIND, write_result
@@ -77,21 +77,26 @@ def make_config(spec: RunSpec, output_dir: Path, world_size: int | None = None, 
 
 
 class TrainClock:
-    """Training seconds carried over restarts: saved into each checkpoint, read back when one is resumed."""
+    """Training seconds (from the start of the first step this process trains to the end of its last: not model
+    loading, set-up or evaluation) and the training process's peak memory, carried over restarts: saved into each
+    checkpoint, read back when one is resumed (Table 8 times training alone, resumed or not)."""
 
     FILE = "trgrpo_train_time.json"
 
     def __init__(self, ckpt: str | None) -> None:
         path = Path(ckpt) / self.FILE if ckpt else None
-        self.before = json.loads(path.read_text())["train_time_s"] if path and path.exists() else 0.0
-        self.t0 = time.time()
+        saved = json.loads(path.read_text()) if path and path.exists() else {}
+        self.before = saved.get("train_time_s", 0.0)
+        self.peak = saved.get("peak_memory")  # of the process that trained up to the checkpoint
+        self.t0: float | None = None
+        self.t1: float | None = None
 
     def total(self) -> float:
-        return self.before + time.time() - self.t0
+        return self.before if self.t0 is None else self.before + (self.t1 or time.time()) - self.t0
 
     def callback(self):
-        """The run's callback: the clock saved into each checkpoint; :class:`_Finished` once train() has loaded a
-        checkpoint of the last step."""
+        """The run's callback: the clock started when training starts and saved into each checkpoint;
+        :class:`_Finished` once train() has loaded a checkpoint of the last step."""
         from transformers import TrainerCallback
 
         clock = self
@@ -100,11 +105,15 @@ class TrainClock:
             def on_train_begin(self, args, state, control, **kw):
                 if state.global_step >= state.max_steps:  # train() has loaded the weights and optimizer (any engine)
                     raise _Finished
+                clock.t0 = time.time()
+
+            def on_train_end(self, args, state, control, **kw):
+                clock.t1 = time.time()
 
             def on_save(self, args, state, control, **kw):
                 if state.is_world_process_zero:
                     ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-                    write_json(ckpt / clock.FILE, {"train_time_s": clock.total()})
+                    write_json(ckpt / clock.FILE, {"train_time_s": clock.total(), "peak_memory": peak_memory()})
 
         return RunClock()
 
@@ -219,7 +228,6 @@ def run(
             initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
         if ckpt and verbose:
             print(f"[trgrpo] {'evaluating' if finished else 'resuming'} {spec.name} from {ckpt}")
-        train_t0 = time.time()
         try:
             trainer.train(resume_from_checkpoint=ckpt)
         except _Finished:  # the checkpoint of the last step is loaded: evaluate only
@@ -228,12 +236,11 @@ def run(
             if (full := disk_full(e, trainer, out_dir)) is None:
                 raise
             raise full from None
-        train_s = time.time() - train_t0
         main_process = trainer.accelerator.is_main_process
         final = _evaluate_main(trainer, tokenizer, task, eval_records, spec) if spec.n_eval > 0 else {}
         history = history_from_log(trainer.state.log_history)
         steps_run = sum(1 for h in history if h["step"] > start_step)  # this process's steps only
-        train_time = clock.before + (train_s if steps_run else 0.0)  # a finished run's loading is no training
+        train_time = clock.total()  # a finished run's loading and evaluation are no training
         layout = batch_layout(spec, trainer.accelerator.num_processes)
         record = {
             "kind": RUN_KIND,
@@ -258,6 +265,8 @@ def run(
             "wall_time_s": time.time() - t0,
             **provenance(),
         }
+        if not steps_run and clock.peak:  # a finished restart only evaluated: training's peak is the checkpoint's
+            record["peak_memory"] = clock.peak
         if task.record_extras is not None:
             record.update(task.record_extras(trainer, record, spec))
         if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
