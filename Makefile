@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: records instructor grade book run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench docs lab student browser gpu-check gpu-wheels
+.PHONY: cxx records instructor grade book run test test-slow test-notebooks refresh-checked lint setup model notebooks strip clean bench docs lab student browser gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -40,7 +40,7 @@ lint: $(STAMP)
 # unit / notebooks / browser run, slow and gpu are left out (README, "Tests"); pytest-xdist runs them on two
 # workers, each test file (each notebook) whole on one worker (--dist loadfile), one torch thread each: on 2 cores
 # 8 min against 12.6 min serially (two workers of 2 threads each: 12.3 min, the threads wait on each other).
-test: $(STAMP) browser
+test: $(STAMP) browser cxx
 	$(VPY) -m ruff check trgrpo tests
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VPY) -m pytest -q -x -n 2 --dist loadfile --durations=15 --nbval-lax
 
@@ -90,6 +90,11 @@ LAB_DIR ?= notebooks
 lab: $(STAMP)
 	JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) \
 	  --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/$(LAB_DIR)
+
+# a C++ compiler for DeepSpeed's CPU communication op (the ZeRO tier, TRGRPO_CPU_ZERO; it compiles once, on first use)
+cxx:
+	command -v c++ >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq g++; }
 
 # Debian's Chromium for tests/test_lab_browser.py (Playwright's own browser download does not work here).
 browser:

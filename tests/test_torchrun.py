@@ -59,7 +59,7 @@ register_task("ranks-test", Task(build, lambda spec: [reward], evaluate))
 TIMING = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
 
 
-def write_config(folder: Path, model, name: str) -> Path:
+def write_config(folder: Path, model, name: str, **kw) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ranks_task.py").write_text(TASK)
     fields = dict(
@@ -79,6 +79,7 @@ def write_config(folder: Path, model, name: str) -> Path:
         group="ranks",
         name=name,
     )
+    fields.update(kw)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"imports": ["ranks_task.py"], **fields}))
     return path

@@ -280,16 +280,26 @@ def run_command(
     accelerate_config: str = "configs/zero2.yaml",
     force: bool = False,
     keep_checkpoints: bool = True,
+    cpu_zero: int | None = None,
+    bf16: bool = False,
 ) -> list[str]:
     """The command that trains one spec file in its own process: ``accelerate launch`` with the DeepSpeed config
-    (``gpus > 1``), ``torchrun`` on CPU (``cpu_processes > 1``, tests), else ``trgrpo train``."""
+    (``gpus > 1``; on CPU, ``cpu_processes > 1`` with ``cpu_zero``, ZeRO stage 2 or 3: the same engine on gloo),
+    ``torchrun`` on CPU (``cpu_processes > 1``, tests), else ``trgrpo train``. The launcher's mixed precision
+    follows the spec (``bf16``; never on a CPU), so DeepSpeed's and the trainer's settings cannot disagree."""
     train = ["-m", "trgrpo", "train", "--config", str(Path(spec_file).resolve())]
     train += ["--results", str(Path(results_dir).resolve())]
     train += (["--force"] if force else []) + ([] if keep_checkpoints else ["--no-keep-checkpoints"])
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
-    if gpus > 1:
-        cfg = _accelerate_config_path(accelerate_config)
-        return [*accelerate, "--config_file", str(cfg), "--num_processes", str(gpus), *train]
+    if gpus > 1 or (cpu_processes > 1 and cpu_zero):
+        cfg = _accelerate_config_path(accelerate_config if gpus > 1 else f"configs/zero{cpu_zero}.yaml")
+        n, precision = (gpus, "bf16" if bf16 else "no") if gpus > 1 else (cpu_processes, "no")
+        return [
+            *accelerate,
+            *("--config_file", str(cfg), "--num_processes", str(n), "--mixed_precision", precision),
+            *("--main_process_port", str(free_port())),
+            *train,
+        ]
     if cpu_processes > 1:  # torchrun on CPU: gloo, the processes of the GPU path without a GPU
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(cpu_processes)]
         return [*torchrun, "--master_port", str(free_port()), *train]
@@ -310,10 +320,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def child_env(gpus: int = 0) -> dict:
-    """The environment of a run's process: this one's, with the checkpoint folder, the repository on PYTHONPATH and,
-    for a one-GPU run on a machine with several, only the first GPU visible."""
+def child_env(gpus: int = 0, cpu_zero: int | None = None) -> dict:
+    """The environment of a run's process: this one's, with the checkpoint folder, the repository on PYTHONPATH,
+    DeepSpeed's CPU accelerator for the CPU ZeRO tier and, for a one-GPU run on a machine with several, only the
+    first GPU visible."""
     env = dict(os.environ)
+    if cpu_zero and not gpus:
+        env["DS_ACCELERATOR"] = "cpu"
     env["TRGRPO_CHECKPOINTS"] = str(Path(files.CHECKPOINT_DIR).resolve())
     if gpus == 1 and n_devices() > 1:
         env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
@@ -321,10 +334,14 @@ def child_env(gpus: int = 0) -> dict:
     return env
 
 
-def launch_engine(gpus: int, cpu_processes: int, accelerate_config: str, isolate: bool) -> dict:
+def launch_engine(
+    gpus: int, cpu_processes: int, accelerate_config: str, isolate: bool, cpu_zero: int | None = None
+) -> dict:
     """The engine (:func:`trgrpo.runs.checkpoints.engine`) the runs of :func:`launch` train on."""
     if not isolate:
         return checkpoints.engine()
+    if not gpus and cpu_processes > 1 and cpu_zero:
+        return {"world_size": cpu_processes, "deepspeed_stage": cpu_zero}
     if gpus > 1:
         cfg = yaml.safe_load(_accelerate_config_path(accelerate_config).read_text())
         stage = (
@@ -345,6 +362,7 @@ def launch(
     cpu_processes: int = 1,
     log_dir: Path | str | None = None,
     isolate: bool | None = None,
+    cpu_zero: int | None = None,
 ) -> list[dict]:
     """Run the specs without a record (all with ``force``), each in its own process (:func:`run_command`, its log
     in ``log_dir``) when ``isolate`` (default: on a GPU or several CPU processes), else here; return the records."""
@@ -354,7 +372,7 @@ def launch(
     log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
     gpus = n_devices() if gpus is None else gpus
     isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
-    run_engine = launch_engine(gpus, cpu_processes, accelerate_config, isolate)
+    run_engine = launch_engine(gpus, cpu_processes, accelerate_config, isolate, cpu_zero)
     records = [results_dir / s.group / f"{s.name}.json" for s in specs]
     todo = [s for s, path in zip(specs, records) if force or not path.exists()]
     if not force:  # a record or checkpoints of another spec or engine under a run's name: refused before any starts
@@ -381,10 +399,18 @@ def launch(
             accelerate_config=accelerate_config,
             force=force,
             keep_checkpoints=keep_checkpoints,
+            cpu_zero=cpu_zero,
+            bf16=spec.bf16,
         )
         print(f"[{k}/{len(todo)}] {spec.name}\n  log: {log}\n  $ {' '.join(cmd)}", flush=True)
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=child_env(gpus), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            cmd,
+            cwd=ROOT,
+            env=child_env(gpus, cpu_zero),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
         )
         with log.open("w") as fh:
             for line in proc.stdout:

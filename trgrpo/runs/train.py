@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     cpu, problem = cpu_processes()
-    gpus, problem = (0, problem) if cpu > 1 else processes(specs, args.gpus)
+    zero, problem = (None, problem) if problem else cpu_zero(cpu)
+    gpus, problem = (0, problem) if cpu > 1 or problem else processes(specs, args.gpus)
     if problem:
         print(f"{ap.prog}: error: {problem}", file=sys.stderr)
         return 2
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             keep_checkpoints=not args.no_keep_checkpoints,
             cpu_processes=cpu,
             isolate=gpus is not None,
+            cpu_zero=zero,
         )
     except (ConfigError, RecordError, ConnectionError) as e:  # another run's record or checkpoints, a broken record,
         print(f"{ap.prog}: error: {e}", file=sys.stderr)  # a folder not writable, a run already running, a service a
@@ -100,6 +104,22 @@ def cpu_processes() -> tuple[int, str | None]:
         return 1, None
     if not value.isdigit() or int(value) < 2:
         return 1, f"TRGRPO_CPU_PROCESSES={value!r}: a number of processes >= 2, or unset"
+    return int(value), None
+
+
+def cpu_zero(processes: int) -> tuple[int | None, str | None]:
+    """``TRGRPO_CPU_ZERO=2`` or ``3`` beside ``TRGRPO_CPU_PROCESSES``: the runs under ``accelerate launch`` with
+    DeepSpeed ZeRO-2 / ZeRO-3 on CPU (its CPU accelerator, gloo): the engine of Tables 1 and 2 on 7B, tested here."""
+    value = os.environ.get("TRGRPO_CPU_ZERO", "")
+    if not value or "WORLD_SIZE" in os.environ:
+        return None, None
+    if value not in ("2", "3") or processes < 2:
+        return None, f"TRGRPO_CPU_ZERO={value!r}: 2 or 3, with TRGRPO_CPU_PROCESSES >= 2"
+    if importlib.util.find_spec("deepspeed") is None or shutil.which(os.environ.get("CXX", "c++")) is None:
+        return None, (
+            "TRGRPO_CPU_ZERO needs deepspeed (pip install -e '.[dev]') and a C++ compiler for its CPU communication "
+            "op (apt-get install -y g++)"
+        )
     return int(value), None
 
 
