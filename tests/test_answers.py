@@ -402,3 +402,19 @@ def test_leave_one_out_and_summary_line():
     assert next(iter(loo)) == answers.contrast(t, c, 0.05, 1)["verdict"]  # the whole sample's verdict first
     rows = [{"claim": "Theorem 3.1", "verdict": "reproduced"}, {"claim": "Table 4", "verdict": "inconclusive"}]
     assert answers.summary_line(rows) == "paired claims: 1 inconclusive; checks (theorems, cost): 1 reproduced"
+
+
+def test_a_table_built_from_substitute_data_says_so():
+    """Issue "engines" (4): Table 1 from runs on reasoning-gym's generated puzzles (experiments/train_kk_qwen3b.yaml
+    trained on them) read as the paper's experiment: the 'ours' label now counts the runs on substitute data."""
+    from trgrpo.reports import tables
+
+    run = {"group": "kk/Qwen2.5-3B-Instruct/main", "task": "kk", "scheme": "tr", "seed": 0, "steps": 300,
+           "model": "Qwen/Qwen2.5-3B-Instruct", "spec": {}, "final": {"accuracy": 0.5}}  # fmt: skip
+    generated = {"train": {"source": "reasoning-gym", "substitute": True}, "eval": {"substitute": False}}
+    hub = {"train": {"source": "hub", "substitute": False}, "eval": {"gsm8k": {"substitute": False}}}
+    assert tables.on_substitute_data({**run, "data_source": generated})
+    assert not tables.on_substitute_data({**run, "data_source": hub}) and not tables.on_substitute_data(run)
+    for source, said in ((generated, True), (hub, False)):
+        ours = [r["ours"] for r in tables.paper_vs_ours(1, [{**run, "data_source": source}]) if r["ours"] != "no run"]
+        assert len(ours) == 1 and ("1 on substitute data (not the paper's)" in ours[0]) is said, ours

@@ -17,7 +17,7 @@ from trgrpo import paper, theory
 from trgrpo.arms import label
 from trgrpo.models import display_name
 from trgrpo.reports.metrics import final_metric, group_by
-from trgrpo.reports.tables import num, primary_metric, scale_label, variant
+from trgrpo.reports.tables import num, on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
 from trgrpo.runs.records import RecordError, read_json, run_records
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
@@ -211,7 +211,8 @@ def paper_effect(treatment: str, control: str = "equal") -> float:
 
 def table1(claim: Claim, root: Path) -> dict:
     if runs := _paper_scale_runs(root / "kk"):
-        evidence = f"{len(runs)} K&K run record(s) of the trainer"
+        subs = sum(map(on_substitute_data, runs))
+        evidence = f"{len(runs)} K&K run record(s) of the trainer" + (f", {subs} on substitute data" if subs else "")
         return _row(claim, "not tested", "see notebook 08's Table 1 beside the paper", evidence, scale_label(runs))
     runs, per_run = _lm_runs(root)
     if not runs:

@@ -149,8 +149,19 @@ def _cell(final: dict, column: str, table: int) -> float | None:
     return final.get("avg") if column == "avg" else by_n.get(column, by_n.get(int(column)))
 
 
+def on_substitute_data(record: dict) -> bool:
+    """True when a run trained or evaluated on a stated substitute for the paper's data (generated puzzles or
+    arithmetic: the task's ``data_source`` says ``substitute``)."""
+
+    def found(x: Any) -> bool:
+        return isinstance(x, dict) and (x.get("substitute") is True or any(found(v) for v in x.values()))
+
+    return found(record.get("data_source"))
+
+
 def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
-    """Every printed row of a paper table, each cell 'paper / ours' ('no run' where we have none), plus our label."""
+    """Every printed row of a paper table, each cell 'paper / ours' ('no run' where we have none), plus our label,
+    which says when a run's data is a substitute for the paper's (the cell is then not the paper's experiment)."""
     t = paper.table(table)
     records = list(records)
     rows = []
@@ -160,7 +171,9 @@ def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
         for c in t.columns:
             vals = [float(v) for r in runs if (v := _cell(r.get("final") or {}, c, table)) is not None]
             row[c] = f"{prow.get(c)} / {round(statistics.fmean(vals), 2 if table == 2 else 3) if vals else NO_RUN}"
+        subs = sum(map(on_substitute_data, runs))
         row["ours"] = scale_label(runs) + f", n={len(runs)}" if runs else NO_RUN
+        row["ours"] += f", {subs} on substitute data (not the paper's)" if subs else ""
         rows.append(row)
     return rows
 
