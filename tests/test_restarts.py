@@ -258,3 +258,27 @@ def test_a_killed_run_resumes_with_the_planners_memory_fixes(tiny_model_dir, tmp
         "vllm_gpu_memory_utilization": [0.3, 0.25],
     }
     assert [h["step"] for h in rec["history"]][-2:] == [3, 4]
+
+
+def test_ctrl_c_is_one_line_and_exit_130_and_the_run_resumes(tiny_model_dir, tmp_path):
+    """Issue "faults" (2): Ctrl-C ended `trgrpo train` with exit 1 and a ~30-frame KeyboardInterrupt traceback. Now
+    one line saying how the run resumes, exit 130 (the shell's code for SIGINT); the restart resumes."""
+    import signal
+    import time
+
+    cfg = kk_config(tmp_path, tiny_model_dir, steps=40)
+    cmd = [sys.executable, "-m", "trgrpo", "train", "--config", str(cfg), "--results", str(tmp_path / "res")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_CHECKPOINTS": str(tmp_path / "ckpt")}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not list((tmp_path / "ckpt" / "restart" / "kk").glob("checkpoint-*/trgrpo_train_time.json")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    said = "trgrpo train: interrupted (Ctrl-C); run the same command again: a run resumes from its last complete "
+    said += "checkpoint"
+    assert "Traceback" not in err and said in err.splitlines(), err[-3000:]  # (tqdm redraws its bar after it)
+    again = train_cli(cfg, tmp_path, "--set", "steps=2")  # a shorter run of the same spec is another spec
+    assert again.returncode == 2 and "steps (40 stored, 2 now)" in again.stderr

@@ -29,8 +29,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, (_, what) in COMMANDS.items():
         sub.add_parser(name, help=what, add_help=False)  # the command's own parser answers --help
     args, rest = ap.parse_known_args(argv)
-    module = importlib.import_module(COMMANDS[args.command][0])
-    return module.main(rest) or 0
+    try:
+        module = importlib.import_module(COMMANDS[args.command][0])
+        return module.main(rest) or 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's exit code for SIGINT, no traceback through the library
+        resume = "; run the same command again: a run resumes from its last complete checkpoint"
+        resume = resume if args.command == "train" else ""
+        print(f"trgrpo {args.command}: interrupted (Ctrl-C){resume}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
