@@ -125,12 +125,14 @@ def wilson_interval(k: int, n: int) -> tuple[float, float]:
 
 
 def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (his method 10, 95 %) for p1 - p2 from two Wilson intervals."""
-    p1, p2 = k1 / max(n1, 1), k2 / max(n2, 1)
-    l1, u1 = wilson_interval(k1, n1)
-    l2, u2 = wilson_interval(k2, n2)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    """Newcombe's hybrid score interval (his method 10, 95 %) for p1 - p2 from two Wilson intervals (statsmodels'
+    ``confint_proportions_2indep``); (-1, 1) when a side has no items."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    if not (n1 and n2):
+        return -1.0, 1.0
+    lo, hi = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff")
+    return float(lo), float(hi)
 
 
 def structural_claim(
