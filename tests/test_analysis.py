@@ -193,6 +193,12 @@ def test_rolling_mean_trails_and_keeps_missing_steps_missing():
     assert metrics.rolling_mean([5.0, 7.0], 1).tolist() == [5.0, 7.0]
 
 
+def test_delta_ci_is_the_one_difference_format():
+    assert stats.delta_ci(0.012, -0.0101, 0.0344, 0.2712) == "+0.012 [-0.010, +0.034], p = 0.27"
+    assert stats.delta_ci(0.012, -0.0101, 0.0344, ci_spec="+.4f") == "+0.012 [-0.0101, +0.0344]"  # no p
+    assert stats.delta_ci(0.012, float("nan"), None, float("nan"), spec="+.2g") == "+0.012 [–, –], p = –"
+
+
 def test_sign_count_ties_apart():
     assert stats.sign_count([0.1, -0.2, 0.0, 0.3]) == "2 higher, 1 lower, 1 tie of 4"
 

@@ -386,6 +386,11 @@ def test_power_sizing_reads_sigma_d_from_the_records():
     assert stress["cpu_hours"][0.05][0] == pytest.approx(2 * stress["pairs"][0.05] * lo)
 
 
+def test_versus_is_the_words_of_the_readme_and_notebook_08():
+    assert answers.versus(0.03, 0.01) == "higher" and answers.versus(-0.03, 0.049) == "lower"
+    assert answers.versus(0.03, 0.05) == answers.versus(0.03, None) == "no detectable difference"
+
+
 def test_pairs_for_power_is_statsmodels_sample_size_on_the_committed_designs():
     """On the committed SmolLM2 designs the pairs equal statsmodels' TTestPower solved for n, rounded up (that solver
     is not called: it gives NaN at d = 6.7 and n = 2 at d = 10, where the power is 0.73)."""
