@@ -21,11 +21,12 @@ sys.path.insert(0, str(ROOT))
 from course import workbooks  # noqa: E402
 from trgrpo.arms import label  # noqa: E402
 from trgrpo.files import RESULTS_DIR  # noqa: E402
-from trgrpo.reports import tables  # noqa: E402
-from trgrpo.reports.tables import delta_text, num, row_mde  # noqa: E402
+from trgrpo.reports import answers, tables  # noqa: E402
+from trgrpo.reports.tables import delta_text, row_mde  # noqa: E402
 from trgrpo.runs import bench, plan, toy_grid  # noqa: E402
 from trgrpo.runs.records import RECORD_SCHEMA, RecordError, read_json, read_record  # noqa: E402
 from trgrpo.runs.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
+from trgrpo.stats import num  # noqa: E402
 
 README = ROOT / "README.md"
 SYLLABUS = ROOT / "docs" / "syllabus.md"
@@ -49,11 +50,8 @@ def _p(row: dict) -> float | None:
 
 
 def classify(row: dict) -> str:
-    """``"higher"`` / ``"lower"`` when the difference is significant at 5 % after Holm, else no difference."""
-    p = _p(row)
-    if p is not None and math.isfinite(p) and p < 0.05:
-        return "higher" if row["delta_vs_equal"] > 0 else "lower"
-    return "no detectable difference"
+    """:func:`trgrpo.reports.answers.versus` of a summary row: its Holm-adjusted p (the raw p where no family)."""
+    return answers.versus(row["delta_vs_equal"], _p(row))
 
 
 def versus(row: dict, other: str = "GRPO") -> str:
@@ -77,15 +75,14 @@ def fmt_delta(row: dict) -> str:
     ties, holm = row["ties"], row.get("p_holm")
     htxt = "" if holm is None else f" (Holm {num(holm, '.2g')})"
     return (
-        f"Δ {num(row['delta_vs_equal'], '+.3f')} [{num(row['ci_low'], '+.3f')}, {num(row['ci_high'], '+.3f')}], "
-        f"p = {num(row['p'], '.2g')}{htxt}; "
+        f"Δ {delta_text(row)}{htxt}; "
         f"{row['higher']} higher, {row['lower']} lower, {ties} tie{'s' if ties != 1 else ''} of {row['n_pairs']} "
         f"({strength(row)})"
     )
 
 
 def made_of(rows: dict) -> str:
-    """What TR's effect is made of: its scale (const), its regulation (tr_norm), both, neither or undecided."""
+    """What TR's effect is made of: its scale (const), its regulation (tr_norm), both, neither or inconclusive."""
     scale, reg, tr = rows.get("const-surrogate"), rows.get("tr_norm-surrogate"), rows.get("tr-surrogate")
     if not (scale and reg and tr):
         return "not decided (an arm is missing)"
@@ -100,7 +97,7 @@ def made_of(rows: dict) -> str:
         )
     if not parts:
         return (
-            f"undecided: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
+            f"inconclusive: TR (surrogate) is {versus(tr)}, but neither its scale alone (const) nor its regulation "
             f"alone (tr_norm) differs detectably from GRPO (MDE about {num(mde_)} at n = {n})"
         )
     return (
@@ -266,8 +263,6 @@ def _share(x: float) -> str:
 
 def stage0_sentence(results_dir: Path | str | None = None) -> str:
     """Stage 0's rule, all its clauses, and what each candidate measured against them."""
-    from trgrpo.reports import answers
-
     root = Path(results_dir or RESULTS_DIR)
     rows = answers.stage0_checks(root)
     if rows is None:
@@ -303,8 +298,6 @@ def stage0_sentence(results_dir: Path | str | None = None) -> str:
 
 def leverage_sentence(results_dir: Path | str | None = None) -> str:
     """How far TR can turn one update: the orthogonal bound and the measured shares and gradient cosines."""
-    from trgrpo.reports import answers
-
     root = Path(results_dir or RESULTS_DIR)
     (b14, b0515) = answers.leverage_bounds()
     bound = (
@@ -366,8 +359,6 @@ def leverage_sentence(results_dir: Path | str | None = None) -> str:
 
 def power_sentence(results_dir: Path | str | None = None) -> str:
     """What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need, from the records."""
-    from trgrpo.reports import answers
-
     p = answers.power_sizing(results_dir or RESULTS_DIR)
     if not p["designs"]:
         return "_No paired SmolLM2 runs to size a comparison from._"

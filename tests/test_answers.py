@@ -386,6 +386,24 @@ def test_power_sizing_reads_sigma_d_from_the_records():
     assert stress["cpu_hours"][0.05][0] == pytest.approx(2 * stress["pairs"][0.05] * lo)
 
 
+def test_versus_is_the_words_of_the_readme_and_notebook_08():
+    assert answers.versus(0.03, 0.01) == "higher" and answers.versus(-0.03, 0.049) == "lower"
+    assert answers.versus(0.03, 0.05) == answers.versus(0.03, None) == "no detectable difference"
+
+
+def test_pairs_for_power_is_statsmodels_sample_size_on_the_committed_designs():
+    """On the committed SmolLM2 designs the pairs equal statsmodels' TTestPower solved for n, rounded up (that solver
+    is not called: it gives NaN at d = 6.7 and n = 2 at d = 10, where the power is 0.73)."""
+    from statsmodels.stats.power import TTestPower
+
+    designs = answers.power_sizing(RESULTS)["designs"]
+    assert designs
+    for d in designs:
+        for effect, pairs in d["pairs"].items():
+            n = TTestPower().solve_power(effect_size=effect / d["sd_diff"], nobs=None, alpha=0.05, power=0.8)
+            assert pairs == math.ceil(float(np.ravel(n)[0]))
+
+
 def test_stage0_checks_state_the_whole_rule():
     rows = answers.stage0_checks(RESULTS)
     assert [r["id"] for r in rows] == ["add2", "add3", "mul"]

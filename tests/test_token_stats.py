@@ -1,5 +1,9 @@
 """Figure 1 statistics: average token probability over occurrences, top/bottom tokens, categories."""
 
+import json
+import math
+from pathlib import Path
+
 import pytest
 
 from trgrpo.tasks.generation import sample_token_probabilities
@@ -10,6 +14,8 @@ from trgrpo.token_stats import (
     top_and_bottom,
     word_cloud,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_average_over_occurrences_by_hand():
@@ -130,7 +136,7 @@ def test_top_and_bottom_never_overlap_and_leave_a_middle():
 
 
 def test_wilson_and_newcombe_intervals():
-    from trgrpo.token_stats import difference_interval, wilson_interval
+    from trgrpo.token_stats import difference_interval, structural_claim, wilson_interval
 
     # Wilson 95 % for 8 of 10 (Newcombe 1998, Table I style value): [0.490, 0.943]
     lo, hi = wilson_interval(8, 10)
@@ -141,6 +147,34 @@ def test_wilson_and_newcombe_intervals():
     # Newcombe's method 10, his example 56/70 vs 48/80: difference 0.2, interval [0.0524, 0.3339]
     lo, hi = difference_interval(56, 70, 48, 80)
     assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+    assert structural_claim([], [("(", 0.1, 5)])["difference_ci"] == (-1.0, 1.0)  # a side without items says nothing
+
+
+def _newcombe_by_hand(k1, n1, k2, n2):
+    """Newcombe's method 10 written out (what token_stats computed before statsmodels did)."""
+    from trgrpo.token_stats import wilson_interval
+
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson_interval(k1, n1), wilson_interval(k2, n2)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def test_newcombe_interval_is_the_hand_formula_and_the_committed_records():
+    """statsmodels' confint_proportions_2indep gives the hand formula's floats, bit for bit, on a grid of counts and
+    on the counts of every level of notebook 04's committed records; the stored intervals agree to 1e-16 (written
+    before the Wilson interval came from statsmodels, commit 7deff40)."""
+    from trgrpo.token_stats import difference_interval
+
+    for k1, n1, k2, n2 in [(56, 70, 48, 80), (0, 5, 0, 5), (5, 5, 0, 5), (3, 10, 1, 10), (1, 200, 150, 151)]:
+        assert difference_interval(k1, n1, k2, n2) == _newcombe_by_hand(k1, n1, k2, n2)
+    records = sorted((ROOT / "results" / "notebooks").glob("04_token_probabilities*.json"))
+    levels = [c for f in records for c in json.loads(f.read_text())["claim"].values()]
+    assert levels, "no committed notebook 04 record"
+    for c in levels:
+        counts = (c["k_high"], c["n_high"], c["k_low"], c["n_low"])
+        assert difference_interval(*counts) == _newcombe_by_hand(*counts)
+        assert difference_interval(*counts) == pytest.approx(c["difference_ci"], rel=0, abs=1e-16)
 
 
 def test_structural_claim_verdicts():

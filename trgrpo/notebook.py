@@ -84,8 +84,6 @@ def show_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     under ``title`` in bold if given, with the Markdown source as the plain text that nbval compares."""
     from IPython.display import display
 
-    from trgrpo.notebook import markdown_table
-
     md = (f"**{title}**\n\n" if title else "") + markdown_table(rows, columns, digits=digits)
     display({"text/markdown": md, "text/plain": md}, raw=True)
 

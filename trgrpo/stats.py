@@ -80,8 +80,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     p = np.asarray(pvalues, dtype=float)
     ok = np.isfinite(p)
     out = np.full(p.shape, math.nan)
-    if ok.any():
-        out[ok] = multipletests(p[ok], method="holm")[1]
+    out[ok] = multipletests(p[ok], method="holm")[1]  # an empty family gives an empty array
     return out.tolist()
 
 
@@ -107,6 +106,17 @@ def family_alpha(m: int, alpha: float = 0.05) -> float:
     if m < 1:
         raise ValueError(f"a family has at least one comparison, got m={m}")
     return alpha / m
+
+
+def num(x: float | None, spec: str = ".3f") -> str:
+    """``format(x, spec)``, or "–" for a missing value (NaN is stored as null in the JSON records)."""
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def delta_ci(delta: float, lo: float, hi: float, p: float | None = None, *, spec="+.3f", ci_spec=None) -> str:
+    """``"+0.012 [-0.010, +0.034], p = 0.27"`` (no p when None): the one format of a difference and its interval."""
+    text = f"{num(delta, spec)} [{num(lo, ci_spec or spec)}, {num(hi, ci_spec or spec)}]"
+    return text if p is None else f"{text}, p = {num(p, '.2g')}"
 
 
 def sign_count(diffs: Sequence[float]) -> str:

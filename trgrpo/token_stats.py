@@ -125,12 +125,10 @@ def wilson_interval(k: int, n: int) -> tuple[float, float]:
 
 
 def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (his method 10, 95 %) for p1 - p2 from two Wilson intervals."""
-    p1, p2 = k1 / max(n1, 1), k2 / max(n2, 1)
-    l1, u1 = wilson_interval(k1, n1)
-    l2, u2 = wilson_interval(k2, n2)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    """Newcombe's 95 % hybrid score interval for p1 - p2 (statsmodels, his method 10); n1, n2 > 0."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    return tuple(map(float, confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff")))
 
 
 def structural_claim(
@@ -144,7 +142,7 @@ def structural_claim(
     k_hi = sum(classify_token(t, names) in STRUCTURAL for t, _, _ in high)
     k_lo = sum(classify_token(t, names) in STRUCTURAL for t, _, _ in low)
     n_hi, n_lo = len(high), len(low)
-    lo_d, hi_d = difference_interval(k_hi, n_hi, k_lo, n_lo)
+    lo_d, hi_d = difference_interval(k_hi, n_hi, k_lo, n_lo) if n_hi and n_lo else (-1.0, 1.0)  # no items: no claim
     p = (
         float(fisher_exact([[k_hi, n_hi - k_hi], [k_lo, n_lo - k_lo]], alternative="greater")[1])
         if n_hi and n_lo
@@ -308,7 +306,6 @@ def arith_token_histogram(
     training pairs of the addition task, before RL (notebook 03, Part B)."""
     from trgrpo.models import load_model_and_tokenizer
     from trgrpo.tasks import arith
-    from trgrpo.token_stats import weight_shares
 
     model, tokenizer = load_model_and_tokenizer(model_name)
     prompts = [arith.arith_prompt(p) for p in arith.make_problems(n_prompts, seed=seed)]

@@ -17,12 +17,12 @@ from trgrpo import paper, theory
 from trgrpo.arms import label
 from trgrpo.models import display_name
 from trgrpo.reports.metrics import final_metric, group_by
-from trgrpo.reports.tables import num, on_substitute_data, primary_metric, scale_label, variant
+from trgrpo.reports.tables import on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
 from trgrpo.runs.records import RecordError, read_json, run_records
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
 from trgrpo.runs.toy_grid import load_runs, run_label
-from trgrpo.stats import family_alpha, holm, mean_std, min_detectable_effect, paired_t
+from trgrpo.stats import delta_ci, family_alpha, holm, mean_std, min_detectable_effect, num, paired_t
 from trgrpo.weights import DEFAULTS
 
 NOT_RUN = "not run yet"
@@ -59,6 +59,12 @@ def judge(lo: float, hi: float, effect: float | None) -> str:
     if lo > 0:
         return "reproduced" if hi >= margin else "partly reproduced"
     return "inconclusive" if hi >= margin else "not reproduced"
+
+
+def versus(delta: float, p: float | None) -> str:
+    """An arm against GRPO, in the README's and notebook 08's words: higher / lower when its Holm p < :data:`ALPHA`."""
+    significant = p is not None and math.isfinite(p) and p < ALPHA
+    return ("higher" if delta > 0 else "lower") if significant else "no detectable difference"
 
 
 def contrast(treatment: list[float], control: list[float], effect: float | None, m: int) -> dict:
@@ -309,7 +315,7 @@ def _toy_parts(claim: Claim, root: Path, group: str, metrics: dict, parts: list[
             f"CPU (results/{group}); not the paper's Qwen2.5-3B on K&K"
         )
         evidence = (
-            f"{what}: Δ {c['delta']:+.3f}, 95 % [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}], at {c['level']:.1%}: "
+            f"{what}: Δ {delta_ci(c['delta'], *c['ci95'])} (95 %), at {c['level']:.1%}: "
             f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] vs the paper's {c['paper_effect']:+.2f}; Holm p "
             f"{c['p_holm']:.2g}; {c['higher']} higher / {c['lower']} lower / {c['ties']} tied"
         )
@@ -404,10 +410,9 @@ def figure1(claim: Claim, root: Path) -> dict:
 
     def part(k: str) -> str:
         c = levels[k]
-        lo, hi = c["difference_ci"]
         return (
             f"{k}s: {c['k_high']}/{c['n_high']} structural at the high end vs {c['k_low']}/{c['n_low']} at the "
-            f"low end, difference {c['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}] (95 %), Fisher p "
+            f"low end, difference {delta_ci(c['difference'], *c['difference_ci'], spec='+.2f')} (95 %), Fisher p "
             f"{c['p_fisher_greater']:.2g} (Holm over the levels {p_adj[k]:.2g})"
         )
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from trgrpo.stats import mean_std, paired_t
+from trgrpo.stats import delta_ci, mean_std, paired_t
 
 
 def clip_share(records: Iterable[dict], max_grad_norm: float) -> dict:
@@ -135,9 +135,7 @@ def comparison_table(
             treated, base, seeds = paired_by_seed(runs, groups[baseline], metrics[compare])
             if len(seeds) >= 2:
                 t = paired_t(treated, base)
-                (lo, hi), d, f = t["ci"], t["mean_diff"], f"+.{digits}f"
-                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = (
-                    f"{d:{f}} [{lo:{f}}, {hi:{f}}], p={t['p']:.2g} ({t['higher']}/{t['n']} up)"
-                )
+                delta = delta_ci(t["mean_diff"], *t["ci"], t["p"], spec=f"+.{digits}f")
+                row[f"Δ {compare} vs {baseline} [95% t-interval]"] = f"{delta} ({t['higher']}/{t['n']} up)"
         rows.append(row)
     return rows

@@ -442,19 +442,11 @@ def stress_rows(records: Sequence[dict], plan: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def num(x: float | None, spec: str = ".3f") -> str:
-    """``format(x, spec)``, or "–" for a missing value (NaN is stored as null in the JSON records)."""
-    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
-
-
 def delta_text(row: dict, spec: str = "+.3f") -> str:
-    """``"+0.012 [-0.010, +0.034], p=0.27"`` of a row of :func:`arm_rows` ("" for the baseline)."""
+    """:func:`trgrpo.stats.delta_ci` of a row of :func:`arm_rows` ("" for the baseline)."""
     if "delta_vs_equal" not in row:
         return ""
-    return (
-        f"{num(row['delta_vs_equal'], spec)} [{num(row['ci_low'], spec)}, {num(row['ci_high'], spec)}], "
-        f"p={num(row['p'], '.2g')}"
-    )
+    return stats.delta_ci(row["delta_vs_equal"], row["ci_low"], row["ci_high"], row["p"], spec=spec)
 
 
 def row_mde(row: dict) -> float | None:
@@ -471,8 +463,8 @@ def controls_table(summary: dict) -> str:
         rest = "(baseline) | | |"
         if "delta_vs_equal" in r:
             signs = f"{r['higher']} / {r['lower']} / {r['ties']}"
-            rest = f"{delta_text(r)} | {num(r['p_holm'], '.2g')} | {signs} | {num(row_mde(r))}"
-        lines.append(f"| {label(r['arm'])} | {r['n']} | {num(r['mean'])} | {rest} |")
+            rest = f"{delta_text(r)} | {stats.num(r['p_holm'], '.2g')} | {signs} | {stats.num(row_mde(r))}"
+        lines.append(f"| {label(r['arm'])} | {r['n']} | {stats.num(r['mean'])} | {rest} |")
     return "\n".join(lines)
 
 
