@@ -32,8 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
-
 NEEDS = {  # import name -> requirement, beyond torch, transformers and accelerate
     "trl": "trl==1.16.0",
     "datasets": "datasets>=3.0",
@@ -92,12 +90,10 @@ def install(wheels: Path) -> list[str]:
 def load_plan(path: str, overrides: dict, seeds: list[int] | None) -> dict:
     """The plan with ``overrides`` on its ``base`` and ``seeds`` instead of its own; each spec checked."""
     from trgrpo.runs import lm_science
+    from trgrpo.runs.spec import read_config
 
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"plan {path}: no such file")
-    plan = yaml.safe_load(p.read_text())
-    if not isinstance(plan, dict) or not {"group", "seeds", "arms", "base", "eval_steps"} <= set(plan):
+    plan = read_config(path, "plan")  # a missing, empty or bad file: a ConfigError naming it
+    if not {"group", "seeds", "arms", "base", "eval_steps"} <= set(plan):
         raise ValueError(f"plan {path}: needs group, seeds, arms, eval_steps and base")
     plan["base"] = {**plan["base"], **overrides}
     if seeds is not None:
@@ -192,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         plan = load_plan(args.plan, parse_overrides(args.set), args.seeds)
-    except (ValueError, TypeError, ConfigError, yaml.YAMLError) as exc:
+    except (ValueError, TypeError, ConfigError) as exc:
         print(f"device_grid: {exc}".splitlines()[0], file=sys.stderr)
         return 2
     installed = install(Path(args.wheels))

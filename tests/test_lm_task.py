@@ -202,6 +202,20 @@ def test_grid_specs_go_seed_by_seed_with_the_arms_settings():
     assert [s.placement for s in specs[:2]] == ["ratio", "surrogate"] and {s.group for s in specs} == {"lm/x"}
 
 
+@pytest.mark.parametrize("text,needle", [(None, "no such plan file"), ("", "empty"), ("a: 1\na: 2\n", "duplicate key")])
+def test_trgrpo_lm_refuses_a_bad_plan_file_in_one_line(tmp_path, capsys, text, needle):
+    """The plans go through the hardened loader (trgrpo.runs.spec.read_config): one line, exit 2, nothing run."""
+    from trgrpo.runs import lm_science
+
+    plan = tmp_path / "plan.yaml"
+    if text is not None:
+        plan.write_text(text)
+    assert lm_science.main(["grid", str(plan), "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(plan) in err[0] and needle in err[0], err
+    assert not (tmp_path / "results").exists()
+
+
 def _stress_record(arm, seed, rewards, accs):
     hist = [{"step": i + 1, "rewards/arith_answer_reward/mean": r} for i, r in enumerate(rewards)]
     evals = [{"step": s, "accuracy": a} for s, a in zip((0, 30, 60), accs)]

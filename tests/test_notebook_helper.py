@@ -187,3 +187,42 @@ def test_show_table_displays_a_rendered_table_checked_as_its_markdown_text(monke
     ]
     assert markdown_table(rows, ["a"], digits=1).splitlines()[2:] == ["| 1.0 |", "| 0.0 |"]
     assert markdown_table(rows).splitlines()[2:] == ["| 1.0 | None | True |", "| -1e-05 | x | False |"]  # as before
+
+
+PAST = {  # what a rule says a parameter must be -> a value just past its bound (of the right type)
+    "an integer >= 1": 0,
+    "an integer >= 0 (below 2**32)": 2**32,
+    "a non-empty list of integers >= 0 (below 2**32)": [0, -1],
+    "a non-empty list of names": ["tr", ""],
+    "an integer >= 0 or a list of them (phases)": [1, -1],
+    "a number > 0 or a list of them (phases)": [1e-3, 0.0],
+    "a number in (0, 1]": 1.5,
+    "a finite number > 0": 0.0,
+    "a finite number >= 0": -0.5,
+    '"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them': ["a.parquet", ""],
+    "a list of numbers > 0": [1.0, 0.0],
+    "a list of [L, U] pairs, 0 < L <= U": [[1.0, 1.4], [1.4, 1.0]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(notebook.PARAMETER_RULES))
+def test_every_parameter_rule_refuses_the_value_past_its_bound(name):
+    """Each rule is a pydantic type with its bounds and its words (the description): the value just past a bound,
+    inside a list too, is refused in one line with those words; a bound pydantic did not read would pass it."""
+    from trgrpo.config import ConfigError
+
+    what = notebook.parameters_model({name: None}).model_fields[name].description
+    with pytest.raises(ConfigError) as err:
+        notebook.check_values({name: PAST[what]}, {name: 1}, "nb")
+    assert str(err.value) == f"nb: parameter {name} must be {what}, got {PAST[what]!r}"
+
+
+def test_a_parameter_without_a_rule_has_its_defaults_type():
+    from trgrpo.config import ConfigError
+
+    defaults = {"MODEL": "x", "BF16": True, "MU": 0.25, "SAVE_STEPS": 20, "ZIPF_S": (0.5, 1.0), "DATA_DIR": None}
+    good = {"MODEL": "y", "BF16": False, "MU": 1, "SAVE_STEPS": 3, "ZIPF_S": [2.0], "DATA_DIR": "anything"}
+    notebook.check_values(good, defaults, "nb")
+    for name, bad in {"MODEL": "", "BF16": "no", "MU": True, "SAVE_STEPS": 2.5, "ZIPF_S": "0.5"}.items():
+        with pytest.raises(ConfigError, match=rf"^nb: parameter {name} must be a \w+ \(as its default "):
+            notebook.check_values({name: bad}, defaults, "nb")

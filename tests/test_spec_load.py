@@ -135,9 +135,7 @@ def test_bad_data_file_is_refused_at_load_as_typed(case, expected, tmp_path):
 
 
 def test_a_key_twice_in_a_set_override_or_an_alias_inside_bounds_is_read():
-    assert spec.parse_overrides(["task_options={a: &x [1, 2], b: *x}"]) == {
-        "task_options": {"a": [1, 2], "b": [1, 2]}
-    }
+    assert spec.parse_overrides(["task_options={a: &x [1, 2], b: *x}"]) == {"task_options": {"a": [1, 2], "b": [1, 2]}}
     with pytest.raises(config.ConfigError, match="--set steps"):
         spec.parse_overrides(["steps={a: 1, a: 2}"])
 
@@ -147,3 +145,28 @@ def test_a_long_run_trains_with_allow_long(tmp_path, capsys):
     path.write_text(KK.replace("steps: 1", "steps: 1000000000"))
     assert main(["--config", str(path), "--allow-long", "--print-config"]) == 0
     assert '"steps": 1000000000' in capsys.readouterr().out
+
+
+BOUNDED = {  # the RunSpec fields with a value rule beyond their type: pydantic bounds, each with its words
+    *("seed", "steps", "prompts_per_step", "num_generations", "max_completion_length", "max_eval_tokens"),
+    *("temperature", "learning_rate", "beta", "epsilon", "epsilon_high", "gradient_accumulation_steps"),
+    *("micro_batch_size", "n_train", "n_eval", "save_steps", "vllm_gpu_memory_utilization", "ddp_timeout_s"),
+}
+
+
+def test_every_bound_of_a_spec_refuses_the_value_past_it_in_its_words():
+    """The value rules are pydantic bounds (``Field(ge=1, description="an integer >= 1")``): each refuses the value
+    just past it in one line saying its description. A bound pydantic does not see (a ``Field`` put where an
+    ``Annotated`` type does not read it) would let its field go unchecked: the set of bounded fields is pinned."""
+    import annotated_types as at
+
+    past = {at.Ge: lambda b: b.ge - 1, at.Gt: lambda b: b.gt, at.Le: lambda b: b.le + 1, at.Lt: lambda b: b.lt}
+    seen = set()
+    for name, field in spec.RunSpec.model_fields.items():
+        for bound in (m for m in field.metadata if type(m) in past):
+            seen.add(name)
+            value = past[type(bound)](bound)
+            with pytest.raises(ValueError) as err:
+                spec.RunSpec(**{name: value})
+            assert str(err.value) == f"{name} must be {field.description}, got {value!r}"
+    assert seen == BOUNDED

@@ -156,6 +156,12 @@ def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):
         ("notebooks:\n  - notebook: {nb}\n    colour: blue\n", [], "colour"),
         ("name: ../up\nnotebooks:\n  - notebook: {nb}\n", [], "name"),
         ("notebooks:\n  - notebook: {nb}\n  smoke: true\n", [], "line"),
+        ("smoke: yes please\nnotebooks:\n  - notebook: {nb}\n", [], "smoke must be a valid boolean"),
+        ("1: 2\nnotebooks:\n  - notebook: {nb}\n", [], "1 is not a known field"),
+        ("notebooks: [{nb}]\n", [], "notebooks must be a valid dictionary"),
+        ("notebooks:\n  - parameters: {{}}\n", [], "notebooks[0]: field 'notebook' is missing"),
+        ("notebooks:\n  - notebook: {nb}\n    parameters: [1]\n", [], "parameters must be a valid dictionary"),
+        ("notebooks:\n  - notebook: {nb}\n    smoke: 1\n", [], "notebooks[0]: smoke must be a valid boolean"),
     ],
 )
 def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field):

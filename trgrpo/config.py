@@ -6,18 +6,30 @@ from __future__ import annotations
 import re
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+
+BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long")
+# bounds with their words, shared by specs, loss options and notebook parameters: ``Annotated[int, COUNT]``
+COUNT = Field(ge=1, description="an integer >= 1")
+POSITIVE = Field(gt=0, description="a finite number > 0")
+NON_NEGATIVE = Field(ge=0, description="a finite number >= 0")
 
 
-def error_line(err: ValidationError, known: Any = ()) -> str:
-    """pydantic's first error as one line naming the field: ``steps must be a valid integer, got 'x'``; a rule
-    a model states itself (a ``ValueError`` in a validator) keeps its own words; an unknown field lists ``known``."""
-    e = err.errors(include_url=False)[0]
+def error_line(err: ValidationError, fields: dict[str, FieldInfo] | None = None) -> str:
+    """pydantic's first error as one line naming the field: ``steps must be a valid integer, got 'x'``; a broken bound
+    (``Field(ge=1, description="an integer >= 1")``) says the field's description; a rule a model states itself (a
+    ``ValueError`` in a validator) keeps its own words; an unknown field lists ``fields``."""
+    e, fields = err.errors(include_url=False)[0], fields or {}
     field = str(e["loc"][0]) if e["loc"] else "value"  # later parts name a member of a union or an index
     if e["type"] == "value_error":
         return str(e["ctx"]["error"])
     if e["type"] == "extra_forbidden":
-        return f"{field} is not a known field; known: {sorted(known)}"
+        return f"{field} is not a known field; known: {sorted(fields)}"
+    if e["type"] == "missing":
+        return f"field '{field}' is missing"
+    if e["type"] in BOUNDS and getattr(fields.get(field), "description", None):
+        return f"{field} must be {fields[field].description}, got {e['input']!r:.80}"
     want = re.sub(r"^(Input|String|Value|Dictionary|List|Tuple) should (be )?", "", e["msg"])
     return f"{field} must {'' if want.startswith('have') else 'be '}{want}, got {e['input']!r:.80}"
 

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Annotated, Literal, get_args
 
 import torch
+from pydantic import Field
 
-PLACEMENTS = ("ratio", "surrogate")
-KL_WEIGHTINGS = ("eq10", "outside", "plain")
+from trgrpo.config import NON_NEGATIVE, Checked
+
+Placement = Literal["ratio", "surrogate"]
+KLWeighting = Literal["eq10", "outside", "plain"]
+PLACEMENTS, KL_WEIGHTINGS = get_args(Placement), get_args(KLWeighting)
+LOWER_CLIP = Field(ge=0, lt=1, description="a finite number in [0, 1) (1 - eps_l must stay > 0)")
 METRIC_KEYS = (
     "weight_mean",
     "weight_min",
@@ -40,29 +46,19 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-
     return ((r - r.mean(dim=1, keepdim=True)) / (std + eps)).reshape(-1)
 
 
-def validate_loss_options(
-    placement: str = "ratio",
-    kl_weighting: str = "eq10",
-    beta: float = 0.0,
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
-    *,
-    names: dict[str, str] | None = None,
-) -> None:
-    """The one check of the loss options; errors name a field as ``names`` renames it (``{"eps_low": "epsilon"}``)."""
-    names = names or {}
-    for field_, v, allowed in (("placement", placement, PLACEMENTS), ("kl_weighting", kl_weighting, KL_WEIGHTINGS)):
-        if not isinstance(v, str) or v not in allowed:
-            raise ValueError(f"{names.get(field_, field_)} must be one of {allowed}, got {v!r}")
-    for field_, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{names.get(field_, field_)} must be a finite number >= 0, got {v!r}")
-    if eps_low >= 1:
-        raise ValueError(f"{names.get('eps_low', 'eps_low')} must be < 1 (1 - eps_low must stay > 0), got {eps_low}")
+class LossOptions(Checked):
+    """The one check of the loss options: the readings of Eq. 9 and Eq. 10, the KL coefficient, the clip range (an
+    error starts with the field's name)."""
+
+    placement: Placement = "ratio"
+    kl_weighting: KLWeighting = "eq10"
+    beta: Annotated[float, NON_NEGATIVE] = 0.0
+    eps_low: Annotated[float, LOWER_CLIP] = 0.2
+    eps_high: Annotated[float, NON_NEGATIVE] = 0.24
 
 
 def kl_term(
-    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor | None, kl_weighting: str = "eq10"
+    logps: torch.Tensor, ref_logps: torch.Tensor, weights: torch.Tensor | None, kl_weighting: KLWeighting = "eq10"
 ) -> torch.Tensor:
     """Per-token KL estimate: Eq. 6 (``plain``), Eq. 10 (``eq10``) or w times Eq. 6 (``outside``)."""
     log_rho = ref_logps - logps  # log(pi_ref / pi)
@@ -81,7 +77,7 @@ def zero_gradient_mask(
     weights: torch.Tensor,
     eps_low: float,
     eps_high: float,
-    placement: str = "ratio",
+    placement: Placement = "ratio",
 ) -> torch.Tensor:
     """Tokens whose policy gradient is zero: the clipped branch is active (I_trust = 0, Eq. 7 / Eq. 12)."""
     x = weights * ratio if placement == "ratio" else ratio
@@ -108,8 +104,8 @@ def tr_grpo_loss(
     beta: float = 0.0,
     eps_low: float = 0.2,
     eps_high: float = 0.24,
-    placement: str = "ratio",
-    kl_weighting: str = "eq10",
+    placement: Placement = "ratio",
+    kl_weighting: KLWeighting = "eq10",
     upper: float | None = None,
     normalizer: float | torch.Tensor | None = None,
     policy_scale: torch.Tensor | None = None,
@@ -118,7 +114,7 @@ def tr_grpo_loss(
     """Minus the TR-GRPO objective (Eq. 9, KL of Eq. 10), token-level normalised (Eq. 5); tensors (B, T) but
     ``advantages`` (B,) or (B, T); ``old_logps=None``: on-policy. ``upper`` feeds ``weight_at_upper``; ``normalizer``,
     ``policy_scale``, ``bias_correction_kl``: TRL's token count, off-policy/IS factors and KL times r."""
-    validate_loss_options(placement, kl_weighting, beta, eps_low, eps_high)
+    LossOptions(placement=placement, kl_weighting=kl_weighting, beta=beta, eps_low=eps_low, eps_high=eps_high)
     if not torch.is_tensor(logps) or logps.dim() != 2:
         raise ValueError(f"logps must be a 2-D tensor (B, T), got {getattr(logps, 'shape', type(logps))}")
     shape = logps.shape
@@ -185,7 +181,7 @@ def loss_metrics(
     valid: torch.Tensor,
     eps_low: float,
     eps_high: float,
-    placement: str,
+    placement: Placement,
     *,
     kl: torch.Tensor | None = None,
     upper: float | None = None,

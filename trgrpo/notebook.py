@@ -7,18 +7,19 @@ headless run (``TRGRPO_HEADLESS=1``, set by ``trgrpo.runs.batch`` and the tests)
 from __future__ import annotations
 
 import ast
-import math
 import os
 import platform
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from trgrpo.config import ConfigError
+from pydantic import AfterValidator, Field, ValidationError, create_model
+
+from trgrpo.config import COUNT, NON_NEGATIVE, POSITIVE, Checked, ConfigError
 from trgrpo.files import ROOT, provenance, write_json
 
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
@@ -154,36 +155,20 @@ class Notebook:
 
 
 _MAX_SEED = 2**32  # numpy's and torch's seed range
+Count = Annotated[int, COUNT, Field(lt=_MAX_SEED)]
+Index = Annotated[int, Field(ge=0, lt=_MAX_SEED, description="an integer >= 0 (below 2**32)")]
+Positive = Annotated[float, POSITIVE]
 
 
-def _real(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def _ordered(pair: Sequence[float]) -> Sequence[float]:
+    if pair[0] > pair[1]:
+        raise ValueError("L > U")
+    return pair
 
 
-def _int(v: Any, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v < _MAX_SEED
-
-
-def _ints(v: Any, low: int) -> bool:
-    return isinstance(v, (list, tuple)) and len(v) > 0 and all(_int(x, low) for x in v)
-
-
-def _pair(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_real(x) and x > 0 for x in v) and v[0] <= v[1]
-
-
-_COUNT = (lambda v: _int(v, 1), "an integer >= 1")
-_INDEX = (lambda v: _int(v, 0), "an integer >= 0 (below 2**32)")
-_POSITIVE = (lambda v: _real(v) and v > 0, "a finite number > 0")
-_NONNEGATIVE = (lambda v: _real(v) and v >= 0, "a finite number >= 0")
-_FRACTION = (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]")
-_NAMES = (
-    lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, str) and x for x in v),
-    "a non-empty list of names",
-)
-# name -> (test, what it must be); a parameter without a rule must have its default's type. None passes where the
-# notebook's default is None (it means "the default of the run").
-PARAMETER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+# name -> its type, pydantic's bounds and what it must be (the description); a parameter without a rule must have its
+# default's type. None passes where the notebook's default is None (it means "the default of the run").
+PARAMETER_RULES: dict[str, Any] = {
     **dict.fromkeys(
         (
             "STEPS",
@@ -221,70 +206,73 @@ PARAMETER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
             "N_PEOPLE",
             "GPUS",
         ),
-        _COUNT,
+        Count,
     ),
-    **dict.fromkeys(("SEED", "CORPUS_SEED", "LOPTI_SEED", "THREADS", "EVAL_EVERY"), _INDEX),
-    "SEEDS": (lambda v: _ints(v, 0), "a non-empty list of integers >= 0 (below 2**32)"),
-    "SCHEMES": _NAMES,
-    "EVAL_SETS": _NAMES,
-    "WARM_START_STEPS": (lambda v: _int(v, 0) or _ints(v, 0), "an integer >= 0 or a list of them (phases)"),
-    "WARM_START_LR": (
-        lambda v: (_real(v) and v > 0) or (isinstance(v, list) and v and all(_real(x) and x > 0 for x in v)),
-        "a number > 0 or a list of them (phases)",
+    **dict.fromkeys(("SEED", "CORPUS_SEED", "LOPTI_SEED", "THREADS", "EVAL_EVERY"), Index),
+    "SEEDS": Annotated[
+        Sequence[Index], Field(min_length=1, description="a non-empty list of integers >= 0 (below 2**32)")
+    ],
+    **dict.fromkeys(
+        ("SCHEMES", "EVAL_SETS"), Annotated[Sequence[str], Field(min_length=1, description="a non-empty list of names")]
     ),
-    **dict.fromkeys(("VLLM_GPU_MEMORY", "END_SHARE", "WARM_THRESHOLD"), _FRACTION),
+    "WARM_START_STEPS": Annotated[
+        Index | Annotated[Sequence[Index], Field(min_length=1)],
+        Field(description="an integer >= 0 or a list of them (phases)"),
+    ],
+    "WARM_START_LR": Annotated[
+        Positive | Annotated[Sequence[Positive], Field(min_length=1)],
+        Field(description="a number > 0 or a list of them (phases)"),
+    ],
+    **dict.fromkeys(
+        ("VLLM_GPU_MEMORY", "END_SHARE", "WARM_THRESHOLD"),
+        Annotated[float, Field(gt=0, le=1, description="a number in (0, 1]")],
+    ),
     **dict.fromkeys(
         ("TEMPERATURE", "LEARNING_RATE", "GPU_MEM_GB", "INNER_LR", "TAU", "ALPHA", "DIRICHLET_A", "LOWER", "UPPER"),
-        _POSITIVE,
+        Positive,
     ),
-    **dict.fromkeys(("BETA", "EPS_LOW", "EPS_HIGH"), _NONNEGATIVE),
+    **dict.fromkeys(("BETA", "EPS_LOW", "EPS_HIGH"), Annotated[float, NON_NEGATIVE]),
     **dict.fromkeys(
         ("KK_TRAIN_PATH", "KK_EVAL_PATH"),
-        (
-            lambda v: (
-                (isinstance(v, str) and v != "")
-                or (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))
-            ),
-            '"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them',
-        ),
+        Annotated[
+            str | Annotated[Sequence[str], Field(min_length=1)],
+            Field(description='"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them'),
+        ],
     ),
-    "TAUS": (lambda v: isinstance(v, (list, tuple)) and all(_real(x) and x > 0 for x in v), "a list of numbers > 0"),
+    "TAUS": Annotated[Sequence[Positive], Field(description="a list of numbers > 0")],
     **dict.fromkeys(
         ("RANGES", "LU_RANGES"),
-        (lambda v: isinstance(v, (list, tuple)) and all(_pair(x) for x in v), "a list of [L, U] pairs, 0 < L <= U"),
+        Annotated[
+            Sequence[Annotated[Sequence[Positive], Field(min_length=2, max_length=2), AfterValidator(_ordered)]],
+            Field(description="a list of [L, U] pairs, 0 < L <= U"),
+        ],
     ),
 }
 
 
-def _type_ok(value: Any, default: Any) -> bool:
-    """``value`` has the type of the notebook's ``default`` (an int passes for a float; None and non-literal
-    defaults accept anything)."""
-    if default is None:
-        return True
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, float):
-        return _real(value)
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple))
-    return isinstance(value, type(default)) and not isinstance(value, bool)
+def parameters_model(defaults: dict) -> type[Checked]:
+    """A notebook's parameters as a pydantic model: each by :data:`PARAMETER_RULES`, else by the type of its default
+    (a list or a tuple for either; anything for None, where the default is an expression)."""
+
+    def rule(name: str, default: Any) -> Any:
+        kind = Any if default is None else list | tuple if isinstance(default, (list, tuple)) else type(default)
+        what = f"a {type(default).__name__} (as its default {default!r:.40})"
+        return PARAMETER_RULES.get(name, Annotated[kind, Field(description=what)])
+
+    return create_model("Parameters", __base__=Checked, **{n: (rule(n, d), None) for n, d in defaults.items()})
 
 
 def check_values(values: dict, defaults: dict, where: str) -> None:
-    """Each of ``values`` by the rules a notebook applies: :data:`PARAMETER_RULES`, else its default's type (a
-    string must not be empty). The first bad one is a :class:`ConfigError` naming ``where`` and the parameter."""
+    """Each of ``values`` by :func:`parameters_model` (a name ``defaults`` lacks has the default None). The first bad
+    one is a :class:`ConfigError` naming ``where`` and the parameter."""
+    model = parameters_model({**dict.fromkeys(values), **defaults})
     for name, value in values.items():
-        default = defaults.get(name)
-        rule = PARAMETER_RULES.get(name)
-        if rule is not None:
-            ok, what = rule
-            if value is None and default is None or ok(value):
-                continue
-        else:
-            what = f"a {type(default).__name__} (as its default {default!r:.40})"
-            if _type_ok(value, default) and value != "":
-                continue
-        raise ConfigError(f"{where}: parameter {name} must be {what}, got {value!r:.80}")
+        try:
+            if value is not None or defaults.get(name) is not None:
+                model.model_validate({name: value})
+        except ValidationError:
+            what = model.model_fields[name].description
+            raise ConfigError(f"{where}: parameter {name} must be {what}, got {value!r:.80}") from None
 
 
 def parameter_defaults(nb: Path) -> dict:

@@ -14,7 +14,7 @@ from accelerate.utils import set_seed
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
-from trgrpo.loss import KL_WEIGHTINGS, METRIC_KEYS, PLACEMENTS, kl_term, tr_grpo_loss, validate_loss_options
+from trgrpo.loss import METRIC_KEYS, KLWeighting, LossOptions, Placement, kl_term, tr_grpo_loss
 from trgrpo.weights import DEFAULTS, TAU_MODES, WeightParams, token_weights, tr_weight
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
@@ -57,8 +57,8 @@ class TRGRPOConfig(GRPOConfig):
     weight_tau_mode: str = field(
         default=DEFAULTS.tau_mode, metadata={"help": f"{TAU_MODES}: sigmoid(tau*p), sigmoid(p/tau)."}
     )
-    weight_placement: str = field(default="ratio", metadata={"help": f"{PLACEMENTS}: w inside the clip or outside."})
-    kl_weighting: str = field(default="eq10", metadata={"help": f"{KL_WEIGHTINGS}: Eq. 10, w times Eq. 6, Eq. 6."})
+    weight_placement: Placement = field(default="ratio", metadata={"help": "w inside the clip or outside."})
+    kl_weighting: KLWeighting = field(default="eq10", metadata={"help": "Eq. 10, w times Eq. 6, Eq. 6."})
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
     epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
@@ -71,18 +71,19 @@ class TRGRPOConfig(GRPOConfig):
         except ValueError as e:
             raise ValueError(f"weight_{e}") from None
         eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        validate_loss_options(
-            self.weight_placement,
-            self.kl_weighting,
-            self.beta,
-            self.epsilon,
-            eps_high,
-            names={
-                "placement": "weight_placement",
-                "eps_low": "epsilon",
-                "eps_high": "epsilon" if self.epsilon_high is None else "epsilon_high",
-            },
-        )
+        try:
+            LossOptions(
+                placement=self.weight_placement,
+                kl_weighting=self.kl_weighting,
+                beta=self.beta,
+                eps_low=self.epsilon,
+                eps_high=eps_high,
+            )
+        except ValueError as e:  # its field named as this config names it
+            name, _, rest = str(e).partition(" ")
+            high = "epsilon" if self.epsilon_high is None else "epsilon_high"
+            name = {"placement": "weight_placement", "eps_low": "epsilon", "eps_high": high}.get(name, name)
+            raise ValueError(f"{name} {rest}") from None
         for name, (kind, rule, ok) in TRL_NUMBERS.items():
             v = getattr(self, name)
             if v is None and name == "max_completion_length":  # TRL's default applies

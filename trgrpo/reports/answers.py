@@ -20,6 +20,7 @@ from trgrpo.reports.metrics import final_metric, group_by
 from trgrpo.reports.tables import on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
 from trgrpo.runs.records import RecordError, read_json, run_records
+from trgrpo.runs.spec import read_config
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
 from trgrpo.runs.toy_grid import load_runs, run_label
 from trgrpo.stats import delta_ci, family_alpha, holm, mean_std, min_detectable_effect, num, paired_t
@@ -526,9 +527,7 @@ def stage0_checks(results_dir: Path | str) -> list[dict] | None:
     decision, plan = read_json(root / "decision.json"), (root / "plan.yaml")
     if decision is None or not plan.exists():
         return None
-    import yaml
-
-    rule_plan = yaml.safe_load(plan.read_text())
+    rule_plan = read_config(plan, "plan")
     return [
         {"id": c["id"], "accepted": c["accepted"], "checks": lm_science.rule_checks(rule_plan, c)}
         for c in decision["candidates"]

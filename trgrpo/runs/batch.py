@@ -8,9 +8,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
-from trgrpo.config import ConfigError
+from pydantic import Field
+
+from trgrpo.config import Checked, ConfigError
 from trgrpo.files import ROOT, RUNS_DIR, write_json
 from trgrpo.notebook import check_values, parameter_defaults
 from trgrpo.runs.records import check_folder_name
@@ -86,43 +88,46 @@ def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[di
     return rows
 
 
-PLAN_KEYS = ("name", "smoke", "notebooks")
-ENTRY_KEYS = ("notebook", "smoke", "parameters")
+class PlanEntry(Checked):
+    """A notebook of a batch plan: its path (from the project's root), parameters and mode (default: the plan's)."""
+
+    notebook: str
+    parameters: dict[str, Any] | None = None  # `parameters:` left empty is None
+    smoke: bool | None = None
+
+
+class BatchPlan(Checked):
+    """A batch plan file: its name (default: the file's), its mode, its notebooks (each a :class:`PlanEntry`)."""
+
+    name: str | None = None
+    smoke: bool = False
+    notebooks: Annotated[
+        list[dict], Field(min_length=1, description="a non-empty list of {notebook, parameters} entries")
+    ]
 
 
 def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
     """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
     Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
     path, overrides = Path(path), overrides or {}
-    spec = read_config(path, "batch plan")
-    unknown = sorted(set(spec) - set(PLAN_KEYS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown field(s) {unknown}; a batch plan has {list(PLAN_KEYS)}")
-    entries = spec.get("notebooks")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: field 'notebooks' must be a non-empty list of {{notebook, parameters}} entries")
-    if not isinstance(spec.get("smoke", False), bool):
-        raise ConfigError(f"{path}: field 'smoke' must be true or false, got {spec['smoke']!r}")
+    data = read_config(path, "batch plan")
     try:
-        name = check_folder_name("name", str(spec.get("name", path.stem)))
+        spec = BatchPlan(**{str(k): v for k, v in data.items()})  # a key 1 is an unknown field, not a TypeError
+        name = check_folder_name("name", spec.name or path.stem)
     except ValueError as e:
         raise ConfigError(f"{path}: {e}") from None
     plan, declared = [], set()
-    for i, entry in enumerate(entries):
+    for i, fields in enumerate(spec.notebooks):
         where = f"{path}: notebooks[{i}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("notebook"), str):
-            raise ConfigError(f"{where} lacks the field 'notebook' (a path), got {entry!r:.80}")
-        unknown = sorted(set(entry) - set(ENTRY_KEYS))
-        if unknown:
-            raise ConfigError(f"{where}: unknown field(s) {unknown}; an entry has {list(ENTRY_KEYS)}")
-        nb = Path(entry["notebook"])
+        try:
+            entry = PlanEntry(**{str(k): v for k, v in fields.items()})
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        nb = Path(entry.notebook)
         nb = nb if nb.is_absolute() else ROOT / nb
         if not nb.is_file():
             raise ConfigError(f"{where}.notebook: {nb} does not exist")
-        params = entry.get("parameters") or {}
-        smoke = entry.get("smoke", spec.get("smoke", False))
-        if not isinstance(params, dict) or not isinstance(smoke, bool):
-            raise ConfigError(f"{where}: 'parameters' must be a mapping and 'smoke' true or false")
+        params = entry.parameters or {}
         try:
             known = parameter_defaults(nb)
         except Exception as e:  # noqa: BLE001 - not a notebook, or a parameters cell that does not parse
@@ -134,7 +139,7 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
         mine = {k: v for k, v in overrides.items() if k in known}
         check_values(mine, known, f"{path}: --set")
         declared |= set(known)
-        plan.append((nb, smoke, {**params, **mine}))
+        plan.append((nb, spec.smoke if entry.smoke is None else entry.smoke, {**params, **mine}))
     bad = sorted(set(overrides) - declared - {"SMOKE"})
     if bad:
         raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from trgrpo import theory
+from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, git_commit, git_dirty, write_json
 from trgrpo.runs.experiment import run
 from trgrpo.runs.records import read_record
-from trgrpo.runs.spec import RunSpec
+from trgrpo.runs.spec import RunSpec, read_config
 from trgrpo.stats import to_numpy
 from trgrpo.tasks import arith, get_task
 from trgrpo.tasks.generation import render_prompt, sample_token_probabilities
@@ -100,7 +100,7 @@ def accepted(plan: dict, cal: dict) -> bool:
 
 def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
     """Run (or skip, when recorded) each candidate's probe, then write ``decision.json`` beside the plan."""
-    plan = yaml.safe_load(Path(plan_path).read_text())
+    plan = read_config(plan_path, "plan")
     results = Path(results_dir or RESULTS_DIR)
     rows = []
     for cand in plan["candidates"]:
@@ -176,7 +176,7 @@ def grid_specs(plan: dict) -> list[RunSpec]:
 
 def grid(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
     """Run every run of the plan that has no record yet (a killed run starts again from its beginning)."""
-    plan = yaml.safe_load(Path(plan_path).read_text())
+    plan = read_config(plan_path, "plan")
     results = Path(results_dir or RESULTS_DIR)
     specs = grid_specs(plan)
     for k, spec in enumerate(specs, 1):
@@ -221,7 +221,7 @@ def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> No
     """Per candidate without a record: :func:`update_leverage` before and after the plan's GRPO run; the
     per-token samples go to ``<group>/tokens-<id>.npz`` (keys ``before_*``, ``after_*``), the summary into the
     record. A candidate with ``task: addition`` is the toy: its seed's warm start and the toy controls' GRPO arm."""
-    plan = yaml.safe_load(Path(plan_path).read_text())
+    plan = read_config(plan_path, "plan")
     results = Path(results_dir or RESULTS_DIR)
     for cand in plan["candidates"]:
         spec = _toy_spec(plan, cand) if cand.get("task") == "addition" else probe_spec(plan, cand)
@@ -327,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
-    {"stage0": stage0, "grid": grid, "leverage": leverage}[args.stage](args.plan, args.results)
+    try:
+        {"stage0": stage0, "grid": grid, "leverage": leverage}[args.stage](args.plan, args.results)
+    except ConfigError as e:  # a plan file that is missing, empty or not YAML: one line
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

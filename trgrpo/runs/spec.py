@@ -9,14 +9,14 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from trgrpo.config import Checked, ConfigError
+from trgrpo.config import COUNT, NON_NEGATIVE, POSITIVE, Checked, ConfigError
+from trgrpo.loss import LOWER_CLIP, KLWeighting, Placement
 from trgrpo.runs.records import check_folder_name, run_name
 from trgrpo.tasks import get_task, task_names
 from trgrpo.weights import DEFAULTS, TauMode, WeightParams
@@ -42,10 +42,12 @@ def _yaml_number(kind: type) -> BeforeValidator:
 VllmImportanceSampling = Literal["off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 Float = Annotated[float, _yaml_number(float)]
 Int = Annotated[int, _yaml_number(int)]
+MAX_EXAMPLES = 10_000_000  # n_train / n_eval: far beyond the paper's sets (the largest, ORZ, has 57k problems)
+Count = Annotated[Int, COUNT]  # a bound's words are the one-line error's (trgrpo.config.error_line)
 
 
 class RunSpec(Checked):
-    """Everything that defines a run, validated by pydantic (strict types, :data:`RULES`, the loss options, the
+    """Everything that defines a run, validated by pydantic (strict types and bounds, the loss options' types, the
     task's options, folder names). Field names follow :class:`trgrpo.TRGRPOConfig` where they overlap."""
 
     task: str = "kk"
@@ -57,29 +59,34 @@ class RunSpec(Checked):
     mu: Float = DEFAULTS.mu
     lower: Float = DEFAULTS.lower
     upper: Float = DEFAULTS.upper
-    placement: str = "ratio"
-    kl_weighting: str = "eq10"
-    seed: Int = 0
-    steps: Int = 20
-    prompts_per_step: Int = 2
-    num_generations: Int = 8
-    max_completion_length: Int = 4096
-    max_eval_tokens: Int | None = None
-    temperature: Float | None = None  # None -> Table 6 value for the task
-    learning_rate: Float = 1e-6
-    beta: Float = 0.001
-    epsilon: Float = 0.2
-    epsilon_high: Float = 0.24
-    gradient_accumulation_steps: Int = 1
-    micro_batch_size: Int | None = None  # completions per device per forward pass (None: from accumulation)
-    n_train: Int = 1000
-    n_eval: Int = 100
+    placement: Placement = "ratio"
+    kl_weighting: KLWeighting = "eq10"
+    seed: Annotated[Int, Field(ge=0, lt=2**32, description="an integer in [0, 2**32) (numpy's and torch's seeds)")] = 0
+    steps: Count = 20
+    prompts_per_step: Count = 2
+    num_generations: Annotated[Int, Field(ge=2, description="an integer >= 2")] = 8  # Eq. 4 needs a group
+    max_completion_length: Count = 4096
+    max_eval_tokens: Annotated[Int | None, COUNT] = None
+    temperature: Annotated[Float | None, POSITIVE] = None  # None -> Table 6 value for the task
+    learning_rate: Annotated[Float, POSITIVE] = 1e-6
+    beta: Annotated[Float, NON_NEGATIVE] = 0.001
+    epsilon: Annotated[Float, LOWER_CLIP] = 0.2
+    epsilon_high: Annotated[Float, NON_NEGATIVE] = 0.24
+    gradient_accumulation_steps: Count = 1
+    micro_batch_size: Annotated[Int | None, COUNT] = None  # completions per device per pass (None: from accumulation)
+    n_train: Annotated[
+        Int,
+        Field(ge=1, le=MAX_EXAMPLES, description=f"an integer in [1, {MAX_EXAMPLES:,}] (generated data is made whole)"),
+    ] = 1000
+    n_eval: Annotated[Int, Field(ge=0, le=MAX_EXAMPLES, description=f"an integer in [0, {MAX_EXAMPLES:,}]")] = 100
     eval_before: bool = False
-    save_steps: Int = 20
+    save_steps: Count = 20
     use_vllm: bool = False
-    vllm_gpu_memory_utilization: Float = 0.3  # colocate: vLLM's share of each GPU
+    vllm_gpu_memory_utilization: Annotated[  # colocate: vLLM's share of each GPU
+        Float, Field(gt=0, le=1, description="in (0, 1] (vLLM's share of each GPU)")
+    ] = 0.3
     vllm_importance_sampling: VllmImportanceSampling = "off"  # TRL's vLLM correction; "off" as verl does
-    ddp_timeout_s: Int = 6 * 3600  # others wait while the main process evaluates (hours with HF generate)
+    ddp_timeout_s: Count = 6 * 3600  # others wait while the main process evaluates (hours with HF generate)
     bf16: bool = False
     gradient_checkpointing: bool = False
     report_to: Literal["none", "tensorboard", "trackio"] = "none"  # live logs in results/<group>/<name>.logs/
@@ -89,21 +96,7 @@ class RunSpec(Checked):
 
     @model_validator(mode="after")
     def _rules(self) -> RunSpec:
-        from trgrpo.loss import validate_loss_options
-
         WeightParams(**{k: getattr(self, k) for k in WeightParams.model_fields})  # Eq. 11's rules
-        validate_loss_options(
-            self.placement,
-            self.kl_weighting,
-            self.beta,
-            self.epsilon,
-            self.epsilon_high,
-            names={"eps_low": "epsilon", "eps_high": "epsilon_high"},
-        )
-        for name, (ok, what) in RULES.items():
-            v = getattr(self, name)
-            if v is not None and not ok(v):
-                raise ValueError(f"{name} must be {what}, got {v!r}")
         # a model given as a path (``/``, ``./``, ``../``, ``~``) must be an existing folder; a hub id is not checked
         if self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).expanduser().is_dir():
             raise ValueError(f"model must be an existing folder or a hub id: the folder {self.model} does not exist")
@@ -133,27 +126,6 @@ class RunSpec(Checked):
         if (check := get_task(spec.task).check_data) is not None:
             check(spec)
         return spec
-
-
-_COUNTS = ("steps", "prompts_per_step", "max_completion_length", "save_steps", "gradient_accumulation_steps")
-MAX_EXAMPLES = 10_000_000  # n_train / n_eval: far beyond the paper's sets (the largest, ORZ, has 57k problems)
-_POSITIVE = (lambda v: v > 0, "a finite number > 0")
-# The value rules of RunSpec fields beyond their type: field -> (test, what it must be); None passes.
-RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **dict.fromkeys(
-        _COUNTS + ("ddp_timeout_s", "max_eval_tokens", "micro_batch_size"), (lambda v: v >= 1, "an integer >= 1")
-    ),
-    "n_eval": (lambda v: 0 <= v <= MAX_EXAMPLES, f"an integer in [0, {MAX_EXAMPLES:,}]"),
-    "n_train": (
-        lambda v: 1 <= v <= MAX_EXAMPLES,
-        f"an integer in [1, {MAX_EXAMPLES:,}] (generated data is made whole)",
-    ),
-    "seed": (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32) (numpy's and torch's seeds)"),
-    "num_generations": (lambda v: v >= 2, "an integer >= 2"),  # Eq. 4 needs a group
-    "learning_rate": _POSITIVE,
-    "temperature": _POSITIVE,
-    "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1] (vLLM's share of each GPU)"),
-}
 
 
 # ---------------------------------------------------------------------------------------------------------------

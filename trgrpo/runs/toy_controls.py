@@ -12,6 +12,7 @@ from typing import Any
 
 from trgrpo import toy
 from trgrpo.files import git_commit, git_dirty
+from trgrpo.loss import KL_WEIGHTINGS  # the KL grid runs every weighting
 from trgrpo.runs import toy_grid
 from trgrpo.runs.records import run_name, write_result
 from trgrpo.tasks import addition
@@ -43,7 +44,6 @@ ARMS: dict[str, dict] = {
 }
 BASELINE = "equal"
 CONTROL_SEEDS = tuple(range(12))
-KL_WEIGHTINGS = ("eq10", "outside", "plain")
 KL_BETAS = (0.001, 0.04)
 KL_SEEDS = tuple(range(8))
 # tau = 0.5 is left out: with sigma(0.5 p) every weight is L = 1 (weight_range), so the run *is* GRPO's.
