@@ -175,9 +175,9 @@ def restore(submitted: Any, released: Any) -> tuple[Any, dict[str, bool], dict[s
             cell.source = theirs[gid].source
         extra = [copy.deepcopy(x) for x in added.get(gid, [])] if gid else []
         if exercise is not None:
-            changed = (mine and theirs[gid].source.strip() != c.source.strip()) or any(
+            changed = (mine and c.cell_type == "code" and theirs[gid].source.strip() != c.source.strip()) or any(
                 x.cell_type == "code" for x in extra
-            )
+            )  # code: a written answer alone does not attempt the exercise's check
             attempted[exercise] = attempted.get(exercise, False) or changed
             if ANSWER in tags(c):
                 written[exercise] = cell.source.replace(ANSWER_TEXT, "").strip()

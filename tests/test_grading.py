@@ -96,26 +96,28 @@ def test_every_cell_the_student_does_not_write_is_locked():
 
 def test_restore_puts_back_the_released_checks_set_up_and_keys():
     """A tampered copy (checks replaced, the set-up changed, 9.1's answer key swapped for the student's own answer's
-    hash, a cell added) is graded with the release's cells; the student's solutions and added cells stay, and an
-    exercise the student left alone is not attempted."""
+    hash, a cell added) is graded with the release's cells; the student's solutions, written answers and added cells
+    stay, and an exercise whose code the student left alone is not attempted."""
     release = _release()
     nb = _tampered(release)
     nb.cells[1].source = "exercises = None"
     check_91 = _cells(nb, "check")["9.1"]
     check_91.source = check_91.source.replace(answer_key("9.1", "c", 1234, False), answer_key("9.1", "c", 1, False))
-    _cells(nb, "answer")["9.3"].source = _cells(release, "answer")["9.3"].source  # 9.3 left as released
+    for exercise in ("9.1", "9.3"):  # left as released (9.1's written answer given: its check is not attempted)
+        _cells(nb, "answer")[exercise].source = _cells(release, "answer")[exercise].source
+    _cells(nb, "written")["9.1"].source += "Three."
     added = nbformat.v4.new_code_cell("helper = 1")
     nb.cells.insert(nb.cells.index(_cells(nb, "answer")["9.2"]) + 1, added)
     graded, attempted, written = grading.restore(nb, release)
     released_locked = [c.source for c in release.cells if c.metadata["nbgrader"]["locked"]]
     assert [c.source for c in graded.cells if c.metadata.get("nbgrader", {}).get("locked")] == released_locked
     assert "print('looks fine')" not in str(graded) and answer_key("9.1", "c", 1, False) not in str(graded)
-    assert [c.source for c in _cells(graded, "answer").values()][:2] == ["pass", "pass"]
+    assert _cells(graded, "answer")["9.2"].source == "pass"
     ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded.cells]
     stub_92 = ids.index(_cells(release, "answer")["9.2"].metadata.nbgrader.grade_id)
     assert graded.cells[stub_92 + 1].source == "helper = 1"
-    assert attempted == {"9.1": True, "9.2": True, "9.3": False}
-    assert written == {"9.1": ""}
+    assert attempted == {"9.1": False, "9.2": True, "9.3": False}
+    assert written == {"9.1": "Three."}
     assert all("raises-exception" in c.metadata["tags"] for c in graded.cells if c.cell_type == "code")
 
 
