@@ -237,9 +237,13 @@ def grade_workbook(path: Path | str, released: Any, timeout: int = 600) -> dict:
     exercise is ✓ when each of its checks ran without error (its points, nbgrader's ``points`` of the release's
     cell), else 'not attempted' when the student changed none of its cells, else ✗ (the points of its passing
     checks)."""
-    path = Path(path)
-    nb, attempted, written = restore(read(path), released)
-    ran, error = execute(nb, path.parent, timeout)
+    path, unreadable = Path(path), ""
+    try:
+        submitted = read(path)
+    except Exception as e:  # noqa: BLE001  (a broken file is graded as nothing handed in, and said so)
+        submitted, unreadable = nbformat.v4.new_notebook(), f"could not be read ({type(e).__name__})"
+    nb, attempted, written = restore(submitted, released)
+    ran, error = (nb, unreadable) if unreadable else execute(nb, path.parent, timeout)
     by_id = {_grade_id(c): c for c in ran.cells if _grade_id(c)}
     checks: dict[str, list[tuple[float, bool, str]]] = {}
     for exercise, c in _by_exercise(released.cells):

@@ -180,6 +180,18 @@ def test_reports_total_per_student_feedback_and_written_marks_kept(tmp_path):
     assert next(csv.DictReader(written.open()))["mark"] == "0.5"
 
 
+def test_a_workbook_that_cannot_be_read_is_graded_as_nothing_handed_in(tmp_path):
+    """A broken file (half-saved JSON) gets 'not attempted' for every exercise and says why, without stopping the
+    grading of the others."""
+    path = tmp_path / "09_tiny_exercises.ipynb"
+    path.write_text('{"cells": [')
+    graded = grading.grade_workbook(path, _release(), timeout=5)
+    assert [(e["exercise"], e["result"], e["points"]) for e in graded["exercises"]] == [
+        ("9.1", "not attempted", 0.0), ("9.2", "not attempted", 0.0), ("9.3", "not attempted", 0.0)
+    ]  # fmt: skip
+    assert graded["error"].startswith("could not be read") and "could not be read" in graded["exercises"][0]["message"]
+
+
 @pytest.mark.slow  # three kernels: about 60 s on 2 busy cores (make test-slow)
 def test_grade_right_wrong_and_tampered_submissions(tmp_path):
     """The issue's 'done when': three submissions graded with `trgrpo course grade` as typed: right (full marks),
