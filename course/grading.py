@@ -331,7 +331,8 @@ def write_reports(result: dict, out: Path | str) -> list[Path]:
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     grades, written = result["grades"], result["written"]
     paths = [out / "grades.csv", out / "totals.csv", out / "written.csv"]
-    _write_csv(paths[0], grades, ["student", "workbook", "exercise", "result", "points", "max", "message"])
+    shown = [{**g, "points": f"{g['points']:g}", "max": f"{g['max']:g}"} for g in grades]
+    _write_csv(paths[0], shown, ["student", "workbook", "exercise", "result", "points", "max", "message"])
     table = totals(grades)
     _write_csv(paths[1], table, list(dict.fromkeys(k for r in table for k in r)))
     marks = {}

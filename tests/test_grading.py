@@ -168,6 +168,7 @@ def test_reports_total_per_student_feedback_and_written_marks_kept(tmp_path):
                       {"student": "bob", "total": "1/2", "9.1": "✗", "9.2": "✓"}]  # fmt: skip
     grades = list(csv.DictReader((tmp_path / "grades.csv").open()))
     assert grades[2]["message"] == "not right | yet" and len(grades) == 4
+    assert [(g["points"], g["max"]) for g in grades] == [("1", "1"), ("0", "1"), ("0", "1"), ("1", "1")]
     bob = (tmp_path / "feedback" / "bob.md").read_text()
     assert "Total: 1 / 2" in bob and "not right \\| yet" in bob and "stopped after 5 s" in bob
     assert "Three." in (tmp_path / "feedback" / "ada.md").read_text()
