@@ -106,13 +106,17 @@ browser:
 student: $(STAMP)
 	$(VPY) -m trgrpo course student --out student
 
-# Grade a folder of submitted workbooks (one per student, or a folder per student): each executed headless, at most
-# GRADE_TIMEOUT seconds, into a table student x exercise (✓/✗ and points) and SUBMISSIONS/grades.csv with the written
-# answers
+# Grade a folder of submitted workbooks (a folder per student, e.g. their exercises/ folder as handed in) as nbgrader's
+# autograde does: only the release's workbooks (no checkpoints, no .new copies); in each, the set-up and check cells
+# put back from the release (regenerated from this checkout, or GRADE_RELEASE: a student copy make student wrote), so
+# the checks compare with the instructor's answer keys; each run headless, at most GRADE_TIMEOUT seconds. Out, in
+# SUBMISSIONS/: a table student x exercise (total; ✓, ✗ or not attempted), grades.csv (with each check's message),
+# feedback/STUDENT.md and written.csv (the written answers, a mark column for the teacher)
 SUBMISSIONS ?= submissions
 GRADE_TIMEOUT ?= 600
+GRADE_RELEASE ?=
 grade: $(STAMP)
-	$(VPY) -m trgrpo course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT)
+	$(VPY) -m trgrpo course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT) $(if $(GRADE_RELEASE),--release $(GRADE_RELEASE))
 
 # The instructor's copy: the solutions notebooks, executed (reference answers from course/answers.py)
 INSTRUCTOR_DIR ?= instructor

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from course.grading import grade_folder
+from course.grading import folder_release, grade_folder, totals, write_reports
 from course.workbooks import (
     TIMES_PATH,
     main_notebooks,
@@ -28,10 +27,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, what in (("student", "write the student copy"), ("instructor", "the student copy and the solutions")):
         sub.add_parser(name, help=what).add_argument("--out", default=str(ROOT / name))
-    g = sub.add_parser("grade", help="grade a folder of submitted workbooks into a table and a CSV")
+    g = sub.add_parser("grade", help="grade a folder of submitted workbooks against the release (nbgrader's model)")
     g.add_argument("folder")
     g.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
-    g.add_argument("--csv", default=None, help="default: FOLDER/grades.csv")
+    g.add_argument("--out", default=None, help="where the grades, feedback and written answers go; default: FOLDER")
+    g.add_argument(
+        "--release", default=None, help="a student copy make student wrote; default: regenerated from this checkout"
+    )
     t = sub.add_parser(
         "times", help="time every notebook and its solutions as a laptop runs them (offline, 05-07 smoke)"
     )
@@ -52,15 +54,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not Path(args.folder).is_dir():
             print(f"grade: {args.folder} is not a folder")
             return 2
-        rows = grade_folder(args.folder, args.timeout)
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-        out = Path(args.csv or Path(args.folder) / "grades.csv")
-        with out.open("w", newline="") as f:
-            writer = csv.DictWriter(f, columns)
-            writer.writeheader()
-            writer.writerows(rows)
-        shown = [c for c in columns if not c.startswith("written ")]
-        print(markdown_table(rows, shown) + f"\n\nwrote {out}")
+        release = folder_release(args.release) if args.release else None
+        result = grade_folder(args.folder, args.timeout, release)
+        for r in result["ignored"]:
+            print(f"left out {r['path']}: {r['why']}")
+        for r in result["runs"]:
+            if r["error"]:
+                print(f"{r['student']}, {r['workbook']}: {r['error']}")
+        table = totals(result["grades"])
+        written = write_reports(result, args.out or args.folder)
+        print(markdown_table(table, list(dict.fromkeys(k for r in table for k in r))))
+        print(f"\nwrote {', '.join(str(p) for p in written[:3])} and {len(written) - 3} feedback files in "
+              f"{written[0].parent / 'feedback'}; mark the written answers in {written[2].name}")  # fmt: skip
         return 0
     dirty = git_dirty()  # before the notebooks run
     if dirty and not args.allow_dirty:

@@ -131,20 +131,24 @@ def derivation_stub(source: str) -> str:
 
 def exercise_workbook(nb: Any) -> Any:
     """A solutions notebook as a workbook: each run of ``solution`` cells becomes one cell that raises until the
-    student replaces it. ``ValueError`` when a solution precedes every statement or is not followed by a check."""
+    student replaces it. ``ValueError`` when a solution precedes every statement or is not followed by a check.
+    Every cell carries nbgrader's metadata: the stubs and written answers are the student's (``solution``), every
+    other cell is ``locked`` (grading puts it back from the release by its ``grade_id``), the checks ``grade``."""
     out = copy.deepcopy(nb)
     cells, src = [], list(_by_exercise(out.cells))
     solution = [SOLUTION in tags(c) for _, c in src]
     for i, (current, c) in enumerate(src):
         if not solution[i]:
             cells.append(c)
+            if CHECK in tags(c) and current is not None:
+                nbgrader = _nbgrader(f"check-{current}-{i}", grade=True, solution=False, locked=True, points=1)
+                c.metadata["nbgrader"] = nbgrader
+            else:  # set-up, statements, the rest: read-only, put back from the release when graded
+                c.metadata["nbgrader"] = _nbgrader(f"cell-{i}", grade=False, solution=False, locked=True)
             if exercise_heading(c) and WRITTEN_RE.search(c.source):
                 nbgrader = _nbgrader(f"written-{current}", grade=True, solution=True, locked=False, points=0)
                 meta = {"tags": [ANSWER], "nbgrader": nbgrader}
                 cells.append(nbformat.v4.new_markdown_cell(ANSWER_TEXT + "\n\n", metadata=meta))
-            elif CHECK in tags(c) and current is not None:
-                nbgrader = _nbgrader(f"check-{current}-{i}", grade=True, solution=False, locked=True, points=1)
-                c.metadata["nbgrader"] = nbgrader
             continue
         if i and solution[i - 1]:
             continue  # one stub for each run of solution cells

@@ -73,10 +73,11 @@ def _filled_workbook(wrong: dict[str, str]):
     return wb
 
 
-@pytest.mark.slow  # two kernels: about 40 s on 2 busy cores
-def test_grading_notebook_00_a_right_and_a_wrong_workbook(tmp_path):
-    """`trgrpo course grade` as typed, on two filled-in copies of 00's workbook: one right, one with
-    Exercise 0.1's typical slip (the population std); each exercise scored, the written answers collected."""
+@pytest.mark.slow  # three kernels: about 70 s on 2 busy cores
+def test_grading_notebook_00_right_wrong_and_tampered_workbooks(tmp_path):
+    """`trgrpo course grade` as typed, against the release regenerated from this checkout, on three filled-in copies
+    of 00's workbook: right, with Exercise 0.1's typical slip (the population std) and 0.3 left alone, and tampered
+    (every check cell `print('looks fine')`, every stub `pass`): full, partial and zero marks."""
     import csv
     import os
     import subprocess
@@ -84,15 +85,37 @@ def test_grading_notebook_00_a_right_and_a_wrong_workbook(tmp_path):
 
     import nbformat
 
+    tampered = _filled_workbook({})
+    for c in tampered.cells:
+        if "stub" in workbooks.tags(c):
+            c.source = "pass"
+        elif "check" in workbooks.tags(c):
+            c.source = "print('looks fine')"
+    wrong = _filled_workbook({"0.1": "adv_right_hard = 7**0.5"})
+    released = workbooks.with_answer_keys(
+        workbooks.exercise_workbook(
+            workbooks.read(workbooks.solutions_path(ROOT / "notebooks" / "00_grpo_primer.ipynb"))
+        )
+    )
+    stub_03 = [c for c in released.cells if "stub" in workbooks.tags(c)][2]
+    next(c for c in wrong.cells if c.metadata.get("nbgrader") == stub_03.metadata.nbgrader).source = stub_03.source
     folder = tmp_path / "submissions"
-    for student, wrong in {"ada": {}, "bob": {"0.1": "adv_right_hard = 7**0.5"}}.items():
-        (folder / student).mkdir(parents=True)
-        nbformat.write(_filled_workbook(wrong), str(folder / student / "00_grpo_primer_exercises.ipynb"))
+    for student, nb in {"ada": _filled_workbook({}), "bob": wrong, "eve": tampered}.items():
+        (folder / student / "exercises").mkdir(parents=True)
+        nbformat.write(nb, str(folder / student / "exercises" / "00_grpo_primer_exercises.ipynb"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRGRPO_HEADLESS": "1", "TRGRPO_SMOKE": "1"}
     r = subprocess.run([sys.executable, "-m", "trgrpo", "course", "grade", str(folder), "--timeout", "120"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    rows = {row["student"]: row for row in csv.DictReader((folder / "grades.csv").open())}
-    assert [rows["ada"][e] for e in ("0.1", "0.2", "0.3")] == ["✓ 1/1"] * 3, rows["ada"]
-    assert [rows["bob"][e] for e in ("0.1", "0.2", "0.3")] == ["✗ 0/1", "✓ 1/1", "✓ 1/1"], rows["bob"]
-    assert rows["ada"]["written 0.1"] == "A rare success is a surprise." and rows["bob"]["error"] == ""
+    rows = {row["student"]: row for row in csv.DictReader((folder / "totals.csv").open())}
+    got = {s: [row["total"]] + [row[e] for e in ("0.1", "0.2", "0.3")] for s, row in rows.items()}
+    assert got == {
+        "ada": ["3/3", "✓", "✓", "✓"],
+        "bob": ["1/3", "✗", "✓", "not attempted"],
+        "eve": ["0/3", "✗", "✗", "✗"],
+    }, r.stdout
+    messages = {(g["student"], g["exercise"]): g["message"] for g in csv.DictReader((folder / "grades.csv").open())}
+    assert messages["bob", "0.1"].startswith("Exercise 0.1: `adv_right_hard` is not right yet"), messages
+    written = list(csv.DictReader((folder / "written.csv").open()))
+    assert {w["answer"] for w in written if w["student"] == "ada"} == {"A rare success is a surprise."}
+    assert all(w["mark"] == "" for w in written) and (folder / "feedback" / "eve.md").is_file()
