@@ -191,11 +191,12 @@ def test_the_library_writes_no_documentation():
 
 # The library and the course's own package (course/answers.py, the instructor's data, aside). HOUSE_LINES: their size
 # before the layout was redrawn (issue "house"); the split's own docstrings and import blocks cost ~235 lines and the
-# engines/faults features after it ~100 (the DeepSpeed CPU tier, the OOM-fix resume, Table 8's clock, Ctrl-C).
+# engines/faults features after it ~100 (the DeepSpeed CPU tier, the OOM-fix resume, Table 8's clock, Ctrl-C), the
+# classroom's grading ~300 (release restored by grade_id, instructor's key, feedback and written-answer files).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_370
+HOUSE_LINES, LINE_CEILING = 13_061, 13_673
 
 
 def test_the_size_the_design_card_asks_for():
