@@ -91,7 +91,7 @@ def test_make_gpu_check_cpu_mode(tmp_path):
     rec = json.loads(out.read_text())
     assert rec["mode"] == "cpu" and rec["ok"] and all(rec["checks"].values())
     # one process per run: grpo, tr, the killed resume run, its restart (the command each was started with)
-    commands = re.findall(r"^  \$ .* -m trgrpo\.train --config (\S+)", r.stdout, re.M)
+    commands = re.findall(r"^  \$ .* -m trgrpo train --config (\S+)", r.stdout, re.M)
     assert [Path(c).stem for c in commands] == ["grpo", "tr", "resume-killed", "resume"], commands
     tr, grpo = rec["runs"]["tr"], rec["runs"]["grpo"]
     assert tr["steps"] == grpo["steps"] == 2 and tr["final"]["n"] == grpo["final"]["n"] == 4

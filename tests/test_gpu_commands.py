@@ -60,7 +60,7 @@ def test_train_config_runs_one_process_per_spec(tiny_model_dir, tmp_path):
     cfg.write_text(yaml.safe_dump(data))
     r = _python_m(["trgrpo", "train", "--config", str(cfg), "--set", f"model={tiny_model_dir}", *CPU_SCALE], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    children = re.findall(r"^  \$ (\S+) -m trgrpo\.train --config (\S+)", r.stdout, re.M)
+    children = re.findall(r"^  \$ (\S+) -m trgrpo train --config (\S+)", r.stdout, re.M)
     assert len(children) == 2 and all(exe == sys.executable for exe, _ in children)
     group = data["base"]["group"]
     records = sorted((tmp_path / "results" / group).glob("*.json"))
