@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trgrpo.paper import EPS_HIGH, EPS_LOW
+
 PLACEMENTS = ("ratio", "surrogate")
 KL_WEIGHTINGS = ("eq10", "outside", "plain")
 METRIC_KEYS = (
@@ -44,8 +46,8 @@ def validate_loss_options(
     placement: str = "ratio",
     kl_weighting: str = "eq10",
     beta: float = 0.0,
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     *,
     names: dict[str, str] | None = None,
 ) -> None:
@@ -106,8 +108,8 @@ def tr_grpo_loss(
     *,
     ref_logps: torch.Tensor | None = None,
     beta: float = 0.0,
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     placement: str = "ratio",
     kl_weighting: str = "eq10",
     upper: float | None = None,

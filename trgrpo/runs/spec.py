@@ -17,12 +17,11 @@ import yaml
 from pydantic import BeforeValidator, model_validator
 
 from trgrpo.config import Checked, ConfigError
+from trgrpo.paper import BETA, EPS_HIGH, EPS_LOW, TEMPERATURES
 from trgrpo.runs.records import check_folder_name, run_name
 from trgrpo.tasks import get_task, task_names
 from trgrpo.weights import DEFAULTS, TauMode, WeightParams
 
-# Table 6: sampling temperature per task.
-TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -67,9 +66,9 @@ class RunSpec(Checked):
     max_eval_tokens: Int | None = None
     temperature: Float | None = None  # None -> Table 6 value for the task
     learning_rate: Float = 1e-6
-    beta: Float = 0.001
-    epsilon: Float = 0.2
-    epsilon_high: Float = 0.24
+    beta: Float = BETA
+    epsilon: Float = EPS_LOW
+    epsilon_high: Float = EPS_HIGH
     gradient_accumulation_steps: Int = 1
     micro_batch_size: Int | None = None  # completions per device per forward pass (None: from accumulation)
     n_train: Int = 1000
