@@ -193,7 +193,7 @@ def test_the_library_writes_no_documentation():
 # before the layout was redrawn (13,061 lines, issue "house"). LINE_CEILING is the size at the last change: a ratchet
 # that only goes down, never by squeezing.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_296
+HOUSE_LINES, LINE_CEILING = 13_061, 13_294
 
 
 def test_the_size_the_design_card_asks_for():
