@@ -126,11 +126,12 @@ def run(plan: dict, out: Path, *, workers: int, budget_s: float, plan_path: str)
     from trgrpo.files import machine_info, provenance
     from trgrpo.models import embedded_model_path
     from trgrpo.runs import lm_science
+    from trgrpo.runs.records import record_path
 
     t0 = time.time()
     if plan["base"].get("model") in (None, "embedded"):
         embedded_model_path()  # converted once, before the workers race for it
-    specs = [s for s in lm_science.grid_specs(plan) if not (out / s.group / f"{s.name}.json").exists()]
+    specs = [s for s in lm_science.grid_specs(plan) if not record_path(s.group, s.name, out).exists()]
     deadline = t0 + budget_s
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:

@@ -24,7 +24,7 @@ from trgrpo.files import RESULTS_DIR  # noqa: E402
 from trgrpo.reports import answers, tables  # noqa: E402
 from trgrpo.reports.tables import delta_text, row_mde  # noqa: E402
 from trgrpo.runs import bench, plan, toy_grid  # noqa: E402
-from trgrpo.runs.records import RECORD_SCHEMA, RecordError, read_json, read_record  # noqa: E402
+from trgrpo.runs.records import RECORD_SCHEMA, RecordError, read_json, read_record, record_path  # noqa: E402
 from trgrpo.runs.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 from trgrpo.stats import num  # noqa: E402
 
@@ -41,7 +41,7 @@ BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P
 
 
 def _read(group: str, name: str, results_dir: Path | str | None, role: str | None = None) -> dict | None:
-    return read_json(Path(results_dir or RESULTS_DIR) / group / f"{name}.json", role)
+    return read_json(record_path(group, name, results_dir), role)
 
 
 def _p(row: dict) -> float | None:

@@ -8,9 +8,10 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
+from trgrpo.files import write_json
 from trgrpo.runs import checkpoints
-from trgrpo.runs.experiment import run
-from trgrpo.runs.records import load_results
+from trgrpo.runs.experiment import run, run_pending
+from trgrpo.runs.records import load_results, record_path
 from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks import Task, register_task
 
@@ -153,6 +154,19 @@ def test_bad_spec_names_the_field(kw, field):
 def test_unknown_field_in_dict():
     with pytest.raises(ValueError, match="^colour is not a known field; known: "):
         RunSpec.from_dict({"task": "kk", "colour": "blue"})
+
+
+def test_run_pending_runs_the_specs_without_a_record_in_order(tmp_path):
+    """The one loop over runs: a spec with a record at record_path is skipped (unless force), the rest run in order."""
+    specs = [RunSpec(task="kk", group="g/h", name=n) for n in ("a", "b", "c")]
+    assert record_path("g/h", "b", tmp_path) == tmp_path / "g" / "h" / "b.json"
+    write_json(record_path("g/h", "b", tmp_path), {"kind": "note"})
+    ran = []
+    assert run_pending(specs, lambda s: ran.append(s.name), results_dir=tmp_path, disable=True) == [specs[0], specs[2]]
+    assert ran == ["a", "c"]
+    assert run_pending(specs, lambda s: None, results_dir=tmp_path, force=True, disable=True) == specs
+    with pytest.raises(ValueError, match="name must be"):
+        record_path("g", "../x", tmp_path)
 
 
 def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, monkeypatch):

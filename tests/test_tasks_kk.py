@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from trgrpo import paper
 from trgrpo.tasks import kk, kk_puzzles
 
 NAMES = ["Emma", "Liam", "Olivia"]
@@ -586,5 +587,5 @@ def test_kk_options_are_what_the_task_reads():
     no files: the generator), so each default is written once."""
     o = kk.KKOptions(n_people=3)
     assert (o.n_people, o.eval_n_people, o.train_path, o.prefill_think) == (3, 3, "", False)
-    assert kk.KKOptions().eval_n_people == kk_puzzles.DEFAULT_N_PEOPLE and o.eval_batch() == {}
+    assert kk.KKOptions().eval_n_people == paper.KK_PEOPLE and o.eval_batch() == {}
     assert kk.KKOptions(eval_batch_size=4).eval_batch() == {"batch_size": 4}

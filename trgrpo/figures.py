@@ -1,6 +1,6 @@
 """The method's figures, for notebooks 01-02: ``plot_xxx(...) -> Figure`` of the weight function, the theorems
 and the Kantorovich bound; :func:`save`, :func:`show`, :func:`mark_smoke`. The figures of runs are
-:mod:`trgrpo.reports.plots`. One colour per scheme and arm (:data:`COLORS`, TR-GRPO blue as in the paper's Figure 2)."""
+:mod:`trgrpo.reports.plots`. One colour per scheme and arm (``arms.ARMS``, TR-GRPO blue as in the paper's Figure 2)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from trgrpo import stats
 from trgrpo.arms import color, label
 from trgrpo.loss import zero_gradient_mask
-from trgrpo.paper import TABLE7_LU, TABLE7_TAUS
+from trgrpo.paper import EPS_HIGH, EPS_LOW, TABLE7_LU, TABLE7_TAUS
 from trgrpo.weights import DEFAULTS, RANDOM_RANGE, WeightParams, as_weight_params, token_weights
 
 
@@ -193,8 +193,8 @@ def plot_eq13_factor(*, ax=None, params: WeightParams | str = "tr", **fields: An
 def plot_zero_gradient(
     *,
     placement: str = "ratio",
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     ax=None,
     params: WeightParams | str = "tr",
     **fields: Any,
@@ -235,8 +235,8 @@ def plot_weight_explorer(
     params: WeightParams | str = "tr",
     *,
     placement: str = "ratio",
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     **fields: Any,
 ) -> Figure:
     """Three panels for one setting: w(p) (paper default dashed), w(1 - p) (Eq. 13), Eq. 9's zero-gradient regions."""

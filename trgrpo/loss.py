@@ -15,6 +15,7 @@ import torch
 from pydantic import Field
 
 from trgrpo.config import NON_NEGATIVE, Checked
+from trgrpo.paper import EPS_HIGH, EPS_LOW
 
 Placement = Literal["ratio", "surrogate"]
 KLWeighting = Literal["eq10", "outside", "plain"]
@@ -53,8 +54,8 @@ class LossOptions(Checked):
     placement: Placement = "ratio"
     kl_weighting: KLWeighting = "eq10"
     beta: Annotated[float, NON_NEGATIVE] = 0.0
-    eps_low: Annotated[float, LOWER_CLIP] = 0.2
-    eps_high: Annotated[float, NON_NEGATIVE] = 0.24
+    eps_low: Annotated[float, LOWER_CLIP] = EPS_LOW
+    eps_high: Annotated[float, NON_NEGATIVE] = EPS_HIGH
 
 
 def kl_term(
@@ -102,8 +103,8 @@ def tr_grpo_loss(
     *,
     ref_logps: torch.Tensor | None = None,
     beta: float = 0.0,
-    eps_low: float = 0.2,
-    eps_high: float = 0.24,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     placement: Placement = "ratio",
     kl_weighting: KLWeighting = "eq10",
     upper: float | None = None,

@@ -1,4 +1,5 @@
-"""The numbers the paper reports, transcribed exactly (Tables 1, 2, 3, 4, 7, 8, 9), as :class:`PaperTable` rows.
+"""The numbers the paper reports, transcribed exactly (Tables 1, 2, 3, 4, 7, 8, 9), as :class:`PaperTable` rows, and
+the settings of Table 6 every run, loss and figure reads (Eq. 11's L, U, tau, mu: :class:`trgrpo.weights.WeightParams`).
 
 K&K tables have columns ``"3" .. "7"`` and ``"avg"`` (accuracies in [0, 1]); base models have ``method="base"``;
 ``gain_pct`` is the printed relative gain of a TR-GRPO row. Kept as printed: Table 2's two AIME columns look swapped
@@ -13,6 +14,13 @@ from typing import Any
 
 KK_SIZES = ("3", "4", "5", "6", "7")  # number of people in a K&K puzzle (Table 1's columns)
 KK_COLUMNS = (*KK_SIZES, "avg")
+KK_PEOPLE = tuple(int(n) for n in KK_SIZES)  # the puzzles' sizes as numbers: the K&K task's train and eval default
+
+# Table 6: the clipping range and the KL coefficient of every task, the sampling temperature per task (arith: ours)
+EPS_LOW = 0.2  # eps_l
+EPS_HIGH = 0.24  # eps_h (clip-higher)
+BETA = 0.001  # the KL coefficient
+TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,9 @@ from typing import Any
 import torch
 
 from trgrpo.loss import KL_WEIGHTINGS, PLACEMENTS, kl_term, zero_gradient_mask
-from trgrpo.paper import KK_COLUMNS, TABLE7_LU, TABLE7_TAUS, table7_accuracy
+from trgrpo.paper import EPS_HIGH, EPS_LOW, KK_COLUMNS, TABLE7_LU, TABLE7_TAUS, table7_accuracy
 from trgrpo.weights import TAU_MODES, WeightParams, as_weight_params, token_weights
 
-DEFAULT_EPS_LOW = 0.2  # Table 6
-DEFAULT_EPS_HIGH = 0.24  # Table 6 (clip-higher)
 PROBE_PROBS = (0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.9)
 
 
@@ -102,8 +100,8 @@ def zero_gradient_table(
     probs: Sequence[float] = PROBE_PROBS,
     *,
     ratio: float = 1.0,
-    eps_low: float = DEFAULT_EPS_LOW,
-    eps_high: float = DEFAULT_EPS_HIGH,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> list[dict]:
@@ -125,8 +123,8 @@ def zero_gradient_table(
 def zero_gradient_thresholds(
     *,
     ratio: float = 1.0,
-    eps_low: float = DEFAULT_EPS_LOW,
-    eps_high: float = DEFAULT_EPS_HIGH,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     resolution: float = 1e-5,
     params: WeightParams | str = "tr",
     **fields: Any,
@@ -149,8 +147,8 @@ def zero_gradient_fraction(
     probs,
     *,
     ratio: float = 1.0,
-    eps_low: float = DEFAULT_EPS_LOW,
-    eps_high: float = DEFAULT_EPS_HIGH,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
     params: WeightParams | str = "tr",
     **fields: Any,
 ) -> dict[str, float]:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from trgrpo.stats import spread_stats, to_numpy
-from trgrpo.weights import WeightParams, as_weight_params, token_weights
+from trgrpo.weights import DEFAULTS, WeightParams, as_weight_params, token_weights
 
 
 def pad_token_id(tokenizer: Any) -> int:
@@ -360,7 +360,7 @@ def theorem32_spread(
 # Leverage: how far the token weights can turn an update (cos between the GRPO and the TR-GRPO gradient)
 
 
-def kantorovich_cosine(lower: float = 1.0, upper: float = 1.4) -> float:
+def kantorovich_cosine(lower: float = DEFAULTS.lower, upper: float = DEFAULTS.upper) -> float:
     """The least cos(g_GRPO, g_TR) over weights w in [L, U] when the token gradients are mutually orthogonal:
     2 sqrt(L U) / (L + U) (a Kantorovich-type inequality; attained by :func:`extremal_weights`)."""
     if not 0 < lower <= upper:
@@ -375,7 +375,7 @@ def orthogonal_cosine(weights, sizes) -> float:
     return float((w * a2).sum() / math.sqrt(a2.sum() * (w * w * a2).sum()))
 
 
-def extremal_weights(lower: float = 1.0, upper: float = 1.4) -> dict[str, float]:
+def extremal_weights(lower: float = DEFAULTS.lower, upper: float = DEFAULTS.upper) -> dict[str, float]:
     """The two-point weights that attain :func:`kantorovich_cosine`: a share L / (L + U) of the squared gradient
     mass at w = U, the rest at w = L."""
     return {"lower": lower, "upper": upper, "mass_at_upper": lower / (lower + upper)}

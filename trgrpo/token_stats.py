@@ -411,24 +411,24 @@ PROB_BINS = [i / 20 for i in range(21)]  # 0, 0.05, ..., 1
 WEIGHT_BINS = [1.0 + i * 0.02 for i in range(21)]  # L = 1 ... U = 1.4
 
 
-def weight_shares(probs: Sequence[float], *, lower: float = 1.0, upper: float = 1.4, atol: float = 0.0) -> dict:
+def weight_shares(probs: Sequence[float], *, atol: float = 0.0) -> dict:
     """Histograms of sampled-token probabilities and their Eq. 11 weights (paper defaults), and the shares of
     tokens with w = L, L < w < U and w = U, within ``atol`` (the schema of ``results/toy/*/token_hist.json``)."""
     import numpy as np
     import torch
 
-    from trgrpo.weights import token_weights
+    from trgrpo.weights import DEFAULTS, token_weights
 
     p = np.asarray(probs, dtype=float)
-    w = token_weights(torch.tensor(p, dtype=torch.float64), "tr", lower=lower, upper=upper).numpy()
+    w = token_weights(torch.tensor(p, dtype=torch.float64), "tr").numpy()
     n = int(p.size)
-    at_lo = int((w <= lower + atol).sum())
-    at_hi = int((w >= upper - atol).sum())
+    at_lo = int((w <= DEFAULTS.lower + atol).sum())
+    at_hi = int((w >= DEFAULTS.upper - atol).sum())
     return {
         "bins": PROB_BINS,
         "prob_counts": np.histogram(p, bins=PROB_BINS)[0].tolist(),
         "weight_bins": WEIGHT_BINS,
-        "weight_counts": np.histogram(np.clip(w, lower, upper), bins=WEIGHT_BINS)[0].tolist(),
+        "weight_counts": np.histogram(np.clip(w, DEFAULTS.lower, DEFAULTS.upper), bins=WEIGHT_BINS)[0].tolist(),
         "share_at_lower": at_lo / n,
         "share_between": (n - at_lo - at_hi) / n,
         "share_at_upper": at_hi / n,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo.models import cache_dir, pad_batch, sft_step
+from trgrpo.paper import BETA, EPS_HIGH, EPS_LOW
 from trgrpo.tasks.addition import TASK_NAMES, evaluate_accuracy, records, splits
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
@@ -39,9 +40,9 @@ TOY_DEFAULTS = dict(
     temperature=1.0,
     n_train=2000,
     n_eval=400,
-    beta=0.001,
-    epsilon=0.2,
-    epsilon_high=0.24,
+    beta=BETA,
+    epsilon=EPS_LOW,
+    epsilon_high=EPS_HIGH,
 )
 
 

@@ -15,6 +15,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id, nanmax, nanmin
 
 from trgrpo.loss import METRIC_KEYS, KLWeighting, LossOptions, Placement, kl_term, tr_grpo_loss
+from trgrpo.paper import BETA, EPS_HIGH, EPS_LOW
 from trgrpo.weights import DEFAULTS, TAU_MODES, WeightParams, token_weights, tr_weight
 
 SUPPORTED_LOSS_TYPES = ("dapo", "bnpo")  # token-level normalisation (Eq. 5)
@@ -59,9 +60,9 @@ class TRGRPOConfig(GRPOConfig):
     )
     weight_placement: Placement = field(default="ratio", metadata={"help": "w inside the clip or outside."})
     kl_weighting: KLWeighting = field(default="eq10", metadata={"help": "Eq. 10, w times Eq. 6, Eq. 6."})
-    beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 6: 0.001)."})
-    epsilon: float = field(default=0.2, metadata={"help": "Lower clip eps_l (Table 6: 0.20)."})
-    epsilon_high: float | None = field(default=0.24, metadata={"help": "Upper clip eps_h (Table 6: 0.24)."})
+    beta: float = field(default=BETA, metadata={"help": "KL coefficient beta (Table 6)."})
+    epsilon: float = field(default=EPS_LOW, metadata={"help": "Lower clip eps_l (Table 6)."})
+    epsilon_high: float | None = field(default=EPS_HIGH, metadata={"help": "Upper clip eps_h (Table 6)."})
     use_bias_correction_kl: bool = field(default=False, metadata={"help": "True: the KL times the ratio r, as TRL."})
     loss_type: str = field(default="dapo", metadata={"help": f"Token-level normalisation: {SUPPORTED_LOSS_TYPES}."})
 

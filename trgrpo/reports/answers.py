@@ -19,7 +19,7 @@ from trgrpo.models import display_name
 from trgrpo.reports.metrics import final_metric, group_by
 from trgrpo.reports.tables import on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
-from trgrpo.runs.records import RecordError, read_json, run_records
+from trgrpo.runs.records import RecordError, read_json, record_path, run_records
 from trgrpo.runs.spec import read_config
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
 from trgrpo.runs.toy_grid import load_runs, run_label
@@ -169,7 +169,7 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
 
 
 def theorem31(claim: Claim, root: Path) -> dict:
-    rec = read_json(root / "notebooks" / "01_gradient_norm_theorem.json", "notebook01")
+    rec = read_json(record_path("notebooks", "01_gradient_norm_theorem", root), "notebook01")
     if rec is None or "bounds_violations" not in rec:
         return _not_run(claim, "notebook 01 writes results/notebooks/01_gradient_norm_theorem.json")
     rho = rec.get("spearman_pi_vs_grad_norm", math.nan)
@@ -186,7 +186,7 @@ def theorem31(claim: Claim, root: Path) -> dict:
 
 
 def theorem32(claim: Claim, root: Path) -> dict:
-    rec = read_json(root / "notebooks" / "01_gradient_norm_theorem.json", "notebook01")
+    rec = read_json(record_path("notebooks", "01_gradient_norm_theorem", root), "notebook01")
     spread = (rec or {}).get("spread", {})
     need = ("scale/equal", "scale/tr", "scale/reverse")
     if not all(k in spread for k in need):
@@ -243,7 +243,7 @@ def table2(claim: Claim, root: Path) -> dict:
 
 
 def table3(claim: Claim, root: Path) -> dict:
-    rec = read_json(root / "notebooks" / "07_agentic_search.json", "notebook07")
+    rec = read_json(record_path("notebooks", "07_agentic_search", root), "notebook07")
     if rec is None or "em_final" not in rec:
         return _not_run(claim, "notebook 07 writes results/notebooks/07_agentic_search.json")
     em, start = rec["em_final"], rec.get("em_start", math.nan)
@@ -381,7 +381,7 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
 def table8(claim: Claim, root: Path) -> dict:
     """``make bench``'s step record, as :func:`trgrpo.runs.bench.aggregate_step_runs` stored it: TR-GRPO's own work
     (its loss head minus GRPO's, process CPU) as a share of GRPO's step, and the paired step and memory ratios."""
-    rec = read_json(root / "bench" / "step.json", "bench_step")
+    rec = read_json(record_path("bench", "step", root), "bench_step")
     if rec is None:
         return _not_run(claim, "make bench writes results/bench/step.json")
     variants = rec["variants"]
@@ -402,7 +402,7 @@ def figure1(claim: Claim, root: Path) -> dict:
     """Notebook 04's count of structural items, high end minus low end. The token level (planned first) gives the
     verdict (:func:`judge` without margin, on the prompt-level cluster interval when recorded); the whole-word level
     was added after a null token result and is reported as exploratory, Holm-adjusted over the two levels."""
-    rec = read_json(root / "notebooks" / "04_token_probabilities.json", "notebook04")
+    rec = read_json(record_path("notebooks", "04_token_probabilities", root), "notebook04")
     levels = (rec or {}).get("claim", {})
     if "token" not in levels:
         return _not_run(claim, "notebook 04 writes results/notebooks/04_token_probabilities.json")
@@ -429,7 +429,7 @@ def figure1(claim: Claim, root: Path) -> dict:
             + ", ".join(f"{k}s [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]" for k, c in cluster.items())
         )
     # the same design, sampled before
-    first = read_json(root / "notebooks" / "04_token_probabilities_sample1.json", "notebook04")
+    first = read_json(record_path("notebooks", "04_token_probabilities_sample1", root), "notebook04")
     if first and "token" in (first.get("cluster") or {}):
         lo, hi = first["cluster"]["token"]["ci"]
         earlier = judge(lo, hi, None)

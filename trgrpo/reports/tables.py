@@ -1,6 +1,6 @@
 """Tables and summaries from the ``results/`` records: the paper's tables beside ours (notebooks 05-08), the toy
 grids' summaries (notebook 03, Part A) and the real-LM experiment (Part B). A cell without a run says "no run";
-:data:`LABELS` is the one display name of every scheme, toy arm and KL weighting.
+:func:`trgrpo.arms.label` is the one display name of every scheme, toy arm and KL weighting.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trgrpo import paper, stats
-from trgrpo.arms import label
+from trgrpo.arms import ARMS, label
 from trgrpo.models import display_name
 from trgrpo.reports import metrics
 from trgrpo.runs import toy_controls as tc
@@ -89,13 +89,7 @@ def cost_table(records: Iterable[dict]) -> list[dict]:
     return rows
 
 
-METHOD_TO_SCHEME = {
-    "GRPO": "equal",
-    "Equal weight": "equal",
-    "TR-GRPO": "tr",
-    "Random weight": "random",
-    "Reverse weight": "reverse",
-}
+METHOD_TO_SCHEME = {method: arm.spec["scheme"] for arm in ARMS.values() for method in arm.paper}  # the paper's rows
 # Table 2's columns in our math records: column -> (benchmark, metric)
 MATH_FIELDS = {
     "olympiad_bench": ("olympiadbench", "accuracy"),

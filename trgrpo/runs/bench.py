@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from trgrpo import files
+from trgrpo import files, paper
 from trgrpo.config import Checked
 from trgrpo.files import write_json
 
@@ -113,8 +113,8 @@ class StepBenchConfig(Checked):
     prompts_per_step: int = 1
     num_generations: int = 4
     max_completion_length: int = 16
-    temperature: float = 0.7
-    beta: float = 0.001
+    temperature: float = paper.TEMPERATURES["kk"]
+    beta: float = paper.BETA
     seed: int = 0
     threads: int | None = 1
     bf16: bool = True  # only on a GPU
@@ -136,15 +136,15 @@ def spread_reward(completions, completion_ids, **kwargs) -> list[float]:
 
 def grpo_trainer(variant: str, model: Any, prompts: Sequence[str], output_dir: str, **args: Any) -> Any:
     """TRL's GRPOTrainer (``"grpo_trl"``) or TRGRPOTrainer with the variant's weights, on the shared config (DAPO
-    loss, eps 0.2 / 0.24, plain k3 KL, :func:`spread_reward`, no checkpoints); ``args`` set the rest."""
+    loss, Table 6's eps_l / eps_h, plain k3 KL, :func:`spread_reward`, no checkpoints); ``args`` set the rest."""
     import torch
     from datasets import Dataset
 
     config = {
         "output_dir": output_dir,
         "loss_type": "dapo",
-        "epsilon": 0.2,
-        "epsilon_high": 0.24,
+        "epsilon": paper.EPS_LOW,
+        "epsilon_high": paper.EPS_HIGH,
         "use_bias_correction_kl": False,
         "logging_steps": 1,
         "save_strategy": "no",
@@ -368,9 +368,9 @@ class LossBenchConfig(Checked):
     repeats: int = 7  # blocks per variant
     iters: int = 10  # calls per block
     warmup: int = 2
-    beta: float = 0.001
-    eps_low: float = 0.2
-    eps_high: float = 0.24
+    beta: float = paper.BETA
+    eps_low: float = paper.EPS_LOW
+    eps_high: float = paper.EPS_HIGH
     seed: int = 0
     threads: int | None = 1
 

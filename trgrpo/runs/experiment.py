@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from trgrpo.runs.checkpoints import (
     memory_changes,
     run_lock,
 )
-from trgrpo.runs.records import RUN_KIND, write_result
+from trgrpo.runs.records import RUN_KIND, record_path, write_result
 from trgrpo.runs.spec import BATCH_READING, RunSpec, batch_layout, env_world_size, vllm_max_model_length
 from trgrpo.tasks import Task, get_task
 from trgrpo.weights import WeightParams
@@ -284,6 +284,19 @@ def run(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         return record
+
+
+def run_pending(specs: Sequence[RunSpec], run_one: Callable, *, results_dir=None, force=False, **bar) -> list[RunSpec]:
+    """``run_one(spec)`` for each spec without a record (:func:`~trgrpo.runs.records.record_path`; all with ``force``),
+    in order, a tqdm bar counting them (``bar``: its ``desc``, ``disable``); returns the specs it ran."""
+    from tqdm.auto import tqdm
+
+    todo = [s for s in specs if force or not record_path(s.group, s.name, results_dir).exists()]
+    with tqdm(todo, **bar) as progress:
+        for spec in progress:
+            progress.set_postfix_str(spec.name)
+            run_one(spec)
+    return todo
 
 
 def _evaluate_main(trainer, tokenizer, task: Task, records: list, spec: RunSpec) -> dict:

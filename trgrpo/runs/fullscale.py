@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from trgrpo import files
+from trgrpo import files, paper
 from trgrpo.files import RESULTS_DIR, ROOT, RUNS_DIR
 from trgrpo.runs import checkpoints, experiment
-from trgrpo.runs.records import read_record, run_name
+from trgrpo.runs.records import read_record, record_path, run_name
 from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks.kk import KK_PAPER_DATA
 
@@ -115,12 +115,11 @@ PARAMETER_DEFAULTS = {
     "PREFILL_THINK": True,
     "PLACEMENT": "ratio",
     "TAU_MODE": "scale",
-    "TEMPERATURE": 0.7,
+    "TEMPERATURE": paper.TEMPERATURES["kk"],
     "SAMPLED_K": 16,
     "KK_TRAIN_PATH": KK_PAPER_DATA,  # the paper's K&K data (hub); "reasoning-gym": the stated offline fallback
     "KK_EVAL_PATH": KK_PAPER_DATA,
 }
-KK_PEOPLE = [3, 4, 5, 6, 7]
 # Notebook 07's parameters named as an option of :class:`~trgrpo.tasks.search.SearchOptions` in upper case (absent:
 # its default; RETRIEVER_URL: ``url``).
 SEARCH_OPTION_PARAMETERS = ("corpus", "corpus_seed", "train_file", "data_dir", "retriever", "top_k", "template")
@@ -175,13 +174,14 @@ def specs_from_parameters(
     if task == "math":
         train = p["TRAIN"]
         options = {"train": train, "eval_sets": list(p["EVAL_SETS"]), "sampled_k": p["SAMPLED_K"]}
-        common.update(n_eval=p["N_EVAL"], temperature=1.0, task_options=options)
+        common.update(n_eval=p["N_EVAL"], temperature=paper.TEMPERATURES["math"], task_options=options)
         group = f"math/{short_model_name(model)}/{Path(train).stem}"
         return [RunSpec(**common, scheme=s, seed=seed, group=group) for s, seed in main]
-    options = {"n_people": KK_PEOPLE, "eval_n_people": KK_PEOPLE, "prefill_think": bool(p["PREFILL_THINK"])}
+    people = list(paper.KK_PEOPLE)  # a list, as the spec's YAML writes it
+    options = {"n_people": people, "eval_n_people": people, "prefill_think": bool(p["PREFILL_THINK"])}
     options.update(train_path=p["KK_TRAIN_PATH"], eval_path=p["KK_EVAL_PATH"])
     common.update(
-        n_eval=p["N_EVAL_PER_SIZE"] * len(KK_PEOPLE),
+        n_eval=p["N_EVAL_PER_SIZE"] * len(paper.KK_PEOPLE),
         placement=p["PLACEMENT"],
         tau_mode=p["TAU_MODE"],
         task_options=options,
@@ -373,7 +373,7 @@ def launch(
     gpus = n_devices() if gpus is None else gpus
     isolate = (gpus > 0 or cpu_processes > 1) if isolate is None else isolate
     run_engine = launch_engine(gpus, cpu_processes, accelerate_config, isolate, cpu_zero)
-    records = [results_dir / s.group / f"{s.name}.json" for s in specs]
+    records = [record_path(s.group, s.name, results_dir) for s in specs]
     todo = [s for s, path in zip(specs, records) if force or not path.exists()]
     if not force:  # a record or checkpoints of another spec or engine under a run's name: refused before any starts
         for s, path in zip(specs, records):
@@ -384,11 +384,13 @@ def launch(
     where = f"{gpus} GPU(s)" if gpus else f"CPU ({cpu_processes} process(es))"
     print(f"{len(specs)} run(s), {len(specs) - len(todo)} already done, {len(todo)} to run on {where}", flush=True)
     failed = []
-    for k, spec in enumerate(todo, 1):
+
+    def one(spec: RunSpec) -> None:
+        k = todo.index(spec) + 1  # "[k/n] name" opens the output of each run (a child's log begins with it)
         if not isolate or task_module(spec.task) is None:  # a task defined in __main__: a child cannot import it
             print(f"[{k}/{len(todo)}] {spec.name} (in this process)", flush=True)
             experiment.run(spec, results_dir=results_dir, keep_checkpoints=keep_checkpoints, resume=not force)
-            continue
+            return
         cfg = write_specs([spec], log_dir / spec.group / f"{spec.name}.yaml")
         log = cfg.with_suffix(".log")
         cmd = run_command(
@@ -418,6 +420,8 @@ def launch(
                 sys.stdout.write(line)
         if proc.wait() != 0:
             failed.append(f"{spec.name} (exit code {proc.returncode}, log {log})")
+
+    experiment.run_pending(todo, one, results_dir=results_dir, force=True, desc="launch")
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
     return [read_record(path) for path in records if path.exists()]

@@ -19,8 +19,8 @@ import torch
 from trgrpo import theory
 from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, git_commit, git_dirty, write_json
-from trgrpo.runs.experiment import run
-from trgrpo.runs.records import read_record
+from trgrpo.runs.experiment import run, run_pending
+from trgrpo.runs.records import read_record, record_path
 from trgrpo.runs.spec import RunSpec, read_config
 from trgrpo.stats import to_numpy
 from trgrpo.tasks import arith, get_task
@@ -102,13 +102,12 @@ def stage0(plan_path: str | Path, results_dir: str | Path | None = None) -> None
     """Run (or skip, when recorded) each candidate's probe, then write ``decision.json`` beside the plan."""
     plan = read_config(plan_path, "plan")
     results = Path(results_dir or RESULTS_DIR)
+    specs = [probe_spec(plan, c) for c in plan["candidates"]]
+    cands = {s.name: c for s, c in zip(specs, plan["candidates"])}
+    run_pending(specs, lambda s: _probe(plan, cands[s.name], s, results), results_dir=results, desc="stage0")
     rows = []
-    for cand in plan["candidates"]:
-        spec = probe_spec(plan, cand)
-        path = results / spec.group / f"{spec.name}.json"
-        if not path.exists():
-            _probe(plan, cand, spec, results)
-        rec = read_record(path)
+    for cand, spec in zip(plan["candidates"], specs):
+        rec = read_record(record_path(spec.group, spec.name, results))
         cal = rec["calibration"]
         rows.append(
             {
@@ -178,11 +177,7 @@ def grid(plan_path: str | Path, results_dir: str | Path | None = None) -> None:
     """Run every run of the plan that has no record yet (a killed run starts again from its beginning)."""
     plan = read_config(plan_path, "plan")
     results = Path(results_dir or RESULTS_DIR)
-    specs = grid_specs(plan)
-    for k, spec in enumerate(specs, 1):
-        if not (results / spec.group / f"{spec.name}.json").exists():
-            print(f"[grid] {k}/{len(specs)} {spec.name}", flush=True)
-            _grid_run(spec, plan["eval_steps"], results)
+    run_pending(grid_specs(plan), lambda s: _grid_run(s, plan["eval_steps"], results), results_dir=results, desc="grid")
 
 
 def _grid_run(spec: RunSpec, eval_steps: list[int], results: Path) -> None:
@@ -223,10 +218,9 @@ def leverage(plan_path: str | Path, results_dir: str | Path | None = None) -> No
     record. A candidate with ``task: addition`` is the toy: its seed's warm start and the toy controls' GRPO arm."""
     plan = read_config(plan_path, "plan")
     results = Path(results_dir or RESULTS_DIR)
-    for cand in plan["candidates"]:
-        spec = _toy_spec(plan, cand) if cand.get("task") == "addition" else probe_spec(plan, cand)
-        if not (results / spec.group / f"{spec.name}.json").exists():
-            _leverage_run(plan, cand, spec, results)
+    specs = [_toy_spec(plan, c) if c.get("task") == "addition" else probe_spec(plan, c) for c in plan["candidates"]]
+    cands = {s.name: c for s, c in zip(specs, plan["candidates"])}
+    run_pending(specs, lambda s: _leverage_run(plan, cands[s.name], s, results), results_dir=results, desc="leverage")
 
 
 def _toy_spec(plan: dict, cand: dict) -> RunSpec:
@@ -339,7 +333,7 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def leverage_shares(probs, prob_sq_sum, weights, upper: float = 1.4, *, atol: float = 1e-6) -> dict[str, float]:
+def leverage_shares(probs, prob_sq_sum, weights, upper: float, *, atol: float = 1e-6) -> dict[str, float]:
     """Shares carried by the tokens whose weight is below U (w < U - atol): of the tokens, of sum(1 - p), and of the
     exact logit-gradient norm sum ||e_k - pi|| = sum sqrt(1 - 2 p + ||pi||^2) (``prob_sq_sum`` = ||pi||^2)."""
     p, sq, w = (np.asarray(to_numpy(x), float) for x in (probs, prob_sq_sum, weights))

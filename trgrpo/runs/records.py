@@ -128,10 +128,15 @@ def check_folder_name(field: str, value: Any, *, nested: bool = False) -> str:
     return value
 
 
-def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
-    """Write ``results/<group>/<name>.json`` atomically; a run record is validated first."""
+def record_path(group: str, name: str, results_dir: Path | str | None = None) -> Path:
+    """``results/<group>/<name>.json`` (``results_dir`` in place of ``results/``), both names checked."""
     path = Path(results_dir or RESULTS_DIR) / check_folder_name("group", group, nested=True)
-    path = path / f"{check_folder_name('name', name)}.json"
+    return path / f"{check_folder_name('name', name)}.json"
+
+
+def write_result(group: str, name: str, record: dict, results_dir: Path | str | None = None) -> Path:
+    """Write :func:`record_path` atomically; a run record is validated first."""
+    path = record_path(group, name, results_dir)
     if is_run_record(record):
         validate_record(jsonable(record), f"{path} (not written)")
     return write_json(path, record)

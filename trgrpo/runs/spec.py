@@ -17,12 +17,11 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from trgrpo.config import COUNT, NON_NEGATIVE, POSITIVE, Checked, ConfigError
 from trgrpo.loss import LOWER_CLIP, KLWeighting, Placement
+from trgrpo.paper import BETA, EPS_HIGH, EPS_LOW, TEMPERATURES
 from trgrpo.runs.records import check_folder_name, run_name
 from trgrpo.tasks import get_task, task_names
 from trgrpo.weights import DEFAULTS, TauMode, WeightParams
 
-# Table 6: sampling temperature per task.
-TEMPERATURES = {"kk": 0.7, "math": 1.0, "search": 0.8, "arith": 1.0}
 _NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -69,9 +68,9 @@ class RunSpec(Checked):
     max_eval_tokens: Annotated[Int | None, COUNT] = None
     temperature: Annotated[Float | None, POSITIVE] = None  # None -> Table 6 value for the task
     learning_rate: Annotated[Float, POSITIVE] = 1e-6
-    beta: Annotated[Float, NON_NEGATIVE] = 0.001
-    epsilon: Annotated[Float, LOWER_CLIP] = 0.2
-    epsilon_high: Annotated[Float, NON_NEGATIVE] = 0.24
+    beta: Annotated[Float, NON_NEGATIVE] = BETA
+    epsilon: Annotated[Float, LOWER_CLIP] = EPS_LOW
+    epsilon_high: Annotated[Float, NON_NEGATIVE] = EPS_HIGH
     gradient_accumulation_steps: Count = 1
     micro_batch_size: Annotated[Int | None, COUNT] = None  # completions per device per pass (None: from accumulation)
     n_train: Annotated[

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo import toy
+from trgrpo import arms, paper, toy
 from trgrpo.files import git_commit, git_dirty
 from trgrpo.loss import KL_WEIGHTINGS  # the KL grid runs every weighting
 from trgrpo.runs import toy_grid
@@ -32,26 +32,18 @@ PRIMARY_METRIC = (
     "(400 test items each, same items for every run)"
 )
 
-# arm label (trgrpo.runs.toy_grid.run_label) -> toy_spec settings
-ARMS: dict[str, dict] = {
-    "equal": dict(scheme="equal"),
-    "tr-surrogate": dict(scheme="tr", placement="surrogate"),
-    "tr-ratio": dict(scheme="tr", placement="ratio"),
-    "const-surrogate": dict(scheme="const", placement="surrogate"),
-    "tr_norm-surrogate": dict(scheme="tr_norm", placement="surrogate"),
-    "reverse-surrogate": dict(scheme="reverse", placement="surrogate"),
-    "random": dict(scheme="random", placement="surrogate"),  # run_label names it "random" (no placement)
-}
+# arm label (trgrpo.runs.toy_grid.run_label) -> toy_spec settings: the control arms of trgrpo.arms.ARMS
+ARMS: dict[str, dict] = {name: arm.spec for name, arm in arms.ARMS.items() if arm.control}
 BASELINE = "equal"
 CONTROL_SEEDS = tuple(range(12))
-KL_BETAS = (0.001, 0.04)
+KL_BETAS = (paper.BETA, 0.04)  # Table 6's and a 40 times stronger KL
 KL_SEEDS = tuple(range(8))
 # tau = 0.5 is left out: with sigma(0.5 p) every weight is L = 1 (weight_range), so the run *is* GRPO's.
 TAUS = (2.0, 7.0, 10.0, 20.0)
 TAU_SEEDS = tuple(range(5))
 
 # grid -> (group, seeds, variants: an arm of ARMS with its overrides), run seed-major
-_KL = [(b, kw) for b in sorted(KL_BETAS, reverse=True) for kw in KL_WEIGHTINGS if (kw, b) != ("eq10", 0.001)]
+_KL = [(b, kw) for b in sorted(KL_BETAS, reverse=True) for kw in KL_WEIGHTINGS if (kw, b) != ("eq10", paper.BETA)]
 GRIDS: dict[str, tuple[str, Sequence[int], list[tuple[str, dict]]]] = {
     "controls": (CONTROLS_GROUP, CONTROL_SEEDS, []),  # [] here: every arm of ARMS, as it is when the grid is made
     "kl": (KL_GROUP, KL_SEEDS, [("tr-surrogate", {"beta": b, "kl_weighting": kw}) for b, kw in _KL]),

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trgrpo.files import RESULTS_DIR
-from trgrpo.runs.experiment import run
+from trgrpo.runs.experiment import run, run_pending
 from trgrpo.runs.records import load_results, run_name
 from trgrpo.runs.spec import RunSpec
 from trgrpo.tasks.addition import MAX_COMPLETION, evaluate_accuracy, records, splits
@@ -131,27 +130,22 @@ def run_toy(
 
 
 def run_grid(specs: Sequence[RunSpec | dict], *, threads: int | None = 2, progress: bool = True, **run_kw: Any) -> dict:
-    """Run every spec without a record, seed by seed (warm starts first); ``run_kw`` as :func:`run_toy`."""
+    """Run every spec without a record, seed by seed (a seed's warm start first); ``run_kw`` as :func:`run_toy`."""
     import torch
-    from tqdm.auto import tqdm
 
     if threads is not None:
         torch.set_num_threads(threads)
     quiet()
     t0, c0 = time.time(), time.process_time()
-    root = Path(run_kw.get("results_dir") or RESULTS_DIR)
     specs = [RunSpec.from_dict(s) if isinstance(s, dict) else s for s in specs]  # every spec checked before a run
-    todo = [s for s in specs if not (root / s.group / f"{s.name}.json").exists()]
-    bar = tqdm(total=len(todo), desc="toy grid", disable=not progress)
-    for seed in dict.fromkeys(s.seed for s in todo):
-        part = [s for s in todo if s.seed == seed]
-        for task in dict.fromkeys(s.task for s in part):
-            warm_start(task, seed, **(run_kw.get("warm_kwargs") or {}))
-        for spec in part:
-            bar.set_postfix_str(spec.name)
-            run_toy(spec, **run_kw)
-            bar.update()
-    bar.close()
+    seeds = list(dict.fromkeys(s.seed for s in specs))
+
+    def one(spec: RunSpec) -> None:
+        warm_start(spec.task, spec.seed, **(run_kw.get("warm_kwargs") or {}))  # once per seed and task: then cached
+        run_toy(spec, **run_kw)
+
+    by_seed = sorted(specs, key=lambda s: seeds.index(s.seed))
+    todo = run_pending(by_seed, one, results_dir=run_kw.get("results_dir"), desc="toy grid", disable=not progress)
     return {
         "n_specs": len(specs),
         "n_run": len(todo),

@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import model_validator
 
+from trgrpo.paper import KK_PEOPLE
 from trgrpo.tasks import Task, TaskOptions, register_task
 from trgrpo.tasks.generation import greedy_generate, render_prompt
 from trgrpo.tasks.kk_puzzles import (
     ANSWER_CORRECT,
-    DEFAULT_N_PEOPLE,
     FORMAT_OK,
     _n_people_tuple,
     generate_kk,
@@ -145,7 +145,7 @@ KK_GENERATED = "reasoning-gym"
 
 
 def load_kk_hub(
-    source: str, split: str, *, n: int | None = None, n_people: int | Iterable[int] = DEFAULT_N_PEOPLE
+    source: str, split: str, *, n: int | None = None, n_people: int | Iterable[int] = KK_PEOPLE
 ) -> list[dict[str, Any]]:
     """K&K records of ``source`` ("hub:<repo>", e.g. :data:`KK_PAPER_DATA`), config ``split`` ("train" / "test"),
     one hub split per size ("<n>ppl"); ``n`` at most, round robin over the sizes. Offline: a RuntimeError naming
@@ -326,7 +326,7 @@ def _evaluate(model, tokenizer, records, spec: Any) -> dict:
 class KKOptions(TaskOptions):
     """The K&K task's options: Logic-RL files or reasoning-gym's generator (2..7 people)."""
 
-    n_people: int | list[int] | tuple[int, ...] = DEFAULT_N_PEOPLE
+    n_people: int | list[int] | tuple[int, ...] = KK_PEOPLE
     eval_n_people: int | list[int] | tuple[int, ...] | None = None  # None: n_people
     train_path: str | list[str] = ""  # none: reasoning-gym's generator
     eval_path: str | list[str] = ""

@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from trgrpo.paper import KK_PEOPLE
 from trgrpo.tasks.rows import as_list
 
 # Look-alikes of the letters of "knight"/"knave" that NFKC leaves alone, and invisible characters.
@@ -70,9 +71,6 @@ def disguised_letters(answer_text: str, utf8: bytes | None = None) -> bool:
     if not (any(b in data for b in leads) and any(b in data for b in seconds)):
         return False
     return astral.search(answer_text) is not None
-
-
-DEFAULT_N_PEOPLE = (3, 4, 5, 6, 7)  # the difficulty levels of Table 1
 
 
 def solution_text(names: Sequence[str], solution: Sequence[bool]) -> str:
@@ -170,7 +168,7 @@ def _n_people_tuple(n_people: int | Iterable[int], lo: int = 2, hi: int = 7) -> 
 
 
 def generate_kk(
-    n: int, n_people: int | Iterable[int] = DEFAULT_N_PEOPLE, seed: int = 0, *, stream: str = "gen"
+    n: int, n_people: int | Iterable[int] = KK_PEOPLE, seed: int = 0, *, stream: str = "gen"
 ) -> list[dict[str, Any]]:
     """``n`` distinct uniquely solvable puzzles from reasoning-gym, sizes cycling through ``n_people`` (2..7),
     deterministic by ``seed`` and ``stream``."""
