@@ -377,6 +377,14 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
     return out
 
 
+def table4_at(results_dir: Path | str, m: int) -> dict[str, list[float]]:
+    """Table 4's parts (TR − arm on the same seeds) with the interval at 1 − ALPHA / m instead of the verdict's level:
+    e.g. the forest plot's, Holm's first step over its family's m arms."""
+    metrics = toy_metrics(Path(results_dir), "toy/controls")
+    parts = [(part, arm) for part, arm, _ in TABLE4_PARTS if TR_ARM in metrics and arm in metrics]
+    return {part: contrast(*_paired(metrics, TR_ARM, arm), None, m)["ci"] for part, arm in parts}
+
+
 def table8(claim: Claim, root: Path) -> dict:
     """``make bench``'s step record, as :func:`trgrpo.runs.bench.aggregate_step_runs` stored it: TR-GRPO's own work
     (its loss head minus GRPO's, process CPU) as a share of GRPO's step, and the paired step and memory ratios."""
