@@ -274,9 +274,19 @@ def stage0_sentence(results_dir: Path | str | None = None) -> str:
         f"(room to learn), with at least {100 * before['low']:.0f} % of its sampled tokens strictly between L and U "
         f"before RL and at least {100 * after['low']:.0f} % after the {steps}-step GRPO probe"
     )
+
+    def untouched(r: dict) -> str:  # a probe whose every reward was 0 had zero gradient: its model did not move
+        if any(h.get("reward") for h in read_record(root / "lm" / "stage0" / f"probe-{r['id']}.json")["history"]):
+            return ""
+        short = 100 * (r["checks"][1]["low"] - r["checks"][1]["value"])
+        return (
+            " (every reward of the probe was 0, so every advantage and gradient was 0 and the model after is the "
+            + (f"model before; {short:.2f} points short of the {100 * before['low']:.0f} % clause)")
+        )
+
     per = "; ".join(
         f"{r['id']}: sampled accuracy {r['checks'][0]['value']:.2f}, strictly between L and U "
-        f"{_share(r['checks'][1]['value'])} → {_share(r['checks'][2]['value'])}"
+        f"{_share(r['checks'][1]['value'])} → {_share(r['checks'][2]['value'])}{untouched(r)}"
         + (" (accepted)" if r["accepted"] else f", failing {sum(not c['ok'] for c in r['checks'])} of 3 clauses")
         for r in rows
     )
@@ -313,6 +323,7 @@ def leverage_sentence(results_dir: Path | str | None = None) -> str:
 
     if not recs:
         return f"**How far TR-GRPO can turn one update.** {bound}. _No measurement yet (`results/leverage/`)._"
+    proj = answers.leverage_projection(root)
     parts = []
     for key, rec in recs.items():
         lev = rec["leverage"]
@@ -335,25 +346,55 @@ def leverage_sentence(results_dir: Path | str | None = None) -> str:
             f"({b['grad_batches']} batches of one training step each) have cosine {b['grad_cosine_min']:.4f}–"
             f"{b['grad_cosine_max']:.4f} (mean {b['grad_cosine_mean']:.4f}) → {a['grad_cosine_min']:.4f}–"
             f"{a['grad_cosine_max']:.4f} (mean {a['grad_cosine_mean']:.4f})"
+            + (
+                f"; TR's gradient projected on GRPO's is c = {proj[key]['before']['c']:.2f} → "
+                f"{proj[key]['after']['c']:.2f} of GRPO's, so (U − c)/(U − L) = {_share(proj[key]['before']['down'])}"
+                f" → {_share(proj[key]['after']['down'])} of GRPO's gradient is down-weighted relative to the cap; "
+                f"{_share(proj[key]['before']['zero_adv'])} → {_share(proj[key]['after']['zero_adv'])} of the "
+                "tokens have advantage 0"
+                if key in proj
+                else ""
+            )
         )
     below = [
-        f"{answers.LEVERAGE_RUNS[k].split(',')[0]} {low:.4f}"
+        f"{answers.LEVERAGE_RUNS[k].split(',')[0]} {low:.4f} ({math.degrees(math.acos(low)):.1f}°, beside the bound's "
+        f"{b14['degrees']:.1f}°)"
         for k, r in recs.items()
         if (low := min(r["leverage"][w]["grad_cosine_min"] for w in ("before", "after"))) < b14["cosine"]
     ]
+    c_text = ""
+    if proj:
+        c_text = (
+            " Σ(1 − p) is not the gradient: c = cos(g_GRPO, g_TR)·|g_TR|/|g_GRPO| (mean over the batches) is a "
+            "weighted mean of w (weights g_GRPO·g_t/|g_GRPO|², summing to 1; no orthogonality needed), and the share "
+            "of GRPO's gradient TR down-weights relative to the cap is (U − c)/(U − L), about half the share of "
+            "Σ(1 − p) below U."
+        )
+    h, s0 = read_json(root / "toy" / "lm" / "token_hist.json"), {r["id"]: r for r in answers.stage0_checks(root) or []}
+    if h and "add2" in s0 and "add2" in proj:
+        c_text += (
+            f" SmolLM2's tokens strictly between L and U before RL: {_share(proj['add2']['before']['between'])} of "
+            f"this sample, {_share(s0['add2']['checks'][1]['value'])} of stage 0's, {_share(h['share_between'])} of "
+            f"notebook 03's (separate samplings of {h['n_prompts']} prompts × {h['samples_per_prompt']}, one model)."
+        )
     return (
         f"**How far TR-GRPO can turn one update** (notebook 02, section 11; notebook 03, Part B). {bound}. The cap "
         f"U does not make TR one constant: a token at L gets L/U = {b14['lower'] / b14['upper']:.2f} of a capped "
         "token's weight, the largest relative down-weighting Eq. 11 applies, and a token's gradient scales with "
         "1 − p (Theorem 3.1). Measured: "
         + "; ".join(parts)
+        + "."
+        + c_text
         + (
-            f". Below the orthogonal bound: {', '.join(below)} (lowest batch); token gradients of one batch are not "
-            "orthogonal (shared prefixes, advantages of both signs cancel differently once weighted), so the bound "
-            "is a guide, not a guarantee."
+            f" Below the orthogonal bound: {', '.join(below)} (lowest batch). Identical (context, token) pairs get "
+            "the same w and cannot push the cosine below the bound; correlated gradients of different tokens with "
+            "different weights and advantages of opposite signs can, and without orthogonality there is no bound "
+            "(the cosine can reach −1)."
             if below
-            else ". Every measured cosine lies above the orthogonal bound."
+            else " Every measured cosine lies above the orthogonal bound."
         )
+        + " These are cosines of raw gradients: under AdamW with gradient clipping an update is rescaled per "
+        "coordinate, so they do not say how far TR turns an update, nor that one TR update is a small turn."
     )
 
 
@@ -363,21 +404,41 @@ def power_sentence(results_dir: Path | str | None = None) -> str:
     if not p["designs"]:
         return "_No paired SmolLM2 runs to size a comparison from._"
     e5, e3 = answers.POWER_EFFECTS
+
+    def pr(d: dict, e: float) -> str:
+        lo, hi = d["pairs_range"][e]
+        return f"{lo}–{hi}" if hi is not None else f"{lo} to over 100,000"
+
+    def floor(d: dict) -> str:
+        n = d["both_floor"]
+        return f"; a floor effect: {n} of its {d['n_pairs']} pairs both ended at accuracy ≤ {answers.FLOOR:g}" * bool(n)
+
     per = "; ".join(
         f"{d['design']} (`results/{d['folder']}/`: {d['n_pairs']} pairs, {d['n_eval']} held-out items, "
-        f"{d['steps']} steps): σ_d = {d['sd_diff']:.3f}, so {d['pairs'][e5]} pairs for {100 * e5:.0f} points and "
-        f"{d['pairs'][e3]} for {100 * e3:.0f}"
+        f"{d['steps']} steps): σ_d between {d['sd_ci'][0]:.3f} and {d['sd_ci'][1]:.3g} (95 % chi-square interval on "
+        f"{d['n_pairs'] - 1} degree{'s' if d['n_pairs'] > 2 else ''} of freedom, point {d['sd_diff']:.3f}{floor(d)})"
+        f", so {pr(d, e5)} pairs for {100 * e5:.0f} points and {pr(d, e3)} for {100 * e3:.0f}"
         for d in p["designs"]
     )
+    rep = p["replicates"]
+    anchor = (
+        f" A better anchor for the noise: two GRPO probes of one configuration and seed (SmolLM2 add2, seed "
+        f"{rep['seed']}, {rep['steps']} steps; stage 0 and the leverage record) reached greedy held-out accuracy "
+        f"{rep['accuracy'][0]:.2f} and {rep['accuracy'][1]:.2f}."
+        if rep
+        else ""
+    )
+    o0, o1 = p["overhead_s"] or (math.nan, math.nan)
     h0, h1 = p["hours_per_100"]
     best = min(p["designs"], key=lambda d: d["sd_diff"])
     c5, c3 = best["cpu_hours"][e5], best["cpu_hours"][e3]
     return (
         "**What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need** (from the records; σ_d: sample standard "
         "deviation of the paired final held-out accuracy TR − GRPO; seed pairs for 80 % power in a two-sided paired "
-        f"t-test at α = 0.05, exact noncentral t): {per}. One 100-step run takes {h0:.2f}–{h1:.2f} CPU hours on one "
-        f"thread (the records' seconds per step, {p['seconds_per_step'][0]:.1f}–{p['seconds_per_step'][1]:.1f} s), "
-        f"so even the smaller σ_d needs {c5[0]:.0f}–{c5[1]:.0f} CPU hours for {100 * e5:.0f} points and "
+        f"t-test at α = 0.05, exact noncentral t): {per}.{anchor} One 100-step run trains for {h0:.2f}–{h1:.2f} "
+        f"CPU hours on one thread (the records' seconds per step, {p['seconds_per_step'][0]:.1f}–"
+        f"{p['seconds_per_step'][1]:.1f} s; evaluation and set-up add {o0:.0f}–{o1:.0f} s a run, left out here), so "
+        f"even the smaller σ_d's point needs {c5[0]:.0f}–{c5[1]:.0f} CPU hours for {100 * e5:.0f} points and "
         f"{c3[0]:.0f}–{c3[1]:.0f} for {100 * e3:.0f} (two runs a pair): out of reach of a shared 2-core machine. "
         "One GPU changes that arithmetic; `scripts/device_grid.py` is the grid prepared as one device job. It was "
         "not run: no GPU was lent to the session that wrote it, so no GPU time is quoted here."

@@ -192,11 +192,14 @@ def test_the_library_writes_no_documentation():
 # The library and the course's own package (course/answers.py, the instructor's data, aside). HOUSE_LINES: their size
 # before the layout was redrawn (issue "house"); the split's own docstrings and import blocks cost ~235 lines and the
 # engines/faults features after it ~100 (the DeepSpeed CPU tier, the OOM-fix resume, Table 8's clock, Ctrl-C), the
-# classroom's grading ~300 (release restored by grade_id, instructor's key, feedback and written-answer files).
+# classroom's grading ~300 (release restored by grade_id, instructor's key, feedback and written-answer files), and
+# issue "first-order" section 1 ~85 (answers: the projection coefficient c from the per-token samples, σ_d's
+# chi-square interval and the pairs at its ends, the floor pairs, the two GRPO replicates, time outside training,
+# Table 4's parts at the forest plot's level).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_670
+HOUSE_LINES, LINE_CEILING = 13_061, 13_755
 
 
 def test_the_size_the_design_card_asks_for():

@@ -248,3 +248,74 @@ def test_the_docs_command_as_make_runs_it_finds_every_block_up_to_date():
         [sys.executable, "scripts/render_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+
+
+def test_leverage_and_power_sentences_quote_independent_recomputations():
+    """The lm-leverage block's reading of the records, recomputed here from the raw files (numpy; scipy's chi-square
+    only for σ_d's interval): the projection coefficient c and (U − c)/(U − L) from the per-token samples, the share
+    of tokens with advantage 0, the three 'strictly between' samplings, the two GRPO replicates, stage 0's untouched
+    add3, the lowest batch's angle, σ_d's chi-square interval, the floor pairs and the time outside training."""
+    import numpy as np
+    from scipy.stats import chi2
+
+    readme = _flat(README.read_text())
+    res = ROOT / "results"
+    lo_w, up_w = 1.0, 1.4  # the probes' (L, U): checked against their specs below
+    expected = []
+    for key in ("add2", "toy"):
+        rec = json.loads((res / "leverage" / f"probe-{key}.json").read_text())
+        assert (rec["spec"]["lower"], rec["spec"]["upper"]) == (lo_w, up_w), rec["spec"]
+        z = np.load(res / "leverage" / f"tokens-{key}.npz")
+        c, down, zero = {}, {}, {}
+        for when in ("before", "after"):
+            g = z[f"{when}_grad_cosine"] * z[f"{when}_grad_norm_tr"] / z[f"{when}_grad_norm_grpo"]
+            c[when] = g.mean()
+            down[when] = 100 * (up_w - g.mean()) / (up_w - lo_w)
+            zero[when] = 100 * np.mean(z[f"{when}_advantage"] == 0)
+        expected += [
+            f"c = {c['before']:.2f} → {c['after']:.2f} of GRPO's, so (U − c)/(U − L) = {down['before']:.1f} % → "
+            f"{down['after']:.1f} % of GRPO's gradient",
+            f"{zero['before']:.1f} % → {zero['after']:.1f} % of the tokens have advantage 0",
+        ]
+        low = min(z["before_grad_cosine"].min(), z["after_grad_cosine"].min())
+        if key == "toy":
+            expected.append(f"the toy {low:.4f} ({np.degrees(np.arccos(low)):.1f}°, beside the bound's 9.6°)")
+        if key == "add2":
+            w = z["before_weight"]
+            between = 100 * np.mean((w > lo_w + 1e-6) & (w < up_w - 1e-6))
+            s0 = json.loads((res / "lm" / "stage0" / "decision.json").read_text())["candidates"]
+            hist = json.loads((res / "toy" / "lm" / "token_hist.json").read_text())
+            expected.append(
+                f"{between:.1f} % of this sample, {100 * s0[0]['before']['share_between']:.1f} % of stage 0's, "
+                f"{100 * hist['share_between']:.1f} % of notebook 03's"
+            )
+            probe0 = json.loads((res / "lm" / "stage0" / "probe-add2.json").read_text())
+            assert (probe0["seed"], probe0["steps"]) == (rec["seed"], rec["steps"])
+            expected.append(
+                f"reached greedy held-out accuracy {probe0['final']['accuracy']:.2f} and {rec['final']['accuracy']:.2f}"
+            )
+    add3 = json.loads((res / "lm" / "stage0" / "probe-add3.json").read_text())
+    assert all(h["reward"] == 0 for h in add3["history"])
+    s0 = {c["id"]: c for c in json.loads((res / "lm" / "stage0" / "decision.json").read_text())["candidates"]}
+    share = s0["add3"]["before"]["share_between"]
+    assert s0["add3"]["after"]["share_between"] == share
+    expected.append(f"model before; {100 * (0.25 - share):.2f} points short of the 25 % clause")
+    over = []
+    for folder, n_pairs in (("toy/lm", 2), ("lm/stress", 4)):
+        recs = [json.loads(p.read_text()) for p in sorted((res / folder).glob("*.json"))]
+        recs = [r for r in recs if r.get("kind") == "run" and r.get("task") == "arith"]
+        over += [r["wall_time_s"] - r["train_time_s"] for r in recs]
+        acc = {(r["scheme"], r["seed"]): r["final"]["accuracy"] for r in recs}
+        d = np.array([acc[("tr", s)] - acc[("equal", s)] for s in range(n_pairs)])
+        sd, df = d.std(ddof=1), n_pairs - 1
+        lo, hi = sd * np.sqrt(df / chi2.ppf(0.975, df)), sd * np.sqrt(df / chi2.ppf(0.025, df))
+        expected.append(f"σ_d between {lo:.3f} and {hi:.3g} (95 % chi-square interval on {df} degree")
+        expected.append(f"point {sd:.3f}")
+        if folder == "lm/stress":
+            floor = sum(max(acc[("tr", s)], acc[("equal", s)]) <= 0.01 for s in range(n_pairs))
+            expected.append(f"a floor effect: {floor} of its {n_pairs} pairs both ended at accuracy ≤ 0.01")
+    expected.append(f"evaluation and set-up add {min(over):.0f}–{max(over):.0f} s a run")
+    missing = [e for e in expected if _flat(e) not in readme]
+    assert not missing, f"README's lm-leverage block differs from the records: expected {missing}"
+    for stale in ("shared prefixes", "a guide, not a guarantee", "σ_d = 0.", "100-step run takes"):
+        assert stale not in readme, stale

@@ -378,6 +378,14 @@ def forest_rows(results_dir: Path | str) -> list[dict]:
     return out
 
 
+def table4_at(results_dir: Path | str, m: int) -> dict[str, list[float]]:
+    """Table 4's parts (TR − arm on the same seeds) with the interval at 1 − ALPHA / m instead of the verdict's level:
+    e.g. the forest plot's, Holm's first step over its family's m arms."""
+    metrics = toy_metrics(Path(results_dir), "toy/controls")
+    parts = [(part, arm) for part, arm, _ in TABLE4_PARTS if TR_ARM in metrics and arm in metrics]
+    return {part: contrast(*_paired(metrics, TR_ARM, arm), None, m)["ci"] for part, arm in parts}
+
+
 def table8(claim: Claim, root: Path) -> dict:
     """``make bench``'s step record, as :func:`trgrpo.runs.bench.aggregate_step_runs` stored it: TR-GRPO's own work
     (its loss head minus GRPO's, process CPU) as a share of GRPO's step, and the paired step and memory ratios."""
@@ -540,6 +548,34 @@ def leverage_records(results_dir: Path | str) -> dict[str, dict]:
     return {k: rec for k in LEVERAGE_RUNS if (rec := read_json(root / f"probe-{k}.json")) is not None}
 
 
+def leverage_projection(results_dir: Path | str) -> dict[str, dict[str, dict]]:
+    """id -> moment ("before", "after") -> numbers from the stored per-token samples (``tokens-<id>.npz``):
+    ``c``, the mean over the gradient batches of cos(g_GRPO, g_TR)·|g_TR|/|g_GRPO|, TR's gradient projected on
+    GRPO's in units of GRPO's (a weighted mean of w, the weights g_GRPO·g_t/|g_GRPO|² summing to 1, of any sign);
+    ``down``, (U − c)/(U − L), the share of GRPO's gradient TR down-weights relative to the cap U; ``zero_adv``, the
+    share of the sampled tokens with advantage 0; ``between``, the share with L < w < U (1e-6 from each bound)."""
+    import numpy as np
+
+    lo, up = DEFAULTS.lower, DEFAULTS.upper
+    out: dict[str, dict[str, dict]] = {}
+    for k in leverage_records(results_dir):
+        path = Path(results_dir) / LEVERAGE_GROUP / f"tokens-{k}.npz"
+        if not path.exists():
+            continue
+        z = np.load(path)
+        out[k] = {}
+        for when in ("before", "after"):
+            c = float(np.mean(z[f"{when}_grad_cosine"] * z[f"{when}_grad_norm_tr"] / z[f"{when}_grad_norm_grpo"]))
+            w = z[f"{when}_weight"]
+            out[k][when] = {
+                "c": c,
+                "down": (up - c) / (up - lo),
+                "zero_adv": float(np.mean(z[f"{when}_advantage"] == 0)),
+                "between": float(np.mean((w > lo + 1e-6) & (w < up - 1e-6))),
+            }
+    return out
+
+
 def leverage_bounds() -> list[dict]:
     """The least cosine between GRPO's and TR's update with orthogonal token gradients, at the paper's (L, U) and
     Table 7's widest range, with its angle in degrees."""
@@ -564,13 +600,17 @@ def pairs_for_power(sd_diff: float, effect: float) -> int:
 
 
 POWER_EFFECTS = (0.05, 0.03)  # 5 and 3 accuracy points
+FLOOR = 0.01  # a final accuracy at or below this is at the floor (collapsed)
 
 
 def power_sizing(results_dir: Path | str) -> dict:
     """What a powered GRPO vs TR-GRPO comparison on SmolLM2 would need, from the records: sigma_d (sample sd of the
     paired final-accuracy differences TR - GRPO) of each committed SmolLM2 design, the pairs for each effect of
-    :data:`POWER_EFFECTS` at 80 % power (alpha 0.05, two-sided), the CPU hours of one 100-step run (from the
-    seconds per step of every SmolLM2 two-number-addition record) and of the whole comparison (two runs a pair)."""
+    :data:`POWER_EFFECTS` at 80 % power (alpha 0.05, two-sided), sigma_d's 95 % chi-square interval and the pairs at
+    its two ends (None: over 100,000), the pairs with both finals at :data:`FLOOR` or below, the CPU hours of one
+    100-step run (from the seconds per step of every SmolLM2 two-number-addition record) and of the whole comparison
+    (two runs a pair), the seconds a run spends outside training (evaluation, set-up: wall minus train time) and
+    :func:`grpo_replicates`."""
     root = Path(results_dir)
     sps = [
         x
@@ -592,6 +632,7 @@ def power_sizing(results_dir: Path | str) -> dict:
         tr, eq = ([by[(arm, s)]["final"]["accuracy"] for s in seeds] for arm in ("tr", "equal"))
         sd = paired_t(tr, eq)["sd_diff"]
         pairs = {e: pairs_for_power(sd, e) if sd > 0 else None for e in POWER_EFFECTS}
+        ci = sd_interval(sd, len(seeds) - 1)
         designs.append(
             {
                 "design": name,
@@ -601,10 +642,54 @@ def power_sizing(results_dir: Path | str) -> dict:
                 "steps": by[("equal", seeds[0])]["steps"],
                 "sd_diff": sd,
                 "pairs": pairs,
+                "sd_ci": ci,
+                "pairs_range": {e: tuple(_pairs_or_none(x, e) for x in ci) for e in POWER_EFFECTS},
+                "both_floor": sum(max(a, b) <= FLOOR for a, b in zip(tr, eq, strict=True)),
                 "cpu_hours": {e: (2 * n * hours[0], 2 * n * hours[1]) for e, n in pairs.items() if n},
             }
         )
-    return {"designs": designs, "seconds_per_step": (min(sps), max(sps)) if sps else None, "hours_per_100": hours}
+    over = [
+        r["wall_time_s"] - r["train_time_s"]
+        for f in ("toy/lm", "lm/stress")
+        for r in _records(root / f)
+        if r.get("task") == "arith" and r.get("wall_time_s") and r.get("train_time_s")
+    ]
+    return {
+        "designs": designs,
+        "seconds_per_step": (min(sps), max(sps)) if sps else None,
+        "hours_per_100": hours,
+        "overhead_s": (min(over), max(over)) if over else None,
+        "replicates": grpo_replicates(root),
+    }
+
+
+def sd_interval(sd: float, df: int, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of a normal population's standard deviation from a sample sd on ``df``
+    degrees of freedom (chi-square): sd·√(df/χ²_{1−a/2}) to sd·√(df/χ²_{a/2})."""
+    from scipy.stats import chi2
+
+    a = 1 - level
+    return sd * math.sqrt(df / chi2.ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2.ppf(a / 2, df))
+
+
+def _pairs_or_none(sd: float, effect: float) -> int | None:
+    try:
+        return pairs_for_power(sd, effect)
+    except ValueError:
+        return None  # more than 100,000 pairs
+
+
+def grpo_replicates(results_dir: Path | str) -> dict | None:
+    """The two GRPO probes of one configuration and seed (stage 0's and the leverage record's add2): their final
+    greedy held-out accuracies, or None unless both exist with the same model, task options, seed and steps."""
+    root = Path(results_dir)
+    a, b = read_json(root / "lm" / "stage0" / "probe-add2.json"), read_json(root / LEVERAGE_GROUP / "probe-add2.json")
+    if a is None or b is None:
+        return None
+    same = ("model", "task", "task_options", "seed", "steps", "learning_rate", "lower", "upper", "scheme")
+    if any(a["spec"].get(k) != b["spec"].get(k) for k in same):
+        return None
+    return {"seed": a["seed"], "steps": a["steps"], "accuracy": (a["final"]["accuracy"], b["final"]["accuracy"])}
 
 
 _NB01 = "papermill notebooks/01_gradient_norm_theorem.ipynb out.ipynb -p MODEL Qwen/Qwen2.5-3B-Instruct -p N_PROMPTS 64"

@@ -173,7 +173,7 @@ def _paired_row(r: dict) -> dict:
 def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: str = ""):
     """Paired differences to GRPO (rows of :func:`trgrpo.reports.answers.forest_rows` or
     :func:`trgrpo.reports.tables.arm_rows`):
-    thin the 95 % interval, thick the verdict's, an open diamond the paper's effect, p on the right, grey ± MDE."""
+    thin the 95 % interval, thick a row's ``ci`` (its family's level), a diamond the paper's effect, grey ± MDE."""
     rows = [_paired_row(r) for r in rows if "delta" in r or "delta_vs_equal" in r]
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2.0))
     drawn = False
@@ -195,8 +195,8 @@ def plot_forest(rows: Sequence[dict], *, path: Path | str | None = None, title: 
         ax.axvspan(-mde, mde, color="0.9", zorder=0, label=f"± median MDE ({mde:.3f})")
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(range(len(rows)), [f"{r['label']} (n = {r['n']})" for r in rows][::-1])
-    thick = "; thick: at the verdict's level" if any("ci" in r for r in rows) else ""
-    ax.set_xlabel(f"Δ primary metric vs GRPO, same seed (thin: 95 % t-interval{thick})")
+    thick = "; thick: Holm's first step over its family's arms, not a verdict's level" * any("ci" in r for r in rows)
+    ax.set_xlabel(f"Δ primary metric, arm − GRPO on the same seed (thin: 95 % t-interval{thick})")
     if drawn or np.isfinite(mde):
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10)
