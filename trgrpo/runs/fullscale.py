@@ -421,7 +421,8 @@ def launch(
         if proc.wait() != 0:
             failed.append(f"{spec.name} (exit code {proc.returncode}, log {log})")
 
-    experiment.run_pending(todo, one, results_dir=results_dir, force=True, desc="launch")
+    # each run says "[k/n] name" and streams its log: no bar on stderr besides (a refusal there is one line)
+    experiment.run_pending(todo, one, results_dir=results_dir, force=True, disable=True)
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
     return [read_record(path) for path in records if path.exists()]
