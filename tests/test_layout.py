@@ -214,21 +214,28 @@ def test_the_size_the_design_card_asks_for():
     assert n <= 2_000, f"{n} lines of Python outside trgrpo/, course/ and tests/"
 
 
-def test_one_command_lists_every_subcommand():
-    """``trgrpo --help`` (here ``python -m trgrpo``, the same entry point) names each command; each command's own
-    ``--help`` answers with its own usage, and an unknown command is one line and exit 2."""
-    from trgrpo.__main__ import COMMANDS
+def test_one_command_lists_every_subcommand(monkeypatch, capsys):
+    """``trgrpo --help`` (here ``python -m trgrpo``, the same entry point) names each command; a command's own
+    ``--help`` answers with its own usage; an unknown command is one line and exit 2; Ctrl-C inside a command is one
+    line and exit 130 (no traceback)."""
+    import trgrpo.__main__ as command
 
     r = subprocess.run([sys.executable, "-m", "trgrpo", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and all(f"    {c}" in r.stdout for c in COMMANDS), r.stdout + r.stderr
-    for command in ("train", "records"):
-        cmd = [sys.executable, "-m", "trgrpo", command, "--help"]
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0 and r.stdout.startswith(f"usage: trgrpo {command}"), r.stdout + r.stderr
+    assert r.returncode == 0 and all(f"    {c}" in r.stdout for c in command.COMMANDS), r.stdout + r.stderr
+    cmd = [sys.executable, "-m", "trgrpo", "records", "--help"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("usage: trgrpo records"), r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "trgrpo", "trian"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "invalid choice: 'trian'" in r.stderr and "Traceback" not in r.stderr
     scripts = __import__("tomllib").loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"trgrpo": "trgrpo.__main__:main"}
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("trgrpo.runs.records.main", interrupted)
+    assert command.main(["records"]) == 130
+    assert capsys.readouterr().err == "trgrpo records: interrupted (Ctrl-C)\n"
 
 
 def test_import_trgrpo_has_no_side_effects():

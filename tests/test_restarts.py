@@ -260,6 +260,7 @@ def test_a_killed_run_resumes_with_the_planners_memory_fixes(tiny_model_dir, tmp
     assert [h["step"] for h in rec["history"]][-2:] == [3, 4]
 
 
+@pytest.mark.slow  # 33 s on 2 cores; the handler itself is in the default tier (test_layout's one-command test)
 def test_ctrl_c_is_one_line_and_exit_130_and_the_run_resumes(tiny_model_dir, tmp_path):
     """Issue "faults" (2): Ctrl-C ended `trgrpo train` with exit 1 and a ~30-frame KeyboardInterrupt traceback. Now
     one line saying how the run resumes, exit 130 (the shell's code for SIGINT); the restart resumes."""
