@@ -77,7 +77,7 @@ strip: $(STAMP)
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(VPY) -m trgrpo bench
 
-# Every generated block of README.md and docs/syllabus.md, from the records (tests/test_quoted_numbers.py keeps them
+# Every generated block of README.md and docs/syllabus.md, from the records (tests/integration/test_quoted_numbers.py keeps them
 # equal): the course times, the cost table, the toy findings, the planner's table, the exercise list.
 docs: $(STAMP)
 	$(VPY) scripts/render_docs.py
@@ -96,7 +96,7 @@ cxx:
 	command -v c++ >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq g++; }
 
-# Debian's Chromium for tests/test_lab_browser.py (Playwright's own browser download does not work here).
+# Debian's Chromium for tests/notebooks/test_lab_browser.py (Playwright's own browser download does not work here).
 browser:
 	command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
@@ -129,7 +129,7 @@ clean:
 # The prepared GPU check (scripts/gpu_check.py): one GPU machine with torch, transformers and accelerate, no network.
 # It installs TRL and the few other pure-Python packages it imports from wheels/ when missing, runs every training
 # run in its own process and writes results/gpu/check.json. Without CUDA it stops with one line;
-# `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/test_gpu_check.py runs it).
+# `make gpu-check GPU_CHECK_ARGS=--cpu` takes the same path on a tiny CPU model (tests/scripts/test_gpu_check.py runs it).
 # `make gpu-wheels` (scripts/gpu_wheels.py) fills wheels/ where a network is, for the GPU machine's platform, Python
 # and installed versions.
 GPU_PY ?= python3

@@ -3,7 +3,7 @@
 A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
 each NAME. The numbers and tables come from the library (:mod:`trgrpo.reports.tables`, :mod:`course.workbooks`,
 :mod:`trgrpo.runs.bench`, :mod:`trgrpo.runs.plan`); the sentences around them are written here, none typed by hand.
-``tests/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when a
+``tests/integration/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when a
 file is stale, write nothing.
 """
 
@@ -654,7 +654,7 @@ def _bench_ours(step: dict) -> str:
         f"rollouts identical across variants: {step['rollouts_identical']}. Cells: median [min–max] over "
         "repeats; in brackets: the change against GRPO (TRL), median [min, max] of the paired per-repeat "
         "ratios. The paper's unit is minutes per sample on 8 GPUs; ours is seconds per step on a CPU. "
-        "'TR-GRPO code, w = 1' computes TRL's loss (equal to float precision, tests/test_trainer.py): its "
+        "'TR-GRPO code, w = 1' computes TRL's loss (equal to float precision, tests/trgrpo/test_trainer.py): its "
         "change against GRPO (TRL), and that of phases with identical work (rollout, policy forward), is the "
         "noise floor of the end-to-end comparison; the loss-head rows measure the loss directly."
     )

@@ -1,13 +1,15 @@
 """Shared fixtures (a tiny random model in a temporary folder: TRL reloads it for the reference model) and the
 test tiers of the README: ``pytest -m unit|notebooks|browser|slow|gpu``.
 
-Tiers are given by file here (nbval's notebook cells get ``notebooks`` in tests/nbval_harness.py): a test is in
-``notebooks`` if its file is about notebooks or it is marked ``notebook``, in ``browser`` if marked so, and in
-``unit`` otherwise; ``slow`` and ``gpu`` are marked on the test itself and keep a test out of ``unit`` (and out
-of `make test`: pyproject.toml's addopts deselect them).
+Tiers are given by folder here (nbval's notebook cells get ``notebooks`` in tests/nbval_harness.py): a test is in
+``notebooks`` if it is under tests/notebooks/ (but for the browser test's file) or it is marked ``notebook``, in
+``browser`` if it is in tests/notebooks/test_lab_browser.py or marked so, and in ``unit`` otherwise; ``slow`` and
+``gpu`` are marked on the test itself and keep a test out of ``unit`` (and out of `make test`: pyproject.toml's
+addopts deselect them).
 """
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -17,16 +19,20 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 NOTEBOOK_FILES = {"test_notebooks.py", "test_nbval_drift.py"}  # whole files in the notebooks tier
-BROWSER_FILES = {"test_lab_browser.py"}
+
+TESTS = Path(__file__).resolve().parent
+NOTEBOOK_TESTS = TESTS / "notebooks"  # every test under it is in the notebooks tier
+BROWSER_FILES = {NOTEBOOK_TESTS / "test_lab_browser.py"}  # in the browser tier instead
 TIERS = ("notebooks", "browser", "slow", "gpu")  # a test with none of these is a unit test
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = item.path.name
-        if name in NOTEBOOK_FILES or name.endswith(".ipynb") or item.get_closest_marker("notebook"):
+        path = item.path.resolve()
+        in_folder = NOTEBOOK_TESTS in path.parents and path not in BROWSER_FILES
+        if in_folder or path.suffix == ".ipynb" or item.get_closest_marker("notebook"):
             item.add_marker(pytest.mark.notebooks)
-        if name in BROWSER_FILES:
+        if path in BROWSER_FILES:
             item.add_marker(pytest.mark.browser)
         if not any(item.get_closest_marker(t) for t in TIERS):
             item.add_marker(pytest.mark.unit)

@@ -1,5 +1,5 @@
-"""Notebook executions outside nbval: the student copy's smoke runs (tests/test_course.py, papermill, as
-``trgrpo.runs.batch`` runs notebooks) and refreshing the stored outputs of checked cells on purpose.
+"""Notebook executions outside nbval: the student copy's smoke runs (tests/course/test_workbooks.py, papermill, as
+``trgrpo.batch`` runs notebooks) and refreshing the stored outputs of checked cells on purpose.
 
 Refresh: ``python -m tests.nbexec refresh notebooks/02_token_weight_function.ipynb [...]`` (or ``make
 refresh-checked NB=...``) executes the notebook in smoke mode, as `make test` does, stores the new output of
@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.nbval_harness import is_checked, smoke_env, time_limit
 from trgrpo.runs import batch
 from trgrpo.runs.batch import environment
-
-from .nbval_harness import is_checked, smoke_env, time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 STRIP_KEYS = "metadata.papermill cell.metadata.papermill cell.metadata.execution"  # as `make strip`

@@ -6,7 +6,7 @@ in the code) with the output stored in the committed notebook (after the regexes
 This plugin (loaded by the top-level ``conftest.py``, so it also applies to ``pytest notebooks/02_*.ipynb``) adds:
 
 * the smoke environment: the kernel starts with ``TRGRPO_SMOKE=1``, headless (no live widgets) and offline, as
-  ``trgrpo.runs.batch`` runs notebooks (:func:`smoke_env`);
+  ``trgrpo.batch`` runs notebooks (:func:`smoke_env`);
 * a time limit per notebook (kernel start included, :data:`TIME_LIMITS`): each cell gets what is left of it as
   its timeout, and a notebook that finishes late fails;
 * clean output: a cell whose stdout/stderr holds a ``FutureWarning`` or a Python traceback fails, except in the

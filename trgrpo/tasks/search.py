@@ -302,7 +302,7 @@ def rollout_text(tokenizer: Any, rollout: dict[str, Any]) -> str:
 # TRL 1.16.0's GRPOTrainer has no public call that rolls out a prompt outside a training step. This adapter drives its
 # tool loop as a training step does (read from trl 1.16.0, trainer/grpo_trainer.py): it fills the per-rollout tool
 # dicts ``_sync_tool_dicts`` / ``_async_tool_dicts`` (built in ``_generate_and_score_completions``) and calls
-# ``_generate(prompts)`` -> (prompt_ids, completion_ids, tool_mask, completions, ...). tests/test_search_scale.py reads
+# ``_generate(prompts)`` -> (prompt_ids, completion_ids, tool_mask, completions, ...). tests/tasks/test_search.py reads
 # these names in TRL's source and fails when a TRL release changes them. With vLLM, greedy decoding is vLLM's
 # temperature 0: the sampling settings live on ``trainer.vllm_generation`` (``temperature``, read in
 # ``VLLMGeneration.generate``), not in ``trainer.generation_config``.

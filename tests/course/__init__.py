@@ -1,0 +1,1 @@
+"""Tests of the course/ package (outside trgrpo/): tests/course/test_<module>.py."""

@@ -1,0 +1,1 @@
+"""Unit tests of trgrpo/reports/: tests/reports/test_<module>.py."""

@@ -1,0 +1,1 @@
+"""Unit tests of trgrpo/runs/: tests/runs/test_<module>.py."""

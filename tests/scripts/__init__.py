@@ -1,0 +1,1 @@
+"""Tests of scripts/: tests/scripts/test_<script>.py."""

@@ -1,0 +1,1 @@
+"""Unit tests of trgrpo/tasks/: tests/tasks/test_<module>.py."""
