@@ -1,9 +1,11 @@
 """The engine tier (issue "engines"): DeepSpeed ZeRO-3, the engine of Tables 1 and 2 on 7B, run by `trgrpo train` as
 typed on two CPU processes (``TRGRPO_CPU_PROCESSES=2 TRGRPO_CPU_ZERO=3``: ``accelerate launch`` with
-configs/zero3.yaml, DeepSpeed's CPU accelerator on gloo), not emulated: a run and its finished restart, and a kill
-after a checkpoint and its resume for ZeRO-2 and ZeRO-3, all in the slow tier (make test's 10 minutes on 2 cores do
-not hold them); make test keeps the tier's one-line refusals. What only a GPU shows (bf16, NCCL, vLLM) is
-docs/gpu.md's GPU check."""
+configs/zero3.yaml, DeepSpeed's CPU accelerator on gloo), not emulated. In make test: a run (each rank saves its own
+shard, both ranks take part in the evaluation that gathers ZeRO-3's shards, another spec is refused in one line) and
+its finished restart (evaluates only, the same record). Every run on several GPUs goes through an accelerate config
+with DeepSpeed, so this is the multi-process test of make test; the plain two-process (DDP) runs of
+tests/integration/test_two_processes.py are in the slow tier, with the kill after a checkpoint and its resume for
+ZeRO-2 and ZeRO-3. What only a GPU shows (bf16, NCCL, vLLM) is docs/gpu.md's GPU check."""
 
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ def record_of(base: Path, name: str) -> dict:
     return json.loads((base / "res" / "ranks" / f"{name}.json").read_text())
 
 
-@pytest.mark.slow  # 84 s on 2 cores (2 processes) + compiling DeepSpeed's comm op on first use: over make test's budget
 def test_a_zero3_run_on_two_cpu_processes_and_its_finished_restart(tiny_model_dir, tmp_path):
+    """About 85 s on 2 cores (two 2-process launches), plus compiling DeepSpeed's comm op on first use."""
     cfg = write_config(tmp_path, tiny_model_dir, "zero3")
     proc = zero_train(tmp_path, cfg, 3)
     out, _ = proc.communicate(timeout=900)
@@ -58,6 +60,11 @@ def test_a_zero3_run_on_two_cpu_processes_and_its_finished_restart(tiny_model_di
         "zero_pp_rank_1_mp_rank_00_model_states.pt",
         "zero_pp_rank_1_mp_rank_00_optim_states.pt",
     ], shards  # each rank saved its own shard
+    # ZeRO-3's HF generate gathers the sharded weights collectively: both ranks take part, one record is written
+    assert sorted((tmp_path / "zero3.eval").read_text().split()) == ["0", "1"]
+    refused = zero_train(tmp_path, cfg, 3, "--set", "steps=4")
+    out, _ = refused.communicate(timeout=300)
+    assert refused.returncode == 2 and "steps (2 stored, 4 now)" in out and "--force" in out, out[-3000:]
     (tmp_path / "res" / "ranks" / "zero3.json").unlink()  # killed during the final evaluation
     proc = zero_train(tmp_path, cfg, 3)
     out, _ = proc.communicate(timeout=900)

@@ -130,6 +130,7 @@ def finished(tiny_model_dir, tmp_path_factory):
     return base, cfg, json.loads((base / "res" / "ranks" / "full.json").read_text())
 
 
+@pytest.mark.slow  # about 50 s on 2 cores; make test runs the same checks on DeepSpeed ZeRO-3 (test_deepspeed.py)
 def test_a_two_process_run_evaluates_on_the_main_process_and_is_refused_with_another_spec(finished):
     base, cfg, record = finished
     assert record["engine"] == {"world_size": 2, "deepspeed_stage": None} and record["batch"]["world_size"] == 2
