@@ -59,9 +59,10 @@ refresh-checked: $(STAMP)
 run: $(STAMP) model
 	$(VPY) scripts/run_all.py
 
-# The rendered book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus and the glossary,
-# as HTML pages in build/book/ (scripts/build_book.py, nbconvert; 08 without its code). Published by
-# .github/workflows/book.yml.
+# The book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus, the glossary and the design
+# page, with the README's answer and figures as its landing page, by Sphinx + myst-nb + sphinx-book-theme into
+# build/book/ (scripts/build_book.py: sidebar, offline search and MathJax, previous/next, a download per notebook;
+# 08 without its code). Open build/book/index.html. Published by .github/workflows/book.yml.
 book: $(STAMP)
 	$(VPY) scripts/build_book.py --executed runs/make-run --out build/book
 

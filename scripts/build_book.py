@@ -1,88 +1,110 @@
-"""``make book``: the course as static HTML pages from ``make run``'s executed notebooks (runs/make-run/, no
-re-execution), with the syllabus and the glossary, by nbconvert's HTML exporter (docs/design.md, section 5).
+"""``make book``: the course as a book, from ``make run``'s executed notebooks (runs/make-run/, no re-execution),
+by Sphinx with myst-nb and sphinx-book-theme (docs/design.md, section 5): a sidebar of every page, offline search,
+each page titled by its heading, math by the MathJax the site serves (sphinx-mathjax-offline, no CDN),
+previous/next, a download button per notebook (its .ipynb), the landing page the README's opening with its answer
+and figures, notebook 08 without its code.
 
-Links between the pages are retargeted (``NN_x.ipynb`` -> ``NN_x.html``, ``docs/*.md`` -> ``*.html``); the answer
-page (08) is shown without its code cells. A notebook missing from the executed folder stops the build in one
-line (exit 2, nothing written): run ``make run`` first.
+The script stages a Sphinx project (the repository's layout: notebooks/, docs/, figures/ and index.md, the
+README's part) and runs ``sphinx-build`` on it. Links to a file the book does not hold become their text. A
+notebook missing from the executed folder stops the build in one line (exit 2, nothing written): run ``make run``
+first.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = {"syllabus": ROOT / "docs" / "syllabus.md", "glossary": ROOT / "docs" / "glossary.md"}
-HIDE_CODE = ("08_",)  # pages read for their results: code cells hidden
-LINK_RE = re.compile(r"\[([^\]]*)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+DOCS = ("docs/syllabus.md", "docs/glossary.md", "docs/design.md")
+HIDE_CODE = ("08_",)  # pages read for their results: code cells hidden (myst-nb's remove_code_source)
+README_PARTS = ("", "## What we found so far")  # the landing page: the README's opening, then its findings
+LINK_RE = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+CONF = """\
+project = "trgrpo: Token-Regulated GRPO, reproduced in notebooks"
+html_title = "trgrpo course"
+extensions = ["myst_nb", "sphinx-mathjax-offline"]  # MathJax copied into _static/mathjax: math renders offline
+nb_execution_mode = "off"  # the outputs make run stored
+myst_enable_extensions = ["dollarmath", "amsmath"]
+myst_heading_anchors = 3
+html_theme = "sphinx_book_theme"
+html_theme_options = {"use_download_button": True, "show_toc_level": 2, "home_page_in_toc": True}
+html_sourcelink_suffix = ""  # the download button gives NN_x.ipynb, not NN_x.ipynb.txt
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+suppress_warnings = ["mystnb.unknown_mime_type", "myst.header", "misc.highlighting_failure"]
+"""
 
 
-def _target(link: str) -> str:
-    """A link of a notebook or a docs page, as it reads in the book."""
-    if "://" in link or link.startswith("mailto:"):
-        return link
-    name = Path(link).name
-    if name.endswith(".ipynb"):
-        return name[: -len(".ipynb")] + ".html"
-    if name == "README.md":
-        return "index.html"
-    if name.endswith(".md") and name[:-3] in PAGES:
-        return name[:-3] + ".html"
-    return link
-
-
-def _relink(nb, pages: set[str]) -> None:
-    """Retarget the markdown links of ``nb`` for the book; a link to a page the book does not hold becomes text."""
+def _relink(text: str, here: str, held: set[str]) -> str:
+    """Markdown ``text`` of the repository file ``here`` for the book: README.md is the landing page (index.md); a
+    link to a file the book does not hold (``held``: repository paths) becomes its text, an image of one goes."""
 
     def sub(m: re.Match) -> str:
-        target = _target(m.group(2))
-        if target.endswith(".html") and "://" not in target and target not in pages:
-            return m.group(1)
-        return f"[{m.group(1)}]({target}{m.group(3) or ''})"
+        bang, label, link, anchor = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+        if "://" in link or link.startswith("mailto:"):
+            return m.group(0)
+        target = os.path.normpath(os.path.join(os.path.dirname(here), link))
+        if target == "README.md":
+            target, anchor = "index.md", ""
+        if target not in held:
+            return "" if bang else label
+        return f"{bang}[{label}]({os.path.relpath(target, os.path.dirname(here) or '.')}{anchor})"
 
-    for c in nb.cells:
-        if c.cell_type == "markdown":
-            c.source = LINK_RE.sub(sub, c.source)
+    return LINK_RE.sub(sub, text)
 
 
-def build(executed: Path, out: Path, names: list[str]) -> list[Path]:
-    """Write the book into ``out``: one page per notebook of ``names`` (file names in ``executed``), the syllabus,
-    the glossary and an index; the pages written."""
+def landing(readme: str, held: set[str]) -> str:
+    """index.md: the README up to its "Two commands" (what the course is, the answer's forest plot, the figures, the
+    notebooks and their times) and its findings section, relinked; then the book's table of contents."""
+    opening = readme.split("\n## Two commands", 1)[0]
+    findings = readme.split(README_PARTS[1], 1)[1].split("\n## ", 1)[0] if README_PARTS[1] in readme else ""
+    text = opening + (f"\n\n{README_PARTS[1]}{findings}" if findings else "")
+    text = re.sub(r"<!--.*?-->\n?", "", text, flags=re.S)
+    pages = [p[: -len(Path(p).suffix)] for p in sorted(held) if p.startswith("notebooks/")]
+    pages += [d[:-3] for d in DOCS]
+    toc = "\n".join(["```{toctree}", ":hidden:", ":maxdepth: 1", "", *pages, "```", ""])
+    return _relink(text, "README.md", held) + "\n\n" + toc
+
+
+def stage(executed: Path, names: list[str], src: Path) -> None:
+    """The Sphinx project in ``src``: conf.py, index.md, the executed notebooks (relinked, 08 without code),
+    the docs pages and the figures."""
+    held = {f"notebooks/{n}" for n in names} | set(DOCS)
+    held |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "figures").glob("*.png")}
+    (src / "notebooks").mkdir(parents=True)
+    for name in names:
+        nb = json.loads((executed / name).read_text())
+        for c in nb["cells"]:
+            if c["cell_type"] == "markdown":
+                c["source"] = _relink("".join(c["source"]), f"notebooks/{name}", held)
+        if name.startswith(HIDE_CODE):
+            nb["metadata"]["mystnb"] = {"remove_code_source": True}
+        (src / "notebooks" / name).write_text(json.dumps(nb))
+    for doc in DOCS:
+        (src / doc).parent.mkdir(exist_ok=True)
+        (src / doc).write_text(_relink((ROOT / doc).read_text(), doc, held))
+    shutil.copytree(ROOT / "figures", src / "figures", ignore=shutil.ignore_patterns("*.json", "*.md"))
+    (src / "index.md").write_text(landing((ROOT / "README.md").read_text(), held))
+    (src / "conf.py").write_text(CONF)
+
+
+def build(executed: Path, out: Path, names: list[str]) -> int:
+    """Write the book into ``out`` (Sphinx's html builder): sphinx-build's exit status."""
     missing = [n for n in names if not (executed / n).is_file()]
     if missing:
         raise FileNotFoundError(f"not in {executed}: {', '.join(missing)} (run `make run` first)")
-    import nbformat
-    from nbconvert import HTMLExporter
+    from sphinx.cmd.build import build_main
 
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    written, toc = [], []
-    pages = {f"{Path(n).stem}.html" for n in names} | {f"{p}.html" for p in PAGES} | {"index.html"}
-    for name in names:
-        nb = nbformat.read(str(executed / name), as_version=4)
-        _relink(nb, pages)
-        exporter = HTMLExporter(template_name="lab", exclude_input=name.startswith(HIDE_CODE))
-        html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(name).stem}})
-        written.append(out / f"{Path(name).stem}.html")
-        written[-1].write_text(html)
-        title = next((c.source.splitlines()[0].lstrip("# ") for c in nb.cells if c.cell_type == "markdown"), name)
-        toc.append((written[-1].name, title))
-    for page, path in PAGES.items():
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(path.read_text())])
-        _relink(nb, pages)
-        html, _ = HTMLExporter(template_name="lab").from_notebook_node(nb, resources={"metadata": {"name": page}})
-        written.append(out / f"{page}.html")
-        written[-1].write_text(html)
-        toc.append((written[-1].name, page.capitalize()))
-    items = "\n".join(f"- [{title}]({href})" for href, title in toc)
-    index = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# The trgrpo course\n\n{items}\n")])
-    html, _ = HTMLExporter(template_name="lab").from_notebook_node(index, resources={"metadata": {"name": "index"}})
-    written.append(out / "index.html")
-    written[-1].write_text(html)
-    return written
+    with tempfile.TemporaryDirectory(prefix="trgrpo-book-") as work:
+        stage(executed, names, Path(work) / "src")
+        shutil.rmtree(out, ignore_errors=True)
+        return build_main(["-b", "html", "-q", "-d", str(Path(work) / "doctrees"), str(Path(work) / "src"), str(out)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,12 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     names = args.names or [p.name for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
     try:
-        written = build(Path(args.executed), Path(args.out), names)
+        status = build(Path(args.executed), Path(args.out), names)
     except FileNotFoundError as e:
         print(f"book: {e}")
         return 2
-    print(f"wrote {len(written)} pages into {args.out}; open {Path(args.out) / 'index.html'}")
-    return 0
+    if status == 0:
+        print(f"wrote the book into {args.out}; open {Path(args.out) / 'index.html'}")
+    return status
 
 
 if __name__ == "__main__":
