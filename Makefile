@@ -119,7 +119,9 @@ GRADE_RELEASE ?=
 grade: $(STAMP)
 	$(VPY) -m trgrpo course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT) $(if $(GRADE_RELEASE),--release $(GRADE_RELEASE))
 
-# The instructor's copy: the solutions notebooks, executed (reference answers from course/answers.py)
+# The instructor's copy: the student copy, the solutions notebooks executed here (their checks against
+# course/answers.py; laptop defaults, ~1.5 min on 2 cores) in solutions/, and the instructor's README
+# (course/instructor_README.md: release, collect, grade, hand back). Exit 1, naming it, if a solution stops.
 INSTRUCTOR_DIR ?= instructor
 instructor: $(STAMP)
 	$(VPY) -m trgrpo course instructor --out $(INSTRUCTOR_DIR)

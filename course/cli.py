@@ -46,8 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kept your changed {k}; the fresh copy is {k.with_suffix('.new.ipynb')}")
         return 0
     if args.cmd == "instructor":
-        print(f"wrote {len(write_instructor_copy(args.out))} notebooks into {args.out}")
-        return 0
+        written, failed = write_instructor_copy(args.out)
+        print(f"wrote {len(written)} notebooks into {args.out}, the solutions executed; its README.md says how to "
+              "release, collect, grade and hand back")  # fmt: skip
+        for row in failed:
+            print(f"solutions/{row['notebook']} stopped: {row['error']}")
+        return 1 if failed else 0
     if args.cmd == "grade":
         from trgrpo.notebook import markdown_table
 

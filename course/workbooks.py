@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -266,6 +267,7 @@ LINK_RE = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?\)")
 SOLUTIONS_LINE_RE = re.compile(r"^Solutions \(executed in `make test`\):.*\n?", re.M)
 HANDOUT_DOCS = ("docs/glossary.md", "docs/syllabus.md", "docs/design.md")  # copied into student/docs/, relinked
 STUDENT_README = ROOT / "course" / "student_README.md"  # the copy's README.md (the project's README is not in it)
+INSTRUCTOR_README = ROOT / "course" / "instructor_README.md"  # the instructor's copy's README.md
 
 
 def handout_path(repo_path: str, solutions: bool = False) -> str | None:
@@ -351,17 +353,31 @@ def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], 
     return written, kept
 
 
-def write_instructor_copy(out: Path | str = ROOT / "instructor") -> list[Path]:
-    """``make instructor``: the student copy and, in ``solutions/``, the solutions notebooks (their checks compare
-    with course/answers.py, so run them in this checkout); the notebooks written."""
+def write_instructor_copy(out: Path | str = ROOT / "instructor", timeout: int = 3600) -> tuple[list[Path], list[dict]]:
+    """``make instructor``: the student copy with the instructor's README (course/instructor_README.md: release,
+    collect, grade, hand back) and, in ``solutions/``, the solutions notebooks executed in this checkout (their
+    checks compare with course/answers.py; laptop defaults, at most ``timeout`` seconds each), relinked for their
+    place: ``(written, failed)``, ``failed`` the run rows (:func:`trgrpo.runs.batch.run_notebook`) of those that
+    stopped (written as far as they ran)."""
+    from trgrpo.runs.batch import OFFLINE_ENV, environment, run_notebook
+
     out = Path(out)
-    written = write_student_copy(out)[0]
+    written, failed = write_student_copy(out)[0], []
+    (out / "README.md").write_text(INSTRUCTOR_README.read_text())
     (out / "solutions").mkdir(exist_ok=True)
-    for path in solution_notebooks():
-        repo_path = path.relative_to(ROOT).as_posix()
-        written.append(out / handout_path(repo_path, solutions=True))
-        nbformat.write(relink(read(path), repo_path, solutions=True), str(written[-1]))
-    return written
+    with tempfile.TemporaryDirectory(prefix="trgrpo-instructor-") as work:
+        for path in solution_notebooks():
+            with environment(**OFFLINE_ENV):
+                row = run_notebook(path, Path(work), smoke=False, timeout=timeout)
+            failed += [] if row["ok"] else [row]
+            repo_path = path.relative_to(ROOT).as_posix()
+            nb = read(row["output"] if Path(row["output"]).is_file() else path)  # as far as it ran
+            for c in nb.cells:
+                if c.cell_type == "markdown":
+                    c.source = relink_text(c.source, repo_path, solutions=True)
+            written.append(out / handout_path(repo_path, solutions=True))
+            nbformat.write(nb, str(written[-1]))
+    return written, failed
 
 
 def parameters_source(path: Path | str) -> dict[str, str]:

@@ -852,3 +852,27 @@ def test_make_student_keeps_a_changed_workbook_and_says_so(tmp_path):
     assert f"kept your changed {mine}" in second.stdout and second.stdout.count("kept") == 1, second.stdout
     assert json.loads(mine.read_text())["cells"][1]["source"] == "my answer"
     assert mine.with_suffix(".new.ipynb").is_file()
+
+
+@pytest.mark.slow  # the six solutions notebooks at their laptop defaults: ~80 s on 2 idle cores, 9.4 min at load 9
+def test_make_instructor_writes_executed_solutions_and_its_readme(tmp_path):
+    """``trgrpo course instructor`` as typed: every solutions notebook executed (each code cell ran, each check
+    printed its ✓; they had no outputs), the instructor's README (release, collect, grade, hand back; it was the
+    student's), every link of the copy resolving inside it."""
+    out = tmp_path / "instructor"
+    r = subprocess.run([sys.executable, "-m", "trgrpo", "course", "instructor", "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1500)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert (out / "README.md").read_text() == workbooks.INSTRUCTOR_README.read_text()
+    readme = (out / "README.md").read_text()
+    assert all(f"## {k}. {step}" in readme for k, step in enumerate(("Release", "Collect", "Grade", "Hand back"), 1))
+    solved = sorted((out / "solutions").glob("*.ipynb"))
+    assert [p.name for p in solved] == [p.name for p in workbooks.solution_notebooks()]
+    for path in solved:
+        code = [c for c in workbooks.read(path).cells if c.cell_type == "code"]
+        assert all(c.execution_count is not None for c in code), f"{path.name}: a cell did not run"
+        assert not [o for c in code for o in c.outputs if o.output_type == "error"], path.name
+        for exercise in workbooks.exercises(workbooks.read(path)):
+            assert f"Exercise {exercise['id']} ✓" in "\n".join(map(_shown, code)), (path.name, exercise["id"])
+        for link in _md_links(workbooks.read(path)):
+            assert (path.parent / link).resolve().is_file(), f"{path.name}: {link}"
