@@ -61,10 +61,10 @@ run: $(STAMP) model
 
 # The book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus, the glossary and the design
 # page, with the README's answer and figures as its landing page, by Sphinx + myst-nb + sphinx-book-theme into
-# build/book/ (scripts/build_book.py: sidebar, offline search and MathJax, previous/next, a download per notebook;
+# build/book/ (course/book.py: sidebar, offline search and MathJax, previous/next, a download per notebook;
 # 08 without its code). Open build/book/index.html. Published by .github/workflows/book.yml.
 book: $(STAMP)
-	$(VPY) scripts/build_book.py --executed runs/make-run --out build/book
+	$(VPY) -m trgrpo course book --executed runs/make-run --out build/book
 
 # the committed records change only here: the notebooks' last full-mode headlines (of a clean tree) and figures
 records: $(STAMP)

@@ -72,7 +72,13 @@ def test_workbook_replaces_each_solution_run_by_one_stub_and_keeps_checks():
     assert len(stubs) == 2
     assert "expects: a." in stubs[0].source and 'NotImplementedError("Exercise 9.1' in stubs[0].source
     assert "expects: b." in stubs[1].source and "Exercise 9.2" in stubs[1].source
-    assert sources.count("# expects: a\nassert a == 1") == 1 and sources.count("# expects: b\nassert b == 2") == 1
+    guarded = [
+        workbooks.guarded_check("# expects: a\nassert a == 1", "9.1"),
+        workbooks.guarded_check("# expects: b\nassert b == 2", "9.2"),
+    ]
+    assert [sources.count(g) for g in guarded] == [1, 1] and guarded[0].endswith(
+        "with exercises.check('9.1'):\n    assert a == 1"
+    )
     assert wb.cells[0].source.startswith("# Exercises · 09")
     assert len(nb.cells) == 9, "the input notebook is left as it was"
 

@@ -1,30 +1,28 @@
-"""``make book``: the course as a book, from ``make run``'s executed notebooks (runs/make-run/, no re-execution),
-by Sphinx with myst-nb and sphinx-book-theme (docs/design.md, section 5): a sidebar of every page, offline search,
-each page titled by its heading, math by the MathJax the site serves (sphinx-mathjax-offline, no CDN),
-previous/next, a download button per notebook (its .ipynb), the landing page the README's opening with its answer
-and figures, notebook 08 without its code.
+"""``make book`` (``trgrpo course book``): the course as a book, from ``make run``'s executed notebooks
+(runs/make-run/, no re-execution), by Sphinx with myst-nb and sphinx-book-theme (docs/design.md, section 5): a
+sidebar of every page, offline search, each page titled by its heading, math by the MathJax the site serves
+(sphinx-mathjax-offline, no CDN), previous/next, a download button per notebook (its .ipynb), the landing page the
+README's opening with its answer and figures, notebook 08 without its code.
 
-The script stages a Sphinx project (the repository's layout: notebooks/, docs/, figures/ and index.md, the
-README's part) and runs ``sphinx-build`` on it. Links to a file the book does not hold become their text. A
-notebook missing from the executed folder stops the build in one line (exit 2, nothing written): run ``make run``
-first.
+It stages a Sphinx project (the repository's layout: notebooks/, docs/, figures/ and index.md, the README's part)
+and runs ``sphinx-build`` on it. Links to a file the book does not hold become their text. A notebook missing from
+the executed folder stops the build in one line (exit 2, nothing written): run ``make run`` first.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("docs/syllabus.md", "docs/glossary.md", "docs/design.md")
+from course.workbooks import HANDOUT_DOCS  # the docs pages: those the student copy carries
+from trgrpo.files import ROOT
+
 HIDE_CODE = ("08_",)  # pages read for their results: code cells hidden (myst-nb's remove_code_source)
-README_PARTS = ("", "## What we found so far")  # the landing page: the README's opening, then its findings
+FINDINGS = "## What we found so far"  # the landing page: the README's opening, then this section
 LINK_RE = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s#]+)(#[^)\s]*)?\)")
 CONF = """\
 project = "trgrpo: Token-Regulated GRPO, reproduced in notebooks"
@@ -63,11 +61,11 @@ def landing(readme: str, held: set[str]) -> str:
     """index.md: the README up to its "Two commands" (what the course is, the answer's forest plot, the figures, the
     notebooks and their times) and its findings section, relinked; then the book's table of contents."""
     opening = readme.split("\n## Two commands", 1)[0]
-    findings = readme.split(README_PARTS[1], 1)[1].split("\n## ", 1)[0] if README_PARTS[1] in readme else ""
-    text = opening + (f"\n\n{README_PARTS[1]}{findings}" if findings else "")
+    findings = readme.split(FINDINGS, 1)[1].split("\n## ", 1)[0] if FINDINGS in readme else ""
+    text = opening + (f"\n\n{FINDINGS}{findings}" if findings else "")
     text = re.sub(r"<!--.*?-->\n?", "", text, flags=re.S)
     pages = [p[: -len(Path(p).suffix)] for p in sorted(held) if p.startswith("notebooks/")]
-    pages += [d[:-3] for d in DOCS]
+    pages += [d[:-3] for d in HANDOUT_DOCS]
     toc = "\n".join(["```{toctree}", ":hidden:", ":maxdepth: 1", "", *pages, "```", ""])
     return _relink(text, "README.md", held) + "\n\n" + toc
 
@@ -75,7 +73,7 @@ def landing(readme: str, held: set[str]) -> str:
 def stage(executed: Path, names: list[str], src: Path) -> None:
     """The Sphinx project in ``src``: conf.py, index.md, the executed notebooks (relinked, 08 without code),
     the docs pages and the figures."""
-    held = {f"notebooks/{n}" for n in names} | set(DOCS)
+    held = {f"notebooks/{n}" for n in names} | set(HANDOUT_DOCS)
     held |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "figures").glob("*.png")}
     (src / "notebooks").mkdir(parents=True)
     for name in names:
@@ -86,7 +84,7 @@ def stage(executed: Path, names: list[str], src: Path) -> None:
         if name.startswith(HIDE_CODE):
             nb["metadata"]["mystnb"] = {"remove_code_source": True}
         (src / "notebooks" / name).write_text(json.dumps(nb))
-    for doc in DOCS:
+    for doc in HANDOUT_DOCS:
         (src / doc).parent.mkdir(exist_ok=True)
         (src / doc).write_text(_relink((ROOT / doc).read_text(), doc, held))
     shutil.copytree(ROOT / "figures", src / "figures", ignore=shutil.ignore_patterns("*.json", "*.md"))
@@ -105,24 +103,3 @@ def build(executed: Path, out: Path, names: list[str]) -> int:
         stage(executed, names, Path(work) / "src")
         shutil.rmtree(out, ignore_errors=True)
         return build_main(["-b", "html", "-q", "-d", str(Path(work) / "doctrees"), str(Path(work) / "src"), str(out)])
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--executed", default=str(ROOT / "runs" / "make-run"), help="make run's executed notebooks")
-    ap.add_argument("--out", default=str(ROOT / "build" / "book"))
-    ap.add_argument("names", nargs="*", help="notebook file names (default: every main notebook)")
-    args = ap.parse_args(argv)
-    names = args.names or [p.name for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
-    try:
-        status = build(Path(args.executed), Path(args.out), names)
-    except FileNotFoundError as e:
-        print(f"book: {e}")
-        return 2
-    if status == 0:
-        print(f"wrote the book into {args.out}; open {Path(args.out) / 'index.html'}")
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

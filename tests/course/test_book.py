@@ -1,18 +1,18 @@
-"""The book (issue "classroom", item 4): ``make book`` (scripts/build_book.py) builds a Sphinx site with myst-nb
-and sphinx-book-theme from executed notebooks, without re-executing them. One build of the committed notebooks
-(notebook 08's answer cell given a stored output, as ``make run`` leaves it), shared by the tests: titles, sidebar,
-previous/next, a download per notebook, 08 without code, every link resolving; then headless Chromium over
-127.0.0.1: the math rendered by the site's own MathJax (no raw ``$…$``, no request elsewhere), search finding a
-term of notebook 02, the landing page's forest plot."""
+"""The book (issue "classroom", item 4): ``make book`` (course/book.py, ``trgrpo course book``) builds a Sphinx
+site with myst-nb and sphinx-book-theme from executed notebooks, without re-executing them. One build of the
+committed notebooks (notebook 08's answer cell given a stored output, as ``make run`` leaves it), shared by the
+tests: titles, sidebar, previous/next, a download per notebook, 08 without code, every link resolving; then
+headless Chromium over 127.0.0.1: the math rendered by the site's own MathJax (no raw ``$…$``, no request
+elsewhere), search finding a term of notebook 02, the landing page's forest plot."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import io
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from course import book, cli
 from tests.notebooks.test_lab_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ ANSWER = "TR-GRPO against GRPO, the stored answer of make run"
 
 
 @pytest.fixture(scope="module")
-def book(tmp_path_factory):
+def site(tmp_path_factory):
     """The book of the committed notebooks, 08's answer cell with a stored output: (folder, seconds to build)."""
     tmp = tmp_path_factory.mktemp("book")
     executed = tmp / "executed"
@@ -40,9 +41,9 @@ def book(tmp_path_factory):
             answer["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [ANSWER + "\n"]}]
         (executed / path.name).write_text(json.dumps(nb))
     t0 = time.monotonic()
-    cmd = [sys.executable, "scripts/build_book.py", "--executed", str(executed), "--out", str(tmp / "site")]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "WARNING" not in r.stderr, r.stdout + r.stderr[-3000:]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        status = book.build(executed, tmp / "site", [p.name for p in NOTEBOOKS])  # in-process: no second start-up
+    assert status == 0 and "WARNING" not in err.getvalue(), err.getvalue()[-3000:]
     return tmp / "site", time.monotonic() - t0
 
 
@@ -51,8 +52,8 @@ def _pages(site: Path) -> dict[str, str]:
 
 
 @pytest.mark.browser
-def test_every_page_has_its_title_the_sidebar_prev_next_and_a_download(book):
-    site, seconds = book
+def test_every_page_has_its_title_the_sidebar_prev_next_and_a_download(site):
+    site, seconds = site
     pages = _pages(site)
     print(f"\nbook build: {seconds:.1f} s")
     for path in NOTEBOOKS:
@@ -73,10 +74,10 @@ def test_every_page_has_its_title_the_sidebar_prev_next_and_a_download(book):
 
 
 @pytest.mark.browser
-def test_every_link_of_the_book_resolves(book):
+def test_every_link_of_the_book_resolves(site):
     """Every href and src of every page names a file of the site (anchors aside); none leaves it but http(s) links
     a reader clicks."""
-    site, _ = book
+    site, _ = site
     dead = []
     for name, html in _pages(site).items():
         for link in re.findall(r'(?:href|src)="([^"]+)"', html):
@@ -89,7 +90,7 @@ def test_every_link_of_the_book_resolves(book):
 
 
 @pytest.fixture(scope="module")
-def served(book):
+def served(site):
     """The site over HTTP on 127.0.0.1 (as a reader's browser sees it), and a Chromium page that records every
     request it makes."""
     _require_browser()
@@ -99,7 +100,7 @@ def served(book):
         def log_message(self, *args) -> None:
             pass
 
-    handler = functools.partial(Quiet, directory=str(book[0]))
+    handler = functools.partial(Quiet, directory=str(site[0]))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
@@ -151,8 +152,8 @@ def test_the_landing_page_shows_the_answer_and_its_forest_plot(served):
     assert "notebook 08" in text and "What we found so far" in text
 
 
-def test_book_without_the_executed_notebooks_stops_in_one_line(tmp_path):
-    cmd = [sys.executable, "scripts/build_book.py", "--executed", str(tmp_path / "none"), "--out", str(tmp_path / "b")]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stdout.startswith("book: not in ") and "make run" in r.stdout
-    assert "Traceback" not in r.stderr and not (tmp_path / "b").exists()
+def test_book_without_the_executed_notebooks_stops_in_one_line(tmp_path, capsys):
+    assert cli.main(["book", "--executed", str(tmp_path / "none"), "--out", str(tmp_path / "b")]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("book: not in ") and "make run" in out and len(out.splitlines()) == 1
+    assert not (tmp_path / "b").exists()
