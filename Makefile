@@ -59,11 +59,12 @@ refresh-checked: $(STAMP)
 run: $(STAMP) model
 	$(VPY) scripts/run_all.py
 
-# The rendered book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus and the glossary,
-# as HTML pages in build/book/ (scripts/build_book.py, nbconvert; 08 without its code). Published by
-# .github/workflows/book.yml.
+# The book: make run's executed notebooks (runs/make-run/, no re-execution), the syllabus, the glossary and the design
+# page, with the README's answer and figures as its landing page, by Sphinx + myst-nb + sphinx-book-theme into
+# build/book/ (course/book.py: sidebar, offline search and MathJax, previous/next, a download per notebook;
+# 08 without its code). Open build/book/index.html. Published by .github/workflows/book.yml.
 book: $(STAMP)
-	$(VPY) scripts/build_book.py --executed runs/make-run --out build/book
+	$(VPY) -m trgrpo course book --executed runs/make-run --out build/book
 
 # the committed records change only here: the notebooks' last full-mode headlines (of a clean tree) and figures
 records: $(STAMP)
@@ -118,7 +119,9 @@ GRADE_RELEASE ?=
 grade: $(STAMP)
 	$(VPY) -m trgrpo course grade $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT) $(if $(GRADE_RELEASE),--release $(GRADE_RELEASE))
 
-# The instructor's copy: the solutions notebooks, executed (reference answers from course/answers.py)
+# The instructor's copy: the student copy, the solutions notebooks executed here (their checks against
+# course/answers.py; laptop defaults, ~1.5 min on 2 cores) in solutions/, and the instructor's README
+# (course/instructor_README.md: release, collect, grade, hand back). Exit 1, naming it, if a solution stops.
 INSTRUCTOR_DIR ?= instructor
 instructor: $(STAMP)
 	$(VPY) -m trgrpo course instructor --out $(INSTRUCTOR_DIR)

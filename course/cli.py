@@ -27,6 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, what in (("student", "write the student copy"), ("instructor", "the student copy and the solutions")):
         sub.add_parser(name, help=what).add_argument("--out", default=str(ROOT / name))
+    b = sub.add_parser("book", help="the book: Sphinx pages of make run's executed notebooks (no re-execution)")
+    b.add_argument("--executed", default=str(ROOT / "runs" / "make-run"), help="make run's executed notebooks")
+    b.add_argument("--out", default=str(ROOT / "build" / "book"))
+    b.add_argument("names", nargs="*", help="notebook file names (default: every main notebook)")
     g = sub.add_parser("grade", help="grade a folder of submitted workbooks against the release (nbgrader's model)")
     g.add_argument("folder")
     g.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
@@ -46,8 +50,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kept your changed {k}; the fresh copy is {k.with_suffix('.new.ipynb')}")
         return 0
     if args.cmd == "instructor":
-        print(f"wrote {len(write_instructor_copy(args.out))} notebooks into {args.out}")
-        return 0
+        written, failed = write_instructor_copy(args.out)
+        print(f"wrote {len(written)} notebooks into {args.out}, the solutions executed; its README.md says how to "
+              "release, collect, grade and hand back")  # fmt: skip
+        for row in failed:
+            print(f"solutions/{row['notebook']} stopped: {row['error']}")
+        return 1 if failed else 0
+    if args.cmd == "book":
+        from course.book import build
+
+        try:
+            status = build(Path(args.executed), Path(args.out), args.names or [p.name for p in main_notebooks()])
+        except FileNotFoundError as e:
+            print(f"book: {e}")
+            return 2
+        print(f"wrote the book into {args.out}; open {Path(args.out) / 'index.html'}" if status == 0 else "")
+        return status
     if args.cmd == "grade":
         from trgrpo.notebook import markdown_table
 

@@ -11,7 +11,7 @@ import io
 import json
 import os
 import re
-import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import nbformat
 
 from trgrpo import files
-from trgrpo.exercises import EXPECTS_RE, expected_names, keys_for, load_answers
+from trgrpo.exercises import EXPECTS_RE, expected_names, keys_for, load_answers, seal
 from trgrpo.files import ROOT
 from trgrpo.runs.batch import environment
 
@@ -29,6 +29,7 @@ NOTEBOOKS = ROOT / "notebooks"
 TIMES_PATH = files.RESULTS_DIR / "course" / "notebook_times.json"
 EXERCISE, SOLUTION, CHECK, EXPLANATION = "exercise", "solution", "check", "explanation"
 DERIVATION = "derivation"
+BOOKKEEPING = "bookkeeping"  # saves a run's headline for the docs: not in a workbook (it needs every answer)
 CONCLUSION = "conclusion"
 ANSWER = "answer"  # a written answer's cell in a workbook, collected by `make grade`
 ANSWER_TEXT = "**Your answer** (the written part of this exercise; collected with the grades):"
@@ -133,14 +134,20 @@ def exercise_workbook(nb: Any) -> Any:
     """A solutions notebook as a workbook: each run of ``solution`` cells becomes one cell that raises until the
     student replaces it. ``ValueError`` when a solution precedes every statement or is not followed by a check.
     Every cell carries nbgrader's metadata: the stubs and written answers are the student's (``solution``), every
-    other cell is ``locked`` (grading puts it back from the release by its ``grade_id``), the checks ``grade``."""
+    other cell is ``locked`` (grading puts it back from the release by its ``grade_id``), the checks ``grade``, each
+    guarded (:func:`guarded_check`). No ``bookkeeping`` cell; the notebook's name in its code is the workbook's."""
     out = copy.deepcopy(nb)
     cells, src = [], list(_by_exercise(out.cells))
     solution = [SOLUTION in tags(c) for _, c in src]
     for i, (current, c) in enumerate(src):
+        if BOOKKEEPING in tags(c):
+            continue
         if not solution[i]:
             cells.append(c)
+            if c.cell_type == "code":
+                c.source = re.sub(r"\b(\d\d_\w+?)_solutions\b", r"\1_exercises", c.source)
             if CHECK in tags(c) and current is not None:
+                c.source = guarded_check(c.source, current)
                 nbgrader = _nbgrader(f"check-{current}-{i}", grade=True, solution=False, locked=True, points=1)
                 c.metadata["nbgrader"] = nbgrader
             else:  # set-up, statements, the rest: read-only, put back from the release when graded
@@ -175,6 +182,35 @@ def exercise_workbook(nb: Any) -> Any:
             "Terms: [glossary](../../docs/glossary.md)."
         )
     return out
+
+
+GUARD_IMPORT = "from trgrpo import exercises  # run again after a kernel restart"
+
+
+def guarded_check(source: str, exercise: str) -> str:
+    """A check cell for the student copy: all of it inside ``with exercises.check(exercise):`` (a name not defined
+    says "run the cells above (kernel restarted?)", any failure is one sentence, no traceback) after its own import
+    of :mod:`trgrpo.exercises`, and the hints of each ``exercises.check(...)`` sealed (:func:`trgrpo.exercises.seal`),
+    so that a hint shows only after a wrong answer."""
+    head, _, body = source.partition("\n") if EXPECTS_RE.match(source.split("\n", 1)[0]) else ("", "", source)
+    tree = ast.parse(body)
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr == "check" and getattr(func.value, "id", "") == "exercises":
+            if not node.keywords:
+                continue
+            hints = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            sealed = f"exercises.check({ast.literal_eval(node.args[0])!r}, **exercises.unseal({seal(hints)!r}))"
+            body = body.replace(ast.get_source_segment(body, node), sealed, 1)
+    first, lines = ast.parse(body).body[0], body.split("\n")
+    if isinstance(first, ast.With) and "exercises.check(" in ast.unparse(first.items[0].context_expr):
+        wrapped, lines = lines[: first.end_lineno], lines[first.end_lineno :]  # what follows goes into its block
+    else:
+        wrapped = [f"with exercises.check({exercise!r}):"]
+    if any('"""' in ln or "'''" in ln for ln in lines):
+        raise ValueError(f"the check of Exercise {exercise} has a triple-quoted text: it cannot be indented")
+    body = "\n".join(wrapped + [f"    {ln}" if ln.strip() else ln for ln in lines])
+    return "\n".join(x for x in (head, GUARD_IMPORT, body) if x)
 
 
 def _nbgrader(grade_id: str, **flags: bool | int) -> dict:
@@ -219,34 +255,37 @@ def with_answer_keys(workbook: Any, answers: dict[str, dict] | None = None) -> A
             if data_src is not None and spaces is None:
                 spaces = _setup_namespaces(workbook)
             datasets = [eval(data_src, ns) for ns in spaces] if data_src is not None else [{}]  # noqa: S307
-            keys = json.dumps(keys_for(exercise, datasets, answers), sort_keys=True)
-            lines.append(f"exercises.use_keys({exercise!r}, {keys})  # the answers as salted hashes (make student)")
-        first, rest = c.source.split("\n", 1) if EXPECTS_RE.match(c.source.split("\n", 1)[0]) else ("", c.source)
-        c.source = "\n".join([x for x in (first, *lines) if x] + [rest])
+            keys = seal(keys_for(exercise, datasets, answers))
+            lines.append(f"exercises.use_keys({exercise!r}, {keys!r})  # answers as salted hashes, hints (sealed)")
+        head = c.source.split("\n")
+        n = sum(1 for ln in head[:2] if EXPECTS_RE.match(ln) or ln == GUARD_IMPORT)  # the use_keys lines after them
+        c.source = "\n".join(head[:n] + lines + head[n:])
     return out
 
 
 LINK_RE = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?\)")
 SOLUTIONS_LINE_RE = re.compile(r"^Solutions \(executed in `make test`\):.*\n?", re.M)
-HANDOUT_DOCS = ("README.md", "docs/glossary.md", "docs/syllabus.md", "docs/design.md")  # copied into student/docs/
+HANDOUT_DOCS = ("docs/glossary.md", "docs/syllabus.md", "docs/design.md")  # copied into student/docs/, relinked
+STUDENT_README = ROOT / "course" / "student_README.md"  # the copy's README.md (the project's README is not in it)
+INSTRUCTOR_README = ROOT / "course" / "instructor_README.md"  # the instructor's copy's README.md
 
 
 def handout_path(repo_path: str, solutions: bool = False) -> str | None:
     """Where a file of the repository sits in the student copy (None: not in it): notebooks/NN_x.ipynb -> NN_x.ipynb,
     notebooks/solutions/NN_x_solutions.ipynb -> exercises/NN_x_exercises.ipynb (the instructor's copy, ``solutions``:
-    solutions/NN_x_solutions.ipynb), README.md and docs/*.md -> docs/."""
+    solutions/NN_x_solutions.ipynb), docs/*.md -> docs/, README.md -> the copy's own README.md."""
     parts = Path(repo_path).parts
-    if repo_path in HANDOUT_DOCS:
-        return f"docs/{parts[-1]}"
+    if repo_path in (*HANDOUT_DOCS, "README.md"):
+        return repo_path
     if parts[:2] == ("notebooks", "solutions") and len(parts) == 3:
         workbook = parts[2].replace("_solutions.ipynb", "_exercises.ipynb")
         return f"solutions/{parts[2]}" if solutions else f"exercises/{workbook}"
     return parts[1] if parts[0] == "notebooks" and len(parts) == 2 else None
 
 
-def relink(nb: Any, repo_path: str, solutions: bool = False) -> Any:
-    """``nb``, the notebook at ``repo_path`` of the repository, with its markdown links retargeted for its place in the
-    student copy (:func:`handout_path`), and without the lines that link the solutions."""
+def relink_text(text: str, repo_path: str, solutions: bool = False) -> str:
+    """Markdown ``text`` of the file at ``repo_path`` of the repository with its links retargeted for its place in the
+    student copy (:func:`handout_path`), without the lines that link the solutions."""
     source_dir, dest_dir = os.path.dirname(repo_path), os.path.dirname(handout_path(repo_path, solutions))
 
     def target(m: re.Match) -> str:
@@ -258,9 +297,15 @@ def relink(nb: Any, repo_path: str, solutions: bool = False) -> Any:
             return m.group(0)
         return f"{m.group(1)}{os.path.relpath(new, dest_dir or '.')}{m.group(3) or ''})"
 
+    return LINK_RE.sub(target, SOLUTIONS_LINE_RE.sub("", text))
+
+
+def relink(nb: Any, repo_path: str, solutions: bool = False) -> Any:
+    """``nb``, the notebook at ``repo_path`` of the repository, with its markdown relinked (:func:`relink_text`) and
+    no stored outputs."""
     for c in nb.cells:
         if c.cell_type == "markdown":
-            c.source = LINK_RE.sub(target, SOLUTIONS_LINE_RE.sub("", c.source))
+            c.source = relink_text(c.source, repo_path, solutions)
         elif c.cell_type == "code":
             # no stored output (the checked cells' outputs show values an exercise asks for): the student runs it
             c.outputs, c.execution_count = [], None
@@ -300,25 +345,39 @@ def write_student_copy(out: Path | str = ROOT / "student") -> tuple[list[Path], 
         written.append(dest)
         if not changed:
             manifest[rel] = _sha(dest)
-    (out / "README.md").write_text((ROOT / "course" / "student_README.md").read_text())
+    (out / "README.md").write_text(STUDENT_README.read_text())
     (out / "docs").mkdir(exist_ok=True)
     for doc in HANDOUT_DOCS:
-        shutil.copy2(ROOT / doc, out / handout_path(doc))
+        (out / handout_path(doc)).write_text(relink_text((ROOT / doc).read_text(), doc))
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return written, kept
 
 
-def write_instructor_copy(out: Path | str = ROOT / "instructor") -> list[Path]:
-    """``make instructor``: the student copy and, in ``solutions/``, the solutions notebooks (their checks compare
-    with course/answers.py, so run them in this checkout); the notebooks written."""
+def write_instructor_copy(out: Path | str = ROOT / "instructor", timeout: int = 3600) -> tuple[list[Path], list[dict]]:
+    """``make instructor``: the student copy with the instructor's README (course/instructor_README.md: release,
+    collect, grade, hand back) and, in ``solutions/``, the solutions notebooks executed in this checkout (their
+    checks compare with course/answers.py; laptop defaults, at most ``timeout`` seconds each), relinked for their
+    place: ``(written, failed)``, ``failed`` the run rows (:func:`trgrpo.runs.batch.run_notebook`) of those that
+    stopped (written as far as they ran)."""
+    from trgrpo.runs.batch import OFFLINE_ENV, environment, run_notebook
+
     out = Path(out)
-    written = write_student_copy(out)[0]
+    written, failed = write_student_copy(out)[0], []
+    (out / "README.md").write_text(INSTRUCTOR_README.read_text())
     (out / "solutions").mkdir(exist_ok=True)
-    for path in solution_notebooks():
-        repo_path = path.relative_to(ROOT).as_posix()
-        written.append(out / handout_path(repo_path, solutions=True))
-        nbformat.write(relink(read(path), repo_path, solutions=True), str(written[-1]))
-    return written
+    with tempfile.TemporaryDirectory(prefix="trgrpo-instructor-") as work:
+        for path in solution_notebooks():
+            with environment(**OFFLINE_ENV):
+                row = run_notebook(path, Path(work), smoke=False, timeout=timeout)
+            failed += [] if row["ok"] else [row]
+            repo_path = path.relative_to(ROOT).as_posix()
+            nb = read(row["output"] if Path(row["output"]).is_file() else path)  # as far as it ran
+            for c in nb.cells:
+                if c.cell_type == "markdown":
+                    c.source = relink_text(c.source, repo_path, solutions=True)
+            written.append(out / handout_path(repo_path, solutions=True))
+            nbformat.write(nb, str(written[-1]))
+    return written, failed
 
 
 def parameters_source(path: Path | str) -> dict[str, str]:

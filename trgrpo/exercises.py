@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import hashlib
 import importlib
@@ -144,9 +145,20 @@ def _matches(exercise: str, name: str, got: Any, key: str, want_number: bool, ha
     )
 
 
-def use_keys(exercise: str, keys: dict) -> None:
-    """Register the answer keys of ``exercise`` (a student copy's check cell, written by ``make student``)."""
-    _KEYS[exercise] = keys
+def seal(value: Any) -> str:
+    """``value`` (JSON) as a base64 text: a student copy's check cell holds its hints and answer keys so, so that a
+    hint shows only after a wrong answer (hidden from the eye, not secret: grading checks on the instructor's side)."""
+    return base64.b64encode(json.dumps(value, sort_keys=True).encode()).decode()
+
+
+def unseal(text: str) -> Any:
+    """The value :func:`seal` wrote."""
+    return json.loads(base64.b64decode(text))
+
+
+def use_keys(exercise: str, keys: dict | str) -> None:
+    """Register the answer keys of ``exercise`` (a student copy's check cell, written by ``make student``; sealed)."""
+    _KEYS[exercise] = unseal(keys) if isinstance(keys, str) else keys
 
 
 def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) -> None:
@@ -174,6 +186,10 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
     missing = sorted(set(want) - set(answers))
     if missing:
         raise CheckFailed(f"Exercise {exercise}: pass {', '.join(missing)} to the check as well")
+    not_numbers = [n for n in want if n in keys["numbers"] and _number(answers[n]) is None]
+    if not_numbers:
+        got = "; ".join(f"`{n}` is {_described(answers[n])}" for n in not_numbers)
+        raise CheckFailed(f"Exercise {exercise}: expected a number (one value) for each of these: {got}")
     wrong = [n for n, k in want.items() if not _matches(exercise, n, answers[n], k, n in keys["numbers"], n in hand)]
     if not wrong:
         print(f"Exercise {exercise} ✓")
@@ -184,6 +200,17 @@ def check_answers(exercise: str, *, data: dict | None = None, **answers: Any) ->
         what += f" (a hand answer counts within {HAND_RTOL:.1%} of the reference, e.g. 4 significant digits)"
     hints = [f"{n}: {hint_of[n]}" for n in wrong if n in hint_of] + [hint_of["hint"]]
     raise CheckFailed(f"Exercise {exercise}: {what}", *hints)
+
+
+def _described(value: Any) -> str:
+    """What a value is, in words: 'a tensor of 7 values', 'a list of 3 values', 'a str'."""
+    size = getattr(value, "numel", None) or getattr(value, "size", None)
+    if callable(size):
+        size = size()
+    if size is None and isinstance(value, (list, tuple, dict)):
+        size = len(value)
+    kind = {"Tensor": "tensor", "ndarray": "array"}.get(type(value).__name__, type(value).__name__)
+    return f"a {kind} of {size} values" if isinstance(size, int) else f"a {kind}"
 
 
 class _CellGuard:
@@ -216,20 +243,39 @@ class check(_CellGuard):  # noqa: N801  (used as ``with exercises.check("2.1", h
             tb = tb.tb_next
         named = [n for n in expected if re.search(rf"\b{re.escape(n)}\b", line.split("#")[0])]
         subject = ", ".join(f"`{n}`" for n in named or expected) or "your answer"
+        if isinstance(exc, CheckFailed) and str(exc).startswith(f"Exercise {self.exercise}:"):
+            return False  # a check inside (check_answers, a nested check) already said it all
         if isinstance(exc, CheckFailed):
             what = str(exc)
         elif isinstance(exc, NameError):
-            what = f"{exc}: run your solution cell above first (it defines {', '.join(expected) or 'the answer'})"
+            what = (
+                f"`{exc.name}` is not defined: run the cells above (kernel restarted?), your solution's cell last"
+                f"{' (it defines ' + ', '.join(expected) + ')' if expected else ''}"
+            )
         elif isinstance(exc, AssertionError):
-            detail = f" ({str(exc).strip()})" if str(exc).strip() else ""
-            what = f"{subject} {'is' if len(named) == 1 else 'are'} not right yet{detail}"
+            detail = _sentence(exc.args[0]) if exc.args else ""
+            if named or not detail:
+                what = f"{subject} {'is' if len(named) == 1 else 'are'} not right yet{': ' + detail if detail else ''}"
+            else:  # the line tests something derived from the answers: its message says what, without blaming all
+                what = f"not right yet: {detail}"
         else:
             what = (
-                f"checking {subject} raised {exc_type.__name__}: {exc}. Is it of the type and shape the "
+                f"checking {subject} raised {exc_type.__name__} ({exc}): is it of the type and shape the "
                 "statement asks for?"
             )
         hints = [h for h in [*(self.hints.get(n) for n in named), self.hint] if h and h not in what]
+        if isinstance(exc, NameError):
+            hints = []  # nothing was answered yet: no hint before a wrong answer
         raise CheckFailed(f"Exercise {self.exercise}: {what}", *hints) from None
+
+
+def _sentence(payload: Any) -> str:
+    """An ``assert``'s message as words: a text as it is, any other payload (a tuple of the failing case's values)
+    as 'it fails for a, b, c'."""
+    if isinstance(payload, str):
+        return payload.strip()
+    values = payload if isinstance(payload, tuple) else (payload,)
+    return "it fails for " + ", ".join(f"{v:.6g}" if isinstance(v, float) else repr(v) for v in values)
 
 
 class derivation(_CellGuard):  # noqa: N801  (a student copy's check of a derivation: ``with exercises.derivation("eq11_weight"):``)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from course import grading, workbooks
-from trgrpo.exercises import answer_key
+from trgrpo.exercises import answer_key, seal, unseal
 
 ANSWERS = {"9.1": {"reference": lambda data: {"c": 1234}, "c": "count the rows again", "hint": "one per row"}}
 RIGHT = {"9.1": "c = 1234", "9.2": "b = 'x'", "9.3": "d = [1, 2]"}
@@ -200,7 +201,11 @@ def test_grade_right_wrong_and_tampered_submissions(tmp_path):
     nbformat.write(release, str(tmp_path / "release" / "exercises" / "09_tiny_exercises.ipynb"))
     wrong = _filled(release, {"9.1": "c = 1200", "9.2": "b = 'x'"}, "No idea.")
     check = _cells(wrong, "check")["9.1"]
-    check.source = check.source.replace(answer_key("9.1", "c", 1234, False), answer_key("9.1", "c", 1200, False))
+    sealed = check.source.split("exercises.use_keys('9.1', ")[1].split(")")[0]  # the keys, sealed: swap bob's in
+    right, wrong_key = answer_key("9.1", "c", 1234, False), answer_key("9.1", "c", 1200, False)
+    swapped = seal(json.loads(json.dumps(unseal(sealed.strip("'"))).replace(right, wrong_key)))
+    assert swapped != sealed.strip("'")
+    check.source = check.source.replace(sealed, repr(swapped))
     folder = tmp_path / "submissions"
     files = {
         "ada/exercises/09_tiny_exercises.ipynb": _filled(release, RIGHT, "Because three."),
@@ -228,7 +233,7 @@ def test_grade_right_wrong_and_tampered_submissions(tmp_path):
     message = {(g["student"], g["exercise"]): g["message"] for g in grades}
     assert message["ada", "9.1"] == "Exercise 9.1 ✓"
     assert message["bob", "9.1"] == "Exercise 9.1: `c` is not right yet"
-    assert message["eve", "9.2"].startswith("Exercise 9.2: name 'b' is not defined")
+    assert message["eve", "9.2"].startswith("Exercise 9.2: `b` is not defined: run the cells above (kernel restarted?)")
     written = {w["student"]: w for w in csv.DictReader((folder / "written.csv").open())}
     assert written["ada"]["answer"] == "Because three." and written["bob"]["answer"] == "No idea."
     assert written["ada"]["mark"] == "" and written["eve"]["answer"] == ""

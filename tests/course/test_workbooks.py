@@ -72,7 +72,13 @@ def test_workbook_replaces_each_solution_run_by_one_stub_and_keeps_checks():
     assert len(stubs) == 2
     assert "expects: a." in stubs[0].source and 'NotImplementedError("Exercise 9.1' in stubs[0].source
     assert "expects: b." in stubs[1].source and "Exercise 9.2" in stubs[1].source
-    assert sources.count("# expects: a\nassert a == 1") == 1 and sources.count("# expects: b\nassert b == 2") == 1
+    guarded = [
+        workbooks.guarded_check("# expects: a\nassert a == 1", "9.1"),
+        workbooks.guarded_check("# expects: b\nassert b == 2", "9.2"),
+    ]
+    assert [sources.count(g) for g in guarded] == [1, 1] and guarded[0].endswith(
+        "with exercises.check('9.1'):\n    assert a == 1"
+    )
     assert wb.cells[0].source.startswith("# Exercises · 09")
     assert len(nb.cells) == 9, "the input notebook is left as it was"
 
@@ -245,21 +251,66 @@ WORKBOOKS = [
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", WORKBOOKS)
-def test_workbook_executes_up_to_its_first_exercise(student_copy, name, tmp_path, monkeypatch):
-    """Every cell above the first stub runs; the first stub is where execution stops, with its own message."""
+def test_workbook_run_untouched_fails_at_stubs_and_checks_only(student_copy, name, tmp_path, monkeypatch):
+    """A student runs the whole workbook before writing anything (Run All, every cell run on past an error): every
+    cell above the first stub runs; the only errors are the stubs' own NotImplementedError and the checks' one
+    CheckFailed sentence "run the cells above (kernel restarted?)" (they raised NameError with the answer keys' JSON
+    and hints); no cell waits for every exercise (02's bookkeeping cell raised until the end); nothing says
+    "solutions" (the set-up printed `00_grpo_primer_solutions: full mode`)."""
     pm = pytest.importorskip("papermill")
     out, _ = student_copy
-    with pytest.raises(pm.PapermillExecutionError) as info:
-        _execute(out / "exercises" / name, tmp_path / name, monkeypatch)
-    first_id = workbooks.exercises(workbooks.read(out / "exercises" / name))[0]["id"]
-    assert info.value.ename == "NotImplementedError", info.value
-    assert f"Exercise {first_id}" in info.value.evalue
-    done = workbooks.read(tmp_path / name)
-    code = [c for c in done.cells if c.cell_type == "code"]
-    first_stub = next(i for i, c in enumerate(code) if "stub" in workbooks.tags(c))
-    assert all(c.execution_count is not None for c in code[:first_stub]), "a cell above the first exercise did not run"
-    errors = [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)]
-    assert errors == [first_stub]
+    nb = workbooks.read(out / "exercises" / name)
+    for c in nb.cells:
+        c.metadata.setdefault("tags", []).append("raises-exception")  # as the grader runs it: on past each error
+    given = tmp_path / "given.ipynb"
+    nbformat.write(nb, str(given))
+    with pytest.raises(pm.PapermillExecutionError):
+        _execute(given, tmp_path / name, monkeypatch)
+    code = [c for c in workbooks.read(tmp_path / name).cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "a cell did not run"
+    errors = {i: o for i, c in enumerate(code) for o in c.outputs if o.output_type == "error"}
+    first, first_id = errors[min(errors)], workbooks.exercises(nb)[0]["id"]
+    assert first.ename == "NotImplementedError" and f"Exercise {first_id}" in first.evalue, first
+    kinds = {i: workbooks.tags(c) for i, c in enumerate(code)}
+    assert errors and all({"stub", "check"} & set(kinds[i]) for i in errors), [code[i].source[:80] for i in errors]
+    for i, o in errors.items():
+        if "check" in kinds[i]:
+            assert o.ename == "CheckFailed" and "run the cells above (kernel restarted?)" in o.evalue, o.evalue
+            assert "Hint" not in o.evalue and "use_keys" not in "".join(o.traceback), o
+    shown = json.dumps([c.outputs for c in code])
+    assert "solutions" not in shown and f"{name[:-6]}: smoke mode" in shown
+
+
+def test_a_check_run_after_a_kernel_restart_says_run_the_cells_above(student_copy):
+    """Every check of the release, run in a fresh kernel (nothing defined, not even ``exercises``): one CheckFailed
+    sentence, no NameError with the ``use_keys`` JSON of hints (each check used to raise it)."""
+    import linecache
+
+    out, _ = student_copy
+    for path in sorted((out / "exercises").glob("*.ipynb")):
+        for i, c in enumerate(workbooks.read(path).cells):
+            if workbooks.CHECK not in workbooks.tags(c):
+                continue
+            name = f"<{path.stem} {i}>"
+            linecache.cache[name] = (len(c.source), None, c.source.splitlines(True), name)
+            try:
+                with pytest.raises(exercises.CheckFailed) as info:
+                    exec(compile(c.source, name, "exec"), {})
+            finally:
+                exercises._KEYS.clear()
+            msg = str(info.value)
+            assert "is not defined: run the cells above (kernel restarted?)" in msg and "Hint" not in msg, msg
+            assert info.value.__suppress_context__, "IPython shows the one line, no frames"
+
+
+def test_no_hint_shows_before_a_wrong_answer(student_copy):
+    """The hints of course/answers.py and of the checks' ``hint=`` are sealed in the student copy (they stood in
+    plain text in each check cell)."""
+    out, _ = student_copy
+    blob = "\n".join(p.read_text() for p in (out / "exercises").glob("*.ipynb"))
+    hints = [h for spec in workbooks.load_answers().values() for h in spec.values() if isinstance(h, str)]
+    assert hints and [h for h in hints if json.dumps(h)[1:-1] in blob] == []
+    assert not re.search(r"exercises\.check\([^)]*hint=", blob)
 
 
 @pytest.mark.parametrize(
@@ -319,7 +370,7 @@ def test_the_handout_holds_no_solution_and_no_answer_value(student_copy):
     out, _ = student_copy
     texts = _texts(out / "exercises") | {k: v for k, v in _texts(out).items() if k.endswith(".ipynb")}
     blob = "\n".join(texts.values())
-    assert "Solutions (executed" not in blob and "_solutions.ipynb" not in blob and "solutions/" not in blob
+    assert "Solutions (executed" not in blob and "_solutions" not in blob and "solutions/" not in blob
     solved = {
         ln.strip()
         for p in workbooks.solution_notebooks()
@@ -385,13 +436,27 @@ def _md_links(nb) -> list[str]:
 
 def test_every_link_resolves_from_the_folder_jupyterlab_serves(student_copy):
     """`make lab` serves the repository root: each relative link of a notebook's markdown names a file under it; the
-    student copy's links name files of the copy itself."""
+    student copy's links, of its notebooks and of its Markdown (its README, docs), name files of the copy itself:
+    notebook 00's "Previous: README" opens the copy's own README (it opened the project's, copied into docs/ with
+    4 broken figures and ~18 dead links), the glossary's notebook links the copy's notebooks."""
     out, _ = student_copy
     for served, folder in ((ROOT, ROOT / "notebooks"), (out, out)):
         for path in sorted(folder.rglob("*.ipynb")):
             for link in _md_links(workbooks.read(path)):
                 target = (path.parent / link).resolve()
                 assert target.is_file() and target.is_relative_to(served.resolve()), f"{path}: {link}"
+    for path in sorted(out.rglob("*.md")):
+        links = [m.group(2) for m in workbooks.LINK_RE.finditer(path.read_text()) if "://" not in m.group(2)]
+        for link in links:
+            target = (path.parent / link).resolve()
+            assert target.is_file() and target.is_relative_to(out.resolve()), f"{path}: {link}"
+    assert (out / "README.md").read_text() == workbooks.STUDENT_README.read_text() and not (
+        out / "docs/README.md"
+    ).exists()
+    primer = " ".join(c.source for c in workbooks.read(out / "00_grpo_primer.ipynb").cells if c.cell_type == "markdown")
+    assert "[README](README.md)" in primer
+    glossary = (out / "docs" / "glossary.md").read_text()
+    assert "](../00_grpo_primer.ipynb)" in glossary and "](../02_token_weight_function.ipynb)" in glossary
     lab = subprocess.run(["make", "-n", "-W", "pyproject.toml", "lab"], cwd=ROOT, capture_output=True, text=True)
     assert f"--ServerApp.root_dir={ROOT}" in lab.stdout and "--LabApp.default_url=/lab/tree/notebooks" in lab.stdout
 
@@ -793,3 +858,27 @@ def test_make_student_keeps_a_changed_workbook_and_says_so(tmp_path):
     assert f"kept your changed {mine}" in second.stdout and second.stdout.count("kept") == 1, second.stdout
     assert json.loads(mine.read_text())["cells"][1]["source"] == "my answer"
     assert mine.with_suffix(".new.ipynb").is_file()
+
+
+@pytest.mark.slow  # the six solutions notebooks at their laptop defaults: ~80 s on 2 idle cores, 9.4 min at load 9
+def test_make_instructor_writes_executed_solutions_and_its_readme(tmp_path):
+    """``trgrpo course instructor`` as typed: every solutions notebook executed (each code cell ran, each check
+    printed its ✓; they had no outputs), the instructor's README (release, collect, grade, hand back; it was the
+    student's), every link of the copy resolving inside it."""
+    out = tmp_path / "instructor"
+    r = subprocess.run([sys.executable, "-m", "trgrpo", "course", "instructor", "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1500)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert (out / "README.md").read_text() == workbooks.INSTRUCTOR_README.read_text()
+    readme = (out / "README.md").read_text()
+    assert all(f"## {k}. {step}" in readme for k, step in enumerate(("Release", "Collect", "Grade", "Hand back"), 1))
+    solved = sorted((out / "solutions").glob("*.ipynb"))
+    assert [p.name for p in solved] == [p.name for p in workbooks.solution_notebooks()]
+    for path in solved:
+        code = [c for c in workbooks.read(path).cells if c.cell_type == "code"]
+        assert all(c.execution_count is not None for c in code), f"{path.name}: a cell did not run"
+        assert not [o for c in code for o in c.outputs if o.output_type == "error"], path.name
+        for exercise in workbooks.exercises(workbooks.read(path)):
+            assert f"Exercise {exercise['id']} ✓" in "\n".join(map(_shown, code)), (path.name, exercise["id"])
+        for link in _md_links(workbooks.read(path)):
+            assert (path.parent / link).resolve().is_file(), f"{path.name}: {link}"

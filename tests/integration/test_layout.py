@@ -195,11 +195,13 @@ def test_the_library_writes_no_documentation():
 # classroom's grading ~300 (release restored by grade_id, instructor's key, feedback and written-answer files), and
 # issue "first-order" section 1 ~85 (answers: the projection coefficient c from the per-token samples, σ_d's
 # chi-square interval and the pairs at its ends, the floor pairs, the two GRPO replicates, time outside training,
-# Table 4's parts at the forest plot's level).
+# Table 4's parts at the forest plot's level), the classroom's student copy without dead ends +89 (guarded, sealed
+# checks; checks that answer in sentences; the copy's own README and relinked docs), make instructor's executed
+# solutions and README +20, the book (course/book.py, from scripts/, where it passed the 2,000 lines outside) +119.
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_756
+HOUSE_LINES, LINE_CEILING = 13_061, 13_984
 
 
 def test_the_size_the_design_card_asks_for():

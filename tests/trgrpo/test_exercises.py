@@ -58,7 +58,7 @@ def test_check_turns_a_bare_assert_into_a_message_with_a_hint():
     msg = str(info.value)
     assert msg.startswith("Exercise 9.1: `x` is not right yet") and "Hint: x is a count" in msg and "think again" in msg
     assert "3" not in msg, "the message must not show the expected value"
-    with pytest.raises(exercises.CheckFailed, match="run your solution cell"):
+    with pytest.raises(exercises.CheckFailed, match=r"`x` is not defined: run the cells above \(kernel restarted\?\)"):
         exec(code, {"exercises": exercises})
     with pytest.raises(exercises.CheckFailed, match="raised TypeError"):
         exec(
@@ -93,8 +93,72 @@ def test_check_answers_names_every_wrong_item_and_only_those(wrong):
 def test_check_answers_refuses_a_missing_answer_and_a_non_number():
     with pytest.raises(exercises.CheckFailed, match="pass kl_push_12"):
         exercises.check_answers("2.2", **{k: v for k, v in KL.items() if k != "kl_push_12"})
-    with pytest.raises(exercises.CheckFailed, match="`kl_slope_12` is not"):
+    with pytest.raises(exercises.CheckFailed, match="expected a number .*`kl_slope_12` is a str"):
         exercises.check_answers("2.2", **{**KL, "kl_slope_12": "-0.2"})
+
+
+def test_a_tensor_given_for_a_number_is_told_so_without_a_hint():
+    """A 7-value tensor where 0.1 asks for one advantage: "expected a number", not "not right yet" and a sign hint
+    (the old message)."""
+    right = dict(adv_right_hard=2.4746, adv_wrong_hard=-0.35352, adv_right_easy=0.35352, adv_solved=0.0)
+    exercises.check_answers("0.1", **right)
+    with pytest.raises(exercises.CheckFailed) as info:
+        exercises.check_answers("0.1", **{**right, "adv_wrong_hard": torch.full((7,), -0.35352)})
+    msg = str(info.value)
+    assert (
+        msg == "Exercise 0.1: expected a number (one value) for each of these: `adv_wrong_hard` is a tensor of 7 values"
+    )
+
+
+def _cell(src: str, name: str, ns: dict) -> None:
+    import linecache
+
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    exec(compile(src, name, "exec"), ns)
+
+
+def test_an_assert_without_words_fails_in_words():
+    """2.4's check used to print its raw payload `(({}, 0.4, 0.3271598865740488))`: a payload that is not a text
+    reads as the case it fails for."""
+    src = (
+        "# expects: f\nwith exercises.check('9.3'):\n    for kw in ({}, {'tau': 2.0}):\n        got = f(0.4)\n"
+        "        assert got is None, (kw, 0.4, got)\n"
+    )
+    with pytest.raises(exercises.CheckFailed) as info:
+        _cell(src, "<check 9.3>", {"exercises": exercises, "f": lambda eps: 0.3271598865740488})
+    assert str(info.value) == "Exercise 9.3: not right yet: it fails for {}, 0.4, 0.32716"
+
+
+def _solution_and_check(exercise: str) -> tuple[str, str]:
+    nb = workbooks.read(ROOT / "notebooks" / "solutions" / "02_token_weight_function_solutions.ipynb")
+    if exercise.startswith("0."):
+        nb = workbooks.read(ROOT / "notebooks" / "solutions" / "00_grpo_primer_solutions.ipynb")
+    cells = [c for e, c in workbooks._by_exercise(nb.cells) if e == exercise and c.cell_type == "code"]
+    return cells[0].source, next(c.source for c in cells if workbooks.CHECK in workbooks.tags(c))
+
+
+def test_a_wrong_sampling_in_0_3_blames_the_sampling_not_all_four_answers():
+    """Samples drawn from pi_ref instead of pi_theta: the check says so, without naming the four answers (it named all
+    of them: the failing line tests a difference of two, by no answer's name)."""
+    solution, check = _solution_and_check("0.3")
+    ns = {"exercises": exercises, "torch": torch, "N_KL": 20000, "SEED": 0, "show_table": lambda *a, **k: None}
+    exec(solution.replace("torch.multinomial(p_theta,", "torch.multinomial(p_ref,"), ns)
+    with pytest.raises(exercises.CheckFailed) as info:
+        _cell(check, "<check 0.3>", ns)
+    head = str(info.value).splitlines()[0]
+    assert head == "Exercise 0.3: not right yet: k1 and k3 disagree on average: sampled from p_theta?", head
+
+
+def test_a_wrong_cut_threshold_in_2_4_is_named_in_a_sentence():
+    from trgrpo import readings
+
+    _, check = _solution_and_check("2.4")
+    ns = {"exercises": exercises, "readings": readings, "EPS_GRID": (0.0, 0.24), "cut_threshold": lambda e, **kw: 0.5,
+          "cut_p_scale": {}, "cut_p_divide": {}}  # fmt: skip
+    with pytest.raises(exercises.CheckFailed) as info:
+        _cell(check, "<check 2.4>", ns)
+    head = str(info.value).splitlines()[0]
+    assert head.startswith("Exercise 2.4: ") and "cut_threshold(0.0, **{}) is 0.5" in head and "((" not in head, head
 
 
 # From test_derivations.py: The TR-GRPO math written out in notebook 02 (cells tagged ``derivation``) and the checks
