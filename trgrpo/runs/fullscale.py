@@ -50,7 +50,12 @@ class ModelShape:
         matrix); norms and biases (< 0.1 %) left out."""
         h, kv = self.hidden, self.kv_heads * self.head_size
         layer = 2 * h * self.heads * self.head_size + 2 * h * kv + 3 * h * self.intermediate
-        return float(self.layers * layer + self.vocab * h * (1 if self.tied else 2))
+        return float(self.layers * layer + self.embedding_params)
+
+    @property
+    def embedding_params(self) -> float:
+        """The input embedding and the LM head (one matrix when tied)."""
+        return float(self.vocab * self.hidden * (1 if self.tied else 2))
 
     @property
     def kv_bytes_per_token(self) -> int:
