@@ -34,6 +34,7 @@ def table1_spec(**kw):
         n_eval=500,
         gradient_checkpointing=True,
         use_vllm=True,
+        vllm_gpu_memory_utilization=0.3,
         bf16=True,
     )
     return RunSpec(**{**base, **kw})

@@ -111,7 +111,7 @@ def short_model_name(model: str) -> str:
 PARAMETER_DEFAULTS = {
     "MICRO_BATCH_SIZE": 2,
     "GRADIENT_CHECKPOINTING": True,
-    "VLLM_GPU_MEMORY": 0.5,  # vLLM's share of each GPU: the plans' and notebooks 05 / 06's one default
+    "VLLM_GPU_MEMORY": RunSpec.model_fields["vllm_gpu_memory_utilization"].default,  # the one default: RunSpec's
     "BF16": True,
     "REPORT_TO": "none",
     "SAVE_STEPS": 20,
