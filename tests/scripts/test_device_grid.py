@@ -79,20 +79,7 @@ def test_the_wheels_are_resolved_for_the_device_images_python_and_platform(tmp_p
     assert device_grid.join_parts(wheels) == []  # already joined
 
 
-def test_every_step_is_reseeded_from_seed_and_step_alone():
-    import torch
-
-    s = device_grid.step_seed
-    assert s(3, 7) == s(3, 7) and len({s(3, 7), s(3, 8), s(4, 7)}) == 3
-    draws = []
-    for _ in range(2):  # two arms: whatever their RNG did before, step 5 of seed 3 draws the same
-        torch.rand(17)
-        device_grid.reseed_callback(3).on_step_begin(None, type("S", (), {"global_step": 5})(), None)
-        draws.append(torch.rand(4))
-    assert torch.equal(*draws)
-
-
-@pytest.mark.slow  # ~2 min on 2 busy cores: a timing run, the step-0 evaluation and 4 runs, each spawning a worker
+@pytest.mark.slow  # 342-452 s on the shared 2-core VM: a timing run, the step-0 evaluation and 4 runs
 def test_the_job_on_a_cpu_at_two_steps_and_two_seeds(tmp_path, tiny_model_dir):
     small = ["--set", f"model={tiny_model_dir}", "--set", "steps=2", "--set", "n_eval=4", "--set", "n_train=16"]
     common = [*small, "--workers", "1", "--wheels", str(tmp_path / "wheels")]
