@@ -24,15 +24,13 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: str) -> list[str]:
-    """Download the wheels into ``dest``; their requirements."""
-    pinned = {}
-    for line in Path(freeze).read_text().splitlines():
-        if m := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip()):
-            pinned[_canonical(m.group(1))] = m.group(0)
-    dest.mkdir(parents=True, exist_ok=True)
-    # pip does not widen a given --platform: name the older manylinux tags a glibc-2.N machine runs too
-    target = ["--only-binary=:all:", "--python-version", python_version, "--platform", platform]
+def pip_target(platform: str, python_version: str) -> list[str]:
+    """pip's flags that pick wheels for another machine: binary only, its Python (CPython, ABI ``cpXY``, so
+    per-Python wheels such as ``multiprocess``'s match) and its platform, widened to the older manylinux tags a
+    glibc-2.N machine runs too (pip does not widen a given ``--platform``)."""
+    abi = "cp" + python_version.replace(".", "")
+    target = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp", "--abi", abi]
+    target += ["--platform", platform]
     if m := re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform):
         glibc, arch = int(m.group(1)), m.group(2)
         legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -40,13 +38,35 @@ def download_wheels(freeze: Path, dest: Path, *, platform: str, python_version: 
             target += ["--platform", tag]
         for tag in [f"{name}_{arch}" for v, name in legacy.items() if v <= glibc]:
             target += ["--platform", tag]
-    with tempfile.TemporaryDirectory() as tmp:
-        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
-        constraints.write_text("\n".join(pinned.values()) + "\n")
-        pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report)]
-        subprocess.run([*pip, *target, "-c", str(constraints), *PURE_PYTHON.values()], check=True)
-        resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
-    need = [f"{m['name']}=={m['version']}" for m in resolved if _canonical(m["name"]) not in pinned]
+    return target
+
+
+def download_wheels(
+    freeze: Path,
+    dest: Path,
+    *,
+    platform: str,
+    python_version: str,
+    requirements: tuple[str, ...] = tuple(PURE_PYTHON.values()),
+    deps: bool = True,
+) -> list[str]:
+    """Download the wheels of ``requirements`` (and, with ``deps``, of their dependencies that ``freeze`` does not
+    pin) into ``dest``; the requirements downloaded."""
+    pinned = {}
+    for line in Path(freeze).read_text().splitlines():
+        if m := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip()):
+            pinned[_canonical(m.group(1))] = m.group(0)
+    dest.mkdir(parents=True, exist_ok=True)
+    target = pip_target(platform, python_version)
+    need = list(requirements)
+    if deps:
+        with tempfile.TemporaryDirectory() as tmp:
+            constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
+            constraints.write_text("\n".join(pinned.values()) + "\n")
+            pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q"]
+            subprocess.run([*pip, "--report", str(report), *target, "-c", str(constraints), *need], check=True)
+            resolved = [i["metadata"] for i in json.loads(report.read_text())["install"]]
+        need = [f"{m['name']}=={m['version']}" for m in resolved if _canonical(m["name"]) not in pinned]
     if need:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *target, *need]
         subprocess.run(cmd, check=True)

@@ -704,7 +704,7 @@ def plan_table() -> str:
         h = f"{lo:.1f}" if lo == hi else f"{lo:.1f}-{hi:.1f}"
         fits = "yes" if r["change"] is None else f"no: {r['change']}"
         lines.append(
-            f"| `{r['plan']}` | {r['gpus']} x {r['gpu']} {r['gpu_mem_gb']:g} GB, {r['engine']} | "
+            f"| `{r['plan']}` | {r['gpus']} x {r['gpu']} {r['gpu_mem_gb']:.1f} GB, {r['engine']} | "
             f"{r['runs']} | {r['peak_gb']:.0f} | {h} | {r['hours']:.0f} | {r['disk_gb']:.0f} | {fits} |"
         )
     return "\n".join(lines)

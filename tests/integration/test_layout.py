@@ -197,11 +197,13 @@ def test_the_library_writes_no_documentation():
 # chi-square interval and the pairs at its ends, the floor pairs, the two GRPO replicates, time outside training,
 # Table 4's parts at the forest plot's level), the classroom's student copy without dead ends +89 (guarded, sealed
 # checks; checks that answer in sentences; the copy's own README and relinked docs), make instructor's executed
-# solutions and README +20, the book (course/book.py, from scripts/, where it passed the 2,000 lines outside) +119.
+# solutions and README +20, the book (course/book.py, from scripts/, where it passed the 2,000 lines outside) +119,
+# the one-GPU planner row (autocast's bf16 copies, the card's total bytes) +22 and the device job (runs/device_job.py)
+# +195.
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_984
+HOUSE_LINES, LINE_CEILING = 13_061, 14_201
 
 
 def test_the_size_the_design_card_asks_for():

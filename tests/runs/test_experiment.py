@@ -167,3 +167,34 @@ def test_vllm_generate_adapter_feeds_generate_completions(tiny_model_dir, monkey
         VLLMGenerate(Engine(), policy), tok, prompts, do_sample=True, temperature=0.7, num_return_sequences=3
     )
     assert [len(r) for r in out] == [3, 3] and seen["params"].temperature == 0.7
+
+
+@pytest.mark.parametrize("main_process", [True, False])
+def test_the_evaluation_before_training_runs_on_the_main_process_only(main_process, tmp_path, monkeypatch):
+    """Issue 45 defect 6: ``eval_before`` ran HF generate on every rank; it is evaluated as the final evaluation is
+    (the main process; every rank only where the evaluation collects across them). A stand-in trainer on rank 0 or 1."""
+    from types import SimpleNamespace
+
+    from trgrpo.runs import experiment
+
+    accelerator = SimpleNamespace(
+        is_main_process=main_process,
+        num_processes=2,
+        state=SimpleNamespace(),
+        wait_for_everyone=lambda: None,
+        unwrap_model=lambda m: m,
+    )
+    trainer = SimpleNamespace(
+        accelerator=accelerator,
+        train=lambda resume_from_checkpoint=None: None,
+        state=SimpleNamespace(log_history=[]),
+        args=SimpleNamespace(generation_batch_size=8),
+        model=None,
+    )
+    monkeypatch.setattr(experiment, "build_trainer", lambda *a, **k: (trainer, None, ["Count to 3: 1 2 3"], None))
+    evaluated = []
+    monkeypatch.setattr(experiment, "_evaluate", lambda *a, **k: evaluated.append(1) or {"accuracy": 0.5})
+    s = spec("unused", "eval-before", eval_before=True, steps=1)
+    record = run(s, results_dir=tmp_path / "results", checkpoint_dir=tmp_path / "ckpt", verbose=False)
+    assert len(evaluated) == (2 if main_process else 0)  # before and after training, on rank 0 alone
+    assert record["initial"] == ({"accuracy": 0.5} if main_process else {})

@@ -34,29 +34,50 @@ def table1_spec(**kw):
         n_eval=500,
         gradient_checkpointing=True,
         use_vllm=True,
+        vllm_gpu_memory_utilization=0.3,
         bf16=True,
     )
     return RunSpec(**{**base, **kw})
 
 
+H100, H200 = (plan.GPUS[k].memory_gb for k in ("H100", "H200"))  # the cards' totals: 81559 and 143771 MiB
+LAYERS_3B = N - 151936 * 2048 / 1e9  # Qwen2.5-3B's decoder layers: all but its tied embedding matrix
+
+
 def test_memory_one_h200_by_hand():
-    m = plan.memory_gb(table1_spec(), fullscale.model_shape("Qwen/Qwen2.5-3B-Instruct"), gpus=1, gpu_mem_gb=141)
+    m = plan.memory_gb(table1_spec(), fullscale.model_shape("Qwen/Qwen2.5-3B-Instruct"), gpus=1, gpu_mem_gb=H200)
     # one GPU, no DeepSpeed: TRL's fp32 policy 4N, fp32 gradients 4N, AdamW 8N, fp32 reference 4N: 20N = 61.7
     assert m["weights"] + m["gradients"] + m["optimizer"] + m["reference"] == pytest.approx(20 * N, rel=1e-6)
     assert m["master"] == m["buffers"] == 0  # no DeepSpeed: the fp32 weights are the master copy
-    # checkpointed activations: 36 layers x 2 x 5120 tokens x 2048 x 2 B + one layer 34 x 2 x 5120 x 2048 B
-    assert m["activations"] == pytest.approx(1.50995 + 0.71303, rel=1e-4)
+    # bf16 autocast's weight cache: a bf16 copy of every decoder-layer weight until the forward ends (5.55 GB)
+    assert m["autocast"] == pytest.approx(2 * LAYERS_3B, rel=1e-6)
+    # checkpointed activations: 36 layers x 2 x 5120 tokens x 2048 x 4 B (the fp32 residual stream) + one layer
+    # 34 x 2 x 5120 x 2048 B
+    assert m["activations"] == pytest.approx(2 * 1.50995 + 0.71303, rel=1e-4)
     # TRL's fused LM head: two fp32 tiles of 4096 tokens x 32768 vocabulary columns (no B x T x V logits)
     assert m["logits"] == pytest.approx(2 * 4 * 4096 * 32768 / 1e9)
-    assert m["vllm"] == pytest.approx(42.3)
-    assert m["train_peak"] == pytest.approx(20 * N + 2.22298 + 1.07374 + 42.3 + 4.0, rel=1e-4)  # 111.3
+    assert m["vllm"] == pytest.approx(0.3 * 143771 * 2**20 / 1e9)  # vLLM's share of the card's total bytes: 45.2
+    want = 20 * N + 2 * LAYERS_3B + 3.73293 + 1.07374 + 0.3 * H200 + 4.0  # 121.3
+    assert m["train_peak"] == pytest.approx(want, rel=1e-4)
     assert sum(m[k] for k in plan.PARTS) == pytest.approx(m["train_peak"])  # the components notebooks 05 / 06 show
+
+
+def test_table1_on_one_h200_at_half_for_vllm_does_not_fit(capsys):
+    """Issue 45 defect 3: 20N + autocast's bf16 weights + the fp32 residual stream + vLLM's half of 150.75 GB."""
+    assert H200 == pytest.approx(150.7548, abs=1e-4) and ("kk_qwen3b.yaml", 1, "H200") in plan.README_ROWS
+    path = str(ROOT / "experiments" / "kk_qwen3b.yaml")  # as typed: --gpu-mem-gb defaults to the card's total
+    assert plan.main([path, "--gpus", "1", "--gpu-type", "H200", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    want = 20 * N + 2 * LAYERS_3B + 3.73293 + 1.07374 + 0.5 * H200 + 4.0  # 151.4 GB > 150.75
+    assert out["runs"][0]["memory_gb"]["train_peak"] == pytest.approx(want, rel=1e-4) and want > H200
+    assert out["problems"][0].endswith("Change: micro_batch_size: 2 -> 1")
 
 
 def test_zero_sharding_by_hand():
     shape = fullscale.model_shape("Qwen/Qwen2.5-3B-Instruct")
-    z2 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=80, zero=2)
-    z3 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=80, zero=3)
+    z2 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=H100, zero=2)
+    z3 = plan.memory_gb(table1_spec(), shape, gpus=8, gpu_mem_gb=H100, zero=3)
+    assert z2["autocast"] == z3["autocast"] == 0  # bf16 parameters: autocast casts nothing
     # ZeRO-2: bf16 parameters 2N, fp32 master 4N/8, bf16 gradients 2N/8, Adam 8N/8; bf16 reference at stage 0;
     # one 5e8-element bf16 reduce bucket
     z2_parts = [z2[k] for k in ("weights", "master", "gradients", "optimizer", "reference", "buffers")]
@@ -81,13 +102,13 @@ def test_hours_one_h200_by_hand():
 
 
 def test_hours_eight_h100_by_hand():
-    r = plan.estimate(table1_spec(), gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
+    r = plan.estimate(table1_spec(), gpus=8, gpu_mem_gb=H100, gpu=plan.GPUS["H100"])
     # 64 sequences per GPU; the longest completion dominates: 4096 x 6.2136 GB / 1.675 TB/s = 15.19 s
     assert r["rollout_s_per_step"] == pytest.approx(15.19, rel=2e-3)
     assert r["train_s_per_step"] == pytest.approx(65.08 / 8, rel=2e-3)
     assert r["hours"] == pytest.approx((300 * (15.19 + 8.135) + 15.19) / 3600, rel=2e-3)  # 1.95 h
     states = (2 + 1 / 2 + 1 / 4 + 1 + 2) * N + 1.0
-    assert r["memory_gb"]["train_peak"] == pytest.approx(states + 2.22298 + 1.07374 + 24 + 4, 1e-4)  # 50.04
+    assert r["memory_gb"]["train_peak"] == pytest.approx(states + 2.22298 + 1.07374 + 0.3 * H100 + 4, 1e-4)  # 51.7
 
 
 def test_table1_plan_fits_8x80_and_is_refused_on_16gb(capsys):
@@ -102,8 +123,8 @@ def test_table1_plan_fits_8x80_and_is_refused_on_16gb(capsys):
 
 def test_suggestions_name_the_setting():
     spec = table1_spec()
-    # one GPU of 80 GB: 69.1 GB besides vLLM; vLLM's share must hold 2N + 1 GB + one 5120-token sequence: 0.1
-    assert plan.suggestions(spec, gpus=1, gpu_mem_gb=80, zero=2) == ["vllm_gpu_memory_utilization: 0.3 -> 0.1"]
+    # one H100 (85.52 GB): 76.1 GB besides vLLM; vLLM's share must hold 2N + 1 GB + one 5120-token sequence: 0.09
+    assert plan.suggestions(spec, gpus=1, gpu_mem_gb=H100, zero=2) == ["vllm_gpu_memory_utilization: 0.3 -> 0.09"]
     assert plan.suggestions(spec, gpus=8, gpu_mem_gb=32, zero=2) == [
         "accelerate_config: configs/zero2.yaml -> configs/zero3.yaml"
     ]
@@ -139,10 +160,19 @@ def _env():
 
 # docs/gpu.md's three derived counts, GB per GPU; issue "scale" 6's hand counts 52 / 120 / 73 are within 15 %
 N7 = fullscale.MODEL_SHAPES["Qwen2.5-7B-Instruct"].params / 1e9
-DERIVED = [  # (plan, --set, GPUs, GB, derived peak, hand count, engine, disk of the whole plan)
-    ("kk_qwen3b.yaml", "VLLM_GPU_MEMORY=0.3", "8", "80", 50.04, 52, "DeepSpeed ZeRO-2", 7 * 16 * N),  # 346 GB
-    ("kk_qwen3b_1gpu_reduced.yaml", "VLLM_GPU_MEMORY=0.3", "1", "141", 111.3, 120, "one process, no DeepSpeed", 36 * N),
-    ("kk_qwen7b.yaml", "VLLM_GPU_MEMORY=0.5", "8", "80", 68.5, 73, "DeepSpeed ZeRO-3", 7 * 14 * N7),  # 747 GB
+DERIVED = [  # (plan, --set, GPUs, GPU type, derived peak, hand count, engine, disk of the whole plan)
+    ("kk_qwen3b.yaml", "VLLM_GPU_MEMORY=0.3", "8", "H100", 51.70, 52, "DeepSpeed ZeRO-2", 7 * 16 * N),  # 346 GB
+    (
+        "kk_qwen3b_1gpu_reduced.yaml",
+        "VLLM_GPU_MEMORY=0.3",
+        "1",
+        "H200",
+        121.3,
+        120,
+        "one process, no DeepSpeed",
+        36 * N,
+    ),
+    ("kk_qwen7b.yaml", "VLLM_GPU_MEMORY=0.5", "8", "H100", 71.3, 73, "DeepSpeed ZeRO-3", 7 * 14 * N7),  # 747 GB
 ]
 
 
@@ -154,18 +184,19 @@ def _check_derived(out, peak, hand, engine, disk):
 
 def test_json_gives_the_derived_counts_and_the_whole_plans_disk(capsys):
     for name, override, gpus, mem, *want in DERIVED:
-        args = [str(ROOT / "experiments" / name), "--gpus", gpus, "--gpu-mem-gb", mem, "--set", override, "--json"]
+        args = [str(ROOT / "experiments" / name), "--gpus", gpus, "--gpu-type", mem, "--set", override, "--json"]
         assert plan.main(args) == 0
         _check_derived(json.loads(capsys.readouterr().out), *want)
     # the first by hand: (2N bf16 + N/2 master + N/4 gradients + N Adam + 2N reference) + 1 GB bucket + activations
-    # + fused head + vLLM 0.3 x 80 + overhead
-    assert DERIVED[0][4] == pytest.approx((2 + 1 / 2 + 1 / 4 + 1 + 2) * N + 1.0 + 2.22298 + 1.07374 + 24 + 4, abs=0.01)
+    # + fused head + vLLM 0.3 x the H100's 85.52 GB + overhead
+    want = (2 + 1 / 2 + 1 / 4 + 1 + 2) * N + 1.0 + 2.22298 + 1.07374 + 0.3 * H100 + 4
+    assert DERIVED[0][4] == pytest.approx(want, abs=0.01)
 
 
 @pytest.mark.slow
 def test_json_as_typed():
     for name, override, gpus, mem, *want in DERIVED:
-        cmd = [sys.executable, "-m", "trgrpo", "plan", f"experiments/{name}", "--gpus", gpus, "--gpu-mem-gb", mem]
+        cmd = [sys.executable, "-m", "trgrpo", "plan", f"experiments/{name}", "--gpus", gpus, "--gpu-type", mem]
         proc = subprocess.run(
             [*cmd, "--set", override, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env()
         )
@@ -313,7 +344,7 @@ def kk(**kw):
 
 def full_scale(task: str, **params) -> list[RunSpec]:
     """The runs of notebook 05 (kk) or 06 (math) at its full-scale defaults, ``params`` changed."""
-    from trgrpo.batch import parameter_defaults
+    from trgrpo.notebook import parameter_defaults
 
     nb = {"kk": "05_kk_logic_full_scale", "math": "06_math_full_scale"}[task]
     defaults = parameter_defaults(Path(__file__).parents[2] / "notebooks" / f"{nb}.ipynb")

@@ -282,3 +282,17 @@ def test_accumulation_form_and_bad_splits_name_the_setting():
         batch_layout(kk(), 0)
     with pytest.raises(ValueError, match="micro_batch_size"):
         RunSpec(task="kk", micro_batch_size=0)
+
+
+def test_vllms_share_has_one_default():
+    """Issue 45 defect 6: RunSpec's 0.3 beside the plans' 0.5; the notebooks' and spec files' default is RunSpec's."""
+    import json
+
+    from trgrpo.runs import fullscale
+
+    default = RunSpec.model_fields["vllm_gpu_memory_utilization"].default
+    assert default == fullscale.PARAMETER_DEFAULTS["VLLM_GPU_MEMORY"] == 0.5
+    root = Path(__file__).resolve().parents[2]
+    for nb in ("05_kk_logic_full_scale", "06_math_full_scale"):  # their typed parameter states the same share
+        cells = json.loads((root / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
+        assert any(line.startswith(f"VLLM_GPU_MEMORY = {default} ") for c in cells for line in c["source"]), nb

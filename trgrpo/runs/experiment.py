@@ -224,8 +224,8 @@ def run(
         if trainer_ready is not None:
             trainer_ready(trainer, eval_records)
         initial = None
-        if spec.eval_before and spec.n_eval > 0:
-            initial = _evaluate(trainer, tokenizer, task, eval_records, spec)
+        if spec.eval_before and spec.n_eval > 0:  # as the final one: the main process, through vLLM when there
+            initial = _evaluate_main(trainer, tokenizer, task, eval_records, spec)
         if ckpt and verbose:
             print(f"[trgrpo] {'evaluating' if finished else 'resuming'} {spec.name} from {ckpt}")
         try:

@@ -50,7 +50,12 @@ class ModelShape:
         matrix); norms and biases (< 0.1 %) left out."""
         h, kv = self.hidden, self.kv_heads * self.head_size
         layer = 2 * h * self.heads * self.head_size + 2 * h * kv + 3 * h * self.intermediate
-        return float(self.layers * layer + self.vocab * h * (1 if self.tied else 2))
+        return float(self.layers * layer + self.embedding_params)
+
+    @property
+    def embedding_params(self) -> float:
+        """The input embedding and the LM head (one matrix when tied)."""
+        return float(self.vocab * self.hidden * (1 if self.tied else 2))
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -106,7 +111,7 @@ def short_model_name(model: str) -> str:
 PARAMETER_DEFAULTS = {
     "MICRO_BATCH_SIZE": 2,
     "GRADIENT_CHECKPOINTING": True,
-    "VLLM_GPU_MEMORY": 0.5,  # vLLM's share of each GPU: the plans' and notebooks 05 / 06's one default
+    "VLLM_GPU_MEMORY": RunSpec.model_fields["vllm_gpu_memory_utilization"].default,  # the one default: RunSpec's
     "BF16": True,
     "REPORT_TO": "none",
     "SAVE_STEPS": 20,

@@ -30,13 +30,14 @@ class GPU:
     name: str
     tflops_bf16: float  # dense peak
     bandwidth_tbs: float  # HBM
+    memory_gb: float  # the card's total bytes / 1e9 as CUDA reports them (nvidia-smi's MiB; docs/gpu.md the sources)
 
 
 GPUS = {
-    "H100": GPU("H100 SXM", 989.0, 3.35),
-    "H200": GPU("H200 SXM", 989.0, 4.8),
-    "A100": GPU("A100 80GB", 312.0, 2.0),
-    "L4": GPU("L4", 121.0, 0.3),
+    "H100": GPU("H100 SXM", 989.0, 3.35, 81559 * 2**20 / GB),
+    "H200": GPU("H200 SXM", 989.0, 4.8, 143771 * 2**20 / GB),
+    "A100": GPU("A100 80GB", 312.0, 2.0, 81920 * 2**20 / GB),
+    "L4": GPU("L4", 121.0, 0.3, 23034 * 2**20 / GB),
 }
 
 
@@ -61,6 +62,7 @@ PARTS = (  # GB per GPU in the training phase (the peak); docs/gpu.md derives ea
     "gradients",
     "optimizer",
     "reference",
+    "autocast",
     "buffers",
     "activations",
     "logits",
@@ -90,29 +92,34 @@ def memory_gb(
     """Peak memory per GPU in GB, by component (:data:`PARTS`), for the training phase (the peak) and the rollout
     phase. TRL loads the policy in fp32; DeepSpeed (``gpus > 1``) casts it to bf16 and keeps an fp32 master copy,
     bf16 gradients and fp32 Adam moments partitioned over the ranks; one GPU keeps fp32 weights, gradients, moments
-    and an fp32 reference. docs/gpu.md gives each term's source line."""
+    and an fp32 reference, and its forward runs under bf16 autocast, which keeps a bf16 copy of every weight it
+    casts (the decoder layers') until the forward ends, beside an fp32 residual stream. vLLM takes its share of
+    ``gpu_mem_gb``, the card's total. docs/gpu.md gives each term's source line."""
     n, g = shape.params, gpus
     m = batch_layout(spec, gpus)["per_device_train_batch_size"]
     ckpt, util = spec.gradient_checkpointing, spec.vllm_gpu_memory_utilization
     seq = vllm_max_model_length(spec)
     tokens = m * seq
     layer_act = A.activation_bytes * tokens * shape.hidden
-    act = (shape.layers * tokens * shape.hidden * 2 + layer_act) if ckpt else shape.layers * layer_act
+    residual = 2 if g > 1 else 4  # bytes per element of the stream between layers: bf16 under DeepSpeed, else fp32
+    act = (shape.layers * tokens * shape.hidden * residual + layer_act) if ckpt else shape.layers * layer_act
     if g > 1:  # DeepSpeed: bf16 parameters (ZeRO-3: partitioned), fp32 master + moments and bf16 gradients partitioned
         full = g if zero == 3 else 1
         states = {"weights": 2 * n / full, "master": 4 * n / g, "gradients": 2 * n / g, "optimizer": 8 * n / g}
         states["reference"] = 2 * n / full  # TRL's prepare_deepspeed: bf16, stage 0 (ZeRO-2) or sharded (ZeRO-3)
         states["buffers"] = 2 * DS_REDUCE_BUCKET + (2 * DS_MAX_LIVE if zero == 3 else 0)
+        states["autocast"] = 0.0  # the parameters are bf16 already: autocast casts nothing
     else:  # plain PyTorch: TRL's fp32 policy and reference, fp32 gradients, AdamW's two fp32 moments
         states = {"weights": 4 * n, "master": 0.0, "gradients": 4 * n, "optimizer": 8 * n, "reference": 4 * n}
         states["buffers"] = 0.0
+        states["autocast"] = 2 * (n - shape.embedding_params)  # the embeddings and TRL's fused head are not cached
     if spec.beta <= 0:
         states["reference"] = 0.0
     parts = {
         **states,
         "activations": act,
         "logits": 2 * 4 * FUSED_HEAD_TILE,  # TRL's fused LM head: one fp32 tile forward, one backward, never B x T x V
-        "vllm": util * gpu_mem_gb * GB if spec.use_vllm else 0.0,
+        "vllm": util * gpu_mem_gb * GB if spec.use_vllm else 0.0,  # of the card's total: vllm/v1/worker/utils.py:543
         "overhead": A.overhead_gb * GB,
     }
     out = {k: parts[k] / GB for k in PARTS}
@@ -353,26 +360,26 @@ def plan_report(
     return "\n".join(lines), rows, problems
 
 
-# The shipped plans the README's table shows: (plan file, GPUs, GB per GPU, GPU type).
+# The shipped plans the README's table shows: (plan file, GPUs, GPU type); each GPU's memory is its card's total.
 README_ROWS = (
-    ("kk_qwen3b.yaml", 8, 80, "H100"),
-    ("kk_qwen3b.yaml", 1, 141, "H200"),
-    ("kk_qwen3b_1gpu_reduced.yaml", 1, 141, "H200"),
-    ("kk_qwen3b_table4.yaml", 8, 80, "H100"),
-    ("kk_qwen3b_table7.yaml", 8, 80, "H100"),
-    ("kk_qwen7b.yaml", 8, 80, "H100"),
-    ("math_qwen7b.yaml", 8, 80, "H100"),
-    ("search_qwen3b.yaml", 8, 80, "H100"),  # the retrieval server's machine is not in these numbers
-    ("search_qwen3b_1gpu.yaml", 1, 141, "H200"),
-    ("kk_qwen3b.yaml", 1, 16, "L4"),
+    ("kk_qwen3b.yaml", 8, "H100"),
+    ("kk_qwen3b.yaml", 1, "H200"),
+    ("kk_qwen3b_1gpu_reduced.yaml", 1, "H200"),
+    ("kk_qwen3b_table4.yaml", 8, "H100"),
+    ("kk_qwen3b_table7.yaml", 8, "H100"),
+    ("kk_qwen7b.yaml", 8, "H100"),
+    ("math_qwen7b.yaml", 8, "H100"),
+    ("search_qwen3b.yaml", 8, "H100"),  # the retrieval server's machine is not in these numbers
+    ("search_qwen3b_1gpu.yaml", 1, "H200"),
+    ("kk_qwen3b.yaml", 1, "L4"),
 )
 
 
 def readme_rows() -> list[dict]:
     """The planner's numbers for each of :data:`README_ROWS` (the README's table)."""
     out = []
-    for name, gpus, mem, kind in README_ROWS:
-        specs, zero = plan_specs(ROOT / "experiments" / name)
+    for name, gpus, kind in README_ROWS:
+        specs, zero, mem = *plan_specs(ROOT / "experiments" / name), GPUS[kind].memory_gb
         _, rows, problems = plan_report(specs, gpus=gpus, gpu_mem_gb=mem, gpu=GPUS[kind], zero=zero)
         hours = [r["hours"] for r in rows]
         out.append(
@@ -397,7 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="trgrpo plan", description="Estimate peak GPU memory and hours of a plan's runs")
     ap.add_argument("plan", help="experiments/<name>.yaml (batch plan or training spec file)")
     ap.add_argument("--gpus", type=int, required=True)
-    ap.add_argument("--gpu-mem-gb", type=float, required=True)
+    ap.add_argument(
+        "--gpu-mem-gb",
+        type=float,
+        default=None,
+        help="the card's total memory in GB (1e9 B, nvidia-smi's MiB x 1.048576e-3; vLLM's share is of it); "
+        "default: --gpu-type's",
+    )
     ap.add_argument("--gpu-type", default=None, choices=sorted(GPUS), help="default: H200 above 100 GB, else H100")
     ap.add_argument("--zero", type=int, choices=(2, 3), default=None, help="ZeRO stage (default: the plan's)")
     ap.add_argument("--json", action="store_true", help="print the estimates as JSON")
@@ -407,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.gpus < 1:
             raise ConfigError(f"--gpus {args.gpus}: must be >= 1")
+        if args.gpu_mem_gb is None:
+            args.gpu_mem_gb = GPUS[args.gpu_type or "H100"].memory_gb
         if not (math.isfinite(args.gpu_mem_gb) and args.gpu_mem_gb > 0):
             raise ConfigError(f"--gpu-mem-gb {args.gpu_mem_gb}: must be a finite number of GB > 0")
         specs, plan_zero = plan_specs(args.plan, parse_overrides(args.set))

@@ -81,9 +81,9 @@ class RunSpec(Checked):
     eval_before: bool = False
     save_steps: Count = 20
     use_vllm: bool = False
-    vllm_gpu_memory_utilization: Annotated[  # colocate: vLLM's share of each GPU
+    vllm_gpu_memory_utilization: Annotated[  # colocate: vLLM's share of each GPU's total; the one default
         Float, Field(gt=0, le=1, description="in (0, 1] (vLLM's share of each GPU)")
-    ] = 0.3
+    ] = 0.5
     vllm_importance_sampling: VllmImportanceSampling = "off"  # TRL's vLLM correction; "off" as verl does
     ddp_timeout_s: Count = 6 * 3600  # others wait while the main process evaluates (hours with HF generate)
     bf16: bool = False

@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             estimates = []
             for spec in specs:
                 with contextlib.suppress(ValueError):  # a model whose shape the planner does not know
-                    estimates.append(estimate(spec, gpus=args.gpus or 1, gpu_mem_gb=80.0, gpu=GPUS["H100"]))
+                    estimates.append(
+                        estimate(spec, gpus=args.gpus or 1, gpu_mem_gb=GPUS["H100"].memory_gb, gpu=GPUS["H100"])
+                    )
             if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
                 raise ConfigError(f"{args.config}: {problem}")
     except ConfigError as e:
