@@ -79,6 +79,48 @@ def test_malformed_tool_calls_get_a_clear_error_message(tool, tiny_model_dir):
     }
 
 
+def test_a_failed_retrieval_is_counted_by_trls_tool_loop_and_the_tool(corpus, tiny_model_dir, tmp_path):
+    """Issue 45 defect 1 / 48 item 8: a retrieval that failed came back as an 'Error:' tool response, a normal result
+    for TRL (tools/failure_frequency 0). Now the tool raises: TRL's loop counts the failure and the rollout goes on
+    with the error as the tool's response; the tool counts it for the record (:func:`search.retrieval_counts`)."""
+    from trgrpo.runs.experiment import build_trainer
+    from trgrpo.tasks import get_task
+
+    spec = RunSpec(
+        task="search",
+        model=str(tiny_model_dir),
+        steps=1,
+        prompts_per_step=2,
+        num_generations=3,
+        max_completion_length=300,
+        learning_rate=1e-3,
+        n_train=2,
+        n_eval=0,
+        task_options={"template": "compact", "top_k": 2, "max_tool_calls": 2},
+    )
+    trainer = build_trainer(spec, get_task("search"), tmp_path, world_size=1, verbose=False)[0]
+    _scripted_generate(
+        trainer, trainer.processing_class, {q["question"]: q["answers"][0] for q in corpus.questions["train"]}
+    )
+
+    class Down:
+        def search(self, query, k):
+            raise ConnectionError("retrieval server http://127.0.0.1:9/retrieve: no answer")
+
+    tool = S.make_search_tool(Down(), top_k=2)
+    trainer._standalone_tools = [tool]  # what TRL 1.16 builds each batch's tool dicts from
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "tools/failure_frequency" in h][0]
+    # two good calls (failed) and two malformed ones (an 'Error:' response, the model's doing) of six rollouts
+    assert logged["tools/failure_frequency"] == 0.5 and logged["tools/call_frequency"] == pytest.approx(4 / 6)
+    assert S.retrieval_counts(trainer, tool) == {
+        "calls": 2,
+        "failures": 2,
+        "errors": ["the retriever failed (ConnectionError: retrieval server http://127.0.0.1:9/retrieve: no answer)"]
+        * 2,
+    }
+
+
 def _scripted_generate(trainer, tok, answers_by_question):
     """Replace the model's sampling by scripted turns: a good call, a malformed call, or a direct answer."""
     calls = {"n": 0}
@@ -367,6 +409,7 @@ def test_a_search_run_and_its_evaluation_talk_to_the_server(
     rec = run(spec, results_dir=tmp_path, checkpoint_dir=tmp_path / "ckpt", resume=False, verbose=False)
     assert rec["data_source"]["retriever"] == f"server {server_url}"
     assert rec["final"]["n"] == 2 and rec["initial"]["n"] == 2
+    assert rec["retrieval"]["failures"] == 0 and rec["retrieval"]["errors"] == []  # every search answered, counted
     assert calls and calls[0] == ["health check"]  # the run checked the server before loading the model
     search = S.make_search_tool(ServerRetriever(server_url), top_k=1)  # the tool a rollout calls
     assert search(query=corpus.questions["test"][0]["queries"][0]).startswith("Doc 1 (Title:")
@@ -415,13 +458,15 @@ def test_a_server_down_slow_or_answering_garbage_gives_one_line_fast(body, messa
     t0 = time.monotonic()
     try:
         with pytest.raises(ConnectionError, match=message) as err:
-            ServerRetriever(url, timeout=0.3).check()
+            ServerRetriever(url, timeout=0.3, retries=0).check()
     finally:
         if httpd is not None:
             httpd.shutdown()
     assert time.monotonic() - t0 < 2.5 and "\n" not in str(err.value) and url in str(err.value)
-    tool = S.make_search_tool(ServerRetriever(url, timeout=0.3))  # inside a rollout: an error turn, never a raise
-    assert tool(query="x").startswith("Error: the retriever failed (ConnectionError: retrieval server")
+    tool = S.make_search_tool(ServerRetriever(url, timeout=0.3, retries=0))  # inside a rollout: counted, raised
+    with pytest.raises(S.RetrievalFailure, match=r"^the retriever failed \(ConnectionError: retrieval server"):
+        tool(query="x")
+    assert tool.stats["calls"] == tool.stats["failures"] == 1 and url in tool.stats["errors"][0]
 
 
 def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_path, monkeypatch, capsys):
@@ -439,7 +484,8 @@ def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_pa
     assert train.main(["--config", str(cfg), "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"trgrpo train: error: retrieval server {url}: no answer ([Errno 111] Connection refused; "
-        "timeout 30 s); start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
+        "timeout 30 s) after 4 tries; start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, "
+        "'Retrieval server')"
     ]
     assert not (tmp_path / "ckpt").exists() and not list(tmp_path.rglob("*.json"))
 

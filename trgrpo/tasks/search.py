@@ -59,9 +59,16 @@ def tool_call_text(query: str) -> str:
     return f'<tool_call>\n{{"name": "{SEARCH_TOOL_NAME}", "arguments": {payload}}}\n</tool_call>'
 
 
+class RetrievalFailure(RuntimeError):
+    """A search the retriever could not answer: raised out of the tool, so TRL's tool loop counts it
+    (``tools/failure_frequency``) and the rollout goes on with an error as the tool's response."""
+
+
 def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 300) -> Callable[..., str]:
-    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])`` that never raises: bad or unparseable
-    calls get an ``Error: ...`` tool response, so the rollout goes on."""
+    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])``. A bad or unparseable call (the model's
+    doing) gets an ``Error: ...`` tool response; a retriever that fails raises :class:`RetrievalFailure` and is
+    counted in ``search.stats`` (``calls``, ``failures``, the first ``errors``), which the run's record reports."""
+    stats: dict[str, Any] = {"calls": 0, "failures": 0, "errors": []}
 
     def search(query: str = "", **kwargs) -> str:
         if MALFORMED_KEY in kwargs:
@@ -74,10 +81,15 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
             return f"Error: search takes one argument, 'query' (a string); got {sorted(kwargs)}."
         if not isinstance(query, str) or not query.strip():
             return "Error: search needs a non-empty 'query' string."
+        stats["calls"] += 1
         try:
             hits = retriever.search(query.strip()[:max_query_chars], top_k)
-        except Exception as e:  # the rollout must go on even if a retrieval server fails
-            return f"Error: the retriever failed ({type(e).__name__}: {e})."
+        except Exception as e:  # counted, and raised for TRL's count; TRL's loop catches it and the rollout goes on
+            stats["failures"] += 1
+            message = f"the retriever failed ({type(e).__name__}: {e})"
+            if len(stats["errors"]) < 3:
+                stats["errors"].append(message)
+            raise RetrievalFailure(message) from None
         return format_passages(hits)
 
     search.__doc__ = """Search the encyclopedia and return the most relevant passages.
@@ -91,6 +103,7 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
     search.__name__ = search.__qualname__ = SEARCH_TOOL_NAME
     search.retriever = retriever
     search.top_k = top_k
+    search.stats = stats
     return search
 
 
@@ -689,6 +702,7 @@ def _trainer_ready(trainer: Any, spec: Any) -> None:
 
     o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
     _align_special_tokens(trainer.model, trainer.processing_class)
+    tool.stats.update(calls=0, failures=0, errors=[])  # this run's count (the tool is cached across runs)
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -715,7 +729,15 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
     if "em" in final:
         curve.append({"step": spec.steps, "em": final["em"]})
     initial.pop("example_rollout", None)
+    retrieval = retrieval_counts(trainer, _data(spec)[2])
+    if retrieval["failures"] and trainer.accelerator.is_main_process:
+        print(
+            f"[trgrpo] {spec.name}: {retrieval['failures']} of {retrieval['calls']} searches failed (record "
+            f"'retrieval'; TRL's tools/failure_frequency): {retrieval['errors'][0]}",
+            flush=True,
+        )
     return {
+        "retrieval": retrieval,
         "eval_curve": curve,
         "example_rollout": final.pop("example_rollout", None),
         "baseline_no_search": getattr(trainer, "search_baseline", None),
@@ -724,6 +746,18 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
         "n_train": len(train),
         "n_eval": len(evals),
     }
+
+
+def retrieval_counts(trainer: Any, tool: Callable[..., str]) -> dict[str, Any]:
+    """The search tool's calls and failures since the run began, summed over the ranks (every rank calls this)."""
+    import torch
+    from accelerate.utils import gather_object
+
+    acc = trainer.accelerator
+    counts = torch.tensor([tool.stats["calls"], tool.stats["failures"]], device=acc.device)
+    calls, failures = (int(x) for x in acc.reduce(counts, reduction="sum").tolist())
+    errors = gather_object([tool.stats["errors"]]) if acc.num_processes > 1 else [tool.stats["errors"]]
+    return {"calls": calls, "failures": failures, "errors": [e for rank in errors for e in rank][:3]}
 
 
 def _check_data(spec: Any) -> None:

@@ -444,30 +444,54 @@ class ServerRetriever(_Retriever):
     """A retrieval server in the HTTP protocol of Search-R1's ``retrieval_server.py``: POST ``{"queries", "topk",
     "return_scores"}`` to ``/retrieve`` -> ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``.
     The paper's server is E5 + FAISS over wiki-18 (App. B.1.3); ``scripts/retrieval_server.py`` serves the same
-    protocol (BM25, or E5 + FAISS on a GPU server). A server that is down, slow or answers garbage raises one
-    :class:`ConnectionError` line naming the URL, after at most ``timeout`` seconds."""
+    protocol (BM25, or E5 + FAISS on a GPU server). A request refused, reset, timed out or answered 5xx is tried again
+    ``retries`` times, ``backoff_s`` x 1, 2, 4, ... seconds apart; then (or at once for a 4xx or garbage) one
+    :class:`ConnectionError` line naming the URL: at most ``(retries + 1) x timeout + backoff_s x (2^retries - 1)``
+    seconds in all."""
 
-    def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
-        self.url, self.timeout = url, timeout
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000/retrieve",
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.25,
+    ) -> None:
+        self.url, self.timeout, self.retries, self.backoff_s = url, timeout, retries, backoff_s
+        self.requests = self.retried = 0  # HTTP requests sent, and of them the ones that were tries again
 
     def check(self) -> None:
         """The health check: one query answered in the protocol's shape (the protocol has no other endpoint)."""
         self.batch_search(["health check"], 1)
 
-    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
+    def _post(self, body: bytes) -> bytes:
+        import time
+        import urllib.error
         import urllib.request
 
-        body = json.dumps({"queries": [str(q) for q in queries], "topk": int(k), "return_scores": True}).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except OSError as e:  # URLError, refused, reset, timeout
-            reason = getattr(e, "reason", e)
-            raise ConnectionError(
-                f"retrieval server {self.url}: no answer ({reason}; timeout {self.timeout:g} s); start one: "
-                "python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
-            ) from None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                self.retried += 1
+            self.requests += 1
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as e:  # the server answered: its one line; a 4xx is not tried again
+                detail = e.read()[:200].decode(errors="replace").strip()
+                error, hint = f"HTTP {e.code}: {detail}", ""
+                if e.code < 500:
+                    break
+            except OSError as e:  # URLError, refused, reset, timeout
+                error = f"no answer ({getattr(e, 'reason', e)}; timeout {self.timeout:g} s)"
+                hint = "; start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
+        tries = f" after {attempt + 1} tries" if attempt else ""
+        raise ConnectionError(f"retrieval server {self.url}: {error}{tries}{hint}")
+
+    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
+        body = json.dumps({"queries": [str(q) for q in queries], "topk": int(k), "return_scores": True}).encode()
+        raw = self._post(body)
         try:
             result = json.loads(raw.decode())["result"]
             if not isinstance(result, list) or len(result) != len(queries):
