@@ -67,8 +67,23 @@ class RetrievalFailure(RuntimeError):
 def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 300) -> Callable[..., str]:
     """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])``. A bad or unparseable call (the model's
     doing) gets an ``Error: ...`` tool response; a retriever that fails raises :class:`RetrievalFailure` and is
-    counted in ``search.stats`` (``calls``, ``failures``, the first ``errors``), which the run's record reports."""
-    stats: dict[str, Any] = {"calls": 0, "failures": 0, "errors": []}
+    counted in ``search.stats`` (``calls``, ``failures``, ``batches`` sent, the first ``errors``), which the run's
+    record reports. ``search.expect(tool_calls)`` (the parser's hook, :func:`prepare_tokenizer`) queues the queries
+    of parsed calls: the first call that misses sends every queued query in one ``batch_search``, so one tool-loop
+    round of a generation batch is one request (TRL calls the tool one rollout at a time)."""
+    stats: dict[str, Any] = {"calls": 0, "failures": 0, "batches": 0, "errors": []}
+    queued: list[str] = []  # queries of parsed calls, not searched yet
+    answered: dict[str, list] = {}  # the last batch's hits by query
+
+    def clean(query: Any) -> str | None:
+        return query.strip()[:max_query_chars] if isinstance(query, str) and query.strip() else None
+
+    def expect(tool_calls: Any) -> None:
+        for call in tool_calls or []:
+            fn = call.get("function", call) if isinstance(call, dict) else None
+            args = fn.get("arguments") if isinstance(fn, dict) and fn.get("name") == SEARCH_TOOL_NAME else None
+            if isinstance(args, dict) and set(args) == {"query"} and (q := clean(args["query"])) is not None:
+                queued.append(q)
 
     def search(query: str = "", **kwargs) -> str:
         if MALFORMED_KEY in kwargs:
@@ -79,18 +94,23 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
             )
         if kwargs:
             return f"Error: search takes one argument, 'query' (a string); got {sorted(kwargs)}."
-        if not isinstance(query, str) or not query.strip():
+        if (q := clean(query)) is None:
             return "Error: search needs a non-empty 'query' string."
         stats["calls"] += 1
-        try:
-            hits = retriever.search(query.strip()[:max_query_chars], top_k)
-        except Exception as e:  # counted, and raised for TRL's count; TRL's loop catches it and the rollout goes on
-            stats["failures"] += 1
-            message = f"the retriever failed ({type(e).__name__}: {e})"
-            if len(stats["errors"]) < 3:
-                stats["errors"].append(message)
-            raise RetrievalFailure(message) from None
-        return format_passages(hits)
+        if q not in answered:  # a new round: this query and every queued one in one request
+            batch = list(dict.fromkeys([q, *queued]))
+            queued.clear()
+            answered.clear()
+            stats["batches"] += 1
+            try:
+                answered.update(zip(batch, retriever.batch_search(batch, top_k)))
+            except Exception as e:  # counted, and raised for TRL's count; TRL's loop catches it, the rollout goes on
+                stats["failures"] += 1
+                message = f"the retriever failed ({type(e).__name__}: {e})"
+                if len(stats["errors"]) < 3:
+                    stats["errors"].append(message)
+                raise RetrievalFailure(message) from None
+        return format_passages(answered[q])
 
     search.__doc__ = """Search the encyclopedia and return the most relevant passages.
 
@@ -104,6 +124,7 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
     search.retriever = retriever
     search.top_k = top_k
     search.stats = stats
+    search.expect = expect
     return search
 
 
@@ -169,6 +190,8 @@ def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
         except (ValueError, TypeError) as e:
             parsed, error = None, e
         if isinstance(parsed, dict) and _valid_tool_calls(parsed.get("tool_calls")):
+            if (hook := getattr(tokenizer, "expect_tool_calls", None)) is not None and parsed.get("tool_calls"):
+                hook(parsed["tool_calls"])  # the search tool queues the round's queries (make_search_tool)
             return parsed
         text = response if isinstance(response, str) else tokenizer.decode(response, skip_special_tokens=True)
         if "<tool_call>" in text:
@@ -339,19 +362,22 @@ def trl_rollouts(
         engine.temperature = 0.0
     by_name = {t.__name__: t for t in tools}
     out: list[dict[str, Any]] = []
+    mine, real = rank_share(trainer, len(records))
     model.eval()
     try:
-        for start in range(0, len(records), 32):
-            chunk = list(records[start : start + 32])
-            prompts = [search_messages(r["question"]) for r in chunk]
+        for start in range(0, len(mine), 32):
+            chunk = mine[start : start + 32]
+            prompts = [search_messages(records[j]["question"]) for j in chunk]
             trainer._sync_tool_dicts = [dict(by_name) for _ in chunk]
             trainer._async_tool_dicts = [{} for _ in chunk]
             _, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
-            for i, r in enumerate(chunk):
+            for i, j in enumerate(chunk[: max(0, real - start)]):  # a rank's padding past ``real`` is dropped
+                r = records[j]
                 mask = tool_mask[i] if tool_mask is not None else [1] * len(completion_ids[i])
                 answer = extract_answer(final_text(completions[i]))
                 out.append(
                     {
+                        "index": j,
                         "record": r,
                         "completion_ids": list(completion_ids[i]),
                         "tool_mask": list(mask),
@@ -367,7 +393,25 @@ def trl_rollouts(
         if engine is not None:
             engine.temperature = saved_temperature
         model.train(was_training)
+    if real < len(records):  # each rank rolled out its share: every rank gets every row, in order
+        from accelerate.utils import gather_object
+
+        out = sorted(gather_object(out), key=lambda row: row["index"])
     return out
+
+
+def rank_share(trainer: Any, n: int) -> tuple[list[int], int]:
+    """(record indices this rank rolls out, how many of them count): every ``num_processes``-th from its rank, padded
+    with record 0 to the same count on every rank (TRL's ``_generate`` gathers across ranks once per call). All ``n``
+    on one process, and under ZeRO-3 without vLLM, where each tool-loop round's generation gathers the sharded
+    weights (``unwrap_model_for_generation``), so every rank must run the same rounds: the same rollouts."""
+    acc = trainer.accelerator
+    world, rank = acc.num_processes, acc.process_index
+    zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
+    if world == 1 or (zero3 and not getattr(trainer, "use_vllm", False)) or n == 0:
+        return list(range(n)), n
+    share = list(range(rank, n, world))
+    return share + [0] * (-(-n // world) - len(share)), len(share)
 
 
 def summarise_em(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -394,8 +438,14 @@ def evaluate_search(
     """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, three example texts and the first
     question's rollout token by token (``example_rollout``)."""
     t0 = time.time()
+    counted = [t for t in tools if hasattr(t, "stats")]
+    failed_before = sum(t.stats["failures"] for t in counted)
     rows = trl_rollouts(trainer, records, tools)
     res = summarise_em(rows)
+    _, real = rank_share(trainer, len(records))
+    res["rollout_ranks"] = trainer.accelerator.num_processes if real < len(records) else 1
+    failed = sum(t.stats["failures"] for t in counted) - failed_before
+    res["retrieval_failures"] = _sum_over_ranks(trainer, [failed])[0]  # searches of this evaluation that failed
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
         for r in rows[:3]
@@ -702,7 +752,8 @@ def _trainer_ready(trainer: Any, spec: Any) -> None:
 
     o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
     _align_special_tokens(trainer.model, trainer.processing_class)
-    tool.stats.update(calls=0, failures=0, errors=[])  # this run's count (the tool is cached across runs)
+    tool.stats.update(calls=0, failures=0, batches=0, errors=[])  # this run's count (the tool is cached across runs)
+    trainer.processing_class.expect_tool_calls = tool.expect  # one request per tool-loop round, not per rollout
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -750,14 +801,21 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
 
 def retrieval_counts(trainer: Any, tool: Callable[..., str]) -> dict[str, Any]:
     """The search tool's calls and failures since the run began, summed over the ranks (every rank calls this)."""
-    import torch
     from accelerate.utils import gather_object
 
+    keys = ("calls", "failures", "batches")
+    counts = dict(zip(keys, _sum_over_ranks(trainer, [tool.stats[k] for k in keys])))
+    errors = gather_object([tool.stats["errors"]]) if trainer.accelerator.num_processes > 1 else [tool.stats["errors"]]
+    return {**counts, "errors": [e for rank in errors for e in rank][:3]}
+
+
+def _sum_over_ranks(trainer: Any, values: list[int]) -> list[int]:
+    import torch
+
     acc = trainer.accelerator
-    counts = torch.tensor([tool.stats["calls"], tool.stats["failures"]], device=acc.device)
-    calls, failures = (int(x) for x in acc.reduce(counts, reduction="sum").tolist())
-    errors = gather_object([tool.stats["errors"]]) if acc.num_processes > 1 else [tool.stats["errors"]]
-    return {"calls": calls, "failures": failures, "errors": [e for rank in errors for e in rank][:3]}
+    if acc.num_processes == 1:
+        return values
+    return [int(x) for x in acc.reduce(torch.tensor(values, device=acc.device), reduction="sum").tolist()]
 
 
 def _check_data(spec: Any) -> None:
