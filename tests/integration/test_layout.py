@@ -199,7 +199,7 @@ def test_the_library_writes_no_documentation():
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_872
+HOUSE_LINES, LINE_CEILING = 13_061, 14_127
 
 
 def test_the_size_the_design_card_asks_for():

@@ -159,3 +159,24 @@ def test_the_server_refuses_a_bad_backlog_or_timeout_in_one_line(capsys):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_corpus_file_is_read_in_place_not_into_dicts(tmp_path, capsys):
+    """Issue 45 defect 1: the server held the corpus as Python dicts (~25-35 GB for wiki-18); now two int64 offsets a
+    passage over the memory-mapped file, each passage parsed when a hit needs it."""
+    from scripts.retrieval_server import main
+    from trgrpo.tasks.search_data import CorpusFile
+
+    rows = [{"id": "7", "contents": '"Hamlet"\nA tragedy.'}, {"contents": '"Paris"\nThe capital.\nOf France.'}]
+    path = tmp_path / "wiki.jsonl"
+    path.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]))  # a blank line, no final newline
+    corpus = CorpusFile(str(path))
+    assert len(corpus) == 2 and corpus.starts.dtype == corpus.ends.dtype == "int64"
+    assert corpus[0] == {"id": "7", "title": "Hamlet", "text": "A tragedy."}
+    assert corpus[1] == {"id": "1", "title": "Paris", "text": "The capital.\nOf France."}
+    assert [p["title"] for p in corpus] == ["Hamlet", "Paris"]  # iterates (BM25 over a file indexes every passage)
+    (tmp_path / "bad.jsonl").write_text("id,contents\n1,x\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--corpus", str(tmp_path / "bad.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "not Search-R1's JSONL" in err[-1] and "bad.jsonl" in err[-1]

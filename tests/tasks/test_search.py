@@ -646,7 +646,10 @@ def test_a_two_process_search_run_splits_its_evaluation_and_counts_searches_over
 ):
     """Issue 45 defect 1: the evaluation is split across the ranks (each rolls out half, TRL gathers), the record's
     ``retrieval`` counts every rank's searches, and a round's queries reach the server as one request."""
+    from trgrpo import files
+
     monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(files, "CHECKPOINT_DIR", tmp_path / "ckpt")  # what launch hands the processes
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = micro_spec(
         search_micro_model,
