@@ -17,24 +17,10 @@ A corpus file is Search-R1's JSONL: one {"id", "contents"} per line, contents = 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def read_corpus(path: str) -> list[dict]:
-    """Passages ``{"id", "title", "text"}`` of a Search-R1 corpus JSONL file."""
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if line.strip():
-                row = json.loads(line)
-                title, _, text = str(row["contents"]).partition("\n")
-                out.append({"id": str(row.get("id", i - 1)), "title": title.strip('"'), "text": text})
-    return out
 
 
 class E5Index:
@@ -67,42 +53,6 @@ class E5Index:
         ]
 
 
-def make_handler(backend, name: str):
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):  # noqa: N802 - http.server's name
-            if self.path != "/health":
-                return self._send(404, {"error": "GET /health or POST /retrieve"})
-            self._send(200, {"status": "ok", "backend": name, "passages": len(backend.passages)})
-
-        def do_POST(self):  # noqa: N802
-            if self.path != "/retrieve":
-                return self._send(404, {"error": "POST /retrieve"})
-            try:
-                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                queries, k = [str(q) for q in req["queries"]], int(req.get("topk") or 3)
-            except (ValueError, KeyError, TypeError) as e:
-                return self._send(400, {"error": f"expected {{'queries': [...], 'topk': k}}: {e}"})
-            hits = backend.batch_search(queries, k) if queries else []
-            docs = [[{"id": h["id"], "contents": f'"{h["title"]}"\n{h["text"]}'} for h in row] for row in hits]
-            if req.get("return_scores"):
-                rows = [[{"document": d, "score": h["score"]} for d, h in zip(ds, row)] for ds, row in zip(docs, hits)]
-                return self._send(200, {"result": rows})
-            self._send(200, {"result": docs})
-
-        def log_message(self, *args) -> None:  # quiet: one line per request would flood a training log
-            pass
-
-    return Handler
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python scripts/retrieval_server.py", description=__doc__.split("\n")[0])
     ap.add_argument("--backend", choices=("bm25", "e5"), default="bm25")
@@ -113,19 +63,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument(
+        "--backlog",
+        type=int,
+        default=1024,
+        help="pending connections the socket queues (default 1024: a 256-rollout step of every rank at once, 4 times)",
+    )
+    ap.add_argument("--read-timeout", type=float, default=10.0, help="seconds a request's read may wait (default 10)")
     args = ap.parse_args(argv)
-    from trgrpo.tasks.search_data import BM25Retriever, make_corpus
+    from trgrpo.tasks.search_data import BM25Retriever, CorpusFile, make_corpus, make_handler, make_server
 
+    if args.backlog < 1:
+        ap.error(f"--backlog {args.backlog}: must be >= 1")
+    if not 0 < args.read_timeout < float("inf"):
+        ap.error(f"--read-timeout {args.read_timeout}: must be a number of seconds > 0")
     if args.corpus is not None and not Path(args.corpus).is_file():
         ap.error(f"--corpus {args.corpus}: no such file")
-    passages = read_corpus(args.corpus) if args.corpus else make_corpus(args.corpus_seed).passages
+    passages = CorpusFile(args.corpus) if args.corpus else make_corpus(args.corpus_seed).passages
+    if not len(passages):
+        ap.error(f"--corpus {args.corpus}: no passages")
+    try:  # its first and last lines parse: a file of another kind is refused before any index is read
+        passages[0], passages[len(passages) - 1]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        ap.error(f"--corpus {args.corpus}: not Search-R1's JSONL of {{'id', 'contents'}} ({type(e).__name__}: {e})")
     if args.backend == "e5":
         if not args.corpus or not args.index:
             ap.error("--backend e5 needs --corpus (JSONL) and --index (its FAISS index)")
         backend = E5Index(passages, args.index, args.model, args.device)
     else:
         backend = BM25Retriever(passages)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(backend, args.backend))
+    handler = make_handler(backend, args.backend, read_timeout_s=args.read_timeout)
+    server = make_server(args.host, args.port, handler, backlog=args.backlog)
     print(f"{args.backend} over {len(passages)} passages: http://{args.host}:{args.port}/retrieve", flush=True)
     try:
         server.serve_forever()

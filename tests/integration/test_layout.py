@@ -198,12 +198,13 @@ def test_the_library_writes_no_documentation():
 # Table 4's parts at the forest plot's level), the classroom's student copy without dead ends +89 (guarded, sealed
 # checks; checks that answer in sentences; the copy's own README and relinked docs), make instructor's executed
 # solutions and README +20, the book (course/book.py, from scripts/, where it passed the 2,000 lines outside) +119,
-# the one-GPU planner row (autocast's bf16 copies, the card's total bytes) +22 and the device job (runs/device_job.py)
-# +195.
+# the one-GPU planner row (autocast's bf16 copies, the card's total bytes) +22, the device job (runs/device_job.py)
+# +195, and search at scale +371 (the retrieval server's code moved from scripts/ into tasks/search_data ~190, batched
+# retrieval, failures counted, the evaluation split across ranks, the planner's search terms, search_template).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 14_201
+HOUSE_LINES, LINE_CEILING = 13_061, 14_572
 
 
 def test_the_size_the_design_card_asks_for():

@@ -362,3 +362,34 @@ def test_planner_flags_an_evaluation_longer_than_the_timeout_and_states_the_disk
     short = spec.replace(ddp_timeout_s=int(rows[0]["eval_s"]))  # less than three evaluations
     _, _, problems = plan.plan_report([short], gpus=8, gpu_mem_gb=80, gpu=plan.GPUS["H100"])
     assert len(problems) == 1 and "ddp_timeout_s >=" in problems[0]
+
+
+def test_the_search_runs_count_the_retrieval_servers_memory_and_time():
+    """Issue 45 defect 1: the planner left the retrieval server out (its hours were generation and training alone). Its
+    host memory and seconds are re-derived from the terms docs/gpu.md states (*The retrieval server at paper scale*),
+    recomputed here from the numbers themselves, and the prose quotes them."""
+    from trgrpo.runs import plan as planner
+
+    specs, zero = planner.plan_specs(ROOT / "experiments" / "search_qwen3b.yaml")
+    terms = planner.search_terms(specs[0], 8)
+    p, d = 21_015_324, 768
+    assert terms["host_gb"] == pytest.approx((4 * p * d + 16 * p) / 1e9)  # 64.9 GB
+    step = 256 * 2 * 2 * p * d / 2e12 + 8 * 4 * 4 * p * d / 100e9
+    evaluation = 3500 * 2 * 2 * p * d / 2e12 + 8 * 14 * 4 * 4 * p * d / 100e9
+    assert terms["retrieval_s_per_step"] == pytest.approx(step) and terms["eval_retrieval_s"] == pytest.approx(
+        evaluation
+    )
+    row = planner.estimate(specs[0], gpus=8, gpu_mem_gb=80, gpu=planner.GPUS["H100"], zero=zero)
+    assert row["search"] == terms and row["rollout_s_per_step"] > terms["retrieval_s_per_step"]
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    quoted = [
+        f"{4 * p * d / 1e9:.1f} GB",
+        f"{2 * p * d / 1e9:.1f} GFLOP",
+        f"{step:.1f} s a step",
+        f"{16 * p / 1e9:.2f} GB",
+    ]
+    quoted += [f"{3500 * 2 * 2 * p * d / 2e12:.0f} s + {8 * 14 * 4 * 4 * p * d / 100e9:.0f} s"]
+    quoted += [f"{512 * 4 * p * d / 100e9:.0f} s a step, about {512 * 4 * p * d / 100e9 * 200 / 3600:.0f} h"]
+    quoted += [f"~{step * 200 / 3600:.1f} h now"]
+    quoted += [f"{(4 * p * d + 16 * p) / 1e9:.1f} GB of the server's RAM", f"{96 * p / 1e9:.1f} GB plus 0.2 GB"]
+    assert all(q in " ".join(doc.split()) for q in quoted), [q for q in quoted if q not in " ".join(doc.split())]

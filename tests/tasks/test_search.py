@@ -79,6 +79,106 @@ def test_malformed_tool_calls_get_a_clear_error_message(tool, tiny_model_dir):
     }
 
 
+@pytest.fixture(scope="module")
+def scripted_trainer(corpus, tiny_model_dir, tmp_path_factory):
+    """A search trainer on the tiny model whose sampling is scripted (:func:`_scripted_generate`)."""
+    from trgrpo.runs.experiment import build_trainer
+    from trgrpo.tasks import get_task
+
+    spec = RunSpec(
+        task="search",
+        model=str(tiny_model_dir),
+        steps=1,
+        prompts_per_step=2,
+        num_generations=3,
+        max_completion_length=300,
+        n_train=2,
+        n_eval=0,
+        task_options={"template": "compact", "top_k": 2, "max_tool_calls": 2},
+    )
+    trainer = build_trainer(spec, get_task("search"), tmp_path_factory.mktemp("scripted"), world_size=1, verbose=False)[
+        0
+    ]
+    _scripted_generate(
+        trainer, trainer.processing_class, {q["question"]: q["answers"][0] for q in corpus.questions["test"]}
+    )
+    return trainer
+
+
+class Counting:
+    """A retriever that records each batch it is sent, or fails every one."""
+
+    def __init__(self, inner=None):
+        self.inner, self.batches = inner, []
+
+    def batch_search(self, queries, k):
+        self.batches.append(list(queries))
+        if self.inner is None:
+            raise ConnectionError("retrieval server http://127.0.0.1:9/retrieve: no answer")
+        return self.inner.batch_search(queries, k)
+
+
+def test_one_tool_loop_round_is_one_retrieval_request(scripted_trainer, corpus):
+    """Issue 45 defect 1: each search was one request with one query (TRL calls the tool one rollout at a time,
+    grpo_trainer.py:1965-1982). The parser's hook queues the round's queries; the first call sends them together."""
+    records = corpus.questions["test"][:6]
+    retriever = Counting(search_data.BM25Retriever(corpus.passages))
+    tool = S.make_search_tool(retriever, top_k=2)
+    scripted_trainer.processing_class.expect_tool_calls = tool.expect
+    try:
+        rows = S.trl_rollouts(scripted_trainer, records, [tool])
+    finally:
+        del scripted_trainer.processing_class.expect_tool_calls
+    asked = [r["question"] for r in records[::3]]  # the scripted good calls: rollouts 0 and 3
+    assert retriever.batches == [asked] and tool.stats["calls"] == 2 and tool.stats["batches"] == 1
+    one_by_one = S.make_search_tool(search_data.BM25Retriever(corpus.passages), top_k=2)
+    tok = scripted_trainer.processing_class
+    for row, query in zip(rows[::3], asked):  # the same passages as one request per query
+        assert S.format_passages([]) != one_by_one(query=query) and one_by_one(query=query) in tok.decode(
+            row["completion_ids"]
+        )
+
+
+def test_a_failed_retrieval_is_counted_by_trls_tool_loop_and_the_tool(scripted_trainer, corpus):
+    """Issue 45 defect 1 / 48 item 8: a retrieval that failed came back as an 'Error:' tool response, a normal result
+    for TRL (tools/failure_frequency 0). Now the tool raises: TRL's loop counts the failure and the rollout goes on
+    with the error as the tool's response; the tool counts it for the record (:func:`search.retrieval_counts`)."""
+    tool = S.make_search_tool(Counting(), top_k=2)
+    scripted_trainer._metrics["eval"].clear()
+    rows = S.trl_rollouts(scripted_trainer, corpus.questions["test"][:6], [tool])
+    metrics = scripted_trainer._metrics["eval"]
+    # two good calls (failed) and two malformed ones (an 'Error:' response, the model's doing) of six rollouts
+    assert metrics["tools/failure_frequency"] == [0.5] and metrics["tools/call_frequency"] == [pytest.approx(4 / 6)]
+    assert all(row["answer"] for row in rows)  # every rollout went on to its answer
+    assert S.retrieval_counts(scripted_trainer, tool) == {
+        "calls": 2,
+        "failures": 2,
+        "batches": 2,
+        "errors": ["the retriever failed (ConnectionError: retrieval server http://127.0.0.1:9/retrieve: no answer)"]
+        * 2,
+    }
+
+
+def test_each_rank_rolls_out_its_share_of_the_evaluation():
+    """Issue 45 defect 1: every rank evaluated every question (8x duplicated on 8 GPUs). Each rank takes every
+    world-th record, padded to the same count (TRL's _generate gathers once per call); ZeRO-3 without vLLM keeps every
+    rank on every record (each round's generation gathers the sharded weights)."""
+
+    def trainer(world, rank, stage=None, use_vllm=False):
+        plugin = SimpleNamespace(zero_stage=stage) if stage else None
+        acc = SimpleNamespace(num_processes=world, process_index=rank, state=SimpleNamespace(deepspeed_plugin=plugin))
+        return SimpleNamespace(accelerator=acc, use_vllm=use_vllm)
+
+    shares = [S.rank_share(trainer(3, r), 7) for r in range(3)]
+    assert shares == [([0, 3, 6], 3), ([1, 4, 0], 2), ([2, 5, 0], 2)]
+    assert sorted(j for share, real in shares for j in share[:real]) == list(range(7))
+    assert S.rank_share(trainer(1, 0), 5) == ([0, 1, 2, 3, 4], 5)
+    assert S.rank_share(trainer(4, 3), 2) == ([0], 0)  # fewer records than ranks: one padded rollout
+    assert S.rank_share(trainer(2, 1, stage=3), 4) == ([0, 1, 2, 3], 4)
+    assert S.rank_share(trainer(2, 1, stage=3, use_vllm=True), 4) == ([1, 3], 2)
+    assert S.rank_share(trainer(2, 1, stage=2), 4) == ([1, 3], 2)
+
+
 def _scripted_generate(trainer, tok, answers_by_question):
     """Replace the model's sampling by scripted turns: a good call, a malformed call, or a direct answer."""
     calls = {"n": 0}
@@ -367,6 +467,7 @@ def test_a_search_run_and_its_evaluation_talk_to_the_server(
     rec = run(spec, results_dir=tmp_path, checkpoint_dir=tmp_path / "ckpt", resume=False, verbose=False)
     assert rec["data_source"]["retriever"] == f"server {server_url}"
     assert rec["final"]["n"] == 2 and rec["initial"]["n"] == 2
+    assert rec["retrieval"]["failures"] == 0 and rec["retrieval"]["errors"] == []  # every search answered, counted
     assert calls and calls[0] == ["health check"]  # the run checked the server before loading the model
     search = S.make_search_tool(ServerRetriever(server_url), top_k=1)  # the tool a rollout calls
     assert search(query=corpus.questions["test"][0]["queries"][0]).startswith("Doc 1 (Title:")
@@ -415,13 +516,15 @@ def test_a_server_down_slow_or_answering_garbage_gives_one_line_fast(body, messa
     t0 = time.monotonic()
     try:
         with pytest.raises(ConnectionError, match=message) as err:
-            ServerRetriever(url, timeout=0.3).check()
+            ServerRetriever(url, timeout=0.3, retries=0).check()
     finally:
         if httpd is not None:
             httpd.shutdown()
     assert time.monotonic() - t0 < 2.5 and "\n" not in str(err.value) and url in str(err.value)
-    tool = S.make_search_tool(ServerRetriever(url, timeout=0.3))  # inside a rollout: an error turn, never a raise
-    assert tool(query="x").startswith("Error: the retriever failed (ConnectionError: retrieval server")
+    tool = S.make_search_tool(ServerRetriever(url, timeout=0.3, retries=0))  # inside a rollout: counted, raised
+    with pytest.raises(S.RetrievalFailure, match=r"^the retriever failed \(ConnectionError: retrieval server"):
+        tool(query="x")
+    assert tool.stats["calls"] == tool.stats["failures"] == 1 and url in tool.stats["errors"][0]
 
 
 def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_path, monkeypatch, capsys):
@@ -439,7 +542,8 @@ def test_a_run_without_its_server_stops_with_one_line(search_micro_model, tmp_pa
     assert train.main(["--config", str(cfg), "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"trgrpo train: error: retrieval server {url}: no answer ([Errno 111] Connection refused; "
-        "timeout 30 s); start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
+        "timeout 30 s) after 4 tries; start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, "
+        "'Retrieval server')"
     ]
     assert not (tmp_path / "ckpt").exists() and not list(tmp_path.rglob("*.json"))
 
@@ -522,6 +626,7 @@ def test_greedy_rollouts_set_vllms_temperature_to_zero_and_back():
 
     class Trainer:
         model, vllm_generation = Model(), SimpleNamespace(temperature=0.8)
+        accelerator = SimpleNamespace(num_processes=1, process_index=0, state=SimpleNamespace())
         generation_config = GenerationConfig(do_sample=True, temperature=0.8)
 
         def _generate(self, prompts):
@@ -533,3 +638,32 @@ def test_greedy_rollouts_set_vllms_temperature_to_zero_and_back():
     rows = S.trl_rollouts(trainer, [{"question": "Capital of France?", "answers": ["Paris"]}], [])
     assert seen == {"vllm": 0.0, "hf": False} and rows[0]["em"]
     assert trainer.vllm_generation.temperature == 0.8 and trainer.generation_config.do_sample and trainer.model.training
+
+
+@pytest.mark.slow  # a 2-process search run (torchrun, gloo on CPU) against the server: about a minute on 2 cores
+def test_a_two_process_search_run_splits_its_evaluation_and_counts_searches_over_ranks(
+    server_url, search_micro_model, tmp_path, monkeypatch
+):
+    """Issue 45 defect 1: the evaluation is split across the ranks (each rolls out half, TRL gathers), the record's
+    ``retrieval`` counts every rank's searches, and a round's queries reach the server as one request."""
+    from trgrpo import files
+
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(files, "CHECKPOINT_DIR", tmp_path / "ckpt")  # what launch hands the processes
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    spec = micro_spec(
+        search_micro_model,
+        RETRIEVER="server",
+        RETRIEVER_URL=server_url,
+        STEPS=1,
+        N_EVAL=4,
+        PROMPTS_PER_STEP=2,
+        MICRO_BATCH_SIZE=1,
+        SCALE="two",
+    )
+    spec = spec.replace(ddp_timeout_s=300)
+    (rec,) = fullscale.launch([spec], gpus=0, cpu_processes=2, results_dir=tmp_path / "res", log_dir=tmp_path / "log")
+    assert rec["batch"]["world_size"] == 2
+    assert rec["initial"]["rollout_ranks"] == rec["final"]["rollout_ranks"] == 2
+    assert rec["initial"]["n"] == rec["final"]["n"] == 4 and rec["final"]["retrieval_failures"] == 0
+    assert rec["retrieval"]["failures"] == 0 and rec["retrieval"]["batches"] <= rec["retrieval"]["calls"]

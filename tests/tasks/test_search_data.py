@@ -83,3 +83,68 @@ def test_qa_loaders_read_search_r1_and_flashrag_files(tmp_path, monkeypatch):
         load_qa("popqa")
     with pytest.raises(ValueError, match="unknown dataset"):
         load_qa("squad", path=tmp_path)
+
+
+def _flaky_server(answers: list):
+    """A server on 127.0.0.1 that answers its n-th request by ``answers[n]``: "reset" (closes the socket unanswered),
+    an HTTP status with a one-line error, or "ok" (one passage per query)."""
+    import socket
+    import struct
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            what = answers[min(len(seen), len(answers) - 1)]
+            seen.append(what)
+            if what == "reset":  # RST, not FIN: what a full listen queue or a crashed server gives
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
+            status = 200 if what == "ok" else what
+            hits = [[{"document": {"id": "0", "contents": f'"T"\n{q}'}, "score": 1.0}] for q in body["queries"]]
+            out = json.dumps({"result": hits} if status == 200 else {"error": "one line"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/retrieve", seen
+
+
+@pytest.mark.parametrize(
+    ("answers", "tries", "error"),
+    [
+        (["reset", 503, "ok"], 3, None),  # reset and 5xx: tried again, then answered
+        ([400], 1, 'HTTP 400: {"error": "one line"}'),  # a 4xx is the request's fault: not tried again
+        ([503], 3, 'HTTP 503: {"error": "one line"} after 3 tries'),  # retries=2: three tries, then one line
+    ],
+)
+def test_the_client_tries_a_failed_request_again_with_backoff(answers, tries, error):
+    """Issue 48 item 8: ServerRetriever had no retry, so a reset under load became a failed search."""
+    import time
+
+    from trgrpo.tasks.search_data import ServerRetriever
+
+    httpd, url, seen = _flaky_server(answers)
+    client = ServerRetriever(url, timeout=5, retries=2, backoff_s=0.05)
+    t0 = time.monotonic()
+    try:
+        if error is None:
+            assert client.batch_search(["a", "b"], 1)[1][0]["text"] == "b"
+        else:
+            with pytest.raises(ConnectionError) as err:
+                client.batch_search(["a"], 1)
+            assert str(err.value) == f"retrieval server {url}: {error}"
+    finally:
+        httpd.shutdown()
+    assert len(seen) == client.requests == tries and client.retried == tries - 1
+    assert time.monotonic() - t0 >= 0.05 * (2 ** (tries - 1) - 1)  # 0.05 s, then 0.1 s apart

@@ -171,7 +171,12 @@ def estimate(
     flop_per_token = (6 + (2 if spec.gradient_checkpointing else 0) + (2 if spec.beta > 0 else 0)) * shape.params
     train_s = tokens * flop_per_token / (gpus * gpu.tflops_bf16 * 1e12 * A.mfu)
     eval_sequences = spec.n_eval * _eval_multiplier(spec)
+    search = search_terms(spec, gpus) if spec.task == "search" else None
+    if search:  # the questions split over the ranks; the server's retrieval on top
+        eval_sequences = math.ceil(eval_sequences / gpus)
+        rollout_s += search["retrieval_s_per_step"]
     eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb)[0] if eval_sequences else 0.0
+    eval_s += search["eval_retrieval_s"] if search else 0.0
     hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
     problems = []
     if 3 * eval_s > spec.ddp_timeout_s:
@@ -197,6 +202,7 @@ def estimate(
         "train_s_per_step": train_s,
         "eval_s": eval_s,
         "checkpoint_gb": checkpoint_gb(shape, gpus=gpus, zero=zero),
+        "search": search,
         "hours": hours,
         "fits": not problems,
         "problems": problems,
@@ -239,6 +245,50 @@ def _eval_multiplier(spec: RunSpec) -> int:
 
     opts = MathOptions(**spec.task_options)
     return sum(opts.sampled_k if Path(s).stem.lower().startswith(SAMPLED_MATH_SETS) else 1 for s in opts.eval_sets)
+
+
+@dataclass(frozen=True)
+class SearchServer:
+    """The retrieval server's terms (docs/gpu.md, 'Search at scale'): wiki-18 is DPR's 21,015,324 passages of 100
+    words, Search-R1's index ``e5_Flat.index`` a FAISS IndexFlatIP of e5-base-v2's 768 fp32 values a passage, the corpus
+    file memory-mapped with two int64 offsets a passage (``search_data.CorpusFile``). Estimates,
+    not measurements: the searches a rollout makes, the server CPU's FLOP/s on FAISS's batched inner products and the
+    memory bandwidth of one scan of the index per batch."""
+
+    passages: int = 21_015_324
+    dim: int = 768
+    bytes_per_value: int = 4  # IndexFlatIP (an IndexScalarQuantizer QT_fp16 copy: 2)
+    offset_bytes: int = 16
+    searches_per_rollout: float = 2.0  # estimate (at most max_tool_calls)
+    cpu_tflops: float = 2.0  # estimate
+    host_bandwidth_gbs: float = 100.0  # estimate
+
+
+SEARCH = SearchServer()
+
+
+def search_terms(spec: RunSpec, gpus: int) -> dict:
+    """The retrieval server of a search run: its host memory (index + corpus offsets, GB) and the retrieval seconds
+    of one step and of one evaluation. A round of the tool loop is one request a rank (``make_search_tool``), each
+    batch one scan of the index (counted as one batch a rank, though the server merges those that wait together);
+    each query ``2 x passages x dim`` FLOP."""
+    from trgrpo.tasks.search import SearchOptions
+
+    s, rounds = SEARCH, SearchOptions(**spec.task_options).max_tool_calls
+    index = s.passages * s.dim * s.bytes_per_value
+    per_rollout = min(s.searches_per_rollout, rounds)
+
+    def seconds(rollouts: int, batches: int) -> float:
+        flop = rollouts * per_rollout * 2 * s.passages * s.dim
+        return flop / (s.cpu_tflops * 1e12) + batches * index / (s.host_bandwidth_gbs * GB)
+
+    completions = batch_layout(spec, gpus)["global_completions_per_step"]
+    eval_calls = math.ceil(spec.n_eval / gpus / 32)  # trl_rollouts: 32 prompts a call, the questions split over ranks
+    return {
+        "host_gb": (index + s.passages * s.offset_bytes) / GB,
+        "retrieval_s_per_step": seconds(completions, gpus * rounds),
+        "eval_retrieval_s": seconds(spec.n_eval, gpus * eval_calls * rounds),
+    }
 
 
 def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> list:
@@ -348,6 +398,11 @@ def plan_report(
         f"final checkpoint is kept: {len(rows)} run(s) + one while the newest replaces the previous = "
         f"{plan_disk_gb(rows):.0f} GB for the whole plan",
     ]
+    if search := rows[0].get("search"):
+        lines.append(
+            f"retrieval server (host, not GPU): {search['host_gb']:.1f} GB (index + corpus offsets), "
+            f"{search['retrieval_s_per_step']:.1f} s a step, {search['eval_retrieval_s']:.0f} s an evaluation"
+        )
     problems, seen_models = [], set()
     for s, r in zip(specs, rows):
         if r["fits"] or s.model in seen_models:
@@ -369,7 +424,7 @@ README_ROWS = (
     ("kk_qwen3b_table7.yaml", 8, "H100"),
     ("kk_qwen7b.yaml", 8, "H100"),
     ("math_qwen7b.yaml", 8, "H100"),
-    ("search_qwen3b.yaml", 8, "H100"),  # the retrieval server's machine is not in these numbers
+    ("search_qwen3b.yaml", 8, "H100"),  # hours with the retrieval server's (search_terms)
     ("search_qwen3b_1gpu.yaml", 1, "H200"),
     ("kk_qwen3b.yaml", 1, "L4"),
 )

@@ -35,9 +35,7 @@ from trgrpo.tasks.search_data import (
     make_retriever,
     sample_questions,
 )
-
-SEARCH_TOOL_NAME = "search"
-MALFORMED_KEY = "_malformed_call"  # argument under which an unparseable tool call reaches the tool
+from trgrpo.tasks.search_template import MALFORMED_KEY, SEARCH_TOOL_NAME, TEMPLATES, prepare_tokenizer
 
 
 def format_passages(hits: Sequence[dict[str, Any]], *, max_chars: int = 400) -> str:
@@ -59,9 +57,31 @@ def tool_call_text(query: str) -> str:
     return f'<tool_call>\n{{"name": "{SEARCH_TOOL_NAME}", "arguments": {payload}}}\n</tool_call>'
 
 
+class RetrievalFailure(RuntimeError):
+    """A search the retriever could not answer: raised out of the tool, so TRL's tool loop counts it
+    (``tools/failure_frequency``) and the rollout goes on with an error as the tool's response."""
+
+
 def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 300) -> Callable[..., str]:
-    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])`` that never raises: bad or unparseable
-    calls get an ``Error: ...`` tool response, so the rollout goes on."""
+    """A ``search(query: str) -> str`` tool for ``GRPOTrainer(tools=[...])``. A bad or unparseable call (the model's
+    doing) gets an ``Error: ...`` tool response; a retriever that fails raises :class:`RetrievalFailure` and is
+    counted in ``search.stats`` (``calls``, ``failures``, ``batches`` sent, the first ``errors``), which the run's
+    record reports. ``search.expect(tool_calls)`` (the parser's hook, :func:`prepare_tokenizer`) queues the queries
+    of parsed calls: the first call that misses sends every queued query in one ``batch_search``, so one tool-loop
+    round of a generation batch is one request (TRL calls the tool one rollout at a time)."""
+    stats: dict[str, Any] = {"calls": 0, "failures": 0, "batches": 0, "errors": []}
+    queued: list[str] = []  # queries of parsed calls, not searched yet
+    answered: dict[str, list] = {}  # the last batch's hits by query
+
+    def clean(query: Any) -> str | None:
+        return query.strip()[:max_query_chars] if isinstance(query, str) and query.strip() else None
+
+    def expect(tool_calls: Any) -> None:
+        for call in tool_calls or []:
+            fn = call.get("function", call) if isinstance(call, dict) else None
+            args = fn.get("arguments") if isinstance(fn, dict) and fn.get("name") == SEARCH_TOOL_NAME else None
+            if isinstance(args, dict) and set(args) == {"query"} and (q := clean(args["query"])) is not None:
+                queued.append(q)
 
     def search(query: str = "", **kwargs) -> str:
         if MALFORMED_KEY in kwargs:
@@ -72,13 +92,23 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
             )
         if kwargs:
             return f"Error: search takes one argument, 'query' (a string); got {sorted(kwargs)}."
-        if not isinstance(query, str) or not query.strip():
+        if (q := clean(query)) is None:
             return "Error: search needs a non-empty 'query' string."
-        try:
-            hits = retriever.search(query.strip()[:max_query_chars], top_k)
-        except Exception as e:  # the rollout must go on even if a retrieval server fails
-            return f"Error: the retriever failed ({type(e).__name__}: {e})."
-        return format_passages(hits)
+        stats["calls"] += 1
+        if q not in answered:  # a new round: this query and every queued one in one request
+            batch = list(dict.fromkeys([q, *queued]))
+            queued.clear()
+            answered.clear()
+            stats["batches"] += 1
+            try:
+                answered.update(zip(batch, retriever.batch_search(batch, top_k)))
+            except Exception as e:  # counted, and raised for TRL's count; TRL's loop catches it, the rollout goes on
+                stats["failures"] += 1
+                message = f"the retriever failed ({type(e).__name__}: {e})"
+                if len(stats["errors"]) < 3:
+                    stats["errors"].append(message)
+                raise RetrievalFailure(message) from None
+        return format_passages(answered[q])
 
     search.__doc__ = """Search the encyclopedia and return the most relevant passages.
 
@@ -91,96 +121,9 @@ def make_search_tool(retriever: Any, *, top_k: int = 3, max_query_chars: int = 3
     search.__name__ = search.__qualname__ = SEARCH_TOOL_NAME
     search.retriever = retriever
     search.top_k = top_k
+    search.stats = stats
+    search.expect = expect
     return search
-
-
-# Qwen2.5's template with a one-line tool description instead of the JSON schema (~150 fewer prompt tokens).
-COMPACT_CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] }}"
-    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.' }}{%- endif %}"
-    "{%- if tools %}{{- '\\nTools:' }}{%- for tool in tools %}{%- set f = tool.function if tool.function is defined "
-    "else tool %}{{- ' ' + f.name + '(' + (f.parameters.properties | list | join(', ')) + ')' }}{%- endfor %}"
-    '{{- \'. Call one as <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>\' }}{%- endif %}'
-    "{{- '<|im_end|>\\n' }}"
-    "{%- for message in messages %}"
-    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
-    "(message.role == 'assistant' and not message.tool_calls) %}"
-    "{%- if not (message.role == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}"
-    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>' + message.role }}"
-    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
-    "{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}"
-    "{%- set tool_call = tool_call.function %}{%- endif %}"
-    '{{- \'\\n<tool_call>\\n{"name": "\' }}{{- tool_call.name }}{{- \'", "arguments": \' }}'
-    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}"
-    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
-    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-TEMPLATES = ("auto", "compact")
-
-
-def prepare_tokenizer(tokenizer: Any, template: str = "auto") -> Any:
-    """The same tokenizer made ready for TRL's tool loop: ``"auto"`` keeps a template that renders tool calls, else
-    installs TRL's Qwen2.5 one; ``"compact"`` installs :data:`COMPACT_CHAT_TEMPLATE`. An unparseable ``<tool_call>``
-    becomes a call whose tool response is an error (TRL would end the rollout silently)."""
-    from trl.chat_template_utils import (
-        add_response_schema,
-        qwen2_5_chat_template,
-        qwen3_template,
-        supports_tool_calling,
-    )
-
-    if template not in TEMPLATES:
-        raise ValueError(f"template must be one of {TEMPLATES}, got {template!r}")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if template == "compact":
-        tokenizer.chat_template = COMPACT_CHAT_TEMPLATE
-        tokenizer.response_template = qwen3_template  # <tool_call> JSON </tool_call>, content up to <|im_end|>
-    elif not supports_tool_calling(tokenizer):
-        tokenizer.chat_template = qwen2_5_chat_template
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        add_response_schema(tokenizer)
-    original = tokenizer.parse_response
-
-    def parse_response(response, schema=None, *, prefix=None, tools=None):
-        batched = isinstance(response, (list, tuple)) and response and isinstance(response[0], (list, tuple, str))
-        if batched or getattr(response, "ndim", 1) > 1:
-            return original(response, schema, prefix=prefix, tools=tools)
-        try:
-            parsed, error = original(response, schema, prefix=prefix, tools=tools), None
-        except (ValueError, TypeError) as e:
-            parsed, error = None, e
-        if isinstance(parsed, dict) and _valid_tool_calls(parsed.get("tool_calls")):
-            return parsed
-        text = response if isinstance(response, str) else tokenizer.decode(response, skip_special_tokens=True)
-        if "<tool_call>" in text:
-            before, _, raw = text.partition("<tool_call>")
-            raw = raw.split("</tool_call>")[0].strip()
-            call = {"type": "function", "function": {"name": SEARCH_TOOL_NAME, "arguments": {MALFORMED_KEY: raw}}}
-            return {"role": "assistant", "content": before.strip(), "tool_calls": [call]}
-        if error is not None:
-            raise error
-        return parsed
-
-    tokenizer.parse_response = parse_response
-    return tokenizer
-
-
-def _valid_tool_calls(calls: Any) -> bool:
-    if calls is None:
-        return True
-    if not isinstance(calls, list):
-        return False
-    for c in calls:
-        fn = c.get("function", c) if isinstance(c, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
-            return False
-    return True
 
 
 SYSTEM_PROMPT = (
@@ -326,19 +269,22 @@ def trl_rollouts(
         engine.temperature = 0.0
     by_name = {t.__name__: t for t in tools}
     out: list[dict[str, Any]] = []
+    mine, real = rank_share(trainer, len(records))
     model.eval()
     try:
-        for start in range(0, len(records), 32):
-            chunk = list(records[start : start + 32])
-            prompts = [search_messages(r["question"]) for r in chunk]
+        for start in range(0, len(mine), 32):
+            chunk = mine[start : start + 32]
+            prompts = [search_messages(records[j]["question"]) for j in chunk]
             trainer._sync_tool_dicts = [dict(by_name) for _ in chunk]
             trainer._async_tool_dicts = [{} for _ in chunk]
             _, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
-            for i, r in enumerate(chunk):
+            for i, j in enumerate(chunk[: max(0, real - start)]):  # a rank's padding past ``real`` is dropped
+                r = records[j]
                 mask = tool_mask[i] if tool_mask is not None else [1] * len(completion_ids[i])
                 answer = extract_answer(final_text(completions[i]))
                 out.append(
                     {
+                        "index": j,
                         "record": r,
                         "completion_ids": list(completion_ids[i]),
                         "tool_mask": list(mask),
@@ -354,7 +300,25 @@ def trl_rollouts(
         if engine is not None:
             engine.temperature = saved_temperature
         model.train(was_training)
+    if real < len(records):  # each rank rolled out its share: every rank gets every row, in order
+        from accelerate.utils import gather_object
+
+        out = sorted(gather_object(out), key=lambda row: row["index"])
     return out
+
+
+def rank_share(trainer: Any, n: int) -> tuple[list[int], int]:
+    """(record indices this rank rolls out, how many of them count): every ``num_processes``-th from its rank, padded
+    with record 0 to the same count on every rank (TRL's ``_generate`` gathers across ranks once per call). All ``n``
+    on one process, and under ZeRO-3 without vLLM, where each tool-loop round's generation gathers the sharded
+    weights (``unwrap_model_for_generation``), so every rank must run the same rounds: the same rollouts."""
+    acc = trainer.accelerator
+    world, rank = acc.num_processes, acc.process_index
+    zero3 = getattr(getattr(acc.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
+    if world == 1 or (zero3 and not getattr(trainer, "use_vllm", False)) or n == 0:
+        return list(range(n)), n
+    share = list(range(rank, n, world))
+    return share + [0] * (-(-n // world) - len(share)), len(share)
 
 
 def summarise_em(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -381,8 +345,14 @@ def evaluate_search(
     """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, three example texts and the first
     question's rollout token by token (``example_rollout``)."""
     t0 = time.time()
+    counted = [t for t in tools if hasattr(t, "stats")]
+    failed_before = sum(t.stats["failures"] for t in counted)
     rows = trl_rollouts(trainer, records, tools)
     res = summarise_em(rows)
+    _, real = rank_share(trainer, len(records))
+    res["rollout_ranks"] = trainer.accelerator.num_processes if real < len(records) else 1
+    failed = sum(t.stats["failures"] for t in counted) - failed_before
+    res["retrieval_failures"] = _sum_over_ranks(trainer, [failed])[0]  # searches of this evaluation that failed
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
         for r in rows[:3]
@@ -689,6 +659,8 @@ def _trainer_ready(trainer: Any, spec: Any) -> None:
 
     o, (_, evals, tool, _) = SearchOptions(**spec.task_options), _data(spec)
     _align_special_tokens(trainer.model, trainer.processing_class)
+    tool.stats.update(calls=0, failures=0, batches=0, errors=[])  # this run's count (the tool is cached across runs)
+    trainer.processing_class.expect_tool_calls = tool.expect  # one request per tool-loop round, not per rollout
 
     class EMCurve(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -715,7 +687,15 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
     if "em" in final:
         curve.append({"step": spec.steps, "em": final["em"]})
     initial.pop("example_rollout", None)
+    retrieval = retrieval_counts(trainer, _data(spec)[2])
+    if retrieval["failures"] and trainer.accelerator.is_main_process:
+        print(
+            f"[trgrpo] {spec.name}: {retrieval['failures']} of {retrieval['calls']} searches failed (record "
+            f"'retrieval'; TRL's tools/failure_frequency): {retrieval['errors'][0]}",
+            flush=True,
+        )
     return {
+        "retrieval": retrieval,
         "eval_curve": curve,
         "example_rollout": final.pop("example_rollout", None),
         "baseline_no_search": getattr(trainer, "search_baseline", None),
@@ -724,6 +704,25 @@ def _record_extras(trainer: Any, record: dict, spec: Any) -> dict:
         "n_train": len(train),
         "n_eval": len(evals),
     }
+
+
+def retrieval_counts(trainer: Any, tool: Callable[..., str]) -> dict[str, Any]:
+    """The search tool's calls and failures since the run began, summed over the ranks (every rank calls this)."""
+    from accelerate.utils import gather_object
+
+    keys = ("calls", "failures", "batches")
+    counts = dict(zip(keys, _sum_over_ranks(trainer, [tool.stats[k] for k in keys])))
+    errors = gather_object([tool.stats["errors"]]) if trainer.accelerator.num_processes > 1 else [tool.stats["errors"]]
+    return {**counts, "errors": [e for rank in errors for e in rank][:3]}
+
+
+def _sum_over_ranks(trainer: Any, values: list[int]) -> list[int]:
+    import torch
+
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return values
+    return [int(x) for x in acc.reduce(torch.tensor(values, device=acc.device), reduction="sum").tolist()]
 
 
 def _check_data(spec: Any) -> None:

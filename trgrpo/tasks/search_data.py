@@ -8,10 +8,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import mmap
 import os
+import queue
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -444,30 +448,54 @@ class ServerRetriever(_Retriever):
     """A retrieval server in the HTTP protocol of Search-R1's ``retrieval_server.py``: POST ``{"queries", "topk",
     "return_scores"}`` to ``/retrieve`` -> ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``.
     The paper's server is E5 + FAISS over wiki-18 (App. B.1.3); ``scripts/retrieval_server.py`` serves the same
-    protocol (BM25, or E5 + FAISS on a GPU server). A server that is down, slow or answers garbage raises one
-    :class:`ConnectionError` line naming the URL, after at most ``timeout`` seconds."""
+    protocol (BM25, or E5 + FAISS on a GPU server). A request refused, reset, timed out or answered 5xx is tried again
+    ``retries`` times, ``backoff_s`` x 1, 2, 4, ... seconds apart; then (or at once for a 4xx or garbage) one
+    :class:`ConnectionError` line naming the URL: at most ``(retries + 1) x timeout + backoff_s x (2^retries - 1)``
+    seconds in all."""
 
-    def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", *, timeout: float = 30.0) -> None:
-        self.url, self.timeout = url, timeout
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000/retrieve",
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.25,
+    ) -> None:
+        self.url, self.timeout, self.retries, self.backoff_s = url, timeout, retries, backoff_s
+        self.requests = self.retried = 0  # HTTP requests sent, and of them the ones that were tries again
 
     def check(self) -> None:
         """The health check: one query answered in the protocol's shape (the protocol has no other endpoint)."""
         self.batch_search(["health check"], 1)
 
-    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
+    def _post(self, body: bytes) -> bytes:
+        import time
+        import urllib.error
         import urllib.request
 
-        body = json.dumps({"queries": [str(q) for q in queries], "topk": int(k), "return_scores": True}).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except OSError as e:  # URLError, refused, reset, timeout
-            reason = getattr(e, "reason", e)
-            raise ConnectionError(
-                f"retrieval server {self.url}: no answer ({reason}; timeout {self.timeout:g} s); start one: "
-                "python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
-            ) from None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                self.retried += 1
+            self.requests += 1
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as e:  # the server answered: its one line; a 4xx is not tried again
+                detail = e.read()[:200].decode(errors="replace").strip()
+                error, hint = f"HTTP {e.code}: {detail}", ""
+                if e.code < 500:
+                    break
+            except OSError as e:  # URLError, refused, reset, timeout
+                error = f"no answer ({getattr(e, 'reason', e)}; timeout {self.timeout:g} s)"
+                hint = "; start one: python scripts/retrieval_server.py --port PORT (docs/gpu.md, 'Retrieval server')"
+        tries = f" after {attempt + 1} tries" if attempt else ""
+        raise ConnectionError(f"retrieval server {self.url}: {error}{tries}{hint}")
+
+    def batch_search(self, queries: Sequence[str], k: int = 3) -> list[list[dict[str, Any]]]:
+        body = json.dumps({"queries": [str(q) for q in queries], "topk": int(k), "return_scores": True}).encode()
+        raw = self._post(body)
         try:
             result = json.loads(raw.decode())["result"]
             if not isinstance(result, list) or len(result) != len(queries):
@@ -485,6 +513,194 @@ class ServerRetriever(_Retriever):
         title, _, text = str(doc["contents"]).partition("\n")
         score = hit.get("score") if isinstance(hit, dict) else None
         return {"id": str(doc.get("id", "")), "title": title.strip('"'), "text": text, "score": score}
+
+
+# The server side of the same protocol (scripts/retrieval_server.py): its corpus file, request bodies, batching and
+# HTTP handler.
+
+
+class CorpusFile:
+    """A Search-R1 corpus JSONL read in place: the file memory-mapped (the page cache's, not the process's memory)
+    and the start and end byte of each non-empty line (two int64 arrays: 16 bytes a passage, 0.34 GB for wiki-18's
+    21,015,324, against ~950 B a passage as Python dicts, docs/gpu.md); a passage is parsed when a hit needs it."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as fh:
+            self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
+        step = 1 << 26  # newlines found 64 MiB at a time
+        ends = [
+            np.flatnonzero(np.frombuffer(self.map[i : i + step], np.uint8) == 10) + i
+            for i in range(0, len(self.map), step)
+        ]
+        ends = np.concatenate([*ends, [len(self.map)]]).astype(np.int64)
+        starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+        keep = ends > starts
+        self.starts, self.ends = starts[keep], ends[keep]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self.starts):
+            raise IndexError(i)
+        row = json.loads(self.map[self.starts[i] : self.ends[i]])
+        title, _, text = str(row["contents"]).partition("\n")
+        return {"id": str(row.get("id", i)), "title": title.strip('"'), "text": text}
+
+
+class BadRequest(ValueError):
+    """A request body the server answers with 400 and this one line."""
+
+
+MAX_BODY_BYTES = 16 * 2**20  # a 256-rollout batch of 300-character queries is ~80 kB
+MAX_QUERIES = 4096  # per request
+MAX_TOPK = 1000
+
+
+def parse_body(raw: bytes) -> tuple[list[str], int, bool]:
+    """(queries, topk, return_scores) of a ``/retrieve`` body, or :class:`BadRequest` with one line: whatever the
+    bytes (not JSON, nested 10^5 deep, ``topk: 1e400``, wrong types)."""
+    try:
+        req = json.loads(raw)
+    except RecursionError:
+        raise BadRequest("the body is JSON nested too deep") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
+        raise BadRequest(f"the body is not JSON ({str(e).splitlines()[0][:80]})") from None
+    if not isinstance(req, dict):
+        raise BadRequest(f"the body must be a JSON object {{'queries': [...], 'topk': k}}, got {type(req).__name__}")
+    queries = req.get("queries")
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise BadRequest("'queries' must be a list of strings")
+    if len(queries) > MAX_QUERIES:
+        raise BadRequest(f"'queries' holds {len(queries)} queries, at most {MAX_QUERIES} per request")
+    k = req.get("topk", 3)
+    k = 3 if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_TOPK:
+        raise BadRequest(f"'topk' must be an integer from 1 to {MAX_TOPK}, got {json.dumps(k)[:40]}")
+    scores = req.get("return_scores", False)
+    if not isinstance(scores, bool) and scores is not None:
+        raise BadRequest(f"'return_scores' must be true or false, got {json.dumps(scores)[:40]}")
+    return queries, k, bool(scores)
+
+
+class Batcher:
+    """One thread calls the backend (E5 on a GPU and FAISS are not used from many threads at once): the queries of
+    every request waiting when it is free go to one ``batch_search`` call per ``topk`` (a flat index is scanned once
+    per batch, not once per query). Counts requests, queries and backend calls for ``/health``."""
+
+    def __init__(self, backend, max_batch: int = MAX_QUERIES) -> None:
+        self.backend, self.max_batch = backend, max_batch
+        self.waiting: queue.Queue = queue.Queue()
+        self.stats = {"requests": 0, "queries": 0, "batches": 0, "largest_batch": 0, "errors": 0}
+        threading.Thread(target=self._serve, daemon=True, name="retrieval-batcher").start()
+
+    def search(self, queries: list[str], k: int) -> list[list[dict]]:
+        job = {"queries": queries, "k": k, "done": threading.Event(), "result": None, "error": None}
+        self.waiting.put(job)
+        job["done"].wait()
+        if job["error"] is not None:
+            raise job["error"]
+        return job["result"]
+
+    def _serve(self) -> None:
+        while True:
+            jobs = [self.waiting.get()]
+            n = len(jobs[0]["queries"])
+            while n < self.max_batch:
+                try:
+                    jobs.append(self.waiting.get_nowait())
+                except queue.Empty:
+                    break
+                n += len(jobs[-1]["queries"])
+            for k in dict.fromkeys(j["k"] for j in jobs):
+                group = [j for j in jobs if j["k"] == k]
+                flat = [q for j in group for q in j["queries"]]
+                self.stats["requests"] += len(group)
+                self.stats["queries"] += len(flat)
+                self.stats["batches"] += 1
+                self.stats["largest_batch"] = max(self.stats["largest_batch"], len(flat))
+                try:
+                    rows, at = self.backend.batch_search(flat, k), 0
+                    for j in group:
+                        j["result"], at = rows[at : at + len(j["queries"])], at + len(j["queries"])
+                except Exception as e:  # the handler answers 500 with it; the server goes on
+                    self.stats["errors"] += 1
+                    for j in group:
+                        j["error"] = e
+                for j in group:
+                    j["done"].set()
+
+
+def make_handler(backend, name: str, *, read_timeout_s: float = 10.0, batcher: Batcher | None = None):
+    """The request handler: ``read_timeout_s`` bounds every read of a request (a Content-Length larger than the body
+    is answered 400 after it, never holds the thread); every bad body a 400 with one line (:func:`parse_body`)."""
+    batcher = batcher or Batcher(backend)
+
+    class Handler(BaseHTTPRequestHandler):
+        timeout = read_timeout_s  # socketserver.StreamRequestHandler.setup: connection.settimeout(timeout)
+
+        def _send(self, status: int, payload: dict) -> None:
+            body = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:  # the client has gone
+                self.close_connection = True
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path != "/health":
+                return self._send(404, {"error": "GET /health or POST /retrieve"})
+            self._send(200, {"status": "ok", "backend": name, "passages": len(backend.passages), **batcher.stats})
+
+        def _body(self) -> bytes:
+            length = self.headers.get("Content-Length")
+            try:
+                n = int(length)
+            except (TypeError, ValueError):
+                raise BadRequest(f"Content-Length must be a number of bytes, got {length!r:.40}") from None
+            if not 0 <= n <= MAX_BODY_BYTES:
+                raise BadRequest(f"Content-Length {n}: the body must be 0 to {MAX_BODY_BYTES} bytes")
+            try:
+                raw = self.rfile.read(n)
+            except TimeoutError:
+                raw = b""
+            if len(raw) < n:
+                self.close_connection = True
+                raise BadRequest(f"the body is shorter than its Content-Length {n} (no more in {self.timeout:g} s)")
+            return raw
+
+        def do_POST(self):  # noqa: N802
+            if self.path != "/retrieve":
+                return self._send(404, {"error": "POST /retrieve"})
+            try:
+                queries, k, with_scores = parse_body(self._body())
+            except BadRequest as e:
+                return self._send(400, {"error": str(e)})
+            try:
+                hits = batcher.search(queries, k) if queries else []
+            except Exception as e:  # the backend failed on this batch: one line, the server goes on
+                return self._send(500, {"error": f"the {name} backend failed: {type(e).__name__}: {e}"[:300]})
+            docs = [[{"id": h["id"], "contents": f'"{h["title"]}"\n{h["text"]}'} for h in row] for row in hits]
+            if with_scores:
+                rows = [[{"document": d, "score": h["score"]} for d, h in zip(ds, row)] for ds, row in zip(docs, hits)]
+                return self._send(200, {"result": rows})
+            self._send(200, {"result": docs})
+
+        def log_message(self, *args) -> None:  # quiet: one line per request would flood a training log
+            pass
+
+    return Handler
+
+
+def make_server(host: str, port: int, handler, *, backlog: int = 1024) -> ThreadingHTTPServer:
+    """A thread per connection (daemon threads) listening with ``backlog`` pending connections: the stdlib's
+    ``socketserver.TCPServer.request_queue_size`` is 5 (``server_activate``: ``socket.listen(request_queue_size)``),
+    so a burst of more clients than that loses connections to resets; the kernel caps it at net.core.somaxconn."""
+    server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": backlog})
+    return server_class((host, port), handler)
 
 
 RETRIEVERS = ("bm25", "dense", "server")
