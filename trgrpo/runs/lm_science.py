@@ -2,7 +2,7 @@
 ``results/lm/<stage>/plan.yaml``: ``stage0`` (task calibration: a GRPO probe per candidate, then ``decision.json``) or
 ``grid`` (the plan's arms x seeds, seed-major) or ``leverage`` (the GRPO-vs-TR gradient measurement before and after a
 GRPO run, per-token samples beside the record). A restarted stage skips the records it has.
-``trgrpo lm {stage0,grid,leverage} PLAN``."""
+``trgrpo lm {stage0,grid,leverage} PLAN``; ``trgrpo lm first-order PLAN`` is :mod:`trgrpo.runs.first_order`."""
 
 from __future__ import annotations
 
@@ -317,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="trgrpo lm", description="The real-LM experiment, one stage from its committed plan"
     )
-    ap.add_argument("stage", choices=["stage0", "grid", "leverage"])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["first-order"]:  # its own options: trgrpo.runs.first_order
+        from trgrpo.runs import first_order
+
+        return first_order.main(argv[1:])
+    ap.add_argument("stage", choices=["stage0", "grid", "leverage", "first-order"], help="first-order: see its --help")
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
@@ -383,31 +388,21 @@ def update_leverage(
     try:
         for b, start in enumerate(range(0, len(texts), prompts_per_batch)):
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-            chunk = list(texts[start : start + prompts_per_batch])
-            enc, seqs = sample_batch(
+            ro = rollout(
                 model,
                 tokenizer,
-                chunk,
+                texts[start : start + prompts_per_batch],
+                lambda i, t, start=start: reward(start + i, t),
+                group_size=group_size,
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
-                num_return_sequences=group_size,
             )
-            s = enc["input_ids"].shape[1]
-            comp = seqs[:, s:]
-            pad, is_eos = pad_token_id(tokenizer), comp == tokenizer.eos_token_id
-            mask = ((is_eos.cumsum(1) - is_eos.long()) == 0) & ((comp != pad) | is_eos)  # up to the first EOS
-            attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), mask.long()], dim=1)
-            decoded = tokenizer.batch_decode(torch.where(mask, comp, pad), skip_special_tokens=True)
-            rewards = torch.tensor(
-                [reward(start + i // group_size, t) for i, t in enumerate(decoded)], dtype=torch.float32
-            )
+            comp, mask, rewards = ro["completion"], ro["mask"], ro["rewards"]
             adv = group_advantages(rewards, group_size)
             grads["reward"].extend(rewards.tolist())
             want_grad = len(grads["grad_batch"]) < grad_batches and bool((adv != 0).any())
             with torch.set_grad_enabled(want_grad):
-                logits = model(input_ids=seqs, attention_mask=attn).logits[:, s - 1 : -1].float() / temperature
-                logp_all = torch.log_softmax(logits, dim=-1)
-                logp = logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+                logp, logp_all = completion_logps(model, ro, temperature)
             with torch.no_grad():
                 p = logp.exp()
                 sq = logp_all.exp().square().sum(-1)
@@ -435,9 +430,56 @@ def update_leverage(
                 grads["grad_norm_grpo"].append(n0)
                 grads["grad_norm_tr"].append(n1)
                 grads["grad_batch"].append(b)
-                del g, logits, logp_all
+                del g, logp_all
     finally:
         model.train(was_training)
     out = {k: np.concatenate(v) for k, v in tokens.items()}
     out.update({k: np.asarray(v) for k, v in grads.items()})
     return out
+
+
+def rollout(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    reward: Any,
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float,
+) -> dict[str, Any]:
+    """One training step's rollouts: ``group_size`` samples of each rendered prompt (the caller seeds torch), scored
+    by ``reward(prompt index in texts, text)``. Returns ``sequences`` (prompt then completion columns), ``prompt_len``,
+    ``completion``, ``mask`` (completion tokens up to the first EOS), ``attention_mask`` and ``rewards``."""
+    enc, seqs = sample_batch(
+        model,
+        tokenizer,
+        list(texts),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        num_return_sequences=group_size,
+    )
+    s = enc["input_ids"].shape[1]
+    comp = seqs[:, s:]
+    pad, is_eos = pad_token_id(tokenizer), comp == tokenizer.eos_token_id
+    mask = ((is_eos.cumsum(1) - is_eos.long()) == 0) & ((comp != pad) | is_eos)  # up to the first EOS
+    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), mask.long()], dim=1)
+    decoded = tokenizer.batch_decode(torch.where(mask, comp, pad), skip_special_tokens=True)
+    rewards = torch.tensor([reward(i // group_size, t) for i, t in enumerate(decoded)], dtype=torch.float32)
+    return {
+        "sequences": seqs,
+        "prompt_len": s,
+        "completion": comp,
+        "mask": mask,
+        "attention_mask": attn,
+        "rewards": rewards,
+    }
+
+
+def completion_logps(model: Any, ro: dict[str, Any], temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(o_t) of each completion token, the whole log-softmax) of a :func:`rollout`, at ``temperature``
+    (differentiable when grad is enabled)."""
+    s, comp = ro["prompt_len"], ro["completion"]
+    logits = model(input_ids=ro["sequences"], attention_mask=ro["attention_mask"]).logits[:, s - 1 : -1]
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1), logp_all
