@@ -67,9 +67,10 @@ def heldout_items(tokenizer: Any, problems: Sequence[dict]) -> list[tuple[list[i
 def objective_gradient(
     model: Any, items: Sequence[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 25
 ) -> tuple[float, list[torch.Tensor]]:
-    """(J, grad J): J = mean over items of log P(answer tokens | prompt), teacher-forced (right padding)."""
+    """(J, grad J): J = mean over items of log P(answer tokens | prompt), teacher-forced (right padding); grad J in
+    the parameters' dtype."""
     theta = [p for p in model.parameters() if p.requires_grad]
-    total = [torch.zeros_like(p, dtype=torch.float64) for p in theta]
+    total = [torch.zeros_like(p) for p in theta]
     value = 0.0
     for k in range(0, len(items), batch_size):
         chunk = items[k : k + batch_size]
@@ -131,11 +132,11 @@ def update_products(
         for i, (param, gj) in enumerate(zip(theta, grad_j)):
             st = optimizer.state.get(param) if kind == "state" else None
             base = adam_update(param, grads[BASELINE][i], st, group, clip[BASELINE])
-            dots[BASELINE] += float(gj.double().mul(base).sum())
+            dots[BASELINE] += float(gj.mul(base).sum(dtype=torch.float64))
             for s in diffs:
                 u = adam_update(param, grads[s][i], st, group, clip[s])
-                dots[s] += float(gj.double().mul(u).sum())
-                diffs[s] += float(gj.double().mul(u.sub_(base)).sum())
+                dots[s] += float(gj.mul(u).sum(dtype=torch.float64))
+                diffs[s] += float(gj.mul(u.sub_(base)).sum(dtype=torch.float64))
         for s in grads:
             out[s][f"dot_{kind}"] = dots[s]
             if s in diffs:
