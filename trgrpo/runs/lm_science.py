@@ -19,13 +19,14 @@ import torch
 from trgrpo import theory
 from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, git_commit, git_dirty, write_json
+from trgrpo.runs import first_order
 from trgrpo.runs.experiment import run, run_pending
+from trgrpo.runs.first_order import completion_logps, rollout
 from trgrpo.runs.records import read_record, record_path
 from trgrpo.runs.spec import RunSpec, read_config
 from trgrpo.stats import to_numpy
 from trgrpo.tasks import arith, get_task
 from trgrpo.tasks.generation import render_prompt, sample_token_probabilities
-from trgrpo.theory import pad_token_id, sample_batch
 from trgrpo.token_stats import weight_shares
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
@@ -319,8 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["first-order"]:  # its own options: trgrpo.runs.first_order
-        from trgrpo.runs import first_order
-
         return first_order.main(argv[1:])
     ap.add_argument("stage", choices=["stage0", "grid", "leverage", "first-order"], help="first-order: see its --help")
     ap.add_argument("plan")
@@ -436,50 +435,3 @@ def update_leverage(
     out = {k: np.concatenate(v) for k, v in tokens.items()}
     out.update({k: np.asarray(v) for k, v in grads.items()})
     return out
-
-
-def rollout(
-    model: Any,
-    tokenizer: Any,
-    texts: Sequence[str],
-    reward: Any,
-    *,
-    group_size: int,
-    max_new_tokens: int,
-    temperature: float,
-) -> dict[str, Any]:
-    """One training step's rollouts: ``group_size`` samples of each rendered prompt (the caller seeds torch), scored
-    by ``reward(prompt index in texts, text)``. Returns ``sequences`` (prompt then completion columns), ``prompt_len``,
-    ``completion``, ``mask`` (completion tokens up to the first EOS), ``attention_mask`` and ``rewards``."""
-    enc, seqs = sample_batch(
-        model,
-        tokenizer,
-        list(texts),
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        num_return_sequences=group_size,
-    )
-    s = enc["input_ids"].shape[1]
-    comp = seqs[:, s:]
-    pad, is_eos = pad_token_id(tokenizer), comp == tokenizer.eos_token_id
-    mask = ((is_eos.cumsum(1) - is_eos.long()) == 0) & ((comp != pad) | is_eos)  # up to the first EOS
-    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), mask.long()], dim=1)
-    decoded = tokenizer.batch_decode(torch.where(mask, comp, pad), skip_special_tokens=True)
-    rewards = torch.tensor([reward(i // group_size, t) for i, t in enumerate(decoded)], dtype=torch.float32)
-    return {
-        "sequences": seqs,
-        "prompt_len": s,
-        "completion": comp,
-        "mask": mask,
-        "attention_mask": attn,
-        "rewards": rewards,
-    }
-
-
-def completion_logps(model: Any, ro: dict[str, Any], temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log pi(o_t) of each completion token, the whole log-softmax) of a :func:`rollout`, at ``temperature``
-    (differentiable when grad is enabled)."""
-    s, comp = ro["prompt_len"], ro["completion"]
-    logits = model(input_ids=ro["sequences"], attention_mask=ro["attention_mask"]).logits[:, s - 1 : -1]
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1), logp_all
