@@ -3,8 +3,8 @@
 A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
 each NAME. The numbers and tables come from the library (:mod:`trgrpo.reports.tables`, :mod:`course.workbooks`,
 :mod:`trgrpo.runs.bench`, :mod:`trgrpo.runs.plan`); the sentences around them are written here, none typed by hand.
-``tests/integration/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when a
-file is stale, write nothing.
+``tests/integration/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when
+a file is stale, write nothing.
 """
 
 from __future__ import annotations
@@ -749,7 +749,12 @@ def record_table() -> str:
 
 BLOCKS = {
     DESIGN: {"record-table": record_table},
-    README: {"course-times": readme_times, "toy-findings": toy_verdict, "lm-leverage": lm_leverage},
+    README: {
+        "course-times": readme_times,
+        "toy-findings": toy_verdict,
+        "lm-leverage": lm_leverage,
+        "lm-first-order": lambda: f"- {tables.first_order_text()}",
+    },
     GPU_PAGE: {"plan": plan_table},
     COST_PAGE: {"bench": cost_table},
     SYLLABUS: {"times": syllabus_times, "exercises": exercises_table},

@@ -200,11 +200,13 @@ def test_the_library_writes_no_documentation():
 # solutions and README +20, the book (course/book.py, from scripts/, where it passed the 2,000 lines outside) +119,
 # the one-GPU planner row (autocast's bf16 copies, the card's total bytes) +22, the device job (runs/device_job.py)
 # +195, and search at scale +371 (the retrieval server's code moved from scripts/ into tasks/search_data ~190, batched
-# retrieval, failures counted, the evaluation split across ranks, the planner's search terms, search_template).
+# retrieval, failures counted, the evaluation split across ranks, the planner's search terms, search_template), and
+# issue "first-order" section 2 A ~440 (runs/first_order.py: AdamW's applied update by hand, grad J, the schemes'
+# products and the run; lm_science's rollout shared with it; tables.first_order_text).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 14_572
+HOUSE_LINES, LINE_CEILING = 13_061, 15_010
 
 
 def test_the_size_the_design_card_asks_for():

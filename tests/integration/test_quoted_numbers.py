@@ -319,3 +319,39 @@ def test_leverage_and_power_sentences_quote_independent_recomputations():
     assert not missing, f"README's lm-leverage block differs from the records: expected {missing}"
     for stale in ("shared prefixes", "a guide, not a guarantee", "σ_d = 0.", "100-step run takes"):
         assert stale not in readme, stale
+
+
+def test_first_order_sentence_quotes_an_independent_recomputation():
+    """The lm-first-order block (issue 46 section 2 A): the primary <grad J, u_TR - u_GRPO> with its 95 % t-interval,
+    GRPO's own first-order gain and TR's fresh-state row at the Bonferroni level, recomputed from the record's
+    per-batch samples (numpy and scipy's t quantile; the library uses scipy's ttest_rel)."""
+    import numpy as np
+    import yaml
+    from scipy.stats import t as student
+
+    readme = _flat(README.read_text())
+    path = ROOT / "results" / "first_order" / "analysis-add2.json"
+    if not path.exists():
+        assert "_Not measured yet._" in readme
+        return
+    rec = json.loads(path.read_text())
+    plan = yaml.safe_load((ROOT / "results" / "first_order" / "plan.yaml").read_text())
+    assert rec["plan"] == plan and rec["git_dirty"] is False  # the committed plan, a clean tree
+    (step,) = plan["decision"]["primary_checkpoints"]
+    batches = next(c for c in rec["checkpoints"] if c["step"] == step)["batches"]
+    n_other = sum(2 if c["batches"] and "diff_state" in c["batches"][0]["tr"] else 1 for c in rec["checkpoints"])
+    n_other = n_other * (len(plan["schemes"]) - 1) - 1
+
+    def interval(d, level):
+        d = np.asarray(d)
+        half = student.ppf(1 - (1 - level) / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+        return f"{d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]"
+
+    expected = [
+        interval([b["tr"]["diff_state"] for b in batches], 0.95) + " nats (95 % t-interval, n = " + str(len(batches)),
+        f"⟨∇J, u_GRPO⟩ = {np.mean([b['equal']['dot_state'] for b in batches]):+.4f}",
+        "TR − GRPO is " + interval([b["tr"]["diff_fresh"] for b in batches], 1 - 0.05 / n_other),
+        f"Bonferroni over the {n_other} rows besides the primary",
+    ]
+    missing = [e for e in expected if _flat(e) not in readme]
+    assert not missing, f"README's lm-first-order block differs from the record: expected {missing}"

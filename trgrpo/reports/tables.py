@@ -5,6 +5,7 @@ grids' summaries (notebook 03, Part A) and the real-LM experiment (Part B). A ce
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 from trgrpo import paper, stats
 from trgrpo.arms import ARMS, label
+from trgrpo.files import RESULTS_DIR
 from trgrpo.models import display_name
 from trgrpo.reports import metrics
 from trgrpo.runs import toy_controls as tc
@@ -538,3 +540,63 @@ def mean_results(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "em_by_type": {k: statistics.fmean(r["em_by_type"][k] for r in results if k in r["em_by_type"]) for k in keys},
         "n_seeds": len(results),
     }
+
+
+FIRST_ORDER = ("first_order", "analysis-add2.json")  # the first-order record (trgrpo lm first-order)
+
+
+def _ci(row: dict, key: str = "ci95") -> str:
+    lo, hi = row[key]
+    return f"{row['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def first_order_text(results_dir: Path | str | None = None) -> str:
+    """The README's lm-first-order sentence (issue 46 section 2 A, :mod:`trgrpo.runs.first_order`): <grad J,
+    u_TR - u_GRPO> of AdamW's applied updates, its interval, the controls, the scale and what it cannot test."""
+    path = Path(results_dir or RESULTS_DIR).joinpath(*FIRST_ORDER)
+    head = (
+        "**Does one TR-GRPO update raise a held-out objective more than GRPO's, as AdamW applies it?** (first order: "
+        "plan `results/first_order/plan.yaml` fixed before its run, record `results/first_order/analysis-add2.json`, "
+        "`trgrpo lm first-order`, notebook 03 Part B)"
+    )
+    if not path.exists():
+        return f"{head}. _Not measured yet._"
+    rec = json.loads(path.read_text())
+    plan, rows = rec["plan"], rec["summary"]["rows"]
+    prim = next(r for r in rows if r["primary"])
+    ck = next(c for c in rec["checkpoints"] if c["step"] == prim["step"])
+    pick = {(r["state"], r["scheme"]): r for r in rows if r["step"] == prim["step"]}
+    fam, fresh = rec["summary"]["n_secondary"], pick[("fresh", "tr")]
+    verdict = {
+        "scheme larger": "TR's first-order gain is larger than GRPO's",
+        "GRPO larger": "TR's first-order gain is smaller than GRPO's",
+        "no difference detected": "no difference detected at this scale",
+    }[prim["verdict"]]
+    ctrl = "; ".join(
+        f"{name} {kind}: " + (_ci(r, "ci_family") if s != "const" else f"within ±{max(map(abs, r['ci_family'])):.0e}")
+        for s, name in (("reverse", "Reverse"), ("const", "const"))
+        for kind in ("state", "fresh")
+        if (r := pick.get((kind, s)))
+    )
+    return (
+        f"{head}. SmolLM2-135M-Instruct after {prim['step']} GRPO steps on two-digit addition (seed {plan['seed']}, "
+        f"lr {plan['adamw']['lr']:g}, clip {plan['max_grad_norm']:g}; reduced to this machine: one checkpoint, "
+        f"{prim['n']} rollout batches of {plan['prompts_per_step']} prompts × {plan['group_size']}, J on "
+        f"{plan['n_heldout']} held-out items, where the issue asks for checkpoints 0–60, ≥ 16 batches and ≥ 500 "
+        f"items). J is the mean log P(correct answer), teacher-forced; u is the displacement one AdamW step applies "
+        f"(clipping included) from the run's optimiser state; ⟨∇J, u_TR − u_GRPO⟩, paired by batch, is the "
+        f"first-order change of J per step that choosing TR makes: {_ci(prim)} nats (95 % t-interval, n = "
+        f"{prim['n']}; {prim['higher']} batches higher, {prim['lower']} lower) against GRPO's own "
+        f"⟨∇J, u_GRPO⟩ = {prim['grpo_dot_mean']:+.4f}: {verdict} (smallest effect this design detects with 80 % "
+        f"power: {prim['mde_family']:.4f}). From a fresh optimiser state (a run's first step) TR − GRPO is "
+        f"{_ci(fresh, 'ci_family')} against GRPO's {fresh['grpo_dot_mean']:+.4f}; controls, Reverse and const "
+        f"against GRPO: {ctrl} "
+        f"({100 * (1 - 0.05 / fam):.0f} % intervals, Bonferroni over the {fam} rows besides the primary; const's "
+        f"gradient is a multiple of GRPO's, so after clipping its update is GRPO's: ≈ 0 by construction). "
+        f"{len(rec['checkpoints'][0]['batches'])} batches measured, {ck['skipped_batches']} redrawn (every "
+        f"advantage 0); {rec['wall_time_s'] / 60:.0f} min on {rec['machine']['torch_threads']} thread of a shared "
+        f"{rec['machine']['cpu_count']}-core CPU, commit {rec['git_commit'][:7]}, clean tree: "
+        f"{rec['git_dirty'] is False}. What it cannot test: only early in training (one checkpoint), a smooth "
+        "metric to first order (one step's linear change of mean log P(correct), not an accuracy change), and "
+        "nothing about the paper's end-of-training accuracy."
+    )

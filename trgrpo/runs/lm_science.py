@@ -2,7 +2,7 @@
 ``results/lm/<stage>/plan.yaml``: ``stage0`` (task calibration: a GRPO probe per candidate, then ``decision.json``) or
 ``grid`` (the plan's arms x seeds, seed-major) or ``leverage`` (the GRPO-vs-TR gradient measurement before and after a
 GRPO run, per-token samples beside the record). A restarted stage skips the records it has.
-``trgrpo lm {stage0,grid,leverage} PLAN``."""
+``trgrpo lm {stage0,grid,leverage} PLAN``; ``trgrpo lm first-order PLAN`` is :mod:`trgrpo.runs.first_order`."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ import torch
 from trgrpo import theory
 from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, git_commit, git_dirty, write_json
+from trgrpo.runs import first_order
 from trgrpo.runs.experiment import run, run_pending
+from trgrpo.runs.first_order import completion_logps, rollout
 from trgrpo.runs.records import read_record, record_path
 from trgrpo.runs.spec import RunSpec, read_config
 from trgrpo.stats import to_numpy
 from trgrpo.tasks import arith, get_task
 from trgrpo.tasks.generation import render_prompt, sample_token_probabilities
-from trgrpo.theory import pad_token_id, sample_batch
 from trgrpo.token_stats import weight_shares
 from trgrpo.weights import WeightParams, as_weight_params, token_weights
 
@@ -317,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="trgrpo lm", description="The real-LM experiment, one stage from its committed plan"
     )
-    ap.add_argument("stage", choices=["stage0", "grid", "leverage"])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["first-order"]:  # its own options: trgrpo.runs.first_order
+        return first_order.main(argv[1:])
+    ap.add_argument("stage", choices=["stage0", "grid", "leverage", "first-order"], help="first-order: see its --help")
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
@@ -383,31 +387,21 @@ def update_leverage(
     try:
         for b, start in enumerate(range(0, len(texts), prompts_per_batch)):
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-            chunk = list(texts[start : start + prompts_per_batch])
-            enc, seqs = sample_batch(
+            ro = rollout(
                 model,
                 tokenizer,
-                chunk,
+                texts[start : start + prompts_per_batch],
+                lambda i, t, start=start: reward(start + i, t),
+                group_size=group_size,
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
-                num_return_sequences=group_size,
             )
-            s = enc["input_ids"].shape[1]
-            comp = seqs[:, s:]
-            pad, is_eos = pad_token_id(tokenizer), comp == tokenizer.eos_token_id
-            mask = ((is_eos.cumsum(1) - is_eos.long()) == 0) & ((comp != pad) | is_eos)  # up to the first EOS
-            attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), mask.long()], dim=1)
-            decoded = tokenizer.batch_decode(torch.where(mask, comp, pad), skip_special_tokens=True)
-            rewards = torch.tensor(
-                [reward(start + i // group_size, t) for i, t in enumerate(decoded)], dtype=torch.float32
-            )
+            comp, mask, rewards = ro["completion"], ro["mask"], ro["rewards"]
             adv = group_advantages(rewards, group_size)
             grads["reward"].extend(rewards.tolist())
             want_grad = len(grads["grad_batch"]) < grad_batches and bool((adv != 0).any())
             with torch.set_grad_enabled(want_grad):
-                logits = model(input_ids=seqs, attention_mask=attn).logits[:, s - 1 : -1].float() / temperature
-                logp_all = torch.log_softmax(logits, dim=-1)
-                logp = logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+                logp, logp_all = completion_logps(model, ro, temperature)
             with torch.no_grad():
                 p = logp.exp()
                 sq = logp_all.exp().square().sum(-1)
@@ -435,7 +429,7 @@ def update_leverage(
                 grads["grad_norm_grpo"].append(n0)
                 grads["grad_norm_tr"].append(n1)
                 grads["grad_batch"].append(b)
-                del g, logits, logp_all
+                del g, logp_all
     finally:
         model.train(was_training)
     out = {k: np.concatenate(v) for k, v in tokens.items()}
