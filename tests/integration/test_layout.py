@@ -195,11 +195,12 @@ def test_the_library_writes_no_documentation():
 # classroom's grading ~300 (release restored by grade_id, instructor's key, feedback and written-answer files), and
 # issue "first-order" section 1 ~85 (answers: the projection coefficient c from the per-token samples, σ_d's
 # chi-square interval and the pairs at its ends, the floor pairs, the two GRPO replicates, time outside training,
-# Table 4's parts at the forest plot's level).
+# Table 4's parts at the forest plot's level); issue "faults" (48) item 7 33 (a summary's record hashes and the check
+# that names a record changed since).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_756
+HOUSE_LINES, LINE_CEILING = 13_061, 13_789
 
 
 def test_the_size_the_design_card_asks_for():
