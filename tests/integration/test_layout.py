@@ -195,12 +195,12 @@ def test_the_library_writes_no_documentation():
 # classroom's grading ~300 (release restored by grade_id, instructor's key, feedback and written-answer files), and
 # issue "first-order" section 1 ~85 (answers: the projection coefficient c from the per-token samples, σ_d's
 # chi-square interval and the pairs at its ends, the floor pairs, the two GRPO replicates, time outside training,
-# Table 4's parts at the forest plot's level); issue "faults" (48) item 7 33 (a summary's record hashes and the check
-# that names a record changed since).
+# Table 4's parts at the forest plot's level); issue "faults" (48): item 7 33 (a summary's record hashes and the check
+# that names a record changed since), item 1 20 (a full disk in one line for a record, spec.json and the pid file).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 13_789
+HOUSE_LINES, LINE_CEILING = 13_061, 13_809
 
 
 def test_the_size_the_design_card_asks_for():
