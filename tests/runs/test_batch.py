@@ -311,3 +311,62 @@ def test_batch_smoke_plan(tmp_path):
     rows = json.loads((tmp_path / "runs" / "smoke" / "summary.json").read_text())
     assert [row["notebook"] for row in rows] == ["05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb"]
     assert all(row["ok"] and row["smoke"] for row in rows)
+
+
+# Issue 48, item 3: a plan the planner refuses is refused by the batch at load, before any notebook (was: notebook 05
+# started, PapermillExecutionError after seconds to minutes, exit 1, runs/<plan>/ written)
+PLANNER_REFUSES = [  # (notebook, parameters, what the one line says)
+    ("05_kk_logic_full_scale", "{GROUP_SIZE: 1}", "num_generations"),
+    ("05_kk_logic_full_scale", "{SCHEMES: [nope]}", "scheme"),
+    ("06_math_full_scale", "{TRAIN: nope/dsr.parquet}", "nope/dsr.parquet"),
+    ("05_kk_logic_full_scale", "{KK_TRAIN_PATH: /nope/train.parquet}", "train_path"),
+    ("05_kk_logic_full_scale", "{STEPS: 1000000000}", "--allow-long"),
+    ("06_math_full_scale", "{MAX_COMPLETION_LENGTH: 1000000000}", "--allow-long"),
+]
+
+
+@pytest.mark.parametrize("notebook,params,says", PLANNER_REFUSES)
+def test_batch_refuses_at_load_what_the_planner_refuses(tmp_path, capsys, notebook, params, says):
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text(f"notebooks:\n  - notebook: notebooks/{notebook}.ipynb\n    parameters: {params}\n")
+    refused(capsys, main([str(cfg), "--runs", str(tmp_path / "runs")]), cfg, says)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_shipped_plans_pass_the_batchs_load_checks():
+    from trgrpo.runs.plan import check_batch
+    from trgrpo.runs.spec import read_config
+
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        if "notebooks" in read_config(path):
+            check_batch(path, load_plan(path)[1])  # raises on a plan the batch would refuse
+
+
+def test_a_restarted_batch_skips_the_notebooks_that_finished(tmp_path, monkeypatch, capsys):
+    """Was: an interrupted batch wrote no summary, and a restart ran every notebook again."""
+    ran = []
+
+    def fake(nb, out_dir, *, smoke, parameters=None, timeout=None):
+        ran.append(nb.name)
+        if nb.name == "c.ipynb" and len(ran) == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the third notebook
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / nb.name).write_text("{}")
+        params = {"SMOKE": smoke, **(parameters or {})}
+        ok = nb.name != "b.ipynb" or len(ran) > 3  # b fails in the first batch
+        row = {"notebook": nb.name, "smoke": smoke, "parameters": params, "ok": ok, "seconds": 1.0, "error": ""}
+        return {**row, "output": str(out_dir / nb.name)}
+
+    monkeypatch.setattr(batch, "run_notebook", fake)
+    plan = [(tmp_path / f"{n}.ipynb", True, {"X": 1}) for n in "abc"]
+    with pytest.raises(KeyboardInterrupt):
+        batch.run_notebooks(plan, tmp_path / "out")
+    assert ran == ["a.ipynb", "b.ipynb", "c.ipynb"]
+    rows = batch.run_notebooks(plan, tmp_path / "out")  # the restart: a finished, b failed, c never did
+    assert ran[3:] == ["b.ipynb", "c.ipynb"] and [r["ok"] for r in rows] == [True, True, True]
+    assert "a.ipynb: finished in an earlier batch" in capsys.readouterr().out
+    plan[0] = (plan[0][0], True, {"X": 2})  # other parameters: run again
+    batch.run_notebooks(plan, tmp_path / "out")
+    assert ran[5:] == ["a.ipynb"]
+    batch.run_notebooks(plan, tmp_path / "out", rerun=True)
+    assert ran[6:] == ["a.ipynb", "b.ipynb", "c.ipynb"]

@@ -313,7 +313,7 @@ def kk(**kw):
 
 def full_scale(task: str, **params) -> list[RunSpec]:
     """The runs of notebook 05 (kk) or 06 (math) at its full-scale defaults, ``params`` changed."""
-    from trgrpo.batch import parameter_defaults
+    from trgrpo.notebook import parameter_defaults
 
     nb = {"kk": "05_kk_logic_full_scale", "math": "06_math_full_scale"}[task]
     defaults = parameter_defaults(Path(__file__).parents[2] / "notebooks" / f"{nb}.ipynb")

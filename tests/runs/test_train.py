@@ -92,6 +92,9 @@ KK = "task: kk\nmodel: embedded\n"
         (KK + "imports: trgrpo.tasks\n", "imports"),
         (KK + "imports: [../evil.py]\n", "imports"),
         (KK + "prompts_per_step: 3\nnum_generations: 3\ngradient_accumulation_steps: 2\n", "gradient_accumulation"),
+        (KK + "max_completion_length: 1e9\n", "--allow-long"),  # issue 48, item 5: runs that would never end
+        (KK + "max_eval_tokens: 1000000000\n", "max_eval_tokens"),  # was: trained, then evaluated without end
+        ("task: arith\nmodel: embedded\nsteps: 1000000000\n", "--allow-long"),
     ],
 )
 def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -51,7 +52,8 @@ def run_notebook(
     out_nb = out_dir / nb.name
     params = {"SMOKE": bool(smoke), **(parameters or {})}
     t0 = time.time()
-    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": "", "output": str(out_nb)}
+    row = {"notebook": nb.name, "smoke": bool(smoke), "parameters": params, "ok": False, "seconds": 0.0, "error": ""}
+    row["output"] = str(out_nb)
     try:
         with environment(**HEADLESS_ENV, TRGRPO_SMOKE="1" if smoke else "0"):
             pm.execute_notebook(
@@ -72,20 +74,41 @@ def run_notebook(
     return row
 
 
-def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[dict]:
-    """Run (notebook, smoke, parameters) entries in order with progress lines; print and save a summary."""
+def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path, *, rerun: bool = False) -> list[dict]:
+    """Run (notebook, smoke, parameters) entries in order with progress lines; the summary (``summary.json``) saved
+    after each. A notebook that finished in an earlier batch into ``out_dir`` (its summary row ok, with the same mode
+    and parameters, its output there) is not run again unless ``rerun``."""
+    done = {} if rerun else {_key(r): r for r in _earlier(out_dir) if r.get("ok") and Path(r["output"]).is_file()}
     rows = []
     for k, (nb, smoke, params) in enumerate(plan, 1):
-        print(f"[{k}/{len(plan)}] {nb.name} ({'smoke' if smoke else 'default'}) ...", flush=True)
-        row = run_notebook(Path(nb), out_dir, smoke=smoke, parameters=params)
-        print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
+        key = _key({"notebook": nb.name, "smoke": bool(smoke), "parameters": {"SMOKE": bool(smoke), **params}})
+        if row := done.get(key):
+            print(f"[{k}/{len(plan)}] {nb.name}: finished in an earlier batch ({row['output']}), not run again")
+        else:
+            print(f"[{k}/{len(plan)}] {nb.name} ({'smoke' if smoke else 'default'}) ...", flush=True)
+            row = run_notebook(Path(nb), out_dir, smoke=smoke, parameters=params)
+            print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
         rows.append(row)
+        write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     print(f"\n{'notebook':<40} {'mode':<8} {'status':<7} {'seconds':>8}\n" + "-" * 66)
     for r in rows:
         mode, status = "smoke" if r["smoke"] else "default", "ok" if r["ok"] else "FAILED"
         print(f"{r['notebook']:<40} {mode:<8} {status:<7} {r['seconds']:>8.1f}")
-    write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     return rows
+
+
+def _key(row: dict) -> tuple:
+    return row.get("notebook"), row.get("smoke"), json.dumps(row.get("parameters"), sort_keys=True)
+
+
+def _earlier(out_dir: Path) -> list[dict]:
+    """The rows of an earlier batch's ``summary.json`` in ``out_dir``; none when there is none or it is unreadable
+    (every notebook then runs again)."""
+    try:
+        rows = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
 class PlanEntry(Checked):
@@ -154,13 +177,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
     )
+    ap.add_argument("--rerun", action="store_true", help="also the notebooks that finished in an earlier batch")
+    ap.add_argument("--allow-long", action="store_true", help="run notebooks whose runs `trgrpo plan` calls too long")
     args = ap.parse_args(argv)
     try:
         name, plan = load_plan(Path(args.config), parse_overrides(args.set))
+        if args.smoke:
+            plan = [(nb, True, p) for nb, _, p in plan]
+        from trgrpo.runs.plan import check_batch  # the planner reads a batch plan through load_plan
+
+        check_batch(Path(args.config), plan, allow_long=args.allow_long)
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
-    if args.smoke:
-        plan = [(nb, True, p) for nb, _, p in plan]
-    rows = run_notebooks(plan, Path(args.runs) / name)
+    rows = run_notebooks(plan, Path(args.runs) / name, rerun=args.rerun)
     return 0 if all(r["ok"] for r in rows) else 1
