@@ -295,11 +295,14 @@ def test_make_docs_says_which_record_changed_under_its_summary(tmp_path):
     _edit(tmp_path / RUN, lambda r: _set(r, final={**r["final"], "greedy_accuracy": 0.99}))
     out = _make_docs(tmp_path)
     assert out.returncode == 1 and out.stdout == "", out
-    assert out.stderr.splitlines() == [  # the tau summary compares with the same GRPO runs
-        f"stale: {tmp_path / group / 'summary.json'} was built from other records ({RUN[:-5]} changed); "
-        "rebuild it (trgrpo.reports.tables.write_summaries, notebook 03) and render again"
-        for group in (CONTROLS, "toy/tau")
-    ], out.stderr
+    assert (
+        out.stderr.splitlines()
+        == [  # the tau summary compares with the same GRPO runs
+            f"stale: {tmp_path / group / 'summary.json'} was built from other records ({RUN[:-5]} changed); "
+            "rebuild it (trgrpo.reports.tables.write_summaries, notebook 03) and render again"
+            for group in (CONTROLS, "toy/tau")
+        ]
+    ), out.stderr
     _edit(tmp_path / KL_RUN, lambda r: _del(r, "spec", "kl_weighting"))
     out = _make_docs(tmp_path)
     assert out.returncode == 2 and out.stdout == "", out

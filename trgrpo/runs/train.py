@@ -24,6 +24,7 @@ from trgrpo.runs.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
 from trgrpo.runs.records import RecordError
 from trgrpo.runs.spec import RunSpec, env_world_size, load_specs, parse_overrides, train_config_summary
 from trgrpo.tasks import get_task
+from trgrpo.tasks.rows import hub_offline_problem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
                     estimates.append(estimate(spec, gpus=args.gpus or 1, gpu_mem_gb=80.0, gpu=GPUS["H100"]))
             if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
                 raise ConfigError(f"{args.config}: {problem}")
+        for i, spec in enumerate(specs if not args.print_config else ()):  # offline: before any model loads
+            hub = get_task(spec.task).hub_data
+            for option, repo, config in hub(spec) if hub else ():
+                if problem := hub_offline_problem(repo, config):
+                    raise ConfigError(f"{args.config}: run {i} ({spec.name}): {option}: hub dataset {repo!r} {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
