@@ -251,6 +251,8 @@ BAD_VALUES = [  # (notebook, parameters, the parameter the one line names)
     ("05_kk_logic_full_scale", "{RANGES: [[1.0]]}", "RANGES"),
     ("05_kk_logic_full_scale", "{STEPS: 1.5}", "STEPS"),
     ("05_kk_logic_full_scale", "{MODEL: ''}", "MODEL"),
+    ("05_kk_logic_full_scale", "{PLACEMENT: middle}", "PLACEMENT"),  # issue 48 item 4: was the spec's 'placement'
+    ("05_kk_logic_full_scale", "{TAU_MODE: times}", "TAU_MODE"),
     ("06_math_full_scale", "{TRAIN: 5}", "TRAIN"),
     ("06_math_full_scale", "{GROUP_SIZE: true}", "GROUP_SIZE"),
     ("07_agentic_search", "{TEMPERATURE: 0}", "TEMPERATURE"),
