@@ -3,9 +3,8 @@
 A block is the text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``; :data:`BLOCKS` says what renders
 each NAME. The numbers and tables come from the library (:mod:`trgrpo.reports.tables`, :mod:`course.workbooks`,
 :mod:`trgrpo.runs.bench`, :mod:`trgrpo.runs.plan`); the sentences around them are written here, none typed by hand.
-``tests/integration/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1
-when a file is stale, write nothing. A summary of :data:`SUMMARIES` built from other records than those there now
-(its record hashes) is named, exit 1, nothing written.
+``tests/integration/test_quoted_numbers.py`` keeps the committed files equal to :func:`render`. ``--check``: exit 1 when a
+file is stale, write nothing.
 """
 
 from __future__ import annotations
@@ -25,14 +24,7 @@ from trgrpo.files import RESULTS_DIR  # noqa: E402
 from trgrpo.reports import answers, tables  # noqa: E402
 from trgrpo.reports.tables import delta_text, row_mde  # noqa: E402
 from trgrpo.runs import bench, plan, toy_grid  # noqa: E402
-from trgrpo.runs.records import (  # noqa: E402
-    RECORD_SCHEMA,
-    RecordError,
-    changed_since,
-    read_json,
-    read_record,
-    record_path,
-)
+from trgrpo.runs.records import RECORD_SCHEMA, RecordError, read_json, read_record, record_path  # noqa: E402
 from trgrpo.runs.toy_controls import CONTROL_SEEDS, CONTROLS_GROUP, KL_BETAS, KL_GROUP, KL_WEIGHTINGS, TAU_GROUP  # noqa: E402
 from trgrpo.stats import num  # noqa: E402
 
@@ -41,8 +33,6 @@ SYLLABUS = ROOT / "docs" / "syllabus.md"
 GPU_PAGE = ROOT / "docs" / "gpu.md"
 COST_PAGE = ROOT / "docs" / "cost.md"
 DESIGN = ROOT / "docs" / "design.md"
-# The summaries the pages quote, each with the records it was built from (its "records" field): group, schema role
-SUMMARIES = ((CONTROLS_GROUP, "controls_summary"), (KL_GROUP, "kl_summary"), (TAU_GROUP, "tau_summary"))
 BLOCK = re.compile(r"(<!-- (?P<name>[\w-]+):start.*?-->\n)(?P<body>.*?)(<!-- (?P=name):end -->)", re.S)
 
 
@@ -781,18 +771,13 @@ def main(argv: list[str] | None = None) -> int:
     table = bench.RESULTS_DIR / "table.md"
     try:  # every file rendered before any is written
         new = {path: render(path) for path in BLOCKS} | ({table: bench_table()} if table.exists() else {})
-        summaries = {record_path(g, "summary"): role for g, role in SUMMARIES}
-        changed = {path: c for path, role in summaries.items() if (c := changed_since(path, role))}
+        changed = tables.changed_summaries()  # a summary quoted, built from other records than those there now
     except RecordError as e:  # an unreadable record: one line naming the file and the field, nothing written
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if changed:  # the pages quote a summary built from other records than those there now: nothing written
-        for path, what in changed.items():
-            print(
-                f"stale: {path} was built from other records ({', '.join(what)}); rebuild it "
-                "(trgrpo.reports.tables.write_summaries, notebook 03) and render again",
-                file=sys.stderr,
-            )
+    for path, what in changed.items():  # nothing written
+        print(f"stale: {path} was built from other records ({', '.join(what)}); rerun notebook 03", file=sys.stderr)
+    if changed:
         return 1
     stale = [path for path, text in new.items() if path.read_text() != text]
     for path in stale if not check else ():

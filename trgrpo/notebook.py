@@ -132,12 +132,6 @@ class Notebook:
         """Seconds since :func:`setup`."""
         return time.time() - self.started
 
-    def not_in_smoke(self, namespace: dict, *names: str) -> None:
-        """In smoke mode, one line naming each of ``names`` given a value (papermill's :func:`injected` cell) that
-        the smoke run does not use (its own small data and folders)."""
-        if given := [n for n in names if n in injected(namespace)] if self.smoke else []:
-            print(f"{self.name}: smoke mode does not use {', '.join(given)} (its own small data and folders)")
-
     def save_headline(self, headline: dict, keys: list[str] | None = None, *, quiet: bool = False) -> Path:
         """Write ``headline`` with its ``provenance`` (git commit, clean-tree flag, machine, versions:
         :func:`trgrpo.files.provenance`) to :attr:`headline_path` (atomic JSON, NaN -> null) and, unless
@@ -308,13 +302,6 @@ class ParameterError(ConfigError):
         return [f"ParameterError: {self}"]
 
 
-def injected(namespace: dict) -> list[str]:
-    """The names papermill's injected cell (the kernel's input that starts "# Parameters") assigns; none without."""
-    source = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
-    body = ast.parse(source).body
-    return [t.id for node in body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
-
-
 def check_parameters(nb: Notebook, namespace: dict) -> None:
     """The values in ``namespace`` of the parameters the notebook's file declares, by the rules a batch plan's
     values meet (:func:`trgrpo.notebook.check_values`), before smoke mode shrinks them. A copy of a notebook without
@@ -324,8 +311,16 @@ def check_parameters(nb: Notebook, namespace: dict) -> None:
     if not files:
         return
     defaults = parameter_defaults(files[0])
-    # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ)
-    unknown = [name for name in injected(namespace) if name not in defaults]
+    # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ): the names its injected cell
+    # (the kernel's input that starts "# Parameters") assigns
+    injected = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
+    unknown = [
+        t.id
+        for node in ast.parse(injected).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name) and t.id not in defaults
+    ]
     if unknown:
         raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")
     try:

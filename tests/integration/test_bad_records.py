@@ -299,7 +299,7 @@ def test_make_docs_says_which_record_changed_under_its_summary(tmp_path):
         out.stderr.splitlines()
         == [  # the tau summary compares with the same GRPO runs
             f"stale: {tmp_path / group / 'summary.json'} was built from other records ({RUN[:-5]} changed); "
-            "rebuild it (trgrpo.reports.tables.write_summaries, notebook 03) and render again"
+            "rerun notebook 03"
             for group in (CONTROLS, "toy/tau")
         ]
     ), out.stderr

@@ -15,7 +15,8 @@ import pytest
 from course import workbooks
 from trgrpo.files import ROOT
 from trgrpo.runs import batch
-from trgrpo.runs.batch import load_plan, main
+from trgrpo.runs.batch import main
+from trgrpo.runs.spec import load_plan
 
 
 def _nb(path, code):
@@ -229,7 +230,7 @@ def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field
 
 def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
     from trgrpo.notebook import parameter_defaults
-    from trgrpo.runs.batch import load_plan
+    from trgrpo.runs.spec import load_plan
 
     nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA = 1\nB = [2,\n     3]  # a list\nC: int = 3\nD = os.sep")
     assert parameter_defaults(nb) == {"SMOKE": False, "A": 1, "B": [2, 3], "C": 3, "D": None}

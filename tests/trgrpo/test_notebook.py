@@ -349,23 +349,6 @@ def test_placement_and_tau_mode_are_named_as_the_parameter_typed(tmp_path):
     notebook.check_values({"PLACEMENT": "surrogate", "TAU_MODE": "divide"}, defaults, "05")
 
 
-def test_a_parameter_smoke_mode_does_not_use_is_said(tmp_path, capsys):
-    """Issue 48, item 4: smoke mode silently dropped KK_TRAIN_PATH / KK_EVAL_PATH (05), FIGURES_DIR (03)."""
-    given = {"In": ["import x", "# Parameters\nKK_TRAIN_PATH = 'a.parquet'\nSTEPS = 2\n"]}
-    Notebook("05", True, tmp_path).not_in_smoke(given, "KK_TRAIN_PATH", "KK_EVAL_PATH")
-    assert capsys.readouterr().out == "05: smoke mode does not use KK_TRAIN_PATH (its own small data and folders)\n"
-    Notebook("05", False, tmp_path).not_in_smoke(given, "KK_TRAIN_PATH")  # full mode uses it
-    Notebook("05", True, tmp_path).not_in_smoke({"In": ["x = 1"]}, "KK_TRAIN_PATH")  # not given
-    assert capsys.readouterr().out == ""
-    for name, params in (
-        ("05_kk_logic_full_scale", ("KK_TRAIN_PATH", "KK_EVAL_PATH")),
-        ("03_toy_runs", ("FIGURES_DIR",)),
-    ):
-        cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
-        said = [c for c in cells if "nb.not_in_smoke(globals()" in "".join(c["source"])]
-        assert len(said) == 1 and all(f'"{p}"' in "".join(said[0]["source"]) for p in params), name
-
-
 def test_threads_zero_is_the_machines_default_in_every_notebook(monkeypatch):
     """Issue 48, item 4: -p THREADS 0 (the rule allows >= 0) reached torch.set_num_threads(0) in notebook 03
     (RuntimeError); every notebook hands THREADS to cpu_threads, where 0 means the default."""

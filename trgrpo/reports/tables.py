@@ -17,7 +17,7 @@ from trgrpo.models import display_name
 from trgrpo.reports import metrics
 from trgrpo.runs import toy_controls as tc
 from trgrpo.runs.fullscale import short_model_name
-from trgrpo.runs.records import summary_sources, write_result
+from trgrpo.runs.records import changed_since, record_path, summary_sources, write_result
 from trgrpo.runs.toy_grid import load_runs, run_label
 from trgrpo.weights import DEFAULTS
 
@@ -312,6 +312,17 @@ def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STE
     rows = arm_rows(arms, tc.BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
     body = {"kind": "tau_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
     return _summary(tc.TAU_GROUP, body, recs, results_dir, [r for rs in arms.values() for r in rs])
+
+
+# The grids' summaries: group -> the role of results.schema.json its summary.json follows
+SUMMARIES = {tc.CONTROLS_GROUP: "controls_summary", tc.KL_GROUP: "kl_summary", tc.TAU_GROUP: "tau_summary"}
+
+
+def changed_summaries(results_dir: Path | str | None = None) -> dict[Path, list[str]]:
+    """Each summary of :data:`SUMMARIES` built from other records than those there now: its path -> what changed
+    (:func:`~trgrpo.runs.records.changed_since`); empty when every one is current."""
+    paths = {record_path(group, "summary", results_dir): role for group, role in SUMMARIES.items()}
+    return {path: c for path, role in paths.items() if (c := changed_since(path, role, results_dir))}
 
 
 def write_summaries(results_dir: Path | str | None = None, **kw) -> list:

@@ -9,15 +9,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING
 
-from pydantic import Field
-
-from trgrpo.config import Checked, ConfigError
-from trgrpo.files import ROOT, RUNS_DIR, write_json
-from trgrpo.notebook import check_values, parameter_defaults
-from trgrpo.runs.records import check_folder_name
-from trgrpo.runs.spec import parse_overrides, read_config
+from trgrpo.config import ConfigError
+from trgrpo.files import RUNS_DIR, write_json
+from trgrpo.runs.plan import check_batch
+from trgrpo.runs.spec import load_plan, parse_overrides
 
 if TYPE_CHECKING:
     from traitlets.config import Config
@@ -111,64 +108,6 @@ def _earlier(out_dir: Path) -> list[dict]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
-class PlanEntry(Checked):
-    """A notebook of a batch plan: its path (from the project's root), parameters and mode (default: the plan's)."""
-
-    notebook: str
-    parameters: dict[str, Any] | None = None  # `parameters:` left empty is None
-    smoke: bool | None = None
-
-
-class BatchPlan(Checked):
-    """A batch plan file: its name (default: the file's), its mode, its notebooks (each a :class:`PlanEntry`)."""
-
-    name: str | None = None
-    smoke: bool = False
-    notebooks: Annotated[
-        list[dict], Field(min_length=1, description="a non-empty list of {notebook, parameters} entries")
-    ]
-
-
-def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
-    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
-    Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
-    path, overrides = Path(path), overrides or {}
-    data = read_config(path, "batch plan")
-    try:
-        spec = BatchPlan(**{str(k): v for k, v in data.items()})  # a key 1 is an unknown field, not a TypeError
-        name = check_folder_name("name", spec.name or path.stem)
-    except ValueError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    plan, declared = [], set()
-    for i, fields in enumerate(spec.notebooks):
-        where = f"{path}: notebooks[{i}]"
-        try:
-            entry = PlanEntry(**{str(k): v for k, v in fields.items()})
-        except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        nb = Path(entry.notebook)
-        nb = nb if nb.is_absolute() else ROOT / nb
-        if not nb.is_file():
-            raise ConfigError(f"{where}.notebook: {nb} does not exist")
-        params = entry.parameters or {}
-        try:
-            known = parameter_defaults(nb)
-        except Exception as e:  # noqa: BLE001 - not a notebook, or a parameters cell that does not parse
-            raise ConfigError(f"{where}.notebook: {nb} is not a readable notebook ({type(e).__name__})") from None
-        bad = sorted(set(params) - set(known) - {"SMOKE"})
-        if bad:
-            raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
-        check_values(params, known, f"{where}.parameters")
-        mine = {k: v for k, v in overrides.items() if k in known}
-        check_values(mine, known, f"{path}: --set")
-        declared |= set(known)
-        plan.append((nb, spec.smoke if entry.smoke is None else entry.smoke, {**params, **mine}))
-    bad = sorted(set(overrides) - declared - {"SMOKE"})
-    if bad:
-        raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
-    return name, plan
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="trgrpo batch", description="Execute notebooks with papermill into runs/<name>/")
     ap.add_argument("config", help="YAML file listing notebooks and parameters")
@@ -184,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         name, plan = load_plan(Path(args.config), parse_overrides(args.set))
         if args.smoke:
             plan = [(nb, True, p) for nb, _, p in plan]
-        from trgrpo.runs.plan import check_batch  # the planner reads a batch plan through load_plan
-
         check_batch(Path(args.config), plan, allow_long=args.allow_long)
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)

@@ -17,9 +17,16 @@ from pathlib import Path
 from trgrpo.config import ConfigError
 from trgrpo.files import ROOT
 from trgrpo.notebook import parameter_defaults
-from trgrpo.runs.batch import load_plan
 from trgrpo.runs.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
-from trgrpo.runs.spec import RunSpec, batch_layout, load_specs, parse_overrides, read_config, vllm_max_model_length
+from trgrpo.runs.spec import (
+    RunSpec,
+    batch_layout,
+    load_plan,
+    load_specs,
+    parse_overrides,
+    read_config,
+    vllm_max_model_length,
+)
 from trgrpo.tasks import get_task
 
 GB = 1e9
@@ -290,7 +297,7 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
 
 
 def plan_runs(path: Path, entries: list[tuple[Path, bool, dict]], *, smoke: bool = True) -> tuple[list[RunSpec], int]:
-    """The runs the entries of a batch plan (:func:`~trgrpo.runs.batch.load_plan`) start, only the project's notebooks
+    """The runs the entries of a batch plan (:func:`~trgrpo.runs.spec.load_plan`) start, only the project's notebooks
     05 / 06 / 07 read (without ``smoke``: not those in smoke mode, which train their own small runs), and the ZeRO
     stage of their accelerate config; every local data file they name is read as a spec file's are
     (``Task.check_data``, from the notebook's folder). Bad input: a :class:`ConfigError` naming the plan file."""

@@ -24,7 +24,6 @@ from trgrpo.runs.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
 from trgrpo.runs.records import RecordError
 from trgrpo.runs.spec import RunSpec, env_world_size, load_specs, parse_overrides, train_config_summary
 from trgrpo.tasks import get_task
-from trgrpo.tasks.rows import hub_offline_problem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,3 +164,17 @@ def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str |
     if len(specs) == 1 and (gpus or visible) == visible and visible <= 1:
         return None, None
     return (visible if gpus is None else gpus), None
+
+
+def hub_offline_problem(repo: str, config: str | None) -> str | None:
+    """Offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set): why a hub dataset cannot be read (not in the
+    local datasets cache); None when it can, or when the hub is not offline (its load then says what fails)."""
+    import datasets
+
+    if not datasets.config.HF_HUB_OFFLINE:  # either variable, as datasets reads them
+        return None
+    try:
+        datasets.load_dataset_builder(repo, config)
+    except Exception as e:  # ConnectionError (OfflineModeIsEnabled), DatasetNotFoundError, ...
+        return f"not in the local datasets cache and the hub is offline ({type(e).__name__})"
+    return None

@@ -46,8 +46,7 @@ class Task:
     ``config`` (config fields, e.g. the tool-call budget), ``evaluate_with_trainer`` (``evaluate`` gets the
     trainer), ``trainer_ready(trainer, spec)`` (once it is built) and ``record_extras(trainer, record, spec) ->
     fields`` (the task's own record fields); ``check_data(spec)`` reads the spec's data files when a spec is loaded
-    (a ``ValueError`` naming the option and the file), before anything runs; ``hub_data(spec)``: the hub datasets it
-    reads, ``(option, repo, config)`` each (offline, ``trgrpo train`` refuses one not in the local cache)."""
+    (a ``ValueError`` naming the option and the file), before anything runs."""
 
     build: Callable[[Any, Any], tuple[Any, list]]
     reward_funcs: Callable[[Any], list]
@@ -58,7 +57,7 @@ class Task:
     evaluate_with_trainer: bool = False
     options: type[TaskOptions] = TaskOptions
     check_data: Callable[[Any], None] | None = None
-    hub_data: Callable[[Any], list[tuple[str, str, str | None]]] | None = None
+    hub_data: Callable[[Any], list[tuple[str, str, str | None]]] | None = None  # (option, repo, config) read
     config: Callable[[Any], dict] | None = None
     trainer_ready: Callable[[Any, Any], None] | None = None
     record_extras: Callable[[Any, dict, Any], dict] | None = None

@@ -82,20 +82,6 @@ def load_from_hub(repo: str, config: str | None, split: str, hint: str) -> list[
     return [dict(row) for row in ds]
 
 
-def hub_offline_problem(repo: str, config: str | None) -> str | None:
-    """Offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set): why a hub dataset cannot be read (not in the
-    local datasets cache); None when it can, or when the hub is not offline (its load then says what fails)."""
-    import datasets
-
-    if not datasets.config.HF_HUB_OFFLINE:  # either variable, as datasets reads them
-        return None
-    try:
-        datasets.load_dataset_builder(repo, config)
-    except Exception as e:  # ConnectionError (OfflineModeIsEnabled), DatasetNotFoundError, ...
-        return f"not in the local datasets cache and the hub is offline ({type(e).__name__})"
-    return None
-
-
 def completion_text(completion: Any) -> Any:
     """A string as is, a message list's last content; anything else unchanged (rewards score it as their minimum)."""
     if isinstance(completion, str):
