@@ -93,7 +93,6 @@ KK = "task: kk\nmodel: embedded\n"
         (KK + "imports: [../evil.py]\n", "imports"),
         (KK + "prompts_per_step: 3\nnum_generations: 3\ngradient_accumulation_steps: 2\n", "gradient_accumulation"),
         (KK + "max_completion_length: 1e9\n", "--allow-long"),  # issue 48, item 5: runs that would never end
-        (KK + "max_eval_tokens: 1000000000\n", "max_eval_tokens"),  # was: trained, then evaluated without end
         ("task: arith\nmodel: embedded\nsteps: 1000000000\n", "--allow-long"),
     ],
 )
