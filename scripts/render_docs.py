@@ -776,9 +776,14 @@ def main(argv: list[str] | None = None) -> int:
     table = bench.RESULTS_DIR / "table.md"
     try:  # every file rendered before any is written
         new = {path: render(path) for path in BLOCKS} | ({table: bench_table()} if table.exists() else {})
+        changed = tables.changed_summaries()  # a summary quoted, built from other records than those there now
     except RecordError as e:  # an unreadable record: one line naming the file and the field, nothing written
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for path, what in changed.items():  # nothing written
+        print(f"stale: {path} was built from other records ({', '.join(what)}); rerun notebook 03", file=sys.stderr)
+    if changed:
+        return 1
     stale = [path for path, text in new.items() if path.read_text() != text]
     for path in stale if not check else ():
         path.write_text(new[path])

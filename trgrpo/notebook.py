@@ -21,6 +21,8 @@ from pydantic import AfterValidator, Field, ValidationError, create_model
 
 from trgrpo.config import COUNT, NON_NEGATIVE, POSITIVE, Checked, ConfigError
 from trgrpo.files import ROOT, provenance, write_json
+from trgrpo.loss import PLACEMENTS, Placement
+from trgrpo.weights import TAU_MODES, TauMode
 
 DEPENDENCIES = r"(transformers|trl|accelerate|datasets|huggingface_hub|peft)(\.|$)"
 
@@ -239,6 +241,8 @@ PARAMETER_RULES: dict[str, Any] = {
             Field(description='"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them'),
         ],
     ),
+    "PLACEMENT": Annotated[Placement, Field(description=f"one of {list(PLACEMENTS)}")],
+    "TAU_MODE": Annotated[TauMode, Field(description=f"one of {list(TAU_MODES)}")],
     "TAUS": Annotated[Sequence[Positive], Field(description="a list of numbers > 0")],
     **dict.fromkeys(
         ("RANGES", "LU_RANGES"),

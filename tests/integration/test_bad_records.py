@@ -232,3 +232,80 @@ def test_make_docs_stops_with_one_line_naming_the_file(tmp_path, file, change):
     assert out.returncode == 2 and out.stdout == "", out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / file}: not valid JSON"), out.stderr
+
+
+# Issue 48, item 7: a field a page indexes is in the schema (was KeyError / "not run yet"); a summary names the
+# records it was built from (was "up to date" while six verdicts changed under it)
+KL_RUN = "toy/kl/addition-micro-tr-surrogate-kleq10-beta0.04-seed0.json"
+
+
+def _del(rec: dict, *path: str) -> dict:
+    *parents, last = path
+    inner = rec
+    for key in parents:
+        inner = inner[key]
+    del inner[last]
+    return rec
+
+
+def test_a_kl_record_without_its_weighting_is_named(tmp_path, render):
+    """Was ``KeyError: 'kl_weighting'`` from answers.toy_extras and from make docs' KL sentence."""
+    _controls(tmp_path)
+    _copy(tmp_path, KL_RUN, "toy/kl/summary.json")
+    _edit(tmp_path / KL_RUN, lambda r: _del(r, "spec", "kl_weighting"))
+    field = rf"{KL_RUN}: field 'spec' lacks required field 'kl_weighting'"
+    with pytest.raises(RecordError, match=field):
+        answers.toy_extras(tmp_path)
+    with pytest.raises(RecordError, match=field):
+        render["toy_verdict"](tmp_path)
+
+
+@pytest.mark.parametrize("field", ["bounds_violations", "spread"])
+def test_notebook01_without_a_field_its_verdicts_read_is_named(tmp_path, field):
+    """Was Theorem 3.1 / 3.2 "not run yet", silently, beside a headline that is there."""
+    file = "notebooks/01_gradient_norm_theorem.json"
+    _copy(tmp_path, file)
+    _edit(tmp_path / file, lambda r: _del(r, field))
+    _verdicts_raise(tmp_path, file, f"required field '{field}'")
+
+
+def test_a_summary_names_the_record_changed_since_it_was_built(tmp_path):
+    from trgrpo.reports import tables
+    from trgrpo.runs.records import changed_since
+
+    _controls(tmp_path)
+    tables.controls_summary(tmp_path)
+    summary = tmp_path / CONTROLS / "summary.json"
+    assert changed_since(summary, "controls_summary", tmp_path) == []
+    _edit(tmp_path / RUN, lambda r: _set(r, final={**r["final"], "greedy_accuracy": 0.99}))
+    shutil.copy(tmp_path / RUN, tmp_path / CONTROLS / "extra.json")
+    _edit(tmp_path / CONTROLS / "extra.json", lambda r: _set(r, name="extra"))
+    (tmp_path / CONTROLS / "addition-micro-equal-seed1.json").unlink()
+    assert changed_since(summary, "controls_summary", tmp_path) == [
+        f"{CONTROLS}/addition-micro-equal-seed0 changed",
+        f"{CONTROLS}/addition-micro-equal-seed1 gone",
+        f"{CONTROLS}/extra added",
+    ]
+
+
+@pytest.mark.slow
+def test_make_docs_says_which_record_changed_under_its_summary(tmp_path):
+    """An accuracy edited by hand in one record: make docs said "up to date" (the README quotes the summary)."""
+    shutil.copytree(RESULTS, tmp_path, dirs_exist_ok=True)
+    _edit(tmp_path / RUN, lambda r: _set(r, final={**r["final"], "greedy_accuracy": 0.99}))
+    out = _make_docs(tmp_path)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert (
+        out.stderr.splitlines()
+        == [  # the tau summary compares with the same GRPO runs
+            f"stale: {tmp_path / group / 'summary.json'} was built from other records ({RUN[:-5]} changed); "
+            "rerun notebook 03"
+            for group in (CONTROLS, "toy/tau")
+        ]
+    ), out.stderr
+    _edit(tmp_path / KL_RUN, lambda r: _del(r, "spec", "kl_weighting"))
+    out = _make_docs(tmp_path)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.splitlines() == [
+        f"error: {tmp_path / KL_RUN}: field 'spec' lacks required field 'kl_weighting'"
+    ], out.stderr

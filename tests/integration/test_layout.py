@@ -202,11 +202,17 @@ def test_the_library_writes_no_documentation():
 # +195, and search at scale +371 (the retrieval server's code moved from scripts/ into tasks/search_data ~190, batched
 # retrieval, failures counted, the evaluation split across ranks, the planner's search terms, search_template), and
 # issue "first-order" section 2 A ~440 (runs/first_order.py: AdamW's applied update by hand, grad J, the schemes'
-# products and the run; lm_science's rollout shared with it; tables.first_order_text).
+# products and the run; lm_science's rollout shared with it; tables.first_order_text);
+# and issue "faults" (48): item 7 33 (a summary's record hashes and the check
+# that names a record changed since), item 1 20 (a full disk in one line for a record, spec.json and the pid file),
+# items 3 + 5 51 (the batch's load-time checks as the planner's, a restarted batch skips finished notebooks, the
+# evaluation's length in the estimate), item 6 45 (Task.hub_data for math and K&K, the offline check at load), item 4
+# 4 (PLACEMENT / TAU_MODE rules); then +14 (load_plan moved from runs/batch.py to runs/spec.py to break the batch ->
+# plan cycle: plan's import block; tables.changed_summaries, so that scripts/ stays within 2,000 lines).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 15_010
+HOUSE_LINES, LINE_CEILING = 13_061, 15_180
 
 
 def test_the_size_the_design_card_asks_for():

@@ -15,7 +15,8 @@ import pytest
 from course import workbooks
 from trgrpo.files import ROOT
 from trgrpo.runs import batch
-from trgrpo.runs.batch import load_plan, main
+from trgrpo.runs.batch import main
+from trgrpo.runs.spec import load_plan
 
 
 def _nb(path, code):
@@ -229,7 +230,7 @@ def test_batch_refuses_bad_plans_in_one_line(tmp_path, capsys, text, args, field
 
 def test_batch_accepts_the_parameters_a_notebook_declares(tmp_path):
     from trgrpo.notebook import parameter_defaults
-    from trgrpo.runs.batch import load_plan
+    from trgrpo.runs.spec import load_plan
 
     nb = _notebook(tmp_path / "a.ipynb", "SMOKE = False\nA = 1\nB = [2,\n     3]  # a list\nC: int = 3\nD = os.sep")
     assert parameter_defaults(nb) == {"SMOKE": False, "A": 1, "B": [2, 3], "C": 3, "D": None}
@@ -251,6 +252,8 @@ BAD_VALUES = [  # (notebook, parameters, the parameter the one line names)
     ("05_kk_logic_full_scale", "{RANGES: [[1.0]]}", "RANGES"),
     ("05_kk_logic_full_scale", "{STEPS: 1.5}", "STEPS"),
     ("05_kk_logic_full_scale", "{MODEL: ''}", "MODEL"),
+    ("05_kk_logic_full_scale", "{PLACEMENT: middle}", "PLACEMENT"),  # issue 48 item 4: was the spec's 'placement'
+    ("05_kk_logic_full_scale", "{TAU_MODE: times}", "TAU_MODE"),
     ("06_math_full_scale", "{TRAIN: 5}", "TRAIN"),
     ("06_math_full_scale", "{GROUP_SIZE: true}", "GROUP_SIZE"),
     ("07_agentic_search", "{TEMPERATURE: 0}", "TEMPERATURE"),
@@ -311,3 +314,62 @@ def test_batch_smoke_plan(tmp_path):
     rows = json.loads((tmp_path / "runs" / "smoke" / "summary.json").read_text())
     assert [row["notebook"] for row in rows] == ["05_kk_logic_full_scale.ipynb", "06_math_full_scale.ipynb"]
     assert all(row["ok"] and row["smoke"] for row in rows)
+
+
+# Issue 48, item 3: a plan the planner refuses is refused by the batch at load, before any notebook (was: notebook 05
+# started, PapermillExecutionError after seconds to minutes, exit 1, runs/<plan>/ written)
+PLANNER_REFUSES = [  # (notebook, parameters, what the one line says)
+    ("05_kk_logic_full_scale", "{GROUP_SIZE: 1}", "num_generations"),
+    ("05_kk_logic_full_scale", "{SCHEMES: [nope]}", "scheme"),
+    ("06_math_full_scale", "{TRAIN: nope/dsr.parquet}", "nope/dsr.parquet"),
+    ("05_kk_logic_full_scale", "{KK_TRAIN_PATH: /nope/train.parquet}", "train_path"),
+    ("05_kk_logic_full_scale", "{STEPS: 1000000000}", "--allow-long"),
+    ("06_math_full_scale", "{MAX_COMPLETION_LENGTH: 1000000000}", "--allow-long"),
+]
+
+
+@pytest.mark.parametrize("notebook,params,says", PLANNER_REFUSES)
+def test_batch_refuses_at_load_what_the_planner_refuses(tmp_path, capsys, notebook, params, says):
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text(f"notebooks:\n  - notebook: notebooks/{notebook}.ipynb\n    parameters: {params}\n")
+    refused(capsys, main([str(cfg), "--runs", str(tmp_path / "runs")]), cfg, says)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_shipped_plans_pass_the_batchs_load_checks():
+    from trgrpo.runs.plan import check_batch
+    from trgrpo.runs.spec import read_config
+
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        if "notebooks" in read_config(path):
+            check_batch(path, load_plan(path)[1])  # raises on a plan the batch would refuse
+
+
+def test_a_restarted_batch_skips_the_notebooks_that_finished(tmp_path, monkeypatch, capsys):
+    """Was: an interrupted batch wrote no summary, and a restart ran every notebook again."""
+    ran = []
+
+    def fake(nb, out_dir, *, smoke, parameters=None, timeout=None):
+        ran.append(nb.name)
+        if nb.name == "c.ipynb" and len(ran) == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the third notebook
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / nb.name).write_text("{}")
+        params = {"SMOKE": smoke, **(parameters or {})}
+        ok = nb.name != "b.ipynb" or len(ran) > 3  # b fails in the first batch
+        row = {"notebook": nb.name, "smoke": smoke, "parameters": params, "ok": ok, "seconds": 1.0, "error": ""}
+        return {**row, "output": str(out_dir / nb.name)}
+
+    monkeypatch.setattr(batch, "run_notebook", fake)
+    plan = [(tmp_path / f"{n}.ipynb", True, {"X": 1}) for n in "abc"]
+    with pytest.raises(KeyboardInterrupt):
+        batch.run_notebooks(plan, tmp_path / "out")
+    assert ran == ["a.ipynb", "b.ipynb", "c.ipynb"]
+    rows = batch.run_notebooks(plan, tmp_path / "out")  # the restart: a finished, b failed, c never did
+    assert ran[3:] == ["b.ipynb", "c.ipynb"] and [r["ok"] for r in rows] == [True, True, True]
+    assert "a.ipynb: finished in an earlier batch" in capsys.readouterr().out
+    plan[0] = (plan[0][0], True, {"X": 2})  # other parameters: run again
+    batch.run_notebooks(plan, tmp_path / "out")
+    assert ran[5:] == ["a.ipynb"]
+    batch.run_notebooks(plan, tmp_path / "out", rerun=True)
+    assert ran[6:] == ["a.ipynb", "b.ipynb", "c.ipynb"]

@@ -450,3 +450,63 @@ def test_a_finished_restart_keeps_the_training_time_and_peak_memory(tiny_model_d
     assert again["steps_run"] == 0 and again["resumed_from"].endswith("checkpoint-2")
     assert again["train_time_s"] == saved["train_time_s"]  # old code: + the restart's model loading and set-up
     assert again["peak_memory"] == saved["peak_memory"]
+
+
+def _no_space(monkeypatch, suffix: str) -> None:
+    """Every write of a file ending in ``suffix`` fails as a full disk does (ENOSPC)."""
+    import errno
+
+    real = Path.write_text
+
+    def full(self, *a, **kw):
+        if str(self).endswith(suffix):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "write_text", full)
+
+
+def test_a_restart_on_a_full_disk_is_one_line_from_the_pid_file(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """Issue 48, item 1: run_lock writing its pid file on a full checkpoint disk was an OSError traceback
+    (experiment.py); now one line naming the file, exit 1, the lock let go and nothing left behind."""
+    from trgrpo.runs import train
+
+    _no_space(monkeypatch, ".pid")
+    out_dir = tmp_path / "ckpt" / "restart" / "kk"
+    with pytest.raises(checkpoints.DiskFull, match=rf"disk full writing {out_dir}.pid \([0-9.]+ GB free\); free"):
+        with checkpoints.run_lock(out_dir):
+            pass
+    assert not (tmp_path / "ckpt").exists()
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    capsys.readouterr()
+    assert train.main(["--config", str(kk_config(tmp_path, tiny_model_dir)), "--results", str(tmp_path / "res")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: disk full writing {out_dir}.pid"), err
+    assert "resumes from its last complete checkpoint" in err[0]
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "res").exists()
+
+
+@pytest.mark.slow  # two tiny runs, ~10 s on 2 cores
+def test_a_full_results_disk_is_one_line_and_the_restart_only_evaluates(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 48, item 1: every step trained, then write_json's ``OSError: [Errno 28]`` as a traceback; now a
+    DiskFull naming the record (train: one line, exit 1), and the restart evaluates the last checkpoint only."""
+    import errno
+    import os as os_module
+
+    res, ck = tmp_path / "results", tmp_path / "ckpt"
+    real = os_module.fsync
+
+    def full(fd):
+        if str(res) in os_module.readlink(f"/proc/self/fd/{fd}"):  # the record's temporary file
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os_module, "fsync", full)
+    target = record_path("unit", "full", res)
+    with pytest.raises(checkpoints.DiskFull, match=rf"disk full writing {target} \([0-9.]+ GB free\); free space"):
+        run(two_steps(tiny_model_dir, "full"), results_dir=res, checkpoint_dir=ck, verbose=False)
+    assert not target.exists() and not list(target.parent.glob("*.tmp"))
+    monkeypatch.setattr(os_module, "fsync", real)
+    log = StepLog()
+    again = run(two_steps(tiny_model_dir, "full"), results_dir=res, checkpoint_dir=ck, callbacks=[log], verbose=False)
+    assert log.steps == [] and again["resumed_from"].endswith("checkpoint-2") and target.exists()

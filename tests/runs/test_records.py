@@ -156,14 +156,20 @@ def test_a_run_record_without_scheme_or_history_is_an_error_not_skipped(tmp_path
 def test_a_string_inside_a_step_list_names_the_file_and_the_field(tmp_path):
     from trgrpo.runs.toy_grid import load_runs
 
-    rec = _record(eval_history=[{"step": 0, "greedy_accuracy": 0.5}, {"step": 2, "greedy_accuracy": "0.75 (n=8)"}])
+    spec = {"beta": 0.0, "kl_weighting": "plain", "tau": 9.0, "lower": 0.75, "upper": 1.0, "placement": "ratio"}
+    spec |= {"tau_mode": "scale", "task_options": {}, "prompts_per_step": 4, "num_generations": 4}  # the toy's fields
+    rec = _record(spec=spec, eval_history=[{"step": 0, "greedy_accuracy": 0.5}, {"step": 2, "greedy_accuracy": "x"}])
     files.write_json(tmp_path / "g" / "r.json", rec)
     with pytest.raises(
         records.RecordError, match=r"g/r.json: field 'eval_history\[1\].greedy_accuracy' must be a number"
     ):
         load_runs(tmp_path, group="g")
-    files.write_json(tmp_path / "g" / "r.json", _record(eval_history=[{"step": 0, "greedy_accuracy": None}]))
+    files.write_json(tmp_path / "g" / "r.json", _record(spec=spec, eval_history=[{"step": 0, "greedy_accuracy": None}]))
     assert len(load_runs(tmp_path, group="g")) == 1
+    del spec["kl_weighting"]  # a field the toy's tables read (issue 48: was a KeyError in make docs)
+    files.write_json(tmp_path / "g" / "r.json", _record(spec=spec))
+    with pytest.raises(records.RecordError, match=r"g/r.json: field 'spec' lacks required field 'kl_weighting'"):
+        load_runs(tmp_path, group="g")
 
 
 def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):

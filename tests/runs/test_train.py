@@ -92,6 +92,8 @@ KK = "task: kk\nmodel: embedded\n"
         (KK + "imports: trgrpo.tasks\n", "imports"),
         (KK + "imports: [../evil.py]\n", "imports"),
         (KK + "prompts_per_step: 3\nnum_generations: 3\ngradient_accumulation_steps: 2\n", "gradient_accumulation"),
+        (KK + "max_completion_length: 1e9\n", "--allow-long"),  # issue 48, item 5: runs that would never end
+        ("task: arith\nmodel: embedded\nsteps: 1000000000\n", "--allow-long"),
     ],
 )
 def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):
@@ -241,3 +243,31 @@ def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypat
     assert processes(one, None) == (None, None) and processes(two, None) == (1, None)
     monkeypatch.setattr(fullscale, "n_devices", lambda: 0)
     assert processes(two, None) == (0, None) and "0 GPU(s) visible" in processes(one, 1)[1]
+
+
+@pytest.mark.parametrize(
+    "text,option",
+    [
+        ("task: math\nmodel: embedded\ntask_options: {train: deepscaler}\n", "task_options.train"),
+        (
+            "task: kk\nmodel: embedded\ntask_options: {eval_path: 'hub:nobody/not-a-dataset'}\n",
+            "task_options.eval_path",
+        ),
+    ],
+)
+def test_offline_hub_data_is_refused_at_load_naming_the_config(tmp_path, capsys, monkeypatch, text, option):
+    """Issue 48, item 6: a hub dataset offline failed after the model and tokenizer loaded (~60 s), a ConnectionError
+    line without the config file, exit 1; now at load: one line naming the file, the run and the option, exit 2."""
+    import datasets
+
+    from trgrpo.runs.train import main
+    from trgrpo.tasks import math
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setitem(math.MATH_HUB, "deepscaler", ("nobody/not-a-dataset", None, "train", "DSR"))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(text)
+    monkeypatch.setenv("TRGRPO_CHECKPOINTS", str(tmp_path / "ckpt"))
+    rc = main(["--config", str(cfg), "--results", str(tmp_path / "res")])
+    refused(capsys, rc, cfg, "run 0", option, "'nobody/not-a-dataset' not in the local datasets cache")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]  # nothing written

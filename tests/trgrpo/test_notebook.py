@@ -205,6 +205,8 @@ PAST = {  # what a rule says a parameter must be -> a value just past its bound 
     '"hub:<dataset>", "reasoning-gym", a Logic-RL file or a list of them': ["a.parquet", ""],
     "a list of numbers > 0": [1.0, 0.0],
     "a list of [L, U] pairs, 0 < L <= U": [[1.0, 1.4], [1.4, 1.0]],
+    "one of ['ratio', 'surrogate']": "middle",
+    "one of ['scale', 'divide']": "times",
 }
 
 
@@ -333,3 +335,27 @@ def test_a_notebook_stops_on_a_bad_papermill_parameter_in_one_line(tmp_path):
         pm.execute_notebook(str(nb), str(out), parameters={"STEPZ": 2}, progress_bar=False, cwd=str(ROOT))
     assert e.value.ename == "ParameterError" and "unknown parameter STEPZ" in e.value.evalue
     pm.execute_notebook(str(nb), str(out), parameters={"STEPS": 2}, progress_bar=False, cwd=str(ROOT))
+
+
+def test_placement_and_tau_mode_are_named_as_the_parameter_typed(tmp_path):
+    """Issue 48, item 4: -p PLACEMENT middle / -p TAU_MODE times passed the parameter check and failed later naming
+    the spec's field (placement, tau_mode), not the parameter a user typed."""
+    from trgrpo.config import ConfigError
+
+    defaults = notebook.parameter_defaults(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb")
+    for name, bad in (("PLACEMENT", "middle"), ("TAU_MODE", "times")):
+        with pytest.raises(ConfigError, match=rf"^05: parameter {name} must be one of \[.*\], got '{bad}'$"):
+            notebook.check_values({name: bad}, defaults, "05")
+    notebook.check_values({"PLACEMENT": "surrogate", "TAU_MODE": "divide"}, defaults, "05")
+
+
+def test_threads_zero_is_the_machines_default_in_every_notebook(monkeypatch):
+    """Issue 48, item 4: -p THREADS 0 (the rule allows >= 0) reached torch.set_num_threads(0) in notebook 03
+    (RuntimeError); every notebook hands THREADS to cpu_threads, where 0 means the default."""
+    import torch
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        assert not re.search(r"set_num_threads\(THREADS\)", code), path.name
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    assert notebook.cpu_threads(0) in (1, 2)

@@ -112,9 +112,9 @@ class Claim:
     evaluate: Callable[[Claim, Path], dict | list[dict]]
 
 
-def _records(folder: Path) -> list[dict]:
-    """The run records anywhere under ``folder`` (:func:`trgrpo.runs.records.run_records`)."""
-    return list(run_records(folder).values())
+def _records(folder: Path, role: str | None = None) -> list[dict]:
+    """The run records anywhere under ``folder`` (:func:`trgrpo.runs.records.run_records`, ``role`` as there)."""
+    return list(run_records(folder, role).values())
 
 
 def _row(claim: Claim, verdict: str, strength: str, evidence: str, scale: str, part: str = "", judged=None) -> dict:
@@ -156,7 +156,8 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
     """The SmolLM2 addition runs of results/toy/lm and each one's greedy accuracy before → after (no mean: two
     seeds per scheme cannot rank them)."""
     runs = sorted(
-        (r for r in _records(root / "toy" / "lm") if r.get("task") == "arith"), key=lambda r: (variant(r), r["seed"])
+        (r for r in _records(root / "toy" / "lm", "toy_run") if r.get("task") == "arith"),
+        key=lambda r: (variant(r), r["seed"]),
     )
     return runs, "; ".join(
         f"{variant(r)} seed {r['seed']} {num((r.get('initial') or {}).get('accuracy'), '.2f')} → "
@@ -170,15 +171,14 @@ def _lm_runs(root: Path) -> tuple[list[dict], str]:
 
 def theorem31(claim: Claim, root: Path) -> dict:
     rec = read_json(record_path("notebooks", "01_gradient_norm_theorem", root), "notebook01")
-    if rec is None or "bounds_violations" not in rec:
+    if rec is None:
         return _not_run(claim, "notebook 01 writes results/notebooks/01_gradient_norm_theorem.json")
-    rho = rec.get("spearman_pi_vs_grad_norm", math.nan)
-    fit = rec.get("fit_c_times_one_minus_pi", {})
+    rho, fit = rec["spearman_pi_vs_grad_norm"], rec["fit_c_times_one_minus_pi"]
     evidence = (
-        f"{rec['bounds_violations']} violations of the bounds in {rec.get('bounds_pairs', '?')} random "
-        f"distributions; on {rec.get('n_tokens', '?')} tokens of {display_name(rec.get('model'))}: "
-        f"Spearman(pi, grad norm) = {rho:.2f}, grad norm ~ {fit.get('c', math.nan):.0f} (1 - pi) "
-        f"with R^2 {fit.get('r2', math.nan):.2f}"
+        f"{rec['bounds_violations']} violations of the bounds in {rec['bounds_pairs']} random "
+        f"distributions; on {rec['n_tokens']} tokens of {display_name(rec['model'])}: "
+        f"Spearman(pi, grad norm) = {rho:.2f}, grad norm ~ {num(fit['c'], '.0f')} (1 - pi) "
+        f"with R^2 {num(fit['r2'], '.2f')}"
     )
     ok = rec["bounds_violations"] == 0 and rho < -0.5
     strength = "strong (a proof, checked numerically; one small LM)" if ok else "—"
@@ -187,11 +187,9 @@ def theorem31(claim: Claim, root: Path) -> dict:
 
 def theorem32(claim: Claim, root: Path) -> dict:
     rec = read_json(record_path("notebooks", "01_gradient_norm_theorem", root), "notebook01")
-    spread = (rec or {}).get("spread", {})
-    need = ("scale/equal", "scale/tr", "scale/reverse")
-    if not all(k in spread for k in need):
+    if rec is None:
         return _not_run(claim, "notebook 01 writes the spread of w * grad norm")
-    eq, tr, rev = (spread[k]["cv"] for k in need)
+    eq, tr, rev = (rec["spread"][k]["cv"] for k in ("scale/equal", "scale/tr", "scale/reverse"))
     evidence = (
         f"coefficient of variation of w * grad norm: GRPO {eq:.2f}, TR-GRPO {tr:.2f}, Reverse {rev:.2f} "
         f"(Eq. 11 with tau read as a scale); with tau as printed (divide) w = 1 and nothing changes"
@@ -244,7 +242,7 @@ def table2(claim: Claim, root: Path) -> dict:
 
 def table3(claim: Claim, root: Path) -> dict:
     rec = read_json(record_path("notebooks", "07_agentic_search", root), "notebook07")
-    if rec is None or "em_final" not in rec:
+    if rec is None:
         return _not_run(claim, "notebook 07 writes results/notebooks/07_agentic_search.json")
     em, start = rec["em_final"], rec.get("em_start", math.nan)
     evidence = f"exact match {start:.1%} at the start; after {rec.get('steps')} steps: " + ", ".join(
@@ -264,7 +262,7 @@ def toy_metrics(root: Path, group: str) -> dict[str, dict[int, float]]:
     """arm label -> seed -> the toy plan's primary metric, from the run records of ``results/<group>``."""
     out: dict[str, dict[int, float]] = {}
     where: dict[tuple, Path] = {}
-    for path, r in run_records(Path(root) / group).items():
+    for path, r in run_records(Path(root) / group, "toy_run").items():
         if (arm := (run_label(r), r["seed"])) in where:
             raise RecordError(f"{path}: field 'seed' {arm[1]} of arm {arm[0]} again, also in {where[arm]}")
         where[arm] = path
@@ -493,7 +491,7 @@ def toy_extras(results_dir: Path | str) -> list[dict]:
         ("tau", "tau sweep (Table 7)"),
         ("lm", "SmolLM2-135M-Instruct on two-number addition (notebook 03, Part B)"),
     ):
-        runs = _records(root / "toy" / sub)
+        runs = _records(root / "toy" / sub, "toy_run")
         row = {"runs": what, "folder": f"results/toy/{sub}/", "result": NOT_RUN, "scale": _toy_scale(runs)}
         if sub == "lm" and runs:  # no mean that would invite a ranking
             row["result"] = _lm_runs(root)[1]

@@ -19,7 +19,7 @@ from trgrpo.models import display_name
 from trgrpo.reports import metrics
 from trgrpo.runs import toy_controls as tc
 from trgrpo.runs.fullscale import short_model_name
-from trgrpo.runs.records import write_result
+from trgrpo.runs.records import changed_since, record_path, summary_sources, write_result
 from trgrpo.runs.toy_grid import load_runs, run_label
 from trgrpo.weights import DEFAULTS
 
@@ -237,8 +237,9 @@ def grid_cost(records: Sequence[dict]) -> dict:
     }
 
 
-def _summary(group: str, body: dict, recs: Sequence[dict], results_dir) -> dict:
-    """A grid's summary record: ``body``, the grid's cost and provenance; written as results/<group>/summary.json."""
+def _summary(group: str, body: dict, recs: Sequence[dict], results_dir, used: Sequence[dict] = ()) -> dict:
+    """A grid's summary record: ``body``, the grid's cost and provenance and the hashes of the records it was built
+    from (``recs`` and ``used``: other groups' records it compares against); written as results/<group>/summary.json."""
     machines = {
         f"{m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs" for m in (r.get("machine") or {} for r in recs)
     }
@@ -250,6 +251,7 @@ def _summary(group: str, body: dict, recs: Sequence[dict], results_dir) -> dict:
             "dirty": sorted({str(r.get("git_dirty")) for r in recs}),
             "machine": sorted(machines)[:3],
         },
+        "records": summary_sources([*recs, *used]),
     }
     write_result(group, "summary", out, results_dir)
     return out
@@ -288,16 +290,18 @@ def kl_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STEP
     against ``plain`` (Eq. 6)."""
     last = max(eval_steps)
     first = last - last // 3 + 1  # the last third of the run: steps 41-60 of 60
+    arms = kl_arms(results_dir)
     by_beta = {
         beta: {
             "accuracy": arm_rows(groups, "plain", tc.KL_WEIGHTINGS, value=lambda r: primary_metric(r, eval_steps)),
             "kl_steps_41_60": arm_rows(groups, "plain", tc.KL_WEIGHTINGS, value=lambda r: kl_window(r, first, last)),
         }
-        for beta, groups in kl_arms(results_dir).items()
+        for beta, groups in arms.items()
     }
     body = {"kind": "kl_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps)}
     body.update(kl_steps=[first, last], baseline="plain", by_beta=by_beta)
-    return _summary(tc.KL_GROUP, body, load_runs(results_dir, group=tc.KL_GROUP), results_dir)
+    used = [r for groups in arms.values() for rs in groups.values() for r in rs]
+    return _summary(tc.KL_GROUP, body, load_runs(results_dir, group=tc.KL_GROUP), results_dir, used)
 
 
 def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STEPS) -> dict:
@@ -309,7 +313,18 @@ def tau_summary(results_dir: Path | str | None = None, *, eval_steps=tc.EVAL_STE
     order = ["equal"] + [f"tr-surrogate-tau{t:g}" if t != DEFAULTS.tau else "tr-surrogate" for t in taus]
     rows = arm_rows(arms, tc.BASELINE, order, value=lambda r: primary_metric(r, eval_steps))
     body = {"kind": "tau_summary", "metric": tc.PRIMARY_METRIC, "eval_steps": list(eval_steps), "rows": rows}
-    return _summary(tc.TAU_GROUP, body, recs, results_dir)
+    return _summary(tc.TAU_GROUP, body, recs, results_dir, [r for rs in arms.values() for r in rs])
+
+
+# The grids' summaries: group -> the role of results.schema.json its summary.json follows
+SUMMARIES = {tc.CONTROLS_GROUP: "controls_summary", tc.KL_GROUP: "kl_summary", tc.TAU_GROUP: "tau_summary"}
+
+
+def changed_summaries(results_dir: Path | str | None = None) -> dict[Path, list[str]]:
+    """Each summary of :data:`SUMMARIES` built from other records than those there now: its path -> what changed
+    (:func:`~trgrpo.runs.records.changed_since`); empty when every one is current."""
+    paths = {record_path(group, "summary", results_dir): role for group, role in SUMMARIES.items()}
+    return {path: c for path, role in paths.items() if (c := changed_since(path, role, results_dir))}
 
 
 def write_summaries(results_dir: Path | str | None = None, **kw) -> list:

@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING
 
-from pydantic import Field
-
-from trgrpo.config import Checked, ConfigError
-from trgrpo.files import ROOT, RUNS_DIR, write_json
-from trgrpo.notebook import check_values, parameter_defaults
-from trgrpo.runs.records import check_folder_name
-from trgrpo.runs.spec import parse_overrides, read_config
+from trgrpo.config import ConfigError
+from trgrpo.files import RUNS_DIR, write_json
+from trgrpo.runs.plan import check_batch
+from trgrpo.runs.spec import load_plan, parse_overrides
 
 if TYPE_CHECKING:
     from traitlets.config import Config
@@ -51,7 +49,8 @@ def run_notebook(
     out_nb = out_dir / nb.name
     params = {"SMOKE": bool(smoke), **(parameters or {})}
     t0 = time.time()
-    row = {"notebook": nb.name, "smoke": bool(smoke), "ok": False, "seconds": 0.0, "error": "", "output": str(out_nb)}
+    row = {"notebook": nb.name, "smoke": bool(smoke), "parameters": params, "ok": False, "seconds": 0.0, "error": ""}
+    row["output"] = str(out_nb)
     try:
         with environment(**HEADLESS_ENV, TRGRPO_SMOKE="1" if smoke else "0"):
             pm.execute_notebook(
@@ -72,78 +71,41 @@ def run_notebook(
     return row
 
 
-def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path) -> list[dict]:
-    """Run (notebook, smoke, parameters) entries in order with progress lines; print and save a summary."""
+def run_notebooks(plan: list[tuple[Path, bool, dict]], out_dir: Path, *, rerun: bool = False) -> list[dict]:
+    """Run (notebook, smoke, parameters) entries in order with progress lines; the summary (``summary.json``) saved
+    after each. A notebook that finished in an earlier batch into ``out_dir`` (its summary row ok, with the same mode
+    and parameters, its output there) is not run again unless ``rerun``."""
+    done = {} if rerun else {_key(r): r for r in _earlier(out_dir) if r.get("ok") and Path(r["output"]).is_file()}
     rows = []
     for k, (nb, smoke, params) in enumerate(plan, 1):
-        print(f"[{k}/{len(plan)}] {nb.name} ({'smoke' if smoke else 'default'}) ...", flush=True)
-        row = run_notebook(Path(nb), out_dir, smoke=smoke, parameters=params)
-        print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
+        key = _key({"notebook": nb.name, "smoke": bool(smoke), "parameters": {"SMOKE": bool(smoke), **params}})
+        if row := done.get(key):
+            print(f"[{k}/{len(plan)}] {nb.name}: finished in an earlier batch ({row['output']}), not run again")
+        else:
+            print(f"[{k}/{len(plan)}] {nb.name} ({'smoke' if smoke else 'default'}) ...", flush=True)
+            row = run_notebook(Path(nb), out_dir, smoke=smoke, parameters=params)
+            print(f"      {'ok' if row['ok'] else 'FAILED'} in {row['seconds']:.0f} s {row['error']}", flush=True)
         rows.append(row)
+        write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     print(f"\n{'notebook':<40} {'mode':<8} {'status':<7} {'seconds':>8}\n" + "-" * 66)
     for r in rows:
         mode, status = "smoke" if r["smoke"] else "default", "ok" if r["ok"] else "FAILED"
         print(f"{r['notebook']:<40} {mode:<8} {status:<7} {r['seconds']:>8.1f}")
-    write_json(out_dir / "summary.json", rows)  # atomic: a killed batch never leaves half a summary
     return rows
 
 
-class PlanEntry(Checked):
-    """A notebook of a batch plan: its path (from the project's root), parameters and mode (default: the plan's)."""
-
-    notebook: str
-    parameters: dict[str, Any] | None = None  # `parameters:` left empty is None
-    smoke: bool | None = None
+def _key(row: dict) -> tuple:
+    return row.get("notebook"), row.get("smoke"), json.dumps(row.get("parameters"), sort_keys=True)
 
 
-class BatchPlan(Checked):
-    """A batch plan file: its name (default: the file's), its mode, its notebooks (each a :class:`PlanEntry`)."""
-
-    name: str | None = None
-    smoke: bool = False
-    notebooks: Annotated[
-        list[dict], Field(min_length=1, description="a non-empty list of {notebook, parameters} entries")
-    ]
-
-
-def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
-    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
-    Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
-    path, overrides = Path(path), overrides or {}
-    data = read_config(path, "batch plan")
+def _earlier(out_dir: Path) -> list[dict]:
+    """The rows of an earlier batch's ``summary.json`` in ``out_dir``; none when there is none or it is unreadable
+    (every notebook then runs again)."""
     try:
-        spec = BatchPlan(**{str(k): v for k, v in data.items()})  # a key 1 is an unknown field, not a TypeError
-        name = check_folder_name("name", spec.name or path.stem)
-    except ValueError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    plan, declared = [], set()
-    for i, fields in enumerate(spec.notebooks):
-        where = f"{path}: notebooks[{i}]"
-        try:
-            entry = PlanEntry(**{str(k): v for k, v in fields.items()})
-        except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        nb = Path(entry.notebook)
-        nb = nb if nb.is_absolute() else ROOT / nb
-        if not nb.is_file():
-            raise ConfigError(f"{where}.notebook: {nb} does not exist")
-        params = entry.parameters or {}
-        try:
-            known = parameter_defaults(nb)
-        except Exception as e:  # noqa: BLE001 - not a notebook, or a parameters cell that does not parse
-            raise ConfigError(f"{where}.notebook: {nb} is not a readable notebook ({type(e).__name__})") from None
-        bad = sorted(set(params) - set(known) - {"SMOKE"})
-        if bad:
-            raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
-        check_values(params, known, f"{where}.parameters")
-        mine = {k: v for k, v in overrides.items() if k in known}
-        check_values(mine, known, f"{path}: --set")
-        declared |= set(known)
-        plan.append((nb, spec.smoke if entry.smoke is None else entry.smoke, {**params, **mine}))
-    bad = sorted(set(overrides) - declared - {"SMOKE"})
-    if bad:
-        raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
-    return name, plan
+        rows = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,13 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="override a parameter of every notebook (YAML value)"
     )
+    ap.add_argument("--rerun", action="store_true", help="also the notebooks that finished in an earlier batch")
+    ap.add_argument("--allow-long", action="store_true", help="run notebooks whose runs `trgrpo plan` calls too long")
     args = ap.parse_args(argv)
     try:
         name, plan = load_plan(Path(args.config), parse_overrides(args.set))
+        if args.smoke:
+            plan = [(nb, True, p) for nb, _, p in plan]
+        check_batch(Path(args.config), plan, allow_long=args.allow_long)
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
-    if args.smoke:
-        plan = [(nb, True, p) for nb, _, p in plan]
-    rows = run_notebooks(plan, Path(args.runs) / name)
+    rows = run_notebooks(plan, Path(args.runs) / name, rerun=args.rerun)
     return 0 if all(r["ok"] for r in rows) else 1

@@ -169,7 +169,8 @@ def run_lock(out_dir: Path):
             "wait for it to end or stop it"
         ) from None
     try:
-        pid.write_text(str(os.getpid()))
+        with writing(pid):
+            pid.write_text(str(os.getpid()))
         yield
     finally:
         pid.unlink(missing_ok=True)
@@ -182,7 +183,24 @@ def run_lock(out_dir: Path):
 
 
 class DiskFull(OSError):
-    """No space left while a checkpoint was written (one line: the folder and the space a checkpoint needs)."""
+    """No space left while a run wrote a checkpoint, its record or its pid file (one line: what, where, the space)."""
+
+
+RESTART = "free space and start the run again: it resumes from its last complete checkpoint"
+
+
+@contextlib.contextmanager
+def writing(path: Path):
+    """An ENOSPC while ``path`` is written: a :class:`DiskFull` of one line naming it and the space free."""
+    import errno
+
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free
+        raise DiskFull(f"disk full writing {path} ({free / 1e9:.2f} GB free); {RESTART}") from None
 
 
 def disk_full(e: BaseException, trainer, out_dir: Path) -> DiskFull | None:
@@ -198,8 +216,7 @@ def disk_full(e: BaseException, trainer, out_dir: Path) -> DiskFull | None:
         need = sum(p.numel() for p in trainer.model.parameters()) * 4 * 3
     return DiskFull(
         f"disk full while saving a checkpoint in {out_dir}: a checkpoint needs about {need / 1e9:.2f} GB "
-        f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); free space and start the run again: it "
-        "resumes from its last complete checkpoint"
+        f"({shutil.disk_usage(out_dir).free / 1e9:.2f} GB free); {RESTART}"
     )
 
 

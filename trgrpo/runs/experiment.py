@@ -24,6 +24,7 @@ from trgrpo.runs.checkpoints import (
     live_log_dir,
     memory_changes,
     run_lock,
+    writing,
 )
 from trgrpo.runs.records import RUN_KIND, record_path, write_result
 from trgrpo.runs.spec import BATCH_READING, RunSpec, batch_layout, env_world_size, vllm_max_model_length
@@ -218,7 +219,8 @@ def run(
         )
         out_dir.mkdir(parents=True, exist_ok=True)  # once the data is built: a run that cannot start leaves nothing
         if not (out_dir / "spec.json").exists():  # the spec a checkpoint was trained with is never overwritten
-            write_json(out_dir / "spec.json", {"spec": spec.model_dump(), "engine": run_engine})
+            with writing(out_dir / "spec.json"):
+                write_json(out_dir / "spec.json", {"spec": spec.model_dump(), "engine": run_engine})
         if task.trainer_ready is not None:
             task.trainer_ready(trainer, spec)
         if trainer_ready is not None:
@@ -271,7 +273,8 @@ def run(
             record.update(task.record_extras(trainer, record, spec))
         if record_extras is not None:  # the caller's own fields (the toy: held-out curve, warm start, CPU time)
             record.update(record_extras(record))
-        path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
+        with writing(record_path(spec.group, spec.name, results_dir)):
+            path = write_result(spec.group, spec.name, record, results_dir) if main_process else None
         if verbose and main_process:
             acc = final.get("accuracy")
             print(

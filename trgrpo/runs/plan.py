@@ -17,9 +17,16 @@ from pathlib import Path
 from trgrpo.config import ConfigError
 from trgrpo.files import ROOT
 from trgrpo.notebook import parameter_defaults
-from trgrpo.runs.batch import load_plan
 from trgrpo.runs.fullscale import NOTEBOOK_SPECS, ModelShape, model_shape, specs_from_parameters
-from trgrpo.runs.spec import RunSpec, batch_layout, load_specs, parse_overrides, read_config, vllm_max_model_length
+from trgrpo.runs.spec import (
+    RunSpec,
+    batch_layout,
+    load_plan,
+    load_specs,
+    parse_overrides,
+    read_config,
+    vllm_max_model_length,
+)
 from trgrpo.tasks import get_task
 
 GB = 1e9
@@ -175,7 +182,12 @@ def estimate(
     if search:  # the questions split over the ranks; the server's retrieval on top
         eval_sequences = math.ceil(eval_sequences / gpus)
         rollout_s += search["retrieval_s_per_step"]
-    eval_s = generation_seconds(eval_sequences, shape, spec, gpu, kv_gb)[0] if eval_sequences else 0.0
+    longest = {"max_completion_length": spec.max_eval_tokens or spec.max_completion_length}  # evaluation's length
+    eval_s = (
+        generation_seconds(eval_sequences, shape, spec.model_copy(update=longest), gpu, kv_gb)[0]
+        if eval_sequences
+        else 0.0
+    )
     eval_s += search["eval_retrieval_s"] if search else 0.0
     hours = (spec.steps * (rollout_s + train_s) + eval_s * (2 if spec.eval_before else 1)) / 3600
     problems = []
@@ -217,7 +229,8 @@ def too_long(rows: list[dict], machine: str) -> str | None:
         return None
     return (
         f"{long['name']}: estimated {long['hours']:,.0f} h on {machine} (trgrpo plan), far beyond any plan "
-        f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / n_eval / max_completion_length, or pass --allow-long"
+        f"(> {MAX_RUN_HOURS:g} h): check steps / n_train / n_eval / max_completion_length / max_eval_tokens, or pass "
+        "--allow-long"
     )
 
 
@@ -334,18 +347,25 @@ def suggestions(spec: RunSpec, *, gpus: int, gpu_mem_gb: float, zero: int) -> li
 
 
 def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[RunSpec], int]:
-    """The runs a batch plan (only the project's notebooks 05 / 06 / 07 are read) or spec file would start, and the
-    ZeRO stage of its accelerate config; every local data file they name is read as a spec file's are
-    (``Task.check_data``, from the notebook's folder). Bad input: a :class:`ConfigError`."""
+    """The runs a batch plan (:func:`plan_runs`) or spec file would start, and the ZeRO stage of its accelerate
+    config. Bad input: a :class:`ConfigError`."""
     path = Path(path)
     data = read_config(path)
     if "notebooks" not in data and "smoke" not in data:
         return load_specs(path, overrides), 2
+    return plan_runs(path, load_plan(path, overrides)[1])
+
+
+def plan_runs(path: Path, entries: list[tuple[Path, bool, dict]], *, smoke: bool = True) -> tuple[list[RunSpec], int]:
+    """The runs the entries of a batch plan (:func:`~trgrpo.runs.spec.load_plan`) start, only the project's notebooks
+    05 / 06 / 07 read (without ``smoke``: not those in smoke mode, which train their own small runs), and the ZeRO
+    stage of their accelerate config; every local data file they name is read as a spec file's are
+    (``Task.check_data``, from the notebook's folder). Bad input: a :class:`ConfigError` naming the plan file."""
     specs: list[RunSpec] = []
     accel = "configs/zero2.yaml"
-    for i, (nb, _, params) in enumerate(load_plan(path, overrides)[1]):
+    for i, (nb, smoke_mode, params) in enumerate(entries):
         task = NOTEBOOK_SPECS.get(nb.name[:3])
-        if task is None:
+        if task is None or (smoke_mode and not smoke):
             continue  # notebooks that train nothing (08: tables)
         where = f"{path}: notebooks[{i}]"
         if nb.resolve().parent != (ROOT / "notebooks").resolve():
@@ -363,6 +383,19 @@ def plan_specs(path: str | Path, overrides: dict | None = None) -> tuple[list[Ru
             raise ConfigError(f"{where}.parameters: {e}") from None
         specs += built
     return specs, 3 if "zero3" in accel else 2
+
+
+def check_batch(path: Path, entries: list[tuple[Path, bool, dict]], *, allow_long: bool = False) -> None:
+    """What ``trgrpo batch`` checks before any notebook, as the planner does: the runs of its notebooks not in smoke
+    mode (:func:`plan_runs`), and none estimated over :data:`MAX_RUN_HOURS` even on 8 H100s, the shipped plans'
+    machine (:func:`too_long`; a model whose shape the planner does not know is not estimated)."""
+    specs, zero = plan_runs(path, entries, smoke=False)
+    rows = []
+    for spec in specs if not allow_long else ():
+        with contextlib.suppress(ValueError):
+            rows.append(estimate(spec, gpus=8, gpu_mem_gb=80.0, gpu=GPUS["H100"], zero=zero))
+    if problem := too_long(rows, "8 x H100"):
+        raise ConfigError(f"{path}: {problem}")
 
 
 def plan_report(

@@ -6,6 +6,7 @@ validate it (:func:`read_record`, :func:`read_json`, :func:`run_records`, :func:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -168,27 +169,57 @@ def read_json(path: Path | str, role: str | None = None) -> dict | None:
     return _check(_RESULTS[role], rec, str(path)) if role else rec
 
 
-def run_records(folder: Path | str) -> dict[Path, dict]:
+def run_records(folder: Path | str, role: str | None = None) -> dict[Path, dict]:
     """Path -> run record, every one under ``folder`` (recursively, sorted by path; no folder: none). A file is a run
     record by its place: the :data:`SIDE_FILES` and ``<name>.logs/`` aside, each ``*.json`` must be one, validated
     (:class:`RecordError` naming the file and the field: a list, another kind or a broken file never drops out
-    unseen); one run (group and name) in two files is refused naming both."""
+    unseen), and with ``role`` (a ``$defs`` key of ``results.schema.json``: ``toy_run``) also by that; one run (group
+    and name) in two files is refused naming both."""
     out: dict[Path, dict] = {}
     seen: dict[tuple, Path] = {}
     folder = Path(folder)
     for p in sorted(folder.rglob("*.json")) if folder.is_dir() else ():
         if any(p.match(side) for side in SIDE_FILES) or any(d.endswith(".logs") for d in p.relative_to(folder).parts):
             continue
-        rec = out[p] = read_record(p)
+        rec = out[p] = read_record(p) if role is None else _check(_RESULTS[role], read_record(p), str(p))
         if (key := (rec["group"], rec["name"])) in seen:
             raise RecordError(f"{p}: the same run as {seen[key]} (group {rec['group']!r}, name {rec['name']!r})")
         seen[key] = p
     return out
 
 
-def load_results(group: str, results_dir: Path | str | None = None) -> list[dict]:
+def load_results(group: str, results_dir: Path | str | None = None, role: str | None = None) -> list[dict]:
     """The run records of ``results/<group>/`` (:func:`run_records`)."""
-    return list(run_records(Path(results_dir or RESULTS_DIR) / group).values())
+    return list(run_records(Path(results_dir or RESULTS_DIR) / group, role).values())
+
+
+def record_hash(record: dict) -> str:
+    """The SHA-256 of a record's content (canonical JSON: key order and indentation aside): a summary keeps one per
+    record it was built from (:func:`summary_sources`), :func:`changed_since` compares them."""
+    text = json.dumps(jsonable(record), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def summary_sources(records: list[dict]) -> dict[str, str]:
+    """``{"<group>/<name>": record_hash}`` of the run records a summary is built from (its ``records`` field)."""
+    return {f"{r['group']}/{r['name']}": record_hash(r) for r in records}
+
+
+def changed_since(summary_path: Path | str, role: str, results_dir: Path | str | None = None) -> list[str]:
+    """What changed in the run records since the summary at ``summary_path`` was built from them (its ``records``
+    field, :func:`summary_sources`): each record edited or gone, and each record of its own folder it does not
+    list; empty when none (or no summary)."""
+    summary_path, root = Path(summary_path), Path(results_dir or RESULTS_DIR)
+    if (summary := read_json(summary_path, role)) is None:
+        return []
+    built = summary["records"]
+    groups = {k.rsplit("/", 1)[0] for k in built} | {summary_path.parent.relative_to(root).as_posix()}
+    now = {f"{r['group']}/{r['name']}": r for g in sorted(groups) for r in run_records(root / g).values()}
+    out = [
+        f"{k} {'changed' if k in now else 'gone'}" for k, h in built.items() if k not in now or record_hash(now[k]) != h
+    ]
+    own = summary_path.parent.relative_to(root).as_posix()
+    return out + [f"{k} added" for k, r in now.items() if k not in built and str(r["group"]) == own]
 
 
 def run_name(task: str, model: str, label: str, seed: int) -> str:

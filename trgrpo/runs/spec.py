@@ -1,6 +1,7 @@
 """What a run is: :class:`RunSpec` (checked on construction; its fields are the run's identity), read from a spec
 YAML with a grid and overrides (:func:`load_specs`; every YAML of the project goes through the hardened
-:func:`read_config`), and what it implies for the batch (:func:`batch_layout`)."""
+:func:`read_config`), and what it implies for the batch (:func:`batch_layout`); a batch plan of notebooks
+(:func:`load_plan`: ``trgrpo batch`` runs it, ``trgrpo plan`` estimates it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import yaml
 from pydantic import BeforeValidator, Field, model_validator
 
 from trgrpo.config import COUNT, NON_NEGATIVE, POSITIVE, Checked, ConfigError
+from trgrpo.files import ROOT
 from trgrpo.loss import LOWER_CLIP, KLWeighting, Placement
+from trgrpo.notebook import check_values, parameter_defaults
 from trgrpo.paper import BETA, EPS_HIGH, EPS_LOW, TEMPERATURES
 from trgrpo.runs.records import check_folder_name, run_name
 from trgrpo.tasks import get_task, task_names
@@ -325,3 +328,61 @@ def parse_overrides(items: list[str]) -> dict:
         except yaml.YAMLError:
             raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
     return out
+
+
+class PlanEntry(Checked):
+    """A notebook of a batch plan: its path (from the project's root), parameters and mode (default: the plan's)."""
+
+    notebook: str
+    parameters: dict[str, Any] | None = None  # `parameters:` left empty is None
+    smoke: bool | None = None
+
+
+class BatchPlan(Checked):
+    """A batch plan file: its name (default: the file's), its mode, its notebooks (each a :class:`PlanEntry`)."""
+
+    name: str | None = None
+    smoke: bool = False
+    notebooks: Annotated[
+        list[dict], Field(min_length=1, description="a non-empty list of {notebook, parameters} entries")
+    ]
+
+
+def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tuple[Path, bool, dict]]]:
+    """A batch plan as (name, [(notebook, smoke, parameters)]), ``overrides`` applied where a notebook has them.
+    Bad input, including a parameter no parameters cell assigns (papermill only warns), is a ``ConfigError``."""
+    path, overrides = Path(path), overrides or {}
+    data = read_config(path, "batch plan")
+    try:
+        spec = BatchPlan(**{str(k): v for k, v in data.items()})  # a key 1 is an unknown field, not a TypeError
+        name = check_folder_name("name", spec.name or path.stem)
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    plan, declared = [], set()
+    for i, fields in enumerate(spec.notebooks):
+        where = f"{path}: notebooks[{i}]"
+        try:
+            entry = PlanEntry(**{str(k): v for k, v in fields.items()})
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        nb = Path(entry.notebook)
+        nb = nb if nb.is_absolute() else ROOT / nb
+        if not nb.is_file():
+            raise ConfigError(f"{where}.notebook: {nb} does not exist")
+        params = entry.parameters or {}
+        try:
+            known = parameter_defaults(nb)
+        except Exception as e:  # noqa: BLE001 - not a notebook, or a parameters cell that does not parse
+            raise ConfigError(f"{where}.notebook: {nb} is not a readable notebook ({type(e).__name__})") from None
+        bad = sorted(set(params) - set(known) - {"SMOKE"})
+        if bad:
+            raise ConfigError(f"{where}.parameters: {bad} not in {nb.name}'s parameters cell ({sorted(known)})")
+        check_values(params, known, f"{where}.parameters")
+        mine = {k: v for k, v in overrides.items() if k in known}
+        check_values(mine, known, f"{path}: --set")
+        declared |= set(known)
+        plan.append((nb, spec.smoke if entry.smoke is None else entry.smoke, {**params, **mine}))
+    bad = sorted(set(overrides) - declared - {"SMOKE"})
+    if bad:
+        raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
+    return name, plan

@@ -158,7 +158,7 @@ def run_grid(specs: Sequence[RunSpec | dict], *, threads: int | None = 2, progre
 
 def load_runs(results_dir: Path | str | None = None, group: str = GROUP, task: str | None = None) -> list[dict]:
     """The run records of the toy grid, of one ``task`` or all (other JSON files, e.g. analyses, are left out)."""
-    return [r for r in load_results(group, results_dir) if task is None or r.get("task") == task]
+    return [r for r in load_results(group, results_dir, "toy_run") if task is None or r.get("task") == task]
 
 
 def run_label(record: dict) -> str:

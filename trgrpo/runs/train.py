@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
                     )
             if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
                 raise ConfigError(f"{args.config}: {problem}")
+        for i, spec in enumerate(specs if not args.print_config else ()):  # offline: before any model loads
+            hub = get_task(spec.task).hub_data
+            for option, repo, config in hub(spec) if hub else ():
+                if problem := hub_offline_problem(repo, config):
+                    raise ConfigError(f"{args.config}: run {i} ({spec.name}): {option}: hub dataset {repo!r} {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
@@ -161,3 +166,17 @@ def processes(specs: list[RunSpec], gpus: int | None) -> tuple[int | None, str |
     if len(specs) == 1 and (gpus or visible) == visible and visible <= 1:
         return None, None
     return (visible if gpus is None else gpus), None
+
+
+def hub_offline_problem(repo: str, config: str | None) -> str | None:
+    """Offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set): why a hub dataset cannot be read (not in the
+    local datasets cache); None when it can, or when the hub is not offline (its load then says what fails)."""
+    import datasets
+
+    if not datasets.config.HF_HUB_OFFLINE:  # either variable, as datasets reads them
+        return None
+    try:
+        datasets.load_dataset_builder(repo, config)
+    except Exception as e:  # ConnectionError (OfflineModeIsEnabled), DatasetNotFoundError, ...
+        return f"not in the local datasets cache and the hub is offline ({type(e).__name__})"
+    return None

@@ -57,6 +57,7 @@ class Task:
     evaluate_with_trainer: bool = False
     options: type[TaskOptions] = TaskOptions
     check_data: Callable[[Any], None] | None = None
+    hub_data: Callable[[Any], list[tuple[str, str, str | None]]] | None = None  # (option, repo, config) read
     config: Callable[[Any], dict] | None = None
     trainer_ready: Callable[[Any, Any], None] | None = None
     record_extras: Callable[[Any, dict, Any], dict] | None = None

@@ -355,4 +355,19 @@ def _check_data(spec: Any) -> None:
                 raise ValueError(f"task_options.{key}: {e}") from None
 
 
-register_task("kk", Task(_build, _rewards, _evaluate, _data_source, options=KKOptions, check_data=_check_data))
+def _hub_data(spec: Any) -> list[tuple[str, str, str | None]]:
+    """The hub sets ("hub:<repo>") a spec's ``train_path`` / ``eval_path`` name: (option, repo, config), a config per
+    number of people."""
+    o = KKOptions(**spec.task_options)
+    return [
+        (f"task_options.{key}", str(paths).removeprefix("hub:"), f"{p}ppl")
+        for key, paths, sizes in (("train_path", o.train_path, o.n_people), ("eval_path", o.eval_path, o.eval_n_people))
+        if isinstance(paths, str) and paths.startswith("hub:")
+        for p in _n_people_tuple(sizes, lo=1, hi=10_000)
+    ]
+
+
+register_task(
+    "kk",
+    Task(_build, _rewards, _evaluate, _data_source, options=KKOptions, check_data=_check_data, hub_data=_hub_data),
+)

@@ -459,6 +459,13 @@ def _check_data(spec: Any) -> None:
                     raise ValueError(f"task_options.{key}: {e}") from None
 
 
+def _hub_data(spec: Any) -> list[tuple[str, str, str | None]]:
+    """The :data:`MATH_HUB` sets a spec trains or evaluates on: (option, repo, config)."""
+    opts = MathOptions(**spec.task_options)
+    named = [("task_options.train", opts.train)] + [("task_options.eval_sets", name) for name in opts.eval_sets]
+    return [(key, *MATH_HUB[name][:2]) for key, name in named if name in MATH_HUB]
+
+
 register_task(
     "math",
     Task(
@@ -468,5 +475,6 @@ register_task(
         _data_source,
         options=MathOptions,
         check_data=_check_data,
+        hub_data=_hub_data,
     ),
 )
