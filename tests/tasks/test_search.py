@@ -396,6 +396,7 @@ def test_a_search_run_trains_with_the_config_of_the_search_trainer(tmp_path):
         weight_placement="surrogate",
         ddp_timeout=6 * 3600,
         vllm_importance_sampling_correction=False,  # the spec's 'off', as verl
+        vllm_gpu_memory_utilization=0.5,  # RunSpec's one default (TRL's own is 0.3)
     )
     a, b = run_cfg.to_dict(), ref.to_dict()
     # disable_tqdm follows transformers' log level when the config is made (other tests in the worker change it)
