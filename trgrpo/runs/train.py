@@ -59,11 +59,6 @@ def main(argv: list[str] | None = None) -> int:
                     )
             if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
                 raise ConfigError(f"{args.config}: {problem}")
-        for i, spec in enumerate(specs if not args.print_config else ()):  # offline: before any model loads
-            hub = get_task(spec.task).hub_data
-            for option, repo, config in hub(spec) if hub else ():
-                if problem := hub_offline_problem(repo, config):
-                    raise ConfigError(f"{args.config}: run {i} ({spec.name}): {option}: hub dataset {repo!r} {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
@@ -79,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     cpu, problem = cpu_processes()
     zero, problem = (None, problem) if problem else cpu_zero(cpu)
     gpus, problem = (0, problem) if cpu > 1 or problem else processes(specs, args.gpus)
+    for i, spec in enumerate(specs):  # the data offline, after the machine's checks, before any model loads
+        hub = get_task(spec.task).hub_data
+        for option, repo, config in hub(spec) if hub else ():
+            if not problem and (offline := hub_offline_problem(repo, config)):
+                problem = f"{args.config}: run {i} ({spec.name}): {option}: hub dataset {repo!r} {offline}"
     if problem:
         print(f"{ap.prog}: error: {problem}", file=sys.stderr)
         return 2
