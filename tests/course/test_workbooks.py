@@ -655,7 +655,12 @@ def wrong_answer_notebook(nb, record: Path | str):
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+@pytest.mark.parametrize(
+    "path",
+    # 03's and 07's solutions run toy trainings (40 s and 23 s on 2 busy cores): slow tier, for make test's budget
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem.startswith(("03_", "07_")) else p for p in SOLUTIONS],
+    ids=[p.stem for p in SOLUTIONS],
+)
 def test_every_check_fails_a_wrong_answer_with_a_message(path, tmp_path, monkeypatch):
     """The solutions notebook runs in smoke mode, every cell and every check with its right answer, its output clean
     (the rules of tests/nbval_harness.py: this is the solutions' one execution in ``make test``); then each check

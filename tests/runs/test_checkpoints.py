@@ -354,6 +354,7 @@ def test_run_pending_runs_the_specs_without_a_record_in_order(tmp_path):
         record_path("g", "../x", tmp_path)
 
 
+@pytest.mark.slow  # two tiny runs (20 s on 2 cores): make test-slow, for make test's budget
 def test_launch_can_drop_checkpoints_of_finished_runs(tiny_model_dir, tmp_path, monkeypatch):
     """Smoke runs of notebooks 05/06 pass keep_checkpoints=False: a finished run leaves its result, no checkpoint."""
     from trgrpo.runs import fullscale
