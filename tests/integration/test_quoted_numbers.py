@@ -238,6 +238,7 @@ def test_notebook08_types_no_result():
     assert not typed, f"numbers typed into notebook 08's markdown: {typed}"
 
 
+@pytest.mark.slow  # ~20 s on 2 busy cores; the same rendering is compared in process above
 def test_the_docs_command_as_make_runs_it_finds_every_block_up_to_date():
     """`make docs` runs `scripts/render_docs.py` in its own process; with --check it writes nothing and exits 0 only
     when every generated block of README.md and docs/*.md equals its rendering from the records."""

@@ -8,7 +8,9 @@ fails (CI must exercise it); ``TRGRPO_SKIP_BROWSER=1`` skips it. Everything the 
 write goes to the pytest tmp dir (Jupyter config/data/runtime dirs, IPython dir, figures, results, the notebook
 copy); on failure a screenshot, the page's text and the server log are saved there and named in the message.
 """
+
 from __future__ import annotations
+
 import base64
 import hashlib
 import json
@@ -22,8 +24,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "02_token_weight_function.ipynb"

@@ -3,26 +3,16 @@ harness catches noisy output, a late notebook and a stale allow-list (tests/nbva
 
 Each test runs pytest with nbval in a subprocess, as `make test` runs it, and reads its report.
 """
+
 from __future__ import annotations
+
 import os
 import subprocess
 import sys
 from pathlib import Path
+
 import pytest
-from tests.nbval_harness import CHECK_TAG
-import inspect
-import torch
-from course import workbooks
-from trgrpo.weights import token_weights
-import base64
-import hashlib
-import json
-import re
-import shutil
-import socket
-import time
-import urllib.error
-import urllib.request
+
 from tests.nbval_harness import CHECK_TAG
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,18 +1,14 @@
 """Notebooks as a student runs them: what a run at its defaults or in smoke mode leaves behind."""
+
 from __future__ import annotations
-from pathlib import Path
-import pytest
-import course
+
 import json
 import os
 import subprocess
 import sys
-from course import workbooks
-import re
-import tomllib
-import yaml
-from trgrpo.runs import records
+from pathlib import Path
 
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -308,6 +308,7 @@ def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):
     return path
 
 
+@pytest.mark.slow  # three papermill executions, ~20 s on 2 busy cores; check_values is tested in process below
 def test_a_notebook_stops_on_a_bad_papermill_parameter_in_one_line(tmp_path):
     """papermill -p STEPS -5 or a misspelt -p STEPZ 2: the cell after the parameters (notebook.setup) stops the run,
     naming the parameter in one line (no traceback through the library), also in smoke mode; a good value runs."""

@@ -112,6 +112,7 @@ def tiny_moe_dir(tiny_model_dir, tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow  # ~7 s on 2 busy cores; the dense model's exact match is in the default tier
 def test_equal_weights_reproduce_trl_grpo_on_a_moe_model(tiny_moe_dir, tmp_path):
     """TRL adds router_aux_loss_coef x the router's load-balancing loss and logs it; so must we."""
     from trl import GRPOConfig, GRPOTrainer
