@@ -13,6 +13,7 @@ import nbformat
 import pytest
 
 from course import workbooks
+from tests.runs import refused
 from trgrpo.files import ROOT
 from trgrpo.runs import batch
 from trgrpo.runs.batch import main
@@ -174,16 +175,6 @@ def test_run_notebook_prints_no_encryption_warning(tmp_path, capfd):
 #
 # The command lines (train, batch, plan) are called in-process through their ``cli`` entry points; each bad input
 # gives one line on stderr naming the file and the field, exit code 2, and writes nothing.
-
-
-def refused(capsys, rc, *needles):
-    out, err = capsys.readouterr()
-    assert rc == 2, (rc, out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert str(needle) in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):

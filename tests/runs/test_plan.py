@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.runs import refused
 from trgrpo import notebook
 from trgrpo.runs import fullscale, plan
 from trgrpo.runs.spec import RunSpec
@@ -282,16 +283,6 @@ def test_the_planner_plans_the_search_runs(plan, gpus, mem, capsys, monkeypatch)
     assert all(r["fits"] and r["batch"]["global_completions_per_step"] == 256 for r in runs)
     assert all(r["batch"]["global_prompts_per_step"] == 32 and r["batch"]["world_size"] == gpus for r in runs)
     assert all(r["memory_gb"]["vllm"] > 0 for r in runs)  # vLLM colocated, as the full-scale notebook runs it
-
-
-def refused(capsys, rc, *needles):
-    out, err = capsys.readouterr()
-    assert rc == 2, (rc, out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert str(needle) in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def _notebook(path, params="SMOKE = False\nSTEPS = 1\nMODEL = 'x'"):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.runs import refused
 from trgrpo.files import ROOT
 from trgrpo.runs import fullscale
 from trgrpo.runs.fullscale import specs_from_parameters
@@ -31,7 +32,9 @@ def _full_scale_kk_config(tmp_path) -> Path:
     return write_specs(specs, tmp_path / "kk.yaml")
 
 
-PAPER_DATA = {"train_path": "hub:K-and-K/knights-and-knaves", "eval_path": "hub:K-and-K/knights-and-knaves"}
+KK_PAPER_DATA = "hub:K-and-K/knights-and-knaves"  # the shipped K&K configs' data (experiments/train_kk_qwen3b.yaml)
+PAPER_DATA = {"train_path": KK_PAPER_DATA, "eval_path": KK_PAPER_DATA}
+KK_REPO = KK_PAPER_DATA.removeprefix("hub:")
 
 
 def test_print_config_names_each_runs_data(tmp_path, capsys):
@@ -55,16 +58,6 @@ def test_print_config_names_each_runs_data_as_typed(tmp_path):
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["data"] == PAPER_DATA
-
-
-def refused(capsys, rc, *needles):
-    out, err = capsys.readouterr()
-    assert rc == 2, (rc, out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert str(needle) in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 KK = "task: kk\nmodel: embedded\n"
@@ -246,28 +239,36 @@ def test_one_process_refuses_several_gpus_and_a_launcher_several_specs(monkeypat
 
 
 @pytest.mark.parametrize(
-    "text,option",
-    [
-        ("task: math\nmodel: embedded\ntask_options: {train: deepscaler}\n", "task_options.train"),
+    "text,option,repo",
+    [  # the names the shipped configs read: math's DeepScaleR (tasks.math.MATH_HUB), K&K's paper puzzles
+        ("task: math\nmodel: embedded\ntask_options: {train: deepscaler}\n", "task_options.train", "agentica-org/"),
         (
-            "task: kk\nmodel: embedded\ntask_options: {eval_path: 'hub:nobody/not-a-dataset'}\n",
+            f"task: kk\nmodel: embedded\ntask_options: {{eval_path: '{KK_PAPER_DATA}'}}\n",
             "task_options.eval_path",
+            KK_REPO,
+        ),
+        (
+            f"task: kk\nmodel: embedded\ntask_options: {{train_path: '{KK_PAPER_DATA}'}}\n",
+            "task_options.train_path",
+            KK_REPO,
         ),
     ],
 )
-def test_offline_hub_data_is_refused_at_load_naming_the_config(tmp_path, capsys, monkeypatch, text, option):
+def test_offline_hub_data_is_refused_at_load_naming_the_config(
+    tmp_path, tmp_path_factory, capsys, monkeypatch, text, option, repo
+):
     """Issue 48, item 6: a hub dataset offline failed after the model and tokenizer loaded (~60 s), a ConnectionError
-    line without the config file, exit 1; now at load: one line naming the file, the run and the option, exit 2."""
+    line without the config file, exit 1; now at load: one line naming the file, the run and the option, exit 2. The
+    datasets cache is an empty folder, so the shipped names are not found on any machine."""
     import datasets
 
     from trgrpo.runs.train import main
-    from trgrpo.tasks import math
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setitem(math.MATH_HUB, "deepscaler", ("nobody/not-a-dataset", None, "train", "DSR"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path_factory.mktemp("empty-datasets-cache")))
     cfg = tmp_path / "run.yaml"
     cfg.write_text(text)
     monkeypatch.setenv("TRGRPO_CHECKPOINTS", str(tmp_path / "ckpt"))
     rc = main(["--config", str(cfg), "--results", str(tmp_path / "res")])
-    refused(capsys, rc, cfg, "run 0", option, "'nobody/not-a-dataset' not in the local datasets cache")
+    refused(capsys, rc, cfg, "run 0", option, f"hub dataset '{repo}", "not in the local datasets cache")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]  # nothing written
