@@ -316,6 +316,7 @@ PLANNER_REFUSES = [  # (notebook, parameters, what the one line says)
     ("05_kk_logic_full_scale", "{KK_TRAIN_PATH: /nope/train.parquet}", "train_path"),
     ("05_kk_logic_full_scale", "{STEPS: 1000000000}", "--allow-long"),
     ("06_math_full_scale", "{MAX_COMPLETION_LENGTH: 1000000000}", "--allow-long"),
+    ("05_kk_logic_full_scale", "{MODEL: nobody/unknown-model}", "model 'nobody/unknown-model': unknown shape"),
 ]
 
 

@@ -102,6 +102,25 @@ def test_train_refuses_bad_configs_in_one_line(tmp_path, capsys, text, field):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]  # nothing written
 
 
+def test_a_model_the_planner_cannot_size_is_refused_at_load(tmp_path, capsys, monkeypatch):
+    """Issue 48, item 5: a model of no known shape (a hub id the planner lacks) was not estimated (its ValueError was
+    passed over), so ``max_completion_length: 1e9`` on it started training on a GPU machine; now it is refused at load
+    as a too-long run is: one line naming the file, the run and the model, unless --allow-long."""
+    monkeypatch.setattr(fullscale, "cuda_missing", lambda: None)  # as on a machine with one GPU: the run would start
+    monkeypatch.setattr(fullscale, "n_devices", lambda: 1)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(fullscale, "launch", lambda *a, **k: pytest.fail("the run started"))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("task: kk\nmodel: nobody/unknown-model\nmax_completion_length: 1e9\n")
+    for extra in ([], ["--print-config"]):
+        rc = train_main(["--config", str(cfg), "--results", str(tmp_path / "res"), *extra])
+        refused(capsys, rc, cfg, "kk-unknown-model-", "model 'nobody/unknown-model': unknown shape", "--allow-long")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]  # nothing written
+    assert train_main(["--config", str(cfg), "--allow-long", "--print-config"]) == 0  # the override trains it
+    cfg.write_text("task: kk\nmodel: HuggingFaceTB/SmolLM2-135M-Instruct\n")  # the embedded model's hub id: sized
+    assert train_main(["--config", str(cfg), "--print-config"]) == 0
+
+
 def test_train_refuses_a_missing_file_and_a_bad_set(tmp_path, capsys):
     from trgrpo.runs.train import main
 

@@ -18,6 +18,7 @@ import yaml
 
 from trgrpo import files, paper
 from trgrpo.files import RESULTS_DIR, ROOT, RUNS_DIR
+from trgrpo.models import EMBEDDED_NAME
 from trgrpo.runs import checkpoints, experiment
 from trgrpo.runs.records import read_record, record_path, run_name
 from trgrpo.runs.spec import RunSpec
@@ -68,6 +69,7 @@ class ModelShape:
 # tie_word_embeddings). Table 9's models: Qwen2.5-3B (base), Mistral-7B-Instruct-v0.3, Llama-3.1-8B-Instruct.
 _QWEN25_3B = ModelShape(36, 2048, 16, 2, 151936, 11008, True)  # Qwen/Qwen2.5-3B(-Instruct): 3.09B
 _QWEN25_7B = ModelShape(28, 3584, 28, 4, 152064, 18944, False)  # Qwen/Qwen2.5-7B(-Instruct, -Instruct-1M): 7.62B
+_SMOLLM2_135M = ModelShape(30, 576, 9, 3, 49152, 1536, True)  # HuggingFaceTB/SmolLM2-135M-Instruct: 0.13B
 MODEL_SHAPES = {
     "Qwen2.5-0.5B-Instruct": ModelShape(24, 896, 14, 2, 151936, 4864, True),  # Qwen/: 0.49B
     "Qwen2.5-3B": _QWEN25_3B,
@@ -77,7 +79,8 @@ MODEL_SHAPES = {
     "Qwen2.5-7B-Instruct-1M": _QWEN25_7B,
     "Mistral-7B-Instruct-v0.3": ModelShape(32, 4096, 32, 8, 32768, 14336, False),  # mistralai/: 7.25B
     "Llama-3.1-8B-Instruct": ModelShape(32, 4096, 32, 8, 128256, 14336, False),  # meta-llama/: 8.03B
-    "embedded": ModelShape(30, 576, 9, 3, 49152, 1536, True),  # HuggingFaceTB/SmolLM2-135M-Instruct: 0.13B
+    "embedded": _SMOLLM2_135M,  # the embedded model, by either name (trgrpo.models.resolve_model)
+    EMBEDDED_NAME: _SMOLLM2_135M,
 }
 
 

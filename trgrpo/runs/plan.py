@@ -234,6 +234,20 @@ def too_long(rows: list[dict], machine: str) -> str | None:
     )
 
 
+def never_ends(specs: list[RunSpec], *, gpus: int, zero: int = 2) -> str | None:
+    """Why ``specs`` must not start without ``--allow-long``: a run whose model the planner cannot size (its shape
+    unknown), or one it estimates over :data:`MAX_RUN_HOURS` on ``gpus`` H100s (:func:`too_long`); None when neither."""
+    rows, h100 = [], GPUS["H100"]
+    for spec in specs:
+        try:
+            model_shape(spec.model)
+        except ValueError as e:
+            return f"{spec.name}: {e}; the planner cannot size it, nor tell that it ends: pass --allow-long to run it"
+        with contextlib.suppress(ValueError):  # a batch that does not split over `gpus`: its launch says so
+            rows.append(estimate(spec, gpus=gpus, gpu_mem_gb=h100.memory_gb, gpu=h100, zero=zero))
+    return too_long(rows, f"{gpus} x H100")
+
+
 def checkpoint_gb(shape: ModelShape, *, gpus: int, zero: int) -> float:
     """GB of one checkpoint (model and optimizer state, every rank's shard together): one GPU saves fp32 weights 4N
     and AdamW's moments 8N; DeepSpeed saves the bf16 model 2N, fp32 master 4N and moments 8N, and under ZeRO-2 also
@@ -388,13 +402,9 @@ def plan_runs(path: Path, entries: list[tuple[Path, bool, dict]], *, smoke: bool
 def check_batch(path: Path, entries: list[tuple[Path, bool, dict]], *, allow_long: bool = False) -> None:
     """What ``trgrpo batch`` checks before any notebook, as the planner does: the runs of its notebooks not in smoke
     mode (:func:`plan_runs`), and none estimated over :data:`MAX_RUN_HOURS` even on 8 H100s, the shipped plans'
-    machine (:func:`too_long`; a model whose shape the planner does not know is not estimated)."""
+    machine, nor one the planner cannot size (:func:`never_ends`)."""
     specs, zero = plan_runs(path, entries, smoke=False)
-    rows = []
-    for spec in specs if not allow_long else ():
-        with contextlib.suppress(ValueError):
-            rows.append(estimate(spec, gpus=8, gpu_mem_gb=80.0, gpu=GPUS["H100"], zero=zero))
-    if problem := too_long(rows, "8 x H100"):
+    if not allow_long and (problem := never_ends(specs, gpus=8, zero=zero)):
         raise ConfigError(f"{path}: {problem}")
 
 

@@ -8,7 +8,6 @@ with a checkpoint resumes. ``--print-config`` prints the batch layout without lo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
@@ -20,7 +19,7 @@ from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR
 from trgrpo.runs import fullscale
 from trgrpo.runs.checkpoints import DiskFull
-from trgrpo.runs.plan import GPUS, MAX_RUN_HOURS, estimate, too_long
+from trgrpo.runs.plan import MAX_RUN_HOURS, never_ends
 from trgrpo.runs.records import RecordError
 from trgrpo.runs.spec import RunSpec, env_world_size, load_specs, parse_overrides, train_config_summary
 from trgrpo.tasks import get_task
@@ -39,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--world-size", type=int, default=None, help="processes assumed by --print-config")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs per run (> 1: each run under accelerate launch)")
     ap.add_argument("--accelerate-config", default="configs/zero2.yaml", help="with --gpus > 1 (7B-8B: zero3.yaml)")
-    ap.add_argument("--allow-long", action="store_true", help=f"train runs estimated over {MAX_RUN_HOURS:g} h each")
+    ap.add_argument(
+        "--allow-long",
+        action="store_true",
+        help=f"train runs estimated over {MAX_RUN_HOURS:g} h each, or of a model the planner cannot size",
+    )
     args = ap.parse_args(argv)
     world = args.world_size or env_world_size()
     try:
@@ -50,15 +53,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**train_config_summary(spec, world), "data": data_options(spec)})
             except ValueError as e:  # the batch does not split over `world` processes
                 raise ConfigError(f"{args.config}: run {i} ({spec.name}): {e}") from None
-        if not args.allow_long:  # a run that would never end: the planner's estimate on --gpus H100s (a CPU is slower)
-            estimates = []
-            for spec in specs:
-                with contextlib.suppress(ValueError):  # a model whose shape the planner does not know
-                    estimates.append(
-                        estimate(spec, gpus=args.gpus or 1, gpu_mem_gb=GPUS["H100"].memory_gb, gpu=GPUS["H100"])
-                    )
-            if problem := too_long(estimates, f"{args.gpus or 1} x H100"):
-                raise ConfigError(f"{args.config}: {problem}")
+        # a run that would never end, or one the planner cannot size: on --gpus H100s (a CPU is slower)
+        if not args.allow_long and (problem := never_ends(specs, gpus=args.gpus or 1)):
+            raise ConfigError(f"{args.config}: {problem}")
     except ConfigError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
