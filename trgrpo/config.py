@@ -53,4 +53,8 @@ class Checked(BaseModel):
 
 
 class ConfigError(ValueError):
-    """Bad input to a command line (train, batch, plan): one line naming the file and the field (exit code 2)."""
+    """Bad input to a command line (train, batch, plan): one line naming the file and the field (exit code 2); in a
+    notebook IPython shows that line (``_render_traceback_``), not a traceback through the library."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]

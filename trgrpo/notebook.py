@@ -296,10 +296,14 @@ def parameter_defaults(nb: Path) -> dict:
 
 
 class ParameterError(ConfigError):
-    """A bad notebook parameter: IPython shows its one line, not a traceback through the library."""
+    """A bad notebook parameter: IPython shows its one line (:class:`ConfigError`'s), not a traceback."""
 
-    def _render_traceback_(self) -> list[str]:
-        return [f"ParameterError: {self}"]
+
+def injected(namespace: dict) -> dict:
+    """What papermill's injected cell (the kernel's input that starts "# Parameters") assigns: name -> value node."""
+    source = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
+    body = ast.parse(source).body
+    return {t.id: n.value for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
 
 
 def check_parameters(nb: Notebook, namespace: dict) -> None:
@@ -311,16 +315,8 @@ def check_parameters(nb: Notebook, namespace: dict) -> None:
     if not files:
         return
     defaults = parameter_defaults(files[0])
-    # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ): the names its injected cell
-    # (the kernel's input that starts "# Parameters") assigns
-    injected = next((src for src in namespace.get("In", ()) if src.startswith("# Parameters\n")), "")
-    unknown = [
-        t.id
-        for node in ast.parse(injected).body
-        if isinstance(node, ast.Assign)
-        for t in node.targets
-        if isinstance(t, ast.Name) and t.id not in defaults
-    ]
+    # papermill only warns about a name the parameters cell lacks (a misspelt -p STEPZ)
+    unknown = [name for name in injected(namespace) if name not in defaults]
     if unknown:
         raise ParameterError(f"{nb.name}: unknown parameter {unknown[0]} (its parameters: {', '.join(defaults)})")
     try:

@@ -210,11 +210,13 @@ def test_the_library_writes_no_documentation():
 # 4 (PLACEMENT / TAU_MODE rules); then +14 (load_plan moved from runs/batch.py to runs/spec.py to break the batch ->
 # plan cycle: plan's import block; tables.changed_summaries, so that scripts/ stays within 2,000 lines).
 # Issue 48 again: item 5 +10 (plan.never_ends: a model the planner cannot size is refused at load as a too-long run is,
-# by trgrpo train and trgrpo batch; the embedded model's hub id has its shape).
+# by trgrpo train and trgrpo batch; the embedded model's hub id has its shape); item 4 +17 (spec.smoke_replaced: smoke
+# mode names the parameters passed that it replaces; ConfigError renders one line in a notebook, launch raises it; the
+# batch prints the failing cell's line; notebook.injected shared by both, so notebooks 00-02 import no more lines).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 15_190
+HOUSE_LINES, LINE_CEILING = 13_061, 15_207
 
 
 def test_the_size_the_design_card_asks_for():

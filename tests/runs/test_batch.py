@@ -170,6 +170,22 @@ def test_run_notebook_prints_no_encryption_warning(tmp_path, capfd):
     assert "without encryption" not in err and "Unable to parse" not in err, err
 
 
+def test_a_failing_notebook_is_one_line_in_the_batch(tmp_path, monkeypatch):
+    """Issue 48, item 4: the batch's line for a failing notebook is the failing cell's error (ConfigError: ...), not
+    papermill's report (PapermillExecutionError, the cell's traceback, cut at 200 characters)."""
+    import papermill as pm
+
+    why = "DOES NOT FIT: kk-Qwen2.5-3B-Instruct-equal-seed0: peak 99.1 GB > 80 GB per GPU. " + "Change: x; " * 30
+
+    def fails(*args, **kwargs):
+        tb = ["\x1b[31m---\x1b[39m", "Cell \x1b[32mIn[6]\x1b[39m", f"\x1b[31mConfigError\x1b[39m: {why}"]
+        raise pm.PapermillExecutionError(3, 6, "raise ConfigError(...)", "ConfigError", f"{why}\nsecond run", tb)
+
+    monkeypatch.setattr(pm, "execute_notebook", fails)
+    row = batch.run_notebook(Path("05_kk_logic_full_scale.ipynb"), tmp_path, smoke=False)
+    assert row["error"] == f"ConfigError: {why.strip()} second run"
+
+
 # From test_trust_safe.py: Issue 24 ("safe"): nothing escapes the results and checkpoints folders, and bad input is
 # refused in one line.
 #

@@ -39,12 +39,16 @@ def test_fullscale_specs_are_the_papers_batch():
 
 
 def test_launch_refuses_a_full_scale_run_without_cuda(tmp_path, monkeypatch):
-    """Notebooks 05/06 call launch(): without CUDA a 3B run stops (one line) before anything is written."""
+    """Notebooks 05/06 call launch(): without CUDA a 3B run stops (one line) before anything is written; a ConfigError,
+    so the notebook shows that line (issue 48, item 4: a SystemExit showed IPython's "An exception has occurred"
+    and an exit warning)."""
     import torch
+
+    from trgrpo.config import ConfigError
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     specs = full_scale("kk", SCHEMES=["tr"])
-    with pytest.raises(SystemExit, match="Qwen2.5-3B-Instruct is a full-scale model and no CUDA device"):
+    with pytest.raises(ConfigError, match="Qwen2.5-3B-Instruct is a full-scale model and no CUDA device"):
         fullscale.launch(specs, results_dir=tmp_path / "r", log_dir=tmp_path / "l")
     assert not any(tmp_path.iterdir())
     assert fullscale.refuse_without_cuda([RunSpec(task="kk", model="embedded")]) is None

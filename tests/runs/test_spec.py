@@ -296,3 +296,52 @@ def test_vllms_share_has_one_default():
     for nb in ("05_kk_logic_full_scale", "06_math_full_scale"):  # their typed parameter states the same share
         cells = json.loads((root / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
         assert any(line.startswith(f"VLLM_GPU_MEMORY = {default} ") for c in cells for line in c["source"]), nb
+
+
+def test_smoke_mode_names_the_parameters_it_replaces(capsys):
+    """Issue 48, item 4: -p KK_TRAIN_PATH data/x.parquet in smoke mode was silently replaced (notebook 05 trains on
+    reasoning-gym's puzzles there); the end of a smoke branch names each parameter passed that smoke mode replaced,
+    in one line, and says nothing of those it kept, of None (the default) or when nothing was passed."""
+    injected = "# Parameters\nKK_TRAIN_PATH = 'data/x.parquet'\nSTEPS = 5\nRESULTS = '/r'\nSMOKE = True\nGPUS = None\n"
+    after = {"KK_TRAIN_PATH": "reasoning-gym", "STEPS": 1, "RESULTS": "/r", "SMOKE": True, "GPUS": 0}
+    spec.smoke_replaced({"In": ["", "import os", injected, "nb = setup(...)"], **after})
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("smoke mode replaces the parameters you passed: KK_TRAIN_PATH='data/x.parquet', STEPS=5 (")
+    spec.smoke_replaced({"In": ["", "import os"], **after})  # run by hand, not by papermill: nothing passed
+    spec.smoke_replaced({"In": ["", "# Parameters\nSTEPS = 1\nX = float('nan')\n"], **after})
+    assert capsys.readouterr().out == ""
+
+
+TEACHING = ("00_", "01_", "02_")  # they may not import trgrpo.runs (tests/integration/test_layout.py)
+
+
+def test_every_smoke_branch_says_what_it_replaces():
+    """Each notebook's ``if SMOKE:`` branch that assigns one of its parameters ends with ``smoke_replaced(globals())``
+    (but notebooks 00-02's, whose imports stay within the method)."""
+    import ast
+    import json
+
+    from trgrpo.notebook import parameter_defaults
+
+    checked = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        params = set(parameter_defaults(path)) - {"SMOKE"}
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "parameters" in cell["metadata"].get("tags", []):
+                continue
+            for node in ast.walk(ast.parse(source)):
+                if not (isinstance(node, ast.If) and ast.unparse(node.test) == "SMOKE"):
+                    continue
+                assigned = {
+                    t.id
+                    for s in node.body
+                    if isinstance(s, ast.Assign)
+                    for target in s.targets
+                    for t in ast.walk(target)
+                    if isinstance(t, ast.Name) and t.id in params
+                }
+                if assigned and not path.name.startswith(TEACHING):
+                    assert ast.unparse(node.body[-1]) == "smoke_replaced(globals())", (path.name, sorted(assigned))
+                    checked.append(path.name[:2])
+    assert checked == ["03", "04", "05", "06", "07"]

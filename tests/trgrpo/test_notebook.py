@@ -338,6 +338,51 @@ def test_a_notebook_stops_on_a_bad_papermill_parameter_in_one_line(tmp_path):
     pm.execute_notebook(str(nb), str(out), parameters={"STEPS": 2}, progress_bar=False, cwd=str(ROOT))
 
 
+@pytest.mark.slow  # notebook 05 under papermill up to its plan cell: ~40 s on 2 busy cores
+def test_a_failing_notebook_shows_one_line_in_its_cell_and_in_the_batch(tmp_path, capsys):
+    """Issue 48, item 4: notebook 05 with a micro-batch no GPU holds stops at its plan cell. Its error output is the one
+    line (was a SystemExit: IPython's "An exception has occurred" and an exit warning), and `trgrpo batch` prints
+    that line (was "PapermillExecutionError: ...", cut at 200 characters)."""
+    import nbformat
+
+    from trgrpo.runs.batch import main
+
+    cfg = tmp_path / "plan.yaml"
+    params = "{MICRO_BATCH_SIZE: 64, GPUS: 1, GPU_MEM_GB: 80}"
+    entry = f"  - notebook: notebooks/05_kk_logic_full_scale.ipynb\n    parameters: {params}\n"
+    cfg.write_text(f"name: p\nnotebooks:\n{entry}")
+    assert main([str(cfg), "--runs", str(tmp_path / "runs")]) == 1
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if "FAILED in" in ln]
+    assert re.search(r"FAILED in \d+ s ConfigError: DOES NOT FIT: kk-Qwen2\.5-3B-Instruct-\S+: peak [\d.]+ GB", line)
+    assert "Papermill" not in out and "Traceback" not in out
+    cells = nbformat.read(tmp_path / "runs" / "p" / "05_kk_logic_full_scale.ipynb", as_version=4).cells
+    (shown,) = [o for c in cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert len(shown["traceback"]) == 1 and shown["traceback"][0].startswith("ConfigError: DOES NOT FIT: kk-Qwen2.5")
+    stderr = [o for c in cells for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not any("To exit" in o["text"] for o in stderr)
+
+
+@pytest.mark.slow  # notebook 05's first cells under papermill: ~20 s on 2 busy cores
+def test_smoke_mode_says_which_passed_parameters_it_replaces(tmp_path):
+    """Issue 48, item 4: papermill -p KK_TRAIN_PATH ... in smoke mode trained on reasoning-gym's puzzles without a
+    word; notebook 05's smoke branch now names it in one line (its cells up to that branch, as the file has them)."""
+    import nbformat
+    import papermill as pm
+
+    doc = nbformat.read(ROOT / "notebooks" / "05_kk_logic_full_scale.ipynb", as_version=4)
+    end = next(i for i, c in enumerate(doc.cells) if "if SMOKE:" in c.source)
+    doc.cells = doc.cells[: end + 1]
+    nb = tmp_path / "05_kk_logic_full_scale.ipynb"
+    nbformat.write(doc, nb)
+    params = {"SMOKE": True, "KK_TRAIN_PATH": "data/kk/train.parquet", "STEPS": 5, "RESULTS": str(tmp_path / "r")}
+    out = tmp_path / "out.ipynb"
+    pm.execute_notebook(str(nb), str(out), parameters=params, progress_bar=False, cwd=str(ROOT / "notebooks"))
+    text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("smoke mode replaces")]
+    assert "KK_TRAIN_PATH='data/kk/train.parquet', STEPS=5 (" in line and "RESULTS" not in line
+
+
 def test_placement_and_tau_mode_are_named_as_the_parameter_typed(tmp_path):
     """Issue 48, item 4: -p PLACEMENT middle / -p TAU_MODE times passed the parameter check and failed later naming
     the spec's field (placement, tau_mode), not the parameter a user typed."""

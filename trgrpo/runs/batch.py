@@ -65,6 +65,8 @@ def run_notebook(
                 config=kernel_config(),
             )
         row["ok"] = True
+    except pm.PapermillExecutionError as exc:  # the failing cell's error as its one line, not papermill's report
+        row["error"] = " ".join(f"{exc.ename}: {exc.evalue}".split())
     except Exception as exc:  # noqa: BLE001 - a failing notebook must not stop the batch
         row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
     row["seconds"] = round(time.time() - t0, 1)

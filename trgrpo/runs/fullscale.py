@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from trgrpo import files, paper
+from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, ROOT, RUNS_DIR
 from trgrpo.models import EMBEDDED_NAME
 from trgrpo.runs import checkpoints, experiment
@@ -374,8 +375,8 @@ def launch(
 ) -> list[dict]:
     """Run the specs without a record (all with ``force``), each in its own process (:func:`run_command`, its log
     in ``log_dir``) when ``isolate`` (default: on a GPU or several CPU processes), else here; return the records."""
-    if problem := refuse_without_cuda(specs):
-        raise SystemExit(problem)
+    if problem := refuse_without_cuda(specs):  # a notebook shows the one line (ConfigError._render_traceback_)
+        raise ConfigError(problem)
     results_dir = Path(results_dir or RESULTS_DIR).resolve()
     log_dir = Path(log_dir).resolve() if log_dir else RUNS_DIR / "launch"
     gpus = n_devices() if gpus is None else gpus

@@ -5,6 +5,8 @@ YAML with a grid and overrides (:func:`load_specs`; every YAML of the project go
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -19,7 +21,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from trgrpo.config import COUNT, NON_NEGATIVE, POSITIVE, Checked, ConfigError
 from trgrpo.files import ROOT
 from trgrpo.loss import LOWER_CLIP, KLWeighting, Placement
-from trgrpo.notebook import check_values, parameter_defaults
+from trgrpo.notebook import check_values, injected, parameter_defaults
 from trgrpo.paper import BETA, EPS_HIGH, EPS_LOW, TEMPERATURES
 from trgrpo.runs.records import check_folder_name, run_name
 from trgrpo.tasks import get_task, task_names
@@ -386,3 +388,15 @@ def load_plan(path: Path, overrides: dict | None = None) -> tuple[str, list[tupl
     if bad:
         raise ConfigError(f"{path}: --set {bad}: no notebook of the plan has such a parameter")
     return name, plan
+
+
+def smoke_replaced(namespace: dict) -> None:
+    """At the end of a notebook's smoke branch: one line naming the parameters passed to it (papermill's injected cell,
+    :func:`trgrpo.notebook.injected`) whose values smoke mode replaced, which its small run therefore ignores."""
+    replaced = []
+    for name, node in injected(namespace).items():
+        with contextlib.suppress(ValueError):  # not a literal (papermill writes float('nan')): not compared
+            if name != "SMOKE" and (value := ast.literal_eval(node)) is not None and namespace.get(name) != value:
+                replaced.append(f"{name}={value!r}")
+    if replaced:
+        print(f"smoke mode replaces the parameters you passed: {', '.join(replaced)} (without smoke mode they apply)")
