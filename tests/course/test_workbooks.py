@@ -321,7 +321,7 @@ def test_no_hint_shows_before_a_wrong_answer(student_copy):
     """The hints of course/answers.py, of the checks' ``hint=`` and of ``exercises.expect(..., hint=)`` are sealed in
     the student copy (the expect hints of 7.2 and 7.5 stood in plain text in their check cells)."""
     out, _ = student_copy
-    sources = "\n".join(c.source for p in (out / "exercises").glob("*.ipynb") for c in workbooks.read(p).cells)
+    sources = "\n".join(c.source for p in out.rglob("*.ipynb") for c in workbooks.read(p).cells)  # all of the copy
     answers = [h for spec in workbooks.load_answers().values() for h in spec.values() if isinstance(h, str)]
     checks = _check_hints()
     assert len(checks) > 20
