@@ -20,8 +20,9 @@ import pytest
 import torch
 import yaml
 
-from tests.runs.test_experiment import _build, _evaluate, spec
+from tests.runs.test_experiment import _build, _evaluate, spec, spec_fields
 from tests.tasks.test_search import micro_spec
+from trgrpo.paper import BETA
 from trgrpo.runs import checkpoints, fullscale
 from trgrpo.runs.experiment import run
 from trgrpo.runs.spec import RunSpec
@@ -73,24 +74,9 @@ TIMING = ("step_time", "train_runtime", "train_samples_per_second", "train_steps
 def write_config(folder: Path, model, name: str, **kw) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ranks_task.py").write_text(TASK)
-    fields = dict(
-        task="ranks-test",
-        model=str(model),
-        scheme="tr",
-        seed=1,
-        steps=2,
-        prompts_per_step=2,
-        num_generations=2,
-        micro_batch_size=1,
-        max_completion_length=4,
-        learning_rate=5e-3,
-        n_train=16,
-        n_eval=1,
-        save_steps=1,
-        group="ranks",
-        name=name,
-    )
-    fields.update(kw)
+    ranks = dict(task="ranks-test", scheme="tr", seed=1, steps=2, num_generations=2, micro_batch_size=1,
+                 max_completion_length=4, beta=BETA, save_steps=1, group="ranks")  # fmt: skip
+    fields = spec_fields(str(model), name, **{**ranks, **kw})
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"imports": ["ranks_task.py"], **fields}))
     return path
