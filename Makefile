@@ -38,11 +38,12 @@ lint: $(STAMP)
 # pytest's options are in pyproject.toml: tests/ and, with nbval (--nbval-lax), every notebook under notebooks/ in
 # smoke mode, each code cell a test, cells tagged `nbval-check-output` compared with their stored output; tiers
 # unit / notebooks / browser run, slow and gpu are left out (README, "Tests"); pytest-xdist runs them on two
-# workers, each test file (each notebook) whole on one worker (--dist loadfile), one torch thread each: on 2 cores
+# workers, each test file (each notebook) whole on one worker (--dist loadfile), the longest files first
+# (tests/conftest.py's order, --no-loadscope-reorder), one torch thread each: on 2 cores
 # 8 min against 12.6 min serially (two workers of 2 threads each: 12.3 min, the threads wait on each other).
 test: $(STAMP) browser cxx
 	$(VPY) -m ruff check trgrpo tests
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VPY) -m pytest -q -x -n 2 --dist loadfile --durations=15 --nbval-lax
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VPY) -m pytest -q -x -n 2 --dist loadfile --no-loadscope-reorder --durations=15 --nbval-lax
 
 test-slow: $(STAMP)
 	$(VPY) -m pytest -q -m slow

@@ -1,8 +1,9 @@
 """``make book`` (``trgrpo course book``): the course as a book, from ``make run``'s executed notebooks
 (runs/make-run/, no re-execution), by Sphinx with myst-nb and sphinx-book-theme (docs/design.md, section 5): a
 sidebar of every page, offline search, each page titled by its heading, math by the MathJax the site serves
-(sphinx-mathjax-offline, no CDN), previous/next, a download button per notebook (its .ipynb), the landing page the
-README's opening with its answer and figures, notebook 08 without its code.
+(sphinx-mathjax-offline, no CDN), previous/next, a download button per notebook (its .ipynb) and a launch button
+(:data:`LAUNCH_URL`: the notebook in JupyterLab), the landing page the README's opening with its answer and figures,
+notebook 08 without its code.
 
 It stages a Sphinx project (the repository's layout: notebooks/, docs/, figures/ and index.md, the README's part)
 and runs ``sphinx-build`` on it. Links to a file the book does not hold become their text. A notebook missing from
@@ -36,7 +37,23 @@ html_theme_options = {"use_download_button": True, "show_toc_level": 2, "home_pa
 html_sourcelink_suffix = ""  # the download button gives NN_x.ipynb, not NN_x.ipynb.txt
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header", "misc.highlighting_failure"]
+
+
+def launch_button(app, pagename, templatename, context, doctree):  # the theme's launch group: one link, no fetch
+    if pagename.startswith("notebooks/"):
+        link = {"type": "link", "text": "JupyterLab", "tooltip": "Open this notebook in make lab's JupyterLab",
+                "icon": "_static/images/logo_jupyterhub.svg", "url": f"{launch_url}/{pagename}.ipynb"}
+        context["header_buttons"].append({"type": "group", "tooltip": "Launch interactive content",
+                                          "icon": "fas fa-rocket", "buttons": [link], "label": "launch-buttons"})
+
+
+def setup(app):
+    app.connect("html-page-context", launch_button, priority=501)  # after the theme's prep_header_buttons (500)
 """
+# Where a notebook page's launch button opens it: `make lab`'s JupyterLab (it serves the repository root, at
+# JupyterLab's default port). The repository has no public URL, so the theme's own launch buttons (Binder, Colab,
+# JupyterHub: all built on its repository_url) cannot be used; docs/design.md, section 5.
+LAUNCH_URL = "http://localhost:8888/lab/tree"
 
 
 def _relink(text: str, here: str, held: set[str]) -> str:
@@ -89,7 +106,7 @@ def stage(executed: Path, names: list[str], src: Path) -> None:
         (src / doc).write_text(_relink((ROOT / doc).read_text(), doc, held))
     shutil.copytree(ROOT / "figures", src / "figures", ignore=shutil.ignore_patterns("*.json", "*.md"))
     (src / "index.md").write_text(landing((ROOT / "README.md").read_text(), held))
-    (src / "conf.py").write_text(CONF)
+    (src / "conf.py").write_text(f"launch_url = {LAUNCH_URL!r}\n{CONF}")
 
 
 def build(executed: Path, out: Path, names: list[str]) -> int:

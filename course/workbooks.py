@@ -190,18 +190,10 @@ GUARD_IMPORT = "from trgrpo import exercises  # run again after a kernel restart
 def guarded_check(source: str, exercise: str) -> str:
     """A check cell for the student copy: all of it inside ``with exercises.check(exercise):`` (a name not defined
     says "run the cells above (kernel restarted?)", any failure is one sentence, no traceback) after its own import
-    of :mod:`trgrpo.exercises`, and the hints of each ``exercises.check(...)`` sealed (:func:`trgrpo.exercises.seal`),
-    so that a hint shows only after a wrong answer."""
+    of :mod:`trgrpo.exercises`, and the hints of its ``exercises.check(...)`` and ``exercises.expect(...)`` sealed
+    (:func:`seal_hints`), so that a hint shows only after a wrong answer."""
     head, _, body = source.partition("\n") if EXPECTS_RE.match(source.split("\n", 1)[0]) else ("", "", source)
-    tree = ast.parse(body)
-    for node in ast.walk(tree):
-        func = node.func if isinstance(node, ast.Call) else None
-        if isinstance(func, ast.Attribute) and func.attr == "check" and getattr(func.value, "id", "") == "exercises":
-            if not node.keywords:
-                continue
-            hints = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-            sealed = f"exercises.check({ast.literal_eval(node.args[0])!r}, **exercises.unseal({seal(hints)!r}))"
-            body = body.replace(ast.get_source_segment(body, node), sealed, 1)
+    body = seal_hints(body, exercise)
     first, lines = ast.parse(body).body[0], body.split("\n")
     if isinstance(first, ast.With) and "exercises.check(" in ast.unparse(first.items[0].context_expr):
         wrapped, lines = lines[: first.end_lineno], lines[first.end_lineno :]  # what follows goes into its block
@@ -211,6 +203,39 @@ def guarded_check(source: str, exercise: str) -> str:
         raise ValueError(f"the check of Exercise {exercise} has a triple-quoted text: it cannot be indented")
     body = "\n".join(wrapped + [f"    {ln}" if ln.strip() else ln for ln in lines])
     return "\n".join(x for x in (head, GUARD_IMPORT, body) if x)
+
+
+HINTED = {"check": 1, "expect": 2}  # the calls of trgrpo.exercises that take hints: their positional arguments
+
+
+def seal_hints(source: str, exercise: str) -> str:
+    """``source`` with the hints (keyword texts) of each ``exercises.check(...)`` and ``exercises.expect(...)``
+    call sealed (``**exercises.unseal(...)``, :func:`trgrpo.exercises.seal`). ``ValueError`` for a hint that is not
+    a literal text or is passed by position (it could not be sealed)."""
+    start = [0]
+    for line in source.encode().split(b"\n"):
+        start.append(start[-1] + len(line) + 1)  # ast's columns count UTF-8 bytes
+    calls = [
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") in HINTED
+        if getattr(n.func.value, "id", "") == "exercises"
+    ]
+    out = source.encode()
+    for node in sorted(calls, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        name, where = node.func.attr, f"the check of Exercise {exercise}, exercises.{node.func.attr}(...)"
+        if len(node.args) > HINTED[name]:
+            raise ValueError(f"{where}: pass its hint as hint=... (make student seals keyword texts only)")
+        if not node.keywords:
+            continue
+        if not all(k.arg and isinstance(getattr(k.value, "value", None), str) for k in node.keywords):
+            raise ValueError(f"{where}: each hint must be a literal text (make student seals it)")
+        args = [ast.get_source_segment(source, a) for a in node.args]
+        hints = seal({k.arg: k.value.value for k in node.keywords})
+        sealed = f"exercises.{name}({', '.join([*args, f'**exercises.unseal({hints!r})'])})".encode()
+        a, b = start[node.lineno - 1] + node.col_offset, start[node.end_lineno - 1] + node.end_col_offset
+        out = out[:a] + sealed + out[b:]
+    return out.decode()
 
 
 def _nbgrader(grade_id: str, **flags: bool | int) -> dict:

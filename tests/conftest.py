@@ -22,6 +22,7 @@ NOTEBOOK_FILES = {"test_notebooks.py", "test_nbval_drift.py"}  # whole files in 
 
 TESTS = Path(__file__).resolve().parent
 NOTEBOOK_TESTS = TESTS / "notebooks"  # every test under it is in the notebooks tier
+INTEGRATION_TESTS = TESTS / "integration"  # tests that cross modules, most of them starting processes
 BROWSER_FILES = {NOTEBOOK_TESTS / "test_lab_browser.py"}  # in the browser tier instead
 TIERS = ("notebooks", "browser", "slow", "gpu")  # a test with none of these is a unit test
 
@@ -36,6 +37,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.browser)
         if not any(item.get_closest_marker(t) for t in TIERS):
             item.add_marker(pytest.mark.unit)
+    items.sort(key=_start_order)
+
+
+def _start_order(item) -> int:
+    """The order files start in (make test runs ``pytest-xdist --dist loadfile --no-loadscope-reorder``): the longest
+    first, so that two workers end together. A notebook executes whole in one kernel and a test of tests/integration/
+    starts processes (the ZeRO-3 run alone is ~1.5 min): these go first, then the browser and notebook checks, then the
+    unit tests, most of them under a second, which fill the end. (xdist's own reorder puts files with many tests first,
+    which left the ZeRO-3 run and the notebooks to the end, one worker idle.)"""
+    path = item.path.resolve()
+    if path.suffix == ".ipynb" or INTEGRATION_TESTS in path.parents:
+        return 0
+    return 1 if NOTEBOOK_TESTS in path.parents else 2
 
 
 @pytest.fixture(scope="session")

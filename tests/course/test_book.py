@@ -13,6 +13,7 @@ import http.server
 import io
 import json
 import re
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -71,6 +72,40 @@ def test_every_page_has_its_title_the_sidebar_prev_next_and_a_download(site):
     answer_page = pages["notebooks/08_results_vs_paper.html"]
     assert ANSWER in answer_page and "cell_input" not in answer_page, "08: the answer, without its code"
     assert "cell_input" in pages["notebooks/02_token_weight_function.html"]
+
+
+@pytest.mark.browser
+def test_every_notebook_page_has_a_launch_button_to_its_notebook_in_jupyterlab(site):
+    """The theme's launch group (the rocket) on each notebook page, one link to that notebook in make lab's
+    JupyterLab (book.LAUNCH_URL); none on the other pages."""
+    site, _ = site
+    pages = _pages(site)
+    for path in NOTEBOOKS:
+        html = pages[f"notebooks/{path.stem}.html"]
+        group = html.split('class="dropdown dropdown-launch-buttons"', 1)[1].split("</div>", 1)[0]
+        assert re.findall(r'href="([^"]+)"', group) == [f"{book.LAUNCH_URL}/notebooks/{path.name}"], path.name
+    assert [p for p, h in pages.items() if not p.startswith("notebooks/") and "dropdown-launch-buttons" in h] == []
+
+
+@pytest.mark.slow  # notebook 02 run headless as make run runs it (papermill, ~30 s on 2 busy cores), then its page
+def test_the_book_shows_the_explorer_as_its_figure_from_the_executed_outputs(tmp_path, monkeypatch):
+    """Where notebook 02 shows its widget, the book shows the panels the widget draws at the notebook's parameters:
+    the image the headless run stored in that cell (it said "headless run (TRGRPO_HEADLESS=1) ..." instead)."""
+    from tests.nbexec import execute_smoke
+
+    name = "02_token_weight_function.ipynb"
+    for d in ("work", "executed"):
+        (tmp_path / d).mkdir()
+    shutil.copy2(ROOT / "notebooks" / name, tmp_path / "work" / name)  # its records and figures go to tmp_path
+    monkeypatch.setenv("TRGRPO_FIGURES", str(tmp_path / "figures"))
+    execute_smoke(tmp_path / "work" / name, tmp_path / "executed" / name, monkeypatch, timeout=300)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        assert book.build(tmp_path / "executed", tmp_path / "site", [name]) == 0, err.getvalue()[-3000:]
+    html = (tmp_path / "site" / "notebooks" / "02_token_weight_function.html").read_text()
+    cell = html.split("tag_widget", 1)[1].split('<div class="cell ', 1)[0]  # to the next cell (not cell_output)
+    images = re.findall(r'<img[^>]+src="([^"]+)"', cell)
+    assert len(images) == 1 and (tmp_path / "site" / "notebooks" / images[0]).resolve().is_file(), images
+    assert "the live explorer is left out" not in html and "widget-view" not in html
 
 
 @pytest.mark.browser

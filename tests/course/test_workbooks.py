@@ -4,6 +4,7 @@ syllabus."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import os
@@ -303,14 +304,67 @@ def test_a_check_run_after_a_kernel_restart_says_run_the_cells_above(student_cop
             assert info.value.__suppress_context__, "IPython shows the one line, no frames"
 
 
+def _check_hints() -> list[str]:
+    """Every hint of the solutions' check cells: the keyword texts of their ``exercises.check(...)`` and
+    ``exercises.expect(..., hint=...)`` calls."""
+    hints = []
+    for path in workbooks.solution_notebooks():
+        for c in workbooks.read(path).cells:
+            if workbooks.CHECK in workbooks.tags(c):
+                for n in ast.walk(ast.parse(c.source)):
+                    if isinstance(n, ast.Call) and getattr(n.func, "attr", "") in ("check", "expect"):
+                        hints += [k.value.value for k in n.keywords]
+    return hints
+
+
 def test_no_hint_shows_before_a_wrong_answer(student_copy):
-    """The hints of course/answers.py and of the checks' ``hint=`` are sealed in the student copy (they stood in
-    plain text in each check cell)."""
+    """The hints of course/answers.py, of the checks' ``hint=`` and of ``exercises.expect(..., hint=)`` are sealed in
+    the student copy (the expect hints of 7.2 and 7.5 stood in plain text in their check cells)."""
     out, _ = student_copy
-    blob = "\n".join(p.read_text() for p in (out / "exercises").glob("*.ipynb"))
-    hints = [h for spec in workbooks.load_answers().values() for h in spec.values() if isinstance(h, str)]
-    assert hints and [h for h in hints if json.dumps(h)[1:-1] in blob] == []
-    assert not re.search(r"exercises\.check\([^)]*hint=", blob)
+    sources = "\n".join(c.source for p in out.rglob("*.ipynb") for c in workbooks.read(p).cells)  # all of the copy
+    answers = [h for spec in workbooks.load_answers().values() for h in spec.values() if isinstance(h, str)]
+    checks = _check_hints()
+    assert len(checks) > 20
+    shown = [h for h in answers + checks if h[:30] in sources]  # 30 characters: within a hint's first literal piece
+    assert answers and shown == []
+
+
+def test_seal_hints_keeps_the_code_and_refuses_what_it_cannot_seal():
+    """Each call sealed in place (two alike, non-ASCII before them: ast's columns count bytes); a hint by position
+    or not a literal text stops ``make student`` with a sentence naming the exercise."""
+    src = (
+        'with exercises.check("9.1", hint="h0 — sigma"):\n'
+        '    exercises.expect(a == 1, "`a` ≠ 1", hint="h1")\n'
+        '    exercises.expect(a == 1, "`a` ≠ 1", hint="h1")\n'
+        '    exercises.expect(b, "no hint")'
+    )
+    out = workbooks.seal_hints(src, "9.1")
+    assert "h0" not in out and "h1" not in out and out.count('"`a` ≠ 1", **exercises.unseal(') == 2, out
+    assert out.endswith('exercises.expect(b, "no hint")') and ast.parse(out)
+    sealed = re.findall(r"exercises\.unseal\('([^']+)'\)", out)
+    assert [exercises.unseal(x) for x in sealed] == [{"hint": "h0 — sigma"}, {"hint": "h1"}, {"hint": "h1"}]
+    with pytest.raises(ValueError, match=r"Exercise 9\.1, exercises\.expect\(\.\.\.\): pass its hint as hint="):
+        workbooks.seal_hints('exercises.expect(a, "what", "the hint")', "9.1")
+    with pytest.raises(ValueError, match="each hint must be a literal text"):
+        workbooks.seal_hints('exercises.expect(a, "what", hint=f"{a}")', "9.1")
+
+
+def test_a_wrong_answer_shows_the_sealed_hint_of_an_expect(student_copy):
+    """Sealed is not lost: a wrong ``n_calls`` in the student copy's check of 7.2 names the answer with the hint its
+    ``exercises.expect(..., hint=...)`` gives."""
+    import linecache
+
+    out, _ = student_copy
+    nb = workbooks.read(out / "exercises" / "07_agentic_search_exercises.ipynb")
+    src = next(c.source for c in nb.cells if "check" in workbooks.tags(c) and "exercises.check('7.2'" in c.source)
+    assert "parse every turn" not in src
+    linecache.cache["<7.2>"] = (len(src), None, src.splitlines(True), "<7.2>")
+    with pytest.raises(exercises.CheckFailed) as info:
+        exec(compile(src, "<7.2>", "exec"), {"CALLS": [{}] * 8, "n_calls": [0] * 8, "replies": [None] * 8})
+    msg = str(info.value)
+    assert msg.startswith("Exercise 7.2: `n_calls` is not the number of calls"), msg
+    assert "Hint: parse every turn with parse_response as the statement says" in msg, msg
+    assert "Hint: count the calls in parse_response" in msg, msg  # the check's own hint, sealed too
 
 
 @pytest.mark.parametrize(

@@ -208,7 +208,11 @@ def test_the_library_writes_no_documentation():
 # items 3 + 5 51 (the batch's load-time checks as the planner's, a restarted batch skips finished notebooks, the
 # evaluation's length in the estimate), item 6 45 (Task.hub_data for math and K&K, the offline check at load), item 4
 # 4 (PLACEMENT / TAU_MODE rules); then +14 (load_plan moved from runs/batch.py to runs/spec.py to break the batch ->
-# plan cycle: plan's import block; tables.changed_summaries, so that scripts/ stays within 2,000 lines).
+# plan cycle: plan's import block; tables.changed_summaries, so that scripts/ stays within 2,000 lines); classroom
+# leftovers: the hints of exercises.expect(..., hint=) sealed as the checks' are (workbooks.seal_hints) +25, the
+# book's launch button to each notebook in make lab's JupyterLab (book.LAUNCH_URL, conf.py's header button) +17;
+# issue "engines" leftovers +36: each rank's rollouts and failed searches in a search evaluation (+7), each run's
+# engine and gradient-accumulation dtype beside the paper's tables and in Tables 1-2's verdict rows (+29).
 # Issue 48 again: item 5 +10 (plan.never_ends: a model the planner cannot size is refused at load as a too-long run is,
 # by trgrpo train and trgrpo batch; the embedded model's hub id has its shape); item 4 +17 (spec.smoke_replaced: smoke
 # mode names the parameters passed that it replaces; ConfigError renders one line in a notebook, launch raises it; the
@@ -216,7 +220,7 @@ def test_the_library_writes_no_documentation():
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 15_207
+HOUSE_LINES, LINE_CEILING = 13_061, 15_285
 
 
 def test_the_size_the_design_card_asks_for():

@@ -13,17 +13,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
+import psutil
 import pytest
 import torch
 import yaml
 
-from tests.runs.test_experiment import _build, _evaluate, spec
+from tests.runs.test_experiment import _build, _evaluate, spec, spec_fields
 from tests.tasks.test_search import micro_spec
+from trgrpo.paper import BETA
 from trgrpo.runs import checkpoints, fullscale
 from trgrpo.runs.experiment import run
 from trgrpo.runs.spec import RunSpec
-from trgrpo.tasks import Task, register_task
+from trgrpo.tasks import Task, register_task, search, search_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,24 +74,9 @@ TIMING = ("step_time", "train_runtime", "train_samples_per_second", "train_steps
 def write_config(folder: Path, model, name: str, **kw) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ranks_task.py").write_text(TASK)
-    fields = dict(
-        task="ranks-test",
-        model=str(model),
-        scheme="tr",
-        seed=1,
-        steps=2,
-        prompts_per_step=2,
-        num_generations=2,
-        micro_batch_size=1,
-        max_completion_length=4,
-        learning_rate=5e-3,
-        n_train=16,
-        n_eval=1,
-        save_steps=1,
-        group="ranks",
-        name=name,
-    )
-    fields.update(kw)
+    ranks = dict(task="ranks-test", scheme="tr", seed=1, steps=2, num_generations=2, micro_batch_size=1,
+                 max_completion_length=4, beta=BETA, save_steps=1, group="ranks")  # fmt: skip
+    fields = spec_fields(str(model), name, **{**ranks, **kw})
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"imports": ["ranks_task.py"], **fields}))
     return path
@@ -182,13 +170,60 @@ def test_a_search_run_on_two_processes_evaluates_on_every_rank(search_micro_mode
     """accelerate launch, 2 CPU processes (as on 2 GPUs): TRL's rollout gathers across ranks, so every rank evaluates
     (the main process alone would wait forever for the others); one record, the evaluation before and after."""
 
+    from trgrpo import files
+
     monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setattr(files, "CHECKPOINT_DIR", tmp_path / "ckpt")  # what launch hands the processes
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = micro_spec(search_micro_model, STEPS=1, PROMPTS_PER_STEP=2, MICRO_BATCH_SIZE=1, SCALE="two")
     spec = spec.replace(ddp_timeout_s=120)
     (rec,) = fullscale.launch([spec], gpus=0, cpu_processes=2, results_dir=tmp_path / "res", log_dir=tmp_path / "log")
     assert rec["batch"]["world_size"] == 2 and rec["batch"]["global_completions_per_step"] == 4
     assert rec["initial"]["n"] == rec["final"]["n"] == 2 and rec["baseline_no_search"]["n"] == 2
+    assert (tmp_path / "ckpt" / spec.group / spec.name / "checkpoint-1").is_dir()  # not the repository's checkpoints/
+
+
+@pytest.fixture(scope="module")
+def search_caller(search_micro_model, tmp_path_factory):
+    """The search micro model warm-started on scripted trajectories (120 steps, about 15 s) until its greedy rollouts
+    call the tool, which the random micro model never does; cached in a temporary folder."""
+    corpus = search_data.make_corpus(0)
+    tool = search.make_search_tool(search_data.make_retriever("bm25", corpus.passages), top_k=1)
+    with mock.patch.dict(os.environ, {"TRGRPO_CACHE": str(tmp_path_factory.mktemp("search-cache"))}):
+        warm = search.warm_start(search_micro_model, corpus.questions["train"][:64], tool, steps=120, batch_size=8,
+                                 learning_rate=8e-3, template="compact")  # fmt: skip
+    return warm["path"]
+
+
+@pytest.mark.slow  # the warm start and a 2-process search run against the server: about 80 s on 2 cores
+def test_a_two_process_search_run_counts_the_searches_a_killed_retrieval_server_fails(search_caller, tmp_path):
+    """Issue 45 (the engine tier): ``trgrpo train`` as typed with ``TRGRPO_CPU_PROCESSES=2``, a search spec against
+    scripts/retrieval_server.py, which is killed (SIGKILL) once checkpoint-1 is on disk. The run finishes; each rank
+    rolled out its half of both evaluations; the first evaluation's searches were answered, the last one's failed on
+    both ranks, and the record's ``retrieval`` counts every failure (TRL's tool loop went on with the error)."""
+    with fullscale.retrieval_server("--corpus-seed", "0", wait_s=60) as url:
+        (server,) = [p for p in psutil.Process().children() if url.split(":")[2].split("/")[0] in p.cmdline()]
+        spec = micro_spec(search_caller, RETRIEVER="server", RETRIEVER_URL=url, STEPS=2, N_EVAL=4,
+                          PROMPTS_PER_STEP=2, MICRO_BATCH_SIZE=1, SAVE_STEPS=1, SCALE="killed")  # fmt: skip
+        cfg = fullscale.write_specs([spec.replace(ddp_timeout_s=300)], tmp_path / "search.yaml")
+        proc = train(tmp_path, cfg)
+        step1, deadline = tmp_path / "ckpt" / spec.group / spec.name / "checkpoint-1", time.time() + 300
+        while not step1.exists():  # the first evaluation and step 1 are done; step 2 and the last evaluation follow
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            assert time.time() < deadline, "the run never saved checkpoint-1"
+            time.sleep(0.05)
+        server.kill()
+        code, out = finish(proc)
+    assert code == 0, out[-4000:]
+    rec = json.loads((tmp_path / "res" / spec.group / f"{spec.name}.json").read_text())
+    assert rec["engine"]["world_size"] == 2 and rec["steps_run"] == 2
+    assert rec["initial"]["ranks"] == [{"rollouts": 2, "retrieval_failures": 0}] * 2, rec["initial"]["ranks"]
+    final = rec["final"]["ranks"]
+    assert [r["rollouts"] for r in final] == [2, 2] and all(r["retrieval_failures"] > 0 for r in final), final
+    retrieval = rec["retrieval"]
+    assert retrieval["failures"] >= rec["final"]["retrieval_failures"] == sum(r["retrieval_failures"] for r in final)
+    assert "Connection refused" in retrieval["errors"][0] and url in retrieval["errors"][0]
+    assert f"{retrieval['failures']} of {retrieval['calls']} searches failed" in out
 
 
 # From test_ranks.py: What several processes change (issue "scale" defects 5, 10): rollouts drawn from the run's seed

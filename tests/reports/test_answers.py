@@ -436,3 +436,37 @@ def test_a_table_built_from_substitute_data_says_so():
     for source, said in ((generated, True), (hub, False)):
         ours = [r["ours"] for r in tables.paper_vs_ours(1, [{**run, "data_source": source}]) if r["ours"] != "no run"]
         assert len(ours) == 1 and ("1 on substitute data (not the paper's)" in ours[0]) is said, ours
+
+
+def test_rows_of_a_one_gpu_and_an_eight_gpu_zero_run_say_their_engines(tmp_path):
+    """Issue "engines" (6): under DeepSpeed ZeRO the gradients accumulate in bf16, on one GPU in fp32, so Table 1's
+    GRPO row from one GPU and its TR-GRPO row from 8 GPUs under ZeRO-2 are not the same experiment: each row of the
+    table names its runs' engine (a column) and Table 1's verdict row counts the engines (a field), from each record's
+    ``engine``, ``spec.bf16`` and ``machine``."""
+    from trgrpo import paper
+    from trgrpo.files import provenance
+    from trgrpo.reports import tables
+    from trgrpo.runs.records import RUN_KIND, load_results, write_result
+    from trgrpo.runs.spec import RunSpec
+
+    gpu = {"platform": "Linux-6.8-x86_64-with-glibc2.35", "python": "3.11.7", "processor": "x86_64", "cpu_count": 192,
+           "torch_threads": 96, "cuda": True, "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8}  # fmt: skip
+    final = {"accuracy": 0.5, "avg": 0.5, "by_n_people": dict.fromkeys(paper.KK_SIZES, 0.5), "n": 500}
+    one_gpu, zero2 = {"world_size": 1, "deepspeed_stage": None}, {"world_size": 8, "deepspeed_stage": 2}
+    for scheme, engine in (("equal", one_gpu), ("tr", zero2)):
+        s = RunSpec(task="kk", model="Qwen/Qwen2.5-3B-Instruct", scheme=scheme, bf16=True, use_vllm=True,
+                    group="kk/Qwen2.5-3B-Instruct/main", name=f"kk-{scheme}-seed0")  # fmt: skip
+        rec = {"kind": RUN_KIND, **{k: getattr(s, k) for k in ("name", "group", "task", "scheme", "model", "steps")}}
+        rec |= {"seed": 0, "spec": s.model_dump(), "engine": engine, "history": [], "initial": None, "final": final}
+        rec |= {"train_time_s": 9e3, "seconds_per_step": 30.0, "wall_time_s": 1e4, **provenance(), "machine": gpu}
+        write_result(s.group, s.name, rec, tmp_path)
+    runs = load_results("kk", tmp_path)
+    rows = {r["method"]: r for r in tables.paper_vs_ours(1, runs) if r["model"] == "Qwen2.5-3B-Instruct"}
+    assert rows["GRPO"]["engine"] == "1 GPU, fp32 grads (n=1)" and rows["base"]["engine"] == tables.NO_RUN
+    assert rows["TR-GRPO"]["engine"] == "8 GPUs ZeRO-2, bf16 grads (n=1)"
+    row = next(r for r in answers.verdicts(tmp_path) if r["claim"] == "Table 1")
+    assert row["engines"] == {"1 GPU, fp32 grads": 1, "8 GPUs ZeRO-2, bf16 grads": 1}
+    zero = next(r for r in runs if r["scheme"] == "tr")
+    assert tables.grad_accumulation({**zero, "spec": {**zero["spec"], "bf16": False}}) == "fp32"  # fp32 weights
+    assert tables.grad_accumulation({**zero, "machine": {"cuda": False}}) == "fp32"  # the CPU ZeRO tier
+    assert tables.grad_accumulation({k: v for k, v in zero.items() if k != "engine"}) is None  # not recorded

@@ -36,6 +36,12 @@ register_task("unit-test", Task(_build, lambda spec: [_reward], _evaluate))
 
 
 def spec(tiny_model_dir, name, **kw):
+    return RunSpec(**spec_fields(tiny_model_dir, name, **kw))
+
+
+def spec_fields(tiny_model_dir, name, **kw) -> dict:
+    """The fields of a few-step run of the tiny model (``kw`` overrides): a RunSpec here, a config file in the
+    several-process tier (tests/integration/test_two_processes.py), whose task is registered in the run's processes."""
     base = dict(
         task="unit-test",
         model=tiny_model_dir,
@@ -53,8 +59,7 @@ def spec(tiny_model_dir, name, **kw):
         group="unit",
         name=name,
     )
-    base.update(kw)
-    return RunSpec(**base)
+    return {**base, **kw}
 
 
 def comparable(record):

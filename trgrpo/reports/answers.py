@@ -17,7 +17,7 @@ from trgrpo import paper, theory
 from trgrpo.arms import label
 from trgrpo.models import display_name
 from trgrpo.reports.metrics import final_metric, group_by
-from trgrpo.reports.tables import on_substitute_data, primary_metric, scale_label, variant
+from trgrpo.reports.tables import engines, on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
 from trgrpo.runs.records import RecordError, read_json, record_path, run_records
 from trgrpo.runs.spec import read_config
@@ -218,7 +218,8 @@ def table1(claim: Claim, root: Path) -> dict:
     if runs := _paper_scale_runs(root / "kk"):
         subs = sum(map(on_substitute_data, runs))
         evidence = f"{len(runs)} K&K run record(s) of the trainer" + (f", {subs} on substitute data" if subs else "")
-        return _row(claim, "not tested", "see notebook 08's Table 1 beside the paper", evidence, scale_label(runs))
+        row = _row(claim, "not tested", "see notebook 08's Table 1 beside the paper", evidence, scale_label(runs))
+        return {**row, "engines": engines(runs)}  # two engines: not the same experiment (tables.grad_accumulation)
     runs, per_run = _lm_runs(root)
     if not runs:
         return _not_run(claim, "no K&K run at any scale")
@@ -237,7 +238,8 @@ def table2(claim: Claim, root: Path) -> dict:
     runs = _paper_scale_runs(root / "math")
     if not runs:
         return _not_run(claim, "notebook 06 on a GPU server writes results/math/")
-    return _row(claim, "not tested", "see notebook 08's Table 2", f"{len(runs)} math run record(s)", scale_label(runs))
+    row = _row(claim, "not tested", "see notebook 08's Table 2", f"{len(runs)} math run record(s)", scale_label(runs))
+    return {**row, "engines": engines(runs)}
 
 
 def table3(claim: Claim, root: Path) -> dict:

@@ -55,6 +55,31 @@ def scale_label(records: list[dict]) -> str:
     )
 
 
+def grad_accumulation(record: dict) -> str | None:
+    """The dtype a run's gradients accumulated in: "bf16" under DeepSpeed ZeRO with bf16 on a GPU (DeepSpeed keeps
+    them in the weights' dtype: ``runtime/engine.py:1807``, ``grad_accum_dtype`` unset), else "fp32" (fp32 weights,
+    under bf16 autocast on one GPU; a CPU never runs bf16); None for a GPU record without ``engine``."""
+    if not (record.get("machine") or {}).get("cuda"):
+        return "fp32"
+    if not record.get("engine"):
+        return None
+    return "bf16" if record["engine"].get("deepspeed_stage") and (record.get("spec") or {}).get("bf16") else "fp32"
+
+
+def engines(records: Iterable[dict]) -> dict[str, int]:
+    """Each engine of the runs (processes, ZeRO stage, :func:`grad_accumulation`: "8 GPUs ZeRO-2, bf16 grads") and
+    its count of runs: runs of two engines are not the same experiment (docs/gpu.md)."""
+    out: dict[str, int] = {}
+    for r in records:
+        e, gpu = r.get("engine") or {}, (r.get("machine") or {}).get("cuda")
+        n = e.get("world_size") or (r.get("batch") or {}).get("world_size") or "?"
+        stage = f" ZeRO-{e['deepspeed_stage']}" if e.get("deepspeed_stage") else ""
+        unit = ("GPU", "GPUs") if gpu else ("CPU process", "CPU processes")
+        key = f"{n} {unit[n != 1]}{stage}, {grad_accumulation(r) or '?'} grads"
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
 # The paper's tables (notebooks 05, 06, 08)
 
 
@@ -157,7 +182,8 @@ def on_substitute_data(record: dict) -> bool:
 
 def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
     """Every printed row of a paper table, each cell 'paper / ours' ('no run' where we have none), plus our label,
-    which says when a run's data is a substitute for the paper's (the cell is then not the paper's experiment)."""
+    which says when a run's data is a substitute for the paper's (the cell is then not the paper's experiment), and
+    the runs' :func:`engines` (rows of two engines, or a row of runs on two, are not the same experiment)."""
     t = paper.table(table)
     records = list(records)
     rows = []
@@ -170,6 +196,7 @@ def paper_vs_ours(table: int, records: Iterable[dict]) -> list[dict]:
         subs = sum(map(on_substitute_data, runs))
         row["ours"] = scale_label(runs) + f", n={len(runs)}" if runs else NO_RUN
         row["ours"] += f", {subs} on substitute data (not the paper's)" if subs else ""
+        row["engine"] = "; ".join(f"{k} (n={n})" for k, n in engines(runs).items()) or NO_RUN
         rows.append(row)
     return rows
 

@@ -343,7 +343,8 @@ def evaluate_search(
     trainer: Any, records: Sequence[dict[str, Any]], tools: Sequence[Callable[..., Any]]
 ) -> dict[str, Any]:
     """Greedy EM with search (the tool loop of TRL), overall and per type/dataset, three example texts and the first
-    question's rollout token by token (``example_rollout``)."""
+    question's rollout token by token (``example_rollout``); per rank (``ranks``), the rollouts it ran and its
+    searches that failed, and their sum (``retrieval_failures``)."""
     t0 = time.time()
     counted = [t for t in tools if hasattr(t, "stats")]
     failed_before = sum(t.stats["failures"] for t in counted)
@@ -352,7 +353,13 @@ def evaluate_search(
     _, real = rank_share(trainer, len(records))
     res["rollout_ranks"] = trainer.accelerator.num_processes if real < len(records) else 1
     failed = sum(t.stats["failures"] for t in counted) - failed_before
-    res["retrieval_failures"] = _sum_over_ranks(trainer, [failed])[0]  # searches of this evaluation that failed
+    mine = [{"rollouts": real, "retrieval_failures": failed}]  # what this rank rolled out, its searches that failed
+    if trainer.accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        mine = gather_object(mine)
+    res["ranks"] = mine  # one row per rank, in rank order
+    res["retrieval_failures"] = sum(r["retrieval_failures"] for r in mine)  # searches of this evaluation that failed
     res["examples"] = [
         {"question": r["record"]["question"], "answers": r["record"]["answers"], "answer": r["answer"], "em": r["em"]}
         for r in rows[:3]
