@@ -55,35 +55,16 @@ def adam_update(
     return u.sub_(param.detach(), alpha=lr * wd) if wd else u
 
 
-def heldout_items(tokenizer: Any, problems: Sequence[dict]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids) of each problem: the rendered prompt (ends ``a + b =``) and `` <answer>``."""
-    out = []
-    for p in problems:
-        text = render_prompt(tokenizer, arith.arith_prompt(p))[0]
-        out.append((tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer(f" {p['answer']}")["input_ids"]))
-    return out
-
-
 def objective_gradient(
     model: Any, items: Sequence[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 25
 ) -> tuple[float, list[torch.Tensor]]:
-    """(J, grad J): J = mean over items of log P(answer tokens | prompt), teacher-forced (right padding); grad J in
-    the parameters' dtype."""
+    """(J, grad J): J = mean over items (:func:`trgrpo.tasks.arith.answer_items`) of log P(answer tokens | prompt),
+    teacher-forced (:func:`trgrpo.tasks.arith.answer_logps`); grad J in the parameters' dtype."""
     theta = [p for p in model.parameters() if p.requires_grad]
     total = [torch.zeros_like(p) for p in theta]
     value = 0.0
     for k in range(0, len(items), batch_size):
-        chunk = items[k : k + batch_size]
-        width = max(len(a) + len(b) for a, b in chunk)
-        ids = torch.full((len(chunk), width), pad_id)
-        attn, target = torch.zeros_like(ids), torch.zeros(len(chunk), width, dtype=torch.bool)
-        for r, (a, b) in enumerate(chunk):
-            ids[r, : len(a) + len(b)] = torch.tensor(a + b)
-            attn[r, : len(a) + len(b)] = 1
-            target[r, len(a) : len(a) + len(b)] = True
-        logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), dim=-1)
-        tok = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        part = (tok * target[:, 1:]).sum() / len(items)
+        part = arith.answer_logps(model, items[k : k + batch_size], pad_id).sum() / len(items)
         for acc, g in zip(total, torch.autograd.grad(part, theta)):
             acc += g
         value += float(part.detach())
@@ -213,7 +194,7 @@ def run_plan(plan_path: str | Path, results_dir: str | Path | None = None, *, mo
     train, held = problems[:n_train], problems[n_train:]
     texts = [render_prompt(tokenizer, arith.arith_prompt(p))[0] for p in train]
     answers = [p["answer"] for p in train]
-    items = heldout_items(tokenizer, held)
+    items = arith.answer_items(tokenizer, held)
     wp = WeightParams(**plan.get("weights", {}))
     opt = torch.optim.AdamW(model.parameters(), **plan["adamw"])
     k, mg, temp, place = plan["prompts_per_step"], plan["max_grad_norm"], plan["temperature"], plan["placement"]
