@@ -23,7 +23,7 @@ from trgrpo.runs.records import RecordError, read_json, record_path, run_records
 from trgrpo.runs.spec import read_config
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
 from trgrpo.runs.toy_grid import load_runs, run_label
-from trgrpo.stats import delta_ci, family_alpha, holm, mean_std, min_detectable_effect, num, paired_t
+from trgrpo.stats import delta_ci, family_alpha, holm, mean_std, min_detectable_effect, num, paired_t, sd_interval
 from trgrpo.weights import DEFAULTS
 
 NOT_RUN = "not run yet"
@@ -659,15 +659,6 @@ def power_sizing(results_dir: Path | str) -> dict:
         "overhead_s": (min(over), max(over)) if over else None,
         "replicates": grpo_replicates(root),
     }
-
-
-def sd_interval(sd: float, df: int, level: float = 0.95) -> tuple[float, float]:
-    """The ``level`` confidence interval of a normal population's standard deviation from a sample sd on ``df``
-    degrees of freedom (chi-square): sd·√(df/χ²_{1−a/2}) to sd·√(df/χ²_{a/2})."""
-    from scipy.stats import chi2
-
-    a = 1 - level
-    return sd * math.sqrt(df / chi2.ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2.ppf(a / 2, df))
 
 
 def _pairs_or_none(sd: float, effect: float) -> int | None:

@@ -7,6 +7,7 @@ the update AdamW applies (clipping included) for GRPO, TR-GRPO and the controls 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -21,7 +22,7 @@ from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, provenance, write_json
 from trgrpo.loss import group_advantages, tr_grpo_loss
 from trgrpo.runs.spec import read_config
-from trgrpo.stats import min_detectable_effect, paired_t
+from trgrpo.stats import min_detectable_effect, paired_t, sd_interval
 from trgrpo.tasks import arith
 from trgrpo.tasks.generation import render_prompt
 from trgrpo.theory import pad_token_id, sample_batch
@@ -293,6 +294,71 @@ def summary(plan: dict, checkpoints: list[dict]) -> dict[str, Any]:
             }
         )
     return {"rows": rows, "n_primary": n_primary, "n_secondary": len(keys) - n_primary}
+
+
+PILOT_METRICS = ("p_correct", "accuracy", "logp_correct")  # the primary first: the final evaluation's fields
+
+
+def pilot_analysis(plan_path: str | Path, results_dir: str | Path | None = None) -> dict[str, Any]:
+    """Issue 46 B's pilot from its records (``results/<group>/runs.jsonl`` and ``step0.json`` of the device job):
+    per complete pair (both arms of a seed; the plan's first arm is the control) the second arm minus the first of
+    each final :data:`PILOT_METRICS`; per metric the paired t summary; for the primary sigma_d with its chi-square
+    range, the minimum detectable effect at the plan's power for these pairs and the full design (at sigma_d and the
+    ends of its range), the gate ``sigma_d <= gate_sigma_d`` and the full design's hours at the measured run time.
+    Writes ``results/first_order/analysis-pilot.json`` and returns it."""
+    from trgrpo.runs.device_job import RUNS_FILE, STEP0_FILE
+
+    plan, root = read_config(plan_path, "plan"), Path(results_dir or RESULTS_DIR)
+    folder, dec = root / plan["group"], plan["decision"]
+    runs = {r["name"]: r for r in map(json.loads, (folder / RUNS_FILE).read_text().splitlines())}
+    (base, treat), pairs = [a["id"] for a in plan["arms"]], []
+    names = [f"{arm}-seed{s}" for s in plan["seeds"] for arm in (base, treat)]
+    for s in plan["seeds"]:
+        a, b = runs.get(f"{base}-seed{s}"), runs.get(f"{treat}-seed{s}")
+        if a and b:
+            row = {"seed": s, "step1_reward_same": a["history"][0]["reward"] == b["history"][0]["reward"]}
+            pairs.append(row | {f"{k}_{m}": r["final"][m] for k, r in ((base, a), (treat, b)) for m in PILOT_METRICS})
+    n = len(pairs)
+    diffs = {m: [p[f"{treat}_{m}"] - p[f"{base}_{m}"] for p in pairs] for m in PILOT_METRICS}
+    summary = {m: paired_t(d, [0.0] * n) if n > 1 else None for m, d in diffs.items()}
+    prim = summary[PILOT_METRICS[0]]
+    done = [r for r in runs.values() if r["name"] in names]
+    run_s = float(np.mean([r["wall_time_s"] for r in done])) if done else math.nan
+    record: dict[str, Any] = {
+        "kind": "pilot_analysis",
+        "plan": plan,
+        "plan_path": str(plan_path),
+        "arms": [base, treat],
+        "step0": {k: json.loads((folder / STEP0_FILE).read_text())[k] for k in ("n", *PILOT_METRICS)},
+        "pairs": pairs,
+        "n_pairs": n,
+        "not_run": [x for x in names if x not in runs],
+        "diffs": diffs,
+        "summary": summary,
+        "runs_commits": sorted({r["git_commit"] for r in done}),
+        "runs_clean": all(r["git_dirty"] is False for r in done),
+        "run_wall_s": run_s,
+        "seconds_per_step": [min(r["seconds_per_step"] for r in done), max(r["seconds_per_step"] for r in done)],
+        "machine": done[0]["machine"] if done else None,
+    }
+    if prim is not None:
+        sd, lo_hi = prim["sd_diff"], sd_interval(prim["sd_diff"], n - 1)
+        power, sizes = dec["power"], sorted({n, *dec["full_pairs"]})
+        mde = {k: [min_detectable_effect(x, k, power=power) for x in (sd, *lo_hi)] for k in sizes}
+        lo, hi = prim["ci"]
+        record["primary"] = {
+            "sigma_d": sd,
+            "sigma_d_range95": list(lo_hi),
+            "mde": {str(k): v for k, v in mde.items()},  # [at sigma_d, at the range's low end, at its high end]
+            "verdict": "TR higher" if lo > 0 else "GRPO higher" if hi < 0 else "no difference detected at this scale",
+        }
+        record["gate"] = {
+            "threshold": dec["gate_sigma_d"],
+            "passes": sd <= dec["gate_sigma_d"],
+            "full_hours": {str(k): 2 * k * run_s / 2 / 3600 for k in dec["full_pairs"]},  # 2 runs a pair, 2 workers
+        }
+    write_json(root / "first_order" / "analysis-pilot.json", record)
+    return record
 
 
 def rollout(
