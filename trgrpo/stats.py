@@ -101,15 +101,6 @@ def min_detectable_effect(sd_diff: float, n: int, *, alpha: float = 0.05, power:
     return optimize.brentq(shortfall, 0.0, 4 * approx, xtol=1e-12) * sd_diff
 
 
-def sd_interval(sd: float, df: int, level: float = 0.95) -> tuple[float, float]:
-    """The ``level`` confidence interval of a normal population's standard deviation from a sample sd on ``df``
-    degrees of freedom (chi-square): sd·√(df/χ²_{1−a/2}) to sd·√(df/χ²_{a/2})."""
-    from scipy.stats import chi2
-
-    a = 1 - level
-    return sd * math.sqrt(df / chi2.ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2.ppf(a / 2, df))
-
-
 def family_alpha(m: int, alpha: float = 0.05) -> float:
     """alpha / m: the level of one comparison in a family of ``m`` (Bonferroni; Holm's first step)."""
     if m < 1:

@@ -19,11 +19,12 @@ from trgrpo.models import display_name
 from trgrpo.reports.metrics import final_metric, group_by
 from trgrpo.reports.tables import on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
+from trgrpo.runs.first_order import sd_interval
 from trgrpo.runs.records import RecordError, read_json, record_path, run_records
 from trgrpo.runs.spec import read_config
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
 from trgrpo.runs.toy_grid import load_runs, run_label
-from trgrpo.stats import delta_ci, family_alpha, holm, mean_std, min_detectable_effect, num, paired_t, sd_interval
+from trgrpo.stats import delta_ci, family_alpha, holm, mean_std, min_detectable_effect, num, paired_t
 from trgrpo.weights import DEFAULTS
 
 NOT_RUN = "not run yet"

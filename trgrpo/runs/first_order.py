@@ -22,7 +22,7 @@ from trgrpo.config import ConfigError
 from trgrpo.files import RESULTS_DIR, provenance, write_json
 from trgrpo.loss import group_advantages, tr_grpo_loss
 from trgrpo.runs.spec import read_config
-from trgrpo.stats import min_detectable_effect, paired_t, sd_interval
+from trgrpo.stats import min_detectable_effect, paired_t
 from trgrpo.tasks import arith
 from trgrpo.tasks.generation import render_prompt
 from trgrpo.theory import pad_token_id, sample_batch
@@ -296,6 +296,15 @@ def summary(plan: dict, checkpoints: list[dict]) -> dict[str, Any]:
     return {"rows": rows, "n_primary": n_primary, "n_secondary": len(keys) - n_primary}
 
 
+def sd_interval(sd: float, df: int, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of a normal population's standard deviation from a sample sd on ``df``
+    degrees of freedom (chi-square): sd·√(df/χ²_{1−a/2}) to sd·√(df/χ²_{a/2})."""
+    from scipy.stats import chi2
+
+    a = 1 - level
+    return sd * math.sqrt(df / chi2.ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2.ppf(a / 2, df))
+
+
 PILOT_METRICS = ("p_correct", "accuracy", "logp_correct")  # the primary first: the final evaluation's fields
 
 
@@ -306,7 +315,7 @@ def pilot_analysis(plan_path: str | Path, results_dir: str | Path | None = None)
     range, the minimum detectable effect at the plan's power for these pairs and the full design (at sigma_d and the
     ends of its range), the gate ``sigma_d <= gate_sigma_d`` and the full design's hours at the measured run time.
     Writes ``results/first_order/analysis-pilot.json`` and returns it."""
-    from trgrpo.runs.device_job import RUNS_FILE, STEP0_FILE
+    from trgrpo.runs.records import RUNS_FILE, STEP0_FILE
 
     plan, root = read_config(plan_path, "plan"), Path(results_dir or RESULTS_DIR)
     folder, dec = root / plan["group"], plan["decision"]
