@@ -387,7 +387,14 @@ def test_pilot_sentence_quotes_an_independent_recomputation():
     seeds = [s for s in plan["seeds"] if f"grpo-seed{s}" in runs and f"tr-seed{s}" in runs]
     n = len(seeds)
     step0 = json.loads((folder / "step0.json").read_text())
-    expected = [f"{n} seed pairs", f"P(correct) {step0['p_correct']:.4f}", f"same {step0['n']} held-out problems"]
+    expected = [f"{n} seed pair{'s' * (n != 1)} (seeds", f"P(correct) {step0['p_correct']:.4f}"]
+    expected.append(f"same {step0['n']} held-out problems")
+    first = {name: r["history"][0]["reward"] for name, r in runs.items()}
+    same = sum(first[f"grpo-seed{s}"] == first[f"tr-seed{s}"] for s in seeds)
+    expected.append(f"the step-1 reward is the same in both arms in {same} of {n} pairs")
+    lacking = [f"{a}-seed{s}" for s in plan["seeds"] for a in ("grpo", "tr") if f"{a}-seed{s}" not in runs]
+    if lacking and n >= 2:
+        expected.append("Not run, for time: " + ", ".join(lacking) + ".")
     if n >= 2:
         for metric, f in (("p_correct", "+.4f"), ("accuracy", "+.3f")):
             d = np.array([runs[f"tr-seed{s}"]["final"][metric] - runs[f"grpo-seed{s}"]["final"][metric] for s in seeds])

@@ -637,7 +637,8 @@ def pilot_text(results_dir: Path | str | None = None) -> str:
     seeds = ", ".join(str(p["seed"]) for p in rec["pairs"])
     same = sum(p["step1_reward_same"] for p in rec["pairs"])
     text = (
-        f"{head}. SmolLM2-135M-Instruct on two-digit addition, {n} seed pairs (seeds {seeds}) of GRPO and TR-GRPO, "
+        f"{head}. SmolLM2-135M-Instruct on two-digit addition, {_count(n, 'seed pair')} (seeds {seeds}) of GRPO and "
+        "TR-GRPO, "
         f"{base['steps']} steps of {base['prompts_per_step']} prompts × {base['num_generations']} at lr "
         f"{base['learning_rate']:g}, with common random numbers (each step's rollouts drawn after reseeding from "
         f"(seed, step): the step-1 reward is the same in both arms in {same} of {n} pairs), each run evaluated on the "
@@ -661,9 +662,10 @@ def pilot_text(results_dir: Path | str | None = None) -> str:
     missing = f" Not run, for time: {', '.join(rec['not_run'])}." if rec["not_run"] else ""
     return (
         f"{text} TR − GRPO of final P(correct): {p['mean_diff']:+.4f} [{lo:+.4f}, {hi:+.4f}] (95 % t-interval, "
-        f"n = {n}; {p['higher']} pairs higher, {p['lower']} lower): {prim['verdict']}; of greedy accuracy "
+        f"n = {n}; {_count(p['higher'], 'pair')} higher, {p['lower']} lower): {prim['verdict']}; of greedy accuracy "
         f"{acc['mean_diff']:+.3f} [{acc['ci'][0]:+.3f}, {acc['ci'][1]:+.3f}]. σ_d = {prim['sigma_d']:.4f}, on "
-        f"{n - 1} degrees of freedom a range, not a number: {slo:.4f}–{shi:.4f} (95 %, chi-square); with n = {n} the "
+        f"{_count(n - 1, 'degree')} of freedom a range, not a number: {slo:.4f}–{shi:.4f} (95 %, chi-square); "
+        f"with n = {n} the "
         f"smallest effect a two-sided paired t-test at 0.05 detects with 80 % power is {mde[str(n)][0]:.4f} "
         f"({mde[str(n)][1]:.4f}–{mde[str(n)][2]:.4f} over that range). Gate σ_d ≤ {gate['threshold']:g}: "
         f"{verdict}.{missing} Runs at commit {', '.join(c[:7] for c in rec['runs_commits'])}, clean tree: "
@@ -672,3 +674,7 @@ def pilot_text(results_dir: Path | str | None = None) -> str:
         "CPU. What it cannot test: this is early in training (30 steps) on a smooth metric; it says nothing about "
         "the paper's end-of-training accuracy."
     )
+
+
+def _count(k: int, noun: str) -> str:
+    return f"{k} {noun}{'s' * (k != 1)}"
