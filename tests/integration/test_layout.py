@@ -213,11 +213,11 @@ def test_the_library_writes_no_documentation():
 # +68 (first_order.pilot_analysis and `trgrpo lm pilot`), +57 (tables.pilot_text, the README's lm-pilot block), +2
 # (sd_interval moved from reports/answers into runs/first_order, stats would take notebook 01 over 3,000 lines; the
 # device job's runs.jsonl / step0.json names into records, so first_order reads them without an import cycle), +6
-# (pilot_text's singular and plural counts).
+# (pilot_text's singular and plural counts), +1 (its sigma_d not written 'σ_d = 0.', a stale phrase README refuses).
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 15_336
+HOUSE_LINES, LINE_CEILING = 13_061, 15_337
 
 
 def test_the_size_the_design_card_asks_for():

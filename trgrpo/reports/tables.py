@@ -663,7 +663,8 @@ def pilot_text(results_dir: Path | str | None = None) -> str:
     return (
         f"{text} TR − GRPO of final P(correct): {p['mean_diff']:+.4f} [{lo:+.4f}, {hi:+.4f}] (95 % t-interval, "
         f"n = {n}; {_count(p['higher'], 'pair')} higher, {p['lower']} lower): {prim['verdict']}; of greedy accuracy "
-        f"{acc['mean_diff']:+.3f} [{acc['ci'][0]:+.3f}, {acc['ci'][1]:+.3f}]. σ_d = {prim['sigma_d']:.4f}, on "
+        f"{acc['mean_diff']:+.3f} [{acc['ci'][0]:+.3f}, {acc['ci'][1]:+.3f}]. σ_d (the sd of the pair differences) "
+        f"{prim['sigma_d']:.4f}, on "
         f"{_count(n - 1, 'degree')} of freedom a range, not a number: {slo:.4f}–{shi:.4f} (95 %, chi-square); "
         f"with n = {n} the "
         f"smallest effect a two-sided paired t-test at 0.05 detects with 80 % power is {mde[str(n)][0]:.4f} "
