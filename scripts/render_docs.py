@@ -754,6 +754,7 @@ BLOCKS = {
         "toy-findings": toy_verdict,
         "lm-leverage": lm_leverage,
         "lm-first-order": lambda: f"- {tables.first_order_text()}",
+        "lm-pilot": lambda: f"- {tables.pilot_text()}",
     },
     GPU_PAGE: {"plan": plan_table},
     COST_PAGE: {"bench": cost_table},

@@ -217,10 +217,15 @@ def test_the_library_writes_no_documentation():
 # by trgrpo train and trgrpo batch; the embedded model's hub id has its shape); item 4 +17 (spec.smoke_replaced: smoke
 # mode names the parameters passed that it replaces; ConfigError renders one line in a notebook, launch raises it; the
 # batch prints the failing cell's line; notebook.injected shared by both, so notebooks 00-02 import no more lines).
+# Issue 46 B's pilot: +23 (arith's P(correct) evaluation, the teacher-forced log P moved from runs/first_order.py into
+# tasks/arith), +68 (first_order.pilot_analysis and `trgrpo lm pilot`), +57 (tables.pilot_text, the README's lm-pilot
+# block), +2 (sd_interval moved from reports/answers into runs/first_order, stats would take notebook 01 over 3,000
+# lines; the device job's runs.jsonl / step0.json names into records, so first_order reads them without an import
+# cycle), +6 (pilot_text's singular and plural counts), +1 (its sigma_d not written 'σ_d = 0.').
 # LINE_CEILING is the size at the last change: a ratchet that goes down with each cut, never by squeezing, and up
 # only with a feature that says so.
 COURSE_CODE = sorted(p for p in (ROOT / "course").glob("*.py") if p.name != "answers.py")
-HOUSE_LINES, LINE_CEILING = 13_061, 15_285
+HOUSE_LINES, LINE_CEILING = 13_061, 15_442
 
 
 def test_the_size_the_design_card_asks_for():

@@ -356,3 +356,66 @@ def test_first_order_sentence_quotes_an_independent_recomputation():
     ]
     missing = [e for e in expected if _flat(e) not in readme]
     assert not missing, f"README's lm-first-order block differs from the record: expected {missing}"
+
+
+def test_pilot_sentence_quotes_an_independent_recomputation():
+    """The lm-pilot block (issue 46 section 2 B): TR - GRPO of final P(correct) and greedy accuracy with their 95 %
+    t-intervals, sigma_d with its chi-square range and the minimum detectable effect, recomputed from the per-run
+    records (runs.jsonl, paired here by name) with numpy and scipy's t, chi-square and noncentral t; the runs ran the
+    committed plan's runs at the commit that added it, from a clean tree."""
+    import subprocess
+
+    import numpy as np
+    from scipy import optimize, stats
+
+    readme = _flat(README.read_text())
+    folder = ROOT / "results" / "first_order" / "pilot"
+    if not (ROOT / "results" / "first_order" / "analysis-pilot.json").exists():
+        assert "_Not run yet._" in readme
+        return
+    plan = yaml.safe_load((ROOT / "results" / "first_order" / "pilot_plan.yaml").read_text())
+    runs = {r["name"]: r for r in map(json.loads, (folder / "runs.jsonl").read_text().splitlines())}
+    added = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "results/first_order/pilot_plan.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    for r in runs.values():
+        assert r["git_dirty"] is False and r["git_commit"] in added, r["name"]
+        assert {k: r["spec"][k] for k in plan["base"]} == plan["base"], r["name"]
+    seeds = [s for s in plan["seeds"] if f"grpo-seed{s}" in runs and f"tr-seed{s}" in runs]
+    n = len(seeds)
+    step0 = json.loads((folder / "step0.json").read_text())
+    expected = [f"{n} seed pair{'s' * (n != 1)} (seeds", f"P(correct) {step0['p_correct']:.4f}"]
+    expected.append(f"same {step0['n']} held-out problems")
+    first = {name: r["history"][0]["reward"] for name, r in runs.items()}
+    same = sum(first[f"grpo-seed{s}"] == first[f"tr-seed{s}"] for s in seeds)
+    expected.append(f"the step-1 reward is the same in both arms in {same} of {n} pairs")
+    lacking = [f"{a}-seed{s}" for s in plan["seeds"] for a in ("grpo", "tr") if f"{a}-seed{s}" not in runs]
+    if lacking and n >= 2:
+        expected.append("Not run, for time: " + ", ".join(lacking) + ".")
+    if n >= 2:
+        for metric, f in (("p_correct", "+.4f"), ("accuracy", "+.3f")):
+            d = np.array([runs[f"tr-seed{s}"]["final"][metric] - runs[f"grpo-seed{s}"]["final"][metric] for s in seeds])
+            half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n)
+            expected.append(f"{d.mean():{f}} [{d.mean() - half:{f}}, {d.mean() + half:{f}}]")
+            if metric == "p_correct":
+                sd = d.std(ddof=1)
+                lo, hi = (
+                    sd * math.sqrt((n - 1) / stats.chi2.ppf(0.975, n - 1)),
+                    sd * math.sqrt((n - 1) / stats.chi2.ppf(0.025, n - 1)),
+                )
+                crit = stats.t.ppf(0.975, n - 1)
+
+                def power(delta, crit=crit):  # both tails of the noncentral t, effect in units of sigma_d
+                    nc = delta * math.sqrt(n)
+                    return stats.nct.sf(crit, n - 1, nc) + np.nan_to_num(stats.nct.cdf(-crit, n - 1, nc)) - 0.8
+
+                mde = optimize.brentq(power, 1e-6, 30) * sd
+                expected += [f"σ_d (the sd of the pair differences) {sd:.4f}", f"{lo:.4f}–{hi:.4f} (95 %, chi-square)"]
+                expected.append(f"80 % power is {mde:.4f}")
+                gate = plan["decision"]["gate_sigma_d"]
+                expected.append(f"Gate σ_d ≤ {gate:g}: " + ("passed" if sd <= gate else "failed"))
+    missing = [e for e in expected if _flat(e) not in readme]
+    assert not missing, f"README's lm-pilot block differs from the records: expected {missing}"

@@ -230,3 +230,53 @@ def test_committed_record_intervals_recompute_from_its_batches():
         assert r["n"] == n and r["mean"] == pytest.approx(mean) and r["sd"] == pytest.approx(sd)
         lo, hi = r["ci_family"]
         assert r["verdict"] == ("scheme larger" if lo > 0 else "GRPO larger" if hi < 0 else "no difference detected")
+
+
+def _pilot_run(name: str, seed: int, final: dict, reward1: float) -> dict:
+    return {
+        "name": name,
+        "seed": seed,
+        "final": final,
+        "history": [{"step": 1, "reward": reward1}],
+        "git_commit": "abc",
+        "git_dirty": False,
+        "wall_time_s": 1800.0,
+        "seconds_per_step": 50.0,
+        "machine": {"cpu_count": 2, "torch_threads": 1},
+    }
+
+
+def test_pilot_analysis_pairs_by_seed_and_gates_on_sigma_d(tmp_path):
+    """Issue 46 B: the pilot's analysis from the device job's runs.jsonl. Only complete pairs count (seed 3 lacks its TR
+    run, named as not run); the primary is TR - GRPO of p_correct with the paired 95 % t-interval; sigma_d its sd with
+    the chi-square range; the gate compares sigma_d with the plan's threshold; the minimum detectable effect is given
+    for the pilot's n and the full design's."""
+    import yaml
+    from scipy import stats
+
+    plan = yaml.safe_load((ROOT / "results" / "first_order" / "pilot_plan.yaml").read_text())
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    folder = tmp_path / plan["group"]
+    folder.mkdir(parents=True)
+    p = {"grpo": [0.30, 0.40, 0.20, 0.5], "tr": [0.33, 0.44, 0.235, None]}
+    lines = [
+        _pilot_run(f"{arm}-seed{s}", s, {"p_correct": v, "accuracy": v + 0.1, "logp_correct": -1 / v}, 0.25)
+        for arm, vals in p.items()
+        for s, v in enumerate(vals)
+        if v is not None
+    ]
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (folder / "step0.json").write_text(json.dumps({"n": 500, "p_correct": 0.1, "accuracy": 0.16, "logp_correct": -3}))
+    rec = fo.pilot_analysis(tmp_path / "plan.yaml", tmp_path)
+    assert json.loads((tmp_path / "first_order" / "analysis-pilot.json").read_text())["n_pairs"] == 3
+    d = np.array([0.03, 0.04, 0.035])
+    assert rec["not_run"] == ["tr-seed3"] and rec["diffs"]["p_correct"] == pytest.approx(d.tolist())
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+    assert rec["summary"]["p_correct"]["ci"] == pytest.approx([d.mean() - half, d.mean() + half])
+    assert rec["primary"]["sigma_d"] == pytest.approx(d.std(ddof=1))
+    lo, hi = rec["primary"]["sigma_d_range95"]
+    assert lo == pytest.approx(d.std(ddof=1) * math.sqrt(2 / stats.chi2.ppf(0.975, 2)))
+    assert hi == pytest.approx(d.std(ddof=1) * math.sqrt(2 / stats.chi2.ppf(0.025, 2)))
+    assert rec["gate"]["passes"] is True and set(rec["primary"]["mde"]) == {"3", "20", "24"}
+    assert rec["primary"]["verdict"] == "TR higher" and all(r["step1_reward_same"] for r in rec["pairs"])
+    assert rec["gate"]["full_hours"]["24"] == pytest.approx(24 * 1800 / 3600)

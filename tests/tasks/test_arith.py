@@ -141,3 +141,35 @@ def test_registered_evaluation_scores_its_greedy_completions(tiny_model_dir):
     fmt = sum(arith.format_reward(c) for c in comps) / 4
     assert (res["accuracy"], res["format_rate"], res["reward"]) == (acc, fmt, acc + fmt)
     assert get_task("arith").evaluate(model, tok, [], spec)["accuracy"] is None
+
+
+def test_answer_probability_is_exp_of_the_answer_tokens_log_probability_by_hand(tiny_model_dir):
+    """Issue 46 B's primary metric: with task option answer_prob the evaluation reports p_correct, the mean over
+    problems of P(" <answer>" | prompt) teacher-forced, and logp_correct, the mean log P (the first-order objective J);
+    here each problem's probability is the product of the answer tokens' softmax probabilities, one unpadded forward
+    pass per problem (batches of 3 over 5 problems: right padding must not change them)."""
+    import math
+
+    import torch
+
+    from trgrpo.models import load_model_and_tokenizer
+    from trgrpo.runs.spec import RunSpec
+    from trgrpo.tasks import get_task
+    from trgrpo.tasks.generation import render_prompt
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    problems = arith.make_problems(5, seed=1, low=10, high=99)
+    by_hand = []
+    for p in problems:
+        prompt = tok(render_prompt(tok, arith.arith_prompt(p))[0], add_special_tokens=False)["input_ids"]
+        answer = tok(f" {p['answer']}")["input_ids"]
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=torch.tensor([prompt + answer])).logits[0].double(), -1)
+        by_hand.append(math.prod(float(probs[len(prompt) - 1 + i, t]) for i, t in enumerate(answer)))
+    opts = {"eval_batch_size": 3, "range": [10, 99]}
+    spec = RunSpec(task="arith", steps=1, max_completion_length=1, task_options={**opts, "answer_prob": True})
+    res = get_task("arith").evaluate(model, tok, problems, spec)
+    assert res["p_correct"] == pytest.approx(sum(by_hand) / 5, rel=1e-4)
+    assert res["logp_correct"] == pytest.approx(sum(map(math.log, by_hand)) / 5, rel=1e-4)
+    assert arith.ArithOptions(**opts).answer_prob is False  # off by default: other runs' evaluations unchanged

@@ -19,6 +19,7 @@ from trgrpo.models import display_name
 from trgrpo.reports.metrics import final_metric, group_by
 from trgrpo.reports.tables import engines, on_substitute_data, primary_metric, scale_label, variant
 from trgrpo.runs import lm_science
+from trgrpo.runs.first_order import sd_interval
 from trgrpo.runs.records import RecordError, read_json, record_path, run_records
 from trgrpo.runs.spec import read_config
 from trgrpo.runs.toy_controls import ARMS, EVAL_STEPS
@@ -661,15 +662,6 @@ def power_sizing(results_dir: Path | str) -> dict:
         "overhead_s": (min(over), max(over)) if over else None,
         "replicates": grpo_replicates(root),
     }
-
-
-def sd_interval(sd: float, df: int, level: float = 0.95) -> tuple[float, float]:
-    """The ``level`` confidence interval of a normal population's standard deviation from a sample sd on ``df``
-    degrees of freedom (chi-square): sd·√(df/χ²_{1−a/2}) to sd·√(df/χ²_{a/2})."""
-    from scipy.stats import chi2
-
-    a = 1 - level
-    return sd * math.sqrt(df / chi2.ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2.ppf(a / 2, df))
 
 
 def _pairs_or_none(sd: float, effect: float) -> int | None:

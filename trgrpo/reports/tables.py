@@ -642,3 +642,67 @@ def first_order_text(results_dir: Path | str | None = None) -> str:
         "metric to first order (one step's linear change of mean log P(correct), not an accuracy change), and "
         "nothing about the paper's end-of-training accuracy."
     )
+
+
+PILOT = ("first_order", "analysis-pilot.json")  # issue 46 B's pilot analysis (trgrpo lm pilot)
+
+
+def pilot_text(results_dir: Path | str | None = None) -> str:
+    """The README's lm-pilot sentence (issue 46 section 2 B, :func:`trgrpo.runs.first_order.pilot_analysis`): the
+    paired TR - GRPO of final P(correct) and greedy accuracy, sigma_d with its range, what n pairs detect, the gate."""
+    path = Path(results_dir or RESULTS_DIR).joinpath(*PILOT)
+    head = (
+        "**Over 30 steps, does TR-GRPO raise the held-out probability of the correct answer more than GRPO?** "
+        "(issue 46 B's pilot: plan `results/first_order/pilot_plan.yaml` fixed before its runs, records "
+        "`results/first_order/pilot/`, analysis `results/first_order/analysis-pilot.json`, `trgrpo lm pilot`, "
+        "notebook 03 Part B)"
+    )
+    if not path.exists():
+        return f"{head}. _Not run yet._"
+    rec = json.loads(path.read_text())
+    plan, base, s0, n = rec["plan"], rec["plan"]["base"], rec["step0"], rec["n_pairs"]
+    seeds = ", ".join(str(p["seed"]) for p in rec["pairs"])
+    same = sum(p["step1_reward_same"] for p in rec["pairs"])
+    text = (
+        f"{head}. SmolLM2-135M-Instruct on two-digit addition, {_count(n, 'seed pair')} (seeds {seeds}) of GRPO and "
+        "TR-GRPO, "
+        f"{base['steps']} steps of {base['prompts_per_step']} prompts × {base['num_generations']} at lr "
+        f"{base['learning_rate']:g}, with common random numbers (each step's rollouts drawn after reseeding from "
+        f"(seed, step): the step-1 reward is the same in both arms in {same} of {n} pairs), each run evaluated on the "
+        f"same {s0['n']} held-out problems (the untouched model, shared: P(correct) {s0['p_correct']:.4f}, greedy "
+        f"accuracy {s0['accuracy']:.3f}). P(correct) is the mean over items of the answer's teacher-forced probability."
+    )
+    if n < 2:
+        diffs = ", ".join(f"{d:+.4f}" for d in rec["diffs"]["p_correct"])
+        return f"{text} Too few pairs for an interval: TR − GRPO of P(correct) {diffs or 'none'}."
+    p, acc, prim, gate = rec["summary"]["p_correct"], rec["summary"]["accuracy"], rec["primary"], rec["gate"]
+    (lo, hi), (slo, shi), mde = p["ci"], prim["sigma_d_range95"], prim["mde"]
+    full = [str(k) for k in plan["decision"]["full_pairs"]]
+    hours = "–".join(f"{gate['full_hours'][k]:.0f}" for k in full)
+    verdict = (
+        f"passed: the {'–'.join(full)}-pair run is the next step, about {hours} h on this machine at the measured "
+        f"{rec['run_wall_s'] / 60:.0f} min a run on 2 workers (n = {full[-1]} would detect "
+        f"{mde[full[-1]][0]:.4f} at this σ_d)"
+        if gate["passes"]
+        else "failed: the full run is not worth its cost at this spread, and the pilot with its interval is B's result"
+    )
+    missing = f" Not run, for time: {', '.join(rec['not_run'])}." if rec["not_run"] else ""
+    return (
+        f"{text} TR − GRPO of final P(correct): {p['mean_diff']:+.4f} [{lo:+.4f}, {hi:+.4f}] (95 % t-interval, "
+        f"n = {n}; {_count(p['higher'], 'pair')} higher, {p['lower']} lower): {prim['verdict']}; of greedy accuracy "
+        f"{acc['mean_diff']:+.3f} [{acc['ci'][0]:+.3f}, {acc['ci'][1]:+.3f}]. σ_d (the sd of the pair differences) "
+        f"{prim['sigma_d']:.4f}, on "
+        f"{_count(n - 1, 'degree')} of freedom a range, not a number: {slo:.4f}–{shi:.4f} (95 %, chi-square); "
+        f"with n = {n} the "
+        f"smallest effect a two-sided paired t-test at 0.05 detects with 80 % power is {mde[str(n)][0]:.4f} "
+        f"({mde[str(n)][1]:.4f}–{mde[str(n)][2]:.4f} over that range). Gate σ_d ≤ {gate['threshold']:g}: "
+        f"{verdict}.{missing} Runs at commit {', '.join(c[:7] for c in rec['runs_commits'])}, clean tree: "
+        f"{rec['runs_clean']}; {rec['run_wall_s'] / 60:.0f} min a run ({rec['seconds_per_step'][0]:.0f}–"
+        f"{rec['seconds_per_step'][1]:.0f} s a step) on 1 torch thread of a shared {rec['machine']['cpu_count']}-core "
+        "CPU. What it cannot test: this is early in training (30 steps) on a smooth metric; it says nothing about "
+        "the paper's end-of-training accuracy."
+    )
+
+
+def _count(k: int, noun: str) -> str:
+    return f"{k} {noun}{'s' * (k != 1)}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 NO_CHECKPOINT = {"save_strategy": "no", "disable_tqdm": True}
 SCRATCH = Path("/tmp/device_grid_runs")  # the runs' output_dir: spec.json and a lock, never a checkpoint
-RUNS_FILE, SUMMARY_FILE, STEP0_FILE, TIMING_FILE = "runs.jsonl", "device_grid.json", "step0.json", "timing.json"
+SUMMARY_FILE, TIMING_FILE = "device_grid.json", "timing.json"  # the runs and step 0: records.RUNS_FILE, STEP0_FILE
 
 
 def load_plan(path: str, overrides: dict, seeds: list[int] | None) -> dict:
@@ -151,7 +151,7 @@ def run_grid(
     from trgrpo.files import machine_info, provenance
     from trgrpo.models import embedded_model_path
     from trgrpo.runs import lm_science
-    from trgrpo.runs.records import record_path
+    from trgrpo.runs.records import RUNS_FILE, STEP0_FILE, record_path
 
     t0 = time.time()
     if plan["base"].get("model") in (None, "embedded"):

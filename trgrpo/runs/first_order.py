@@ -7,6 +7,7 @@ the update AdamW applies (clipping included) for GRPO, TR-GRPO and the controls 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -55,35 +56,16 @@ def adam_update(
     return u.sub_(param.detach(), alpha=lr * wd) if wd else u
 
 
-def heldout_items(tokenizer: Any, problems: Sequence[dict]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids) of each problem: the rendered prompt (ends ``a + b =``) and `` <answer>``."""
-    out = []
-    for p in problems:
-        text = render_prompt(tokenizer, arith.arith_prompt(p))[0]
-        out.append((tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer(f" {p['answer']}")["input_ids"]))
-    return out
-
-
 def objective_gradient(
     model: Any, items: Sequence[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 25
 ) -> tuple[float, list[torch.Tensor]]:
-    """(J, grad J): J = mean over items of log P(answer tokens | prompt), teacher-forced (right padding); grad J in
-    the parameters' dtype."""
+    """(J, grad J): J = mean over items (:func:`trgrpo.tasks.arith.answer_items`) of log P(answer tokens | prompt),
+    teacher-forced (:func:`trgrpo.tasks.arith.answer_logps`); grad J in the parameters' dtype."""
     theta = [p for p in model.parameters() if p.requires_grad]
     total = [torch.zeros_like(p) for p in theta]
     value = 0.0
     for k in range(0, len(items), batch_size):
-        chunk = items[k : k + batch_size]
-        width = max(len(a) + len(b) for a, b in chunk)
-        ids = torch.full((len(chunk), width), pad_id)
-        attn, target = torch.zeros_like(ids), torch.zeros(len(chunk), width, dtype=torch.bool)
-        for r, (a, b) in enumerate(chunk):
-            ids[r, : len(a) + len(b)] = torch.tensor(a + b)
-            attn[r, : len(a) + len(b)] = 1
-            target[r, len(a) : len(a) + len(b)] = True
-        logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), dim=-1)
-        tok = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        part = (tok * target[:, 1:]).sum() / len(items)
+        part = arith.answer_logps(model, items[k : k + batch_size], pad_id).sum() / len(items)
         for acc, g in zip(total, torch.autograd.grad(part, theta)):
             acc += g
         value += float(part.detach())
@@ -213,7 +195,7 @@ def run_plan(plan_path: str | Path, results_dir: str | Path | None = None, *, mo
     train, held = problems[:n_train], problems[n_train:]
     texts = [render_prompt(tokenizer, arith.arith_prompt(p))[0] for p in train]
     answers = [p["answer"] for p in train]
-    items = heldout_items(tokenizer, held)
+    items = arith.answer_items(tokenizer, held)
     wp = WeightParams(**plan.get("weights", {}))
     opt = torch.optim.AdamW(model.parameters(), **plan["adamw"])
     k, mg, temp, place = plan["prompts_per_step"], plan["max_grad_norm"], plan["temperature"], plan["placement"]
@@ -312,6 +294,80 @@ def summary(plan: dict, checkpoints: list[dict]) -> dict[str, Any]:
             }
         )
     return {"rows": rows, "n_primary": n_primary, "n_secondary": len(keys) - n_primary}
+
+
+def sd_interval(sd: float, df: int, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of a normal population's standard deviation from a sample sd on ``df``
+    degrees of freedom (chi-square): sd·√(df/χ²_{1−a/2}) to sd·√(df/χ²_{a/2})."""
+    from scipy.stats import chi2
+
+    a = 1 - level
+    return sd * math.sqrt(df / chi2.ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2.ppf(a / 2, df))
+
+
+PILOT_METRICS = ("p_correct", "accuracy", "logp_correct")  # the primary first: the final evaluation's fields
+
+
+def pilot_analysis(plan_path: str | Path, results_dir: str | Path | None = None) -> dict[str, Any]:
+    """Issue 46 B's pilot from its records (``results/<group>/runs.jsonl`` and ``step0.json`` of the device job):
+    per complete pair (both arms of a seed; the plan's first arm is the control) the second arm minus the first of
+    each final :data:`PILOT_METRICS`; per metric the paired t summary; for the primary sigma_d with its chi-square
+    range, the minimum detectable effect at the plan's power for these pairs and the full design (at sigma_d and the
+    ends of its range), the gate ``sigma_d <= gate_sigma_d`` and the full design's hours at the measured run time.
+    Writes ``results/first_order/analysis-pilot.json`` and returns it."""
+    from trgrpo.runs.records import RUNS_FILE, STEP0_FILE
+
+    plan, root = read_config(plan_path, "plan"), Path(results_dir or RESULTS_DIR)
+    folder, dec = root / plan["group"], plan["decision"]
+    runs = {r["name"]: r for r in map(json.loads, (folder / RUNS_FILE).read_text().splitlines())}
+    (base, treat), pairs = [a["id"] for a in plan["arms"]], []
+    names = [f"{arm}-seed{s}" for s in plan["seeds"] for arm in (base, treat)]
+    for s in plan["seeds"]:
+        a, b = runs.get(f"{base}-seed{s}"), runs.get(f"{treat}-seed{s}")
+        if a and b:
+            row = {"seed": s, "step1_reward_same": a["history"][0]["reward"] == b["history"][0]["reward"]}
+            pairs.append(row | {f"{k}_{m}": r["final"][m] for k, r in ((base, a), (treat, b)) for m in PILOT_METRICS})
+    n = len(pairs)
+    diffs = {m: [p[f"{treat}_{m}"] - p[f"{base}_{m}"] for p in pairs] for m in PILOT_METRICS}
+    summary = {m: paired_t(d, [0.0] * n) if n > 1 else None for m, d in diffs.items()}
+    prim = summary[PILOT_METRICS[0]]
+    done = [r for r in runs.values() if r["name"] in names]
+    run_s = float(np.mean([r["wall_time_s"] for r in done])) if done else math.nan
+    record: dict[str, Any] = {
+        "kind": "pilot_analysis",
+        "plan": plan,
+        "plan_path": str(plan_path),
+        "arms": [base, treat],
+        "step0": {k: json.loads((folder / STEP0_FILE).read_text())[k] for k in ("n", *PILOT_METRICS)},
+        "pairs": pairs,
+        "n_pairs": n,
+        "not_run": [x for x in names if x not in runs],
+        "diffs": diffs,
+        "summary": summary,
+        "runs_commits": sorted({r["git_commit"] for r in done}),
+        "runs_clean": all(r["git_dirty"] is False for r in done),
+        "run_wall_s": run_s,
+        "seconds_per_step": [min(r["seconds_per_step"] for r in done), max(r["seconds_per_step"] for r in done)],
+        "machine": done[0]["machine"] if done else None,
+    }
+    if prim is not None:
+        sd, lo_hi = prim["sd_diff"], sd_interval(prim["sd_diff"], n - 1)
+        power, sizes = dec["power"], sorted({n, *dec["full_pairs"]})
+        mde = {k: [min_detectable_effect(x, k, power=power) for x in (sd, *lo_hi)] for k in sizes}
+        lo, hi = prim["ci"]
+        record["primary"] = {
+            "sigma_d": sd,
+            "sigma_d_range95": list(lo_hi),
+            "mde": {str(k): v for k, v in mde.items()},  # [at sigma_d, at the range's low end, at its high end]
+            "verdict": "TR higher" if lo > 0 else "GRPO higher" if hi < 0 else "no difference detected at this scale",
+        }
+        record["gate"] = {
+            "threshold": dec["gate_sigma_d"],
+            "passes": sd <= dec["gate_sigma_d"],
+            "full_hours": {str(k): 2 * k * run_s / 2 / 3600 for k in dec["full_pairs"]},  # 2 runs a pair, 2 workers
+        }
+    write_json(root / "first_order" / "analysis-pilot.json", record)
+    return record
 
 
 def rollout(

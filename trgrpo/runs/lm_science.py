@@ -321,12 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["first-order"]:  # its own options: trgrpo.runs.first_order
         return first_order.main(argv[1:])
-    ap.add_argument("stage", choices=["stage0", "grid", "leverage", "first-order"], help="first-order: see its --help")
+    stages = ["stage0", "grid", "leverage", "pilot", "first-order"]
+    ap.add_argument("stage", choices=stages, help="pilot: issue 46 B's analysis; first-order: see its --help")
     ap.add_argument("plan")
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
     try:
-        {"stage0": stage0, "grid": grid, "leverage": leverage}[args.stage](args.plan, args.results)
+        stage = {"stage0": stage0, "grid": grid, "leverage": leverage, "pilot": first_order.pilot_analysis}
+        stage[args.stage](args.plan, args.results)
     except ConfigError as e:  # a plan file that is missing, empty or not YAML: one line
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2

@@ -49,6 +49,7 @@ _RECORD = _Validator(RECORD_SCHEMA)
 RESULTS_SCHEMA = json.loads((Path(__file__).with_name("results.schema.json")).read_text(encoding="utf-8"))
 _RESULTS = {role: _Validator({**RESULTS_SCHEMA, "$ref": f"#/$defs/{role}"}) for role in RESULTS_SCHEMA["$defs"]}
 # Files beside the run records of a group, by name; every other *.json there (outside <name>.logs/) is a run record
+RUNS_FILE, STEP0_FILE = "runs.jsonl", "step0.json"  # the device job's: a run record a line; the shared step 0
 SIDE_FILES = ("summary.json", "grid-summary.json", "plan.json", "token_hist.json", "decision.json", "analysis-*.json")
 _JSON_TYPES = {
     "array": "list",

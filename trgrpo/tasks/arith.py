@@ -125,17 +125,57 @@ def make_arith_reward_funcs(reward: str = "answer+format") -> list[Callable[...,
     return [arith_format_reward, arith_answer_reward] if reward == "answer+format" else [arith_answer_reward]
 
 
+def answer_items(tokenizer: Any, problems: Sequence[dict]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids) of each problem: the rendered prompt (ends ``a + b =``) and `` <answer>``."""
+    out = []
+    for p in problems:
+        text = render_prompt(tokenizer, arith_prompt(p))[0]
+        out.append((tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer(f" {p['answer']}")["input_ids"]))
+    return out
+
+
+def answer_logps(model: Any, items: Sequence[tuple[list[int], list[int]]], pad_id: int) -> Any:
+    """log P(answer tokens | prompt) of each :func:`answer_items` item, teacher-forced (right padding, one batch;
+    differentiable when grad is enabled): the sum of the answer tokens' log-probabilities, no terminator."""
+    import torch
+
+    width = max(len(a) + len(b) for a, b in items)
+    ids = torch.full((len(items), width), pad_id)
+    attn, target = torch.zeros_like(ids), torch.zeros(len(items), width, dtype=torch.bool)
+    for r, (a, b) in enumerate(items):
+        ids[r, : len(a) + len(b)] = torch.tensor(a + b)
+        attn[r, : len(a) + len(b)] = 1
+        target[r, len(a) : len(a) + len(b)] = True
+    dev = next(model.parameters()).device
+    logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits[:, :-1].float()
+    tok = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].to(dev).unsqueeze(-1)).squeeze(-1)
+    return (tok * target[:, 1:].to(dev)).sum(-1)
+
+
+def answer_probability(model: Any, tokenizer: Any, problems: Sequence[dict], batch_size: int = 32) -> dict:
+    """``p_correct``: the mean over problems of P(answer | prompt) = exp(:func:`answer_logps`), and ``logp_correct``
+    the mean log P (the first-order objective J), teacher-forced, without gradient."""
+    import torch
+
+    items, pad, b = answer_items(tokenizer, problems), tokenizer.pad_token_id, batch_size
+    with torch.no_grad():
+        logp = torch.cat([answer_logps(model, items[k : k + b], pad) for k in range(0, len(items), b)])
+    return {"p_correct": float(logp.exp().mean()), "logp_correct": float(logp.mean())}
+
+
 def _evaluate(model: Any, tokenizer: Any, problems: Sequence[dict], spec: Any) -> dict[str, Any]:
-    """Greedy evaluation: ``accuracy`` (answer reward), ``format_rate`` and ``reward`` (their sum), means over items."""
+    """Greedy evaluation: ``accuracy`` (answer reward), ``format_rate`` and ``reward`` (their sum), means over items;
+    with task option ``answer_prob`` also :func:`answer_probability` (``p_correct``, ``logp_correct``)."""
     if not problems:
         return {"accuracy": None, "format_rate": None, "reward": None, "n": 0}
+    opts = ArithOptions(**spec.task_options)
     prompts = [arith_prompt(p) for p in problems]
     completions = greedy_generate(
         model,
         tokenizer,
         prompts,
         max_new_tokens=spec.max_eval_tokens or spec.max_completion_length,
-        batch_size=ArithOptions(**spec.task_options).eval_batch_size or 32,
+        batch_size=opts.eval_batch_size or 32,
     )
     acc = [answer_reward(c, p["answer"]) for c, p in zip(completions, problems)]
     fmt = [format_reward(c) for c in completions]
@@ -146,6 +186,7 @@ def _evaluate(model: Any, tokenizer: Any, problems: Sequence[dict], spec: Any) -
         "reward": (sum(acc) + sum(fmt)) / n,
         "n": n,
         "examples": completions[:4],
+        **(answer_probability(model, tokenizer, problems, opts.eval_batch_size or 32) if opts.answer_prob else {}),
     }
 
 
@@ -163,6 +204,7 @@ class ArithOptions(TaskOptions):
     range: tuple[int, int] | list[int] = DEFAULT_RANGE
     kind: Literal[tuple(KINDS)] = "add"
     reward: Literal[REWARDS] = "answer+format"
+    answer_prob: bool = False  # the evaluation also reports P(correct answer), teacher-forced (answer_probability)
 
 
 register_task(
