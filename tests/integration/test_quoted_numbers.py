@@ -419,3 +419,31 @@ def test_pilot_sentence_quotes_an_independent_recomputation():
                 expected.append(f"Gate σ_d ≤ {gate:g}: " + ("passed" if sd <= gate else "failed"))
     missing = [e for e in expected if _flat(e) not in readme]
     assert not missing, f"README's lm-pilot block differs from the records: expected {missing}"
+
+
+def _readme_block(text: str, name: str) -> str:
+    return _flat(re.search(rf"<!-- {name}:start[^>]*-->(.*?)<!-- {name}:end -->", text, re.S).group(1))
+
+
+def test_the_answer_first_quotes_only_what_the_blocks_below_quote():
+    """The README's answer first (bottom-line) repeats numbers and verdicts; each number is one the toy-findings,
+    lm-first-order and lm-pilot blocks quote (each pinned to its records by the tests above), each verdict is theirs,
+    and the paper-scale claims read as notebook 08's verdict rows."""
+    from trgrpo.reports import answers
+
+    text = README.read_text()
+    top = _readme_block(text, "bottom-line")
+    below = {name: _readme_block(text, name) for name in ("toy-findings", "lm-first-order", "lm-pilot")}
+    quoted = set(_numbers(" ".join(below.values())))
+    assert _numbers(top) and not set(_numbers(top)) - quoted, set(_numbers(top)) - quoted
+    for verdict in (
+        "no detectable difference",
+        "lower",
+        "no difference detected",
+        "no difference detected at this scale",
+    ):
+        assert f": {verdict}" in top  # the toy's two arms (Holm), first order, the pilot
+    assert "no difference detected at this scale" in below["lm-first-order"] + below["lm-pilot"]
+    for row in answers.verdicts(ROOT / "results"):
+        if row["claim"] in ("Table 1", "Table 2", "Table 3"):
+            assert f"{row['claim']}: {row['verdict']}" in top
