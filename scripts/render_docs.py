@@ -457,7 +457,7 @@ def bottom_line(results_dir: Path | str | None = None) -> str:
     tr, ratio = rows["tr-surrogate"], rows["tr-ratio"]
     prim = next(r for r in fo["summary"]["rows"] if r["primary"])
     pc = pl["summary"]["p_correct"]
-    paper_rows = [v for v in answers.verdicts(root) if v["claim"] in ("Table 1", "Table 2", "Table 3")]
+    paper_rows = [c.evaluate(c, root) for c in answers.CLAIMS if c.name in ("Table 1", "Table 2", "Table 3")]
     return (
         f"**The answer so far.** On the toy (notebook 03, Part A: a 1M-parameter model, {tr['n_pairs']} paired seeds), "
         f"TR-GRPO with its weight outside the clip against GRPO: {classify(tr)}, Δ held-out accuracy "
