@@ -242,10 +242,10 @@ def test_student_copy_of_02_executes(student_copy, tmp_path, monkeypatch):
     assert [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)] == [first_check]
 
 
-# 02's workbook in the default tier (its student copy also runs whole, above); the others, 6-11 s each, in the slow
-# tier (the same mechanism, make student)
+# every workbook in the slow tier (6-13 s each; the same mechanism, make student); 02's student copy runs whole in the
+# default tier (above)
 WORKBOOKS = [
-    pytest.param(name, marks=[] if name.startswith("02_") else [pytest.mark.slow])
+    pytest.param(name, marks=[pytest.mark.slow])
     for name in (p.name.replace("_solutions", "_exercises") for p in workbooks.solution_notebooks())
 ]
 

@@ -232,6 +232,8 @@ def _save_artifacts(page, tmp: Path) -> list[str]:
 
 
 @pytest.mark.browser
+@pytest.mark.slow  # ~50 s on 2 busy cores (JupyterLab, a kernel, Chromium): make test's budget; the book's browser
+# tests (tests/course/test_book.py) stay in make test
 def test_lab_runs_notebook_02_and_the_explorer_redraws(tmp_path):
     _require_browser()
     from playwright.sync_api import sync_playwright
