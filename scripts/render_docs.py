@@ -450,7 +450,7 @@ def bottom_line(results_dir: Path | str | None = None) -> str:
     show, each from the record the blocks below quote in full."""
     root = Path(results_dir or RESULTS_DIR)
     s = _read(CONTROLS_GROUP, "summary", results_dir, "controls_summary")
-    fo, pl = (read_json(root / "first_order" / f"analysis-{n}.json") for n in ("add2", "pilot"))
+    fo, pl = (read_json(root.joinpath(*parts)) for parts in (tables.FIRST_ORDER, tables.PILOT))
     if s is None or fo is None or pl is None:
         return "_Not all of the toy controls, the first-order measurement and the pilot have records yet._"
     rows = {r["arm"]: r for r in s["rows"]}
